@@ -1,0 +1,43 @@
+"""The Python API: `run(scenario) -> Result`, the same line the CLI follows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from blis_simpy.compat import blis as blis_output
+from blis_simpy.config.resolve import resolve
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.engine.simulation import Progress, Simulation
+from blis_simpy.metrics.collect import StepTable
+from blis_simpy.metrics.report import latencies, request_table, step_table, summary
+from blis_simpy.result import Result
+
+
+def load(scenario: Scenario | str | Path) -> Scenario:
+    return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
+
+
+def run(scenario: Scenario | str | Path, progress: Progress | None = None) -> Result:
+    """Simulate a scenario (object or YAML path) and return its Result."""
+    resolved = resolve(load(scenario))
+    sim = Simulation(resolved)
+    wall = sim.run(progress)
+    compat = resolved.compat == "blis"
+    steps = [StepTable.of(inst) for inst in sim.instances]
+    lat = latencies(sim, steps, compat)
+    stats = summary(sim, steps, lat, compat)
+    extra = {}
+    if compat:
+        names = [inst.name for inst in sim.instances]
+        extra = {
+            "results.json": blis_output.results_json(stats, lat, names),
+            "blis_stdout.txt": blis_output.stdout_text(stats),
+        }
+    return Result(
+        scenario=resolved,
+        summary=stats,
+        requests=request_table(sim, lat),
+        steps=step_table(sim, steps),
+        wall_time_s=wall,
+        extra_files=extra,
+    )

@@ -1,0 +1,1 @@
+"""Scenario files: schema, validation, catalog lookup and resolution."""

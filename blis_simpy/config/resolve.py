@@ -1,0 +1,113 @@
+"""Fill in everything a scenario leaves to defaults that depend on other values.
+
+The catalog supplies GPU, TP and vLLM version per model, then blackbox coefficients and the KV
+size per (model, GPU, TP, version), exactly as the reference resolves them (engine.md §7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from blis_simpy.config import catalog
+from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS
+from blis_simpy.config.errors import ScenarioError
+from blis_simpy.config.scenario import DistributionWorkload, Scenario
+from blis_simpy.engine.latency import BlackboxLatency, LatencyModel, RooflineLatency
+from blis_simpy.engine.roofline import (
+    GpuSpec,
+    ModelShape,
+    RooflineModel,
+    bundled_hardware_config,
+    bundled_model_config,
+)
+
+
+def resolve(scenario: Scenario) -> Scenario:
+    """The same scenario with every derived default made explicit."""
+    model = scenario.model
+    defaults = catalog.model_defaults(model.name)
+    model = dataclasses.replace(
+        model,
+        gpu=model.gpu or defaults.get("GPU"),
+        tp=model.tp or defaults.get("tensor_parallelism"),
+        vllm_version=model.vllm_version or defaults.get("vllm_version"),
+    )
+    latency, engine = scenario.latency, scenario.engine
+    kv_blocks = engine.kv_blocks
+    if latency.type == "blackbox" and (latency.alpha is None or latency.beta is None):
+        entry = catalog_entry(model)
+        latency = dataclasses.replace(
+            latency, alpha=latency.alpha or list(entry.alpha), beta=latency.beta or list(entry.beta)
+        )
+        kv_blocks = kv_blocks or entry.kv_blocks
+    if latency.type == "roofline":
+        latency = dataclasses.replace(latency, alpha=latency.alpha or [0.0, 0.0, 0.0])
+    engine = dataclasses.replace(engine, kv_blocks=kv_blocks or DEFAULT_KV_BLOCKS)
+    workload = scenario.workload
+    if isinstance(workload, DistributionWorkload) and workload.arrival is None:
+        arrival = "constant" if scenario.compat == "blis" else "poisson"
+        workload = dataclasses.replace(workload, arrival=arrival)
+    return dataclasses.replace(scenario, model=model, latency=latency, engine=engine,
+                               workload=workload)
+
+
+def catalog_entry(model: Any) -> catalog.CatalogEntry:
+    missing = [k for k in ("gpu", "tp", "vllm_version") if getattr(model, k) is None]
+    if missing:
+        raise ScenarioError(
+            f"model.{missing[0]}", f"is needed to look up {model.name!r} in the coefficient "
+            "catalog, which has no default for this model",
+            "give latency.alpha and latency.beta, or use latency.type: roofline",
+        )
+    entry = catalog.find(model.name, model.gpu, model.tp, model.vllm_version)
+    if entry is None or len(entry.alpha) < 3 or len(entry.beta) < 3:
+        known = catalog.available(model.name)
+        raise ScenarioError(
+            "model", f"no blackbox coefficients for {model.name!r} on {model.gpu} "
+            f"tp={model.tp} {model.vllm_version}",
+            "; ".join(known) if known else "give latency.alpha and latency.beta, or use "
+            "latency.type: roofline",
+        )
+    return entry
+
+
+def latency_model(scenario: Scenario) -> LatencyModel:
+    """The step-time model of a resolved scenario."""
+    latency = scenario.latency
+    if latency.type == "blackbox":
+        return BlackboxLatency(latency.alpha, latency.beta)
+    return RooflineLatency(latency.alpha, roofline(scenario))
+
+
+def roofline(scenario: Scenario) -> RooflineModel:
+    latency, model = scenario.latency, scenario.model
+    try:
+        config = (read_json(latency.model_config, "config.json") if latency.model_config
+                  else bundled_model_config(model.name))
+        shape = ModelShape.from_hf_config(config)
+    except ValueError as exc:
+        raise ScenarioError("latency.model_config", str(exc)) from None
+    try:
+        hardware = (read_json(latency.hardware_config, None) if latency.hardware_config
+                    else bundled_hardware_config())
+        if model.gpu is None:
+            raise ValueError("the roofline model needs model.gpu")
+        gpu = GpuSpec.from_hardware_config(hardware, model.gpu)
+        return RooflineModel(shape, gpu, model.tp or 0)
+    except ValueError as exc:
+        raise ScenarioError("latency.hardware_config", str(exc)) from None
+
+
+def read_json(path: str, inside: str | None) -> dict[str, Any]:
+    file = Path(path)
+    if inside and file.is_dir():
+        file = file / inside
+    try:
+        return json.loads(file.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {file}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{file} is not valid JSON: {exc}") from None

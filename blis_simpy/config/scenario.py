@@ -1,0 +1,183 @@
+"""The scenario file: versioned YAML loaded into frozen, validated dataclasses.
+
+Times in the file are seconds (`*_s`), rates are per second (`*_per_s`); the engine works in
+integer microseconds. `resolve()` fills every default that depends on other values (catalog
+coefficients, KV size, arrival process) so the resolved scenario written next to the results
+says exactly what ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from blis_simpy.config.errors import ScenarioError
+from blis_simpy.config.schema import join, load, spec, to_plain
+
+US_PER_S = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str = spec(help="model id, e.g. meta-llama/llama-3.1-8b-instruct (case-insensitive)")
+    gpu: str | None = spec(None, help="GPU type, e.g. H100; default from the catalog")
+    tp: int | None = spec(None, help="tensor parallelism; default from the catalog", ge=1)
+    vllm_version: str | None = spec(None, help="vLLM image the coefficients were fitted on")
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyConfig:
+    type: Literal["blackbox", "roofline"] = spec(
+        "blackbox", help="blackbox: fitted alpha/beta coefficients; roofline: analytic FLOPs/bytes"
+    )
+    alpha: list[float] | None = spec(
+        None, help="[a0, a1, a2] µs: queueing delay a0 + a1*input_len, output processing a2",
+        min_len=3,
+    )
+    beta: list[float] | None = spec(
+        None, help="[b0, b1, b2] µs: step time b0 + b1*new_prefill_tokens + b2*decodes", min_len=3
+    )
+    model_config: str | None = spec(
+        None, help="roofline: HuggingFace config.json (or its folder); default: bundled config"
+    )
+    hardware_config: str | None = spec(
+        None, help="roofline: GPU figures JSON; default: bundled hardware_config.json"
+    )
+
+    def validate(self, path: str) -> None:
+        if self.type == "roofline" and self.beta is not None:
+            raise ScenarioError(join(path, "beta"), "is not used by the roofline model")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    max_running_requests: int = spec(256, help="max requests in the running batch", ge=1)
+    max_scheduled_tokens: int = spec(2048, help="token budget per step", ge=1)
+    long_prefill_threshold: int = spec(
+        0, help="cap on one request's prefill chunk per step; 0 = only the budget", ge=0
+    )
+    kv_blocks: int | None = spec(
+        None, help="KV cache size in blocks; default from the catalog, else 1000000", ge=1
+    )
+    block_size: int = spec(16, help="tokens per KV block", ge=1)
+    max_model_len: int | None = spec(
+        None, help="max prompt+output tokens; longer requests are rejected (null: KV size)", ge=1
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LengthConfig:
+    mean: float = spec(help="mean token count")
+    stdev: float = spec(help="standard deviation (gaussian, clamped to [min, max])", ge=0)
+    min: int = spec(help="smallest token count", ge=1)
+    max: int = spec(help="largest token count", ge=1)
+
+    def validate(self, path: str) -> None:
+        if self.min > self.max:
+            raise ScenarioError(join(path, "min"), f"{self.min} is above max {self.max}")
+        if not self.min <= self.mean <= self.max:
+            raise ScenarioError(
+                join(path, "mean"), f"{self.mean} is outside [min, max]",
+                f"{self.min}..{self.max}",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class DistributionWorkload:
+    type: Literal["distribution"] = spec("distribution", help="synthetic requests")
+    num_requests: int = spec(100, help="how many requests to generate", ge=1)
+    rate_per_s: float = spec(1.0, help="mean arrival rate, requests per second", gt=0)
+    arrival: Literal["poisson", "constant"] | None = spec(
+        None, help="inter-arrival process; default poisson (constant in compat mode)"
+    )
+    prefix_tokens: int = spec(0, help="shared prefix (same tokens) prepended to every prompt", ge=0)
+    prompt: LengthConfig = spec(
+        factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="prompt length (tokens)"
+    )
+    output: LengthConfig = spec(
+        factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="output length (tokens)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWorkload:
+    type: Literal["trace"] = spec(help="replay a trace CSV (the reference's format)")
+    path: str = spec(help="CSV path, relative to the scenario file")
+
+
+Workload = DistributionWorkload | TraceWorkload
+
+
+@dataclass(frozen=True, slots=True)
+class OutputsConfig:
+    dir: str | None = spec(None, help="output folder; default out/<scenario name>")
+    tables: Literal["auto", "csv", "parquet"] = spec(
+        "auto", help="table format; auto = parquet when pyarrow is installed, else csv"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    version: Literal[1] = spec(help="scenario format version")
+    model: ModelConfig = spec(help="the served model")
+    name: str = spec("scenario", help="short name, used for the default output folder")
+    seed: int = spec(42, help="master seed; every random stream derives from it")
+    compat: Literal["none", "blis"] = spec(
+        "none", help="blis: reproduce the reference BLIS's reported numbers (see README)"
+    )
+    horizon_s: float | None = spec(None, help="stop the simulation at this time (s)", gt=0)
+    latency: LatencyConfig = spec(factory=LatencyConfig, help="step-time model")
+    engine: EngineConfig = spec(factory=EngineConfig, help="per-instance engine limits")
+    workload: Workload = spec(factory=DistributionWorkload, help="where requests come from")
+    outputs: OutputsConfig = spec(factory=OutputsConfig, help="what to write")
+
+    @property
+    def horizon_us(self) -> int | None:
+        return None if self.horizon_s is None else round(self.horizon_s * US_PER_S)
+
+    def validate(self, path: str) -> None:
+        if self.compat == "blis" and getattr(self.workload, "arrival", None) == "poisson":
+            raise ScenarioError(
+                join(path, "workload.arrival"), "compat: blis replays the reference's "
+                "constant spacing", "constant",
+            )
+
+    @classmethod
+    def from_dict(cls, data: Any, base_dir: Path | None = None) -> Scenario:
+        scenario = load(cls, data, "")
+        if isinstance(scenario.workload, TraceWorkload) and base_dir is not None:
+            trace = (base_dir / scenario.workload.path).resolve()
+            scenario = dataclasses.replace(
+                scenario, workload=dataclasses.replace(scenario.workload, path=str(trace))
+            )
+        return scenario
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Scenario:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ScenarioError("", f"cannot read {path}: {exc.strerror or exc}") from None
+        return cls.from_yaml_text(text, path.parent)
+
+    @classmethod
+    def from_yaml_text(cls, text: str, base_dir: Path | None = None) -> Scenario:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ScenarioError("", f"not valid YAML{where}: {problem}") from None
+        return cls.from_dict(data, base_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)

@@ -1,0 +1,181 @@
+"""Generic, strict loading of frozen dataclasses from parsed YAML.
+
+Every config section is a frozen dataclass whose fields carry their help text and bounds in
+`metadata`. One loader walks them, so every section gets the same guarantees: unknown keys,
+wrong types and out-of-range values fail with the YAML path, what was wrong and what is valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, get_args, get_origin
+
+from blis_simpy.config.errors import ScenarioError
+
+
+def spec(
+    default: Any = dataclasses.MISSING, *, help: str, factory: Any = None, **bounds: Any
+) -> Any:
+    """A dataclass field with help text and optional bounds (`ge`, `gt`, `le`, `min_len`)."""
+    meta = {"help": help, **bounds}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in get_args(tp))
+    if origin is list:
+        return f"list of {type_name(get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def load(cls: type, data: Any, path: str) -> Any:
+    """Build dataclass `cls` from `data`, validating every field; raises ScenarioError."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ScenarioError(path, f"expected a mapping, got {describe(data)}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(str(k) for k in data if k not in fields)
+    if unknown:
+        raise ScenarioError(join(path, unknown[0]), "unknown key", ", ".join(sorted(fields)))
+    values = {}
+    for name, f in fields.items():
+        if name in data:
+            values[name] = convert(hints[name], data[name], join(path, name), f.metadata)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ScenarioError(join(path, name), "is required", f.metadata.get("help"))
+    obj = cls(**values)
+    check = getattr(obj, "validate", None)
+    if check is not None:
+        check(path)
+    return obj
+
+
+def describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
+
+
+def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        tagged = tagged_union(options)
+        if tagged:
+            return load_tagged(tagged, value, path)
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return convert(option, value, path, meta)
+            except ScenarioError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ScenarioError(path, f"got {describe(value)}", type_name(tp))
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ScenarioError(path, f"got {value!r}", type_name(tp))
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ScenarioError(path, f"expected a list, got {describe(value)}", type_name(tp))
+        (item,) = get_args(tp)
+        items = [convert(item, v, join(path, i), {}) for i, v in enumerate(value)]
+        min_len = meta.get("min_len")
+        if min_len is not None and len(items) < min_len:
+            raise ScenarioError(path, f"needs at least {min_len} items, got {len(items)}")
+        return items
+    if dataclasses.is_dataclass(tp):
+        return load(tp, value, path)
+    return bounded(scalar(tp, value, path), path, meta)
+
+
+def tagged_union(options: tuple[Any, ...]) -> dict[str, type]:
+    """Map `type` tag -> dataclass when every option is a dataclass with a Literal `type`."""
+    tags: dict[str, type] = {}
+    for option in options:
+        if not dataclasses.is_dataclass(option):
+            return {}
+        tag = typing.get_type_hints(option).get("type")
+        if get_origin(tag) is not Literal:
+            return {}
+        for name in get_args(tag):
+            tags[name] = option
+    return tags
+
+
+def load_tagged(tags: dict[str, type], value: Any, path: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise ScenarioError(path, f"expected a mapping, got {describe(value)}")
+    tag = value.get("type", next(iter(tags)))
+    if tag not in tags:
+        raise ScenarioError(join(path, "type"), f"got {tag!r}", ", ".join(tags))
+    return load(tags[tag], value, path)
+
+
+def scalar(tp: Any, value: Any, path: str) -> Any:
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ScenarioError(path, f"must be a finite number, got {value!r}")
+            return float(value)
+    elif tp is str and isinstance(value, str):
+        return value
+    raise ScenarioError(path, f"expected {type_name(tp)}, got {describe(value)}")
+
+
+def bounded(value: Any, path: str, meta: Mapping[str, Any]) -> Any:
+    if "ge" in meta and value < meta["ge"]:
+        raise ScenarioError(path, f"must be >= {meta['ge']}, got {value!r}")
+    if "gt" in meta and value <= meta["gt"]:
+        raise ScenarioError(path, f"must be > {meta['gt']}, got {value!r}")
+    if "le" in meta and value > meta["le"]:
+        raise ScenarioError(path, f"must be <= {meta['le']}, got {value!r}")
+    return value
+
+
+def to_plain(obj: Any) -> Any:
+    """Dataclass -> plain dict/list tree in field order (for the resolved-scenario file)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+    if isinstance(obj, list | tuple):
+        return [to_plain(v) for v in obj]
+    return obj

@@ -1,0 +1,1 @@
+"""Bundled reference data: coefficient catalog, GPU figures, model configs, Go RNG tables."""

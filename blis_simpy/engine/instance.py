@@ -1,0 +1,243 @@
+"""One inference instance: a wait queue, a running batch, a KV cache and one step loop.
+
+The step loop is the instance's only SimPy process. Each step forms a batch (running requests
+first, in order, each taking a prefill chunk or one decode token from the token budget; then
+waiting requests from the head of the queue while slots, budget and KV last), charges the step
+time, and applies the progress. Requests enter through `accept()`, wait out their queueing delay,
+and join the wait queue; an idle loop sleeps until one does. Work is never left stranded: the
+loop keeps stepping while anything is running or waiting.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+
+import simpy
+
+from blis_simpy.engine.kvcache import KVCache
+from blis_simpy.engine.latency import LatencyModel
+from blis_simpy.engine.request import Request, State
+
+DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
+
+
+class Instance:
+    """A vLLM-like engine replica simulated as one SimPy process."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        latency: LatencyModel,
+        *,
+        kv_blocks: int,
+        block_size: int,
+        max_running: int,
+        token_budget: int,
+        long_prefill_threshold: int,
+        max_model_len: int | None,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.name = f"instance_{index}"
+        self.latency = latency
+        self.kv = KVCache(kv_blocks, block_size)
+        self.max_running = max_running
+        self.token_budget = token_budget
+        self.threshold = long_prefill_threshold
+        capacity = kv_blocks * block_size
+        self.max_len = capacity if max_model_len is None else min(max_model_len, capacity)
+        self.wait_queue: deque[Request] = deque()
+        self.running: list[Request] = []
+        # One row per step: (start, duration, new prefill tokens, decodes, batch size,
+        # KV blocks used, queue depth). Token gaps are derived from these rows at the end.
+        self.steps: list[tuple[int, int, int, int, int, int, int]] = []
+        self.input_tokens = 0
+        self.preemptions = 0
+        self.last_event = 0
+        self._wake: simpy.Event | None = None
+        self._preempted = False
+        env.process(self._loop())
+
+    # -- arrivals ---------------------------------------------------------------------------
+
+    def accept(self, req: Request) -> None:
+        """A request routed here: reject it if it can never fit, else queue it after its delay."""
+        req.instance = self.index
+        need = req.input_len + req.output_len
+        if need > self.max_len:
+            req.state = State.REJECTED
+            req.reject_reason = f"needs {need} tokens, max_model_len is {self.max_len}"
+            return
+        req.state = State.ARRIVING
+        delay = self.env.timeout(self.latency.queue_delay(req.input_len), req)
+        delay.callbacks.append(self._enqueue)
+
+    def _enqueue(self, event: simpy.Event) -> None:
+        req: Request = event.value
+        now = self.env.now
+        req.state = State.QUEUED
+        req.queued_at = now
+        self.wait_queue.append(req)
+        self.input_tokens += req.input_len
+        self.last_event = now
+        if self._wake is not None:
+            self._wake.succeed()
+            self._wake = None
+
+    # -- the step loop ------------------------------------------------------------------------
+
+    def _loop(self) -> Generator[simpy.Event, None, None]:
+        env = self.env
+        while True:
+            if not self.running and not self.wait_queue:
+                self._wake = env.event()
+                yield self._wake
+            duration = self._step()
+            if duration is None:
+                continue
+            yield env.timeout(duration)
+            self.last_event = env.now
+
+    def _step(self) -> int | None:
+        """Form a batch, charge its time and apply its progress; None if nothing ran."""
+        now = self.env.now
+        self.last_event = now
+        self._preempted = False
+        running = self.running
+        scheduled, new_tokens, decodes, budget = self._schedule_running(running)
+        kept = len(running)
+        admitted, admitted_tokens = self._admit_waiting(running, budget)
+        if scheduled == 0 and admitted == 0:
+            return None
+        batch = running[:scheduled] + running[kept:] if scheduled < kept else running
+        new_tokens += admitted_tokens
+        duration = self.latency.step_time(new_tokens, decodes, batch)
+        index = len(self.steps)
+        self.steps.append((now, duration, new_tokens, decodes, len(batch), self.kv.used,
+                           len(self.wait_queue)))
+        self._execute(batch, index, now + duration)
+        return duration
+
+    def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
+        """Running requests in order: a prefill chunk or one decode token each, while budget
+        lasts. Returns (how many were scheduled, new prefill tokens, decodes, budget left)."""
+        budget = self.token_budget
+        threshold = self.threshold
+        new_tokens = decodes = 0
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            progress = req.progress
+            n = req.prefill_target - progress
+            if n > 0:
+                if 0 < threshold < n:
+                    n = threshold
+                if n > budget:
+                    n = budget
+                if not self._reserve(req, progress, n):
+                    break
+                req.chunk = n
+                new_tokens += n
+                budget -= n
+            else:
+                if not self._reserve(req, progress, 1):
+                    break
+                req.chunk = DECODE
+                decodes += 1
+                budget -= 1
+            i += 1
+        return i, new_tokens, decodes, budget
+
+    def _reserve(self, req: Request, start: int, tokens: int) -> bool:
+        """KV room for the request, preempting from the back of the batch until it fits.
+        False if the request itself had to be preempted."""
+        kv, running = self.kv, self.running
+        while not kv.allocate(req, start, tokens):
+            victim = running.pop()
+            self._preempt(victim)
+            if victim is req:
+                return False
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        """vLLM recompute preemption: free the blocks, go back to the head of the queue, and
+        later re-prefill the prompt plus every token already streamed."""
+        self._preempted = True
+        self.kv.release(req)
+        req.state = State.QUEUED
+        req.progress = 0
+        req.prefill_target = req.input_len + req.emitted
+        req.preemptions += 1
+        self.preemptions += 1
+        self.wait_queue.appendleft(req)
+
+    def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
+        """Admit from the queue head while slots, budget and KV allow; strict head-of-line
+        order, and nothing new is admitted in a step that preempted."""
+        if self._preempted:
+            return 0, 0
+        queue, kv = self.wait_queue, self.kv
+        block_size, threshold, now = kv.block_size, self.threshold, self.env.now
+        admitted = tokens = 0
+        while queue and budget > 0 and len(running) < self.max_running:
+            req = queue[0]
+            req.hash_blocks(block_size)
+            cached = kv.cached_prefix(req, req.prefill_target)
+            start = len(cached) * block_size
+            n = req.prefill_target - start
+            if 0 < threshold < n:
+                n = threshold
+            if n > budget:
+                n = budget
+            if not kv.can_admit(cached, start, n):
+                break
+            queue.popleft()
+            kv.attach(req, cached)
+            kv.allocate(req, start, n)
+            if req.cached_tokens < 0:
+                req.cached_tokens = start
+                req.first_scheduled = now
+            req.progress = start
+            req.chunk = n
+            req.state = State.RUNNING
+            running.append(req)
+            admitted += 1
+            tokens += n
+            budget -= n
+        return admitted, tokens
+
+    def _execute(self, batch: list[Request], step: int, end: int) -> None:
+        """Apply one step's progress; tokens are emitted at the step's end (+ output delay)."""
+        emit_at = end + self.latency.output_delay
+        done = []
+        for req in batch:
+            chunk = req.chunk
+            if chunk == DECODE:
+                req.progress += 1
+            else:
+                req.progress += chunk
+                if req.progress < req.prefill_target:
+                    continue
+            emitted = req.emitted + 1
+            req.emitted = emitted
+            if emitted == 1:
+                req.first_token_at = emit_at
+                req.first_token_step = step
+            elif req.last_emit_step != step - 1:
+                if req.gaps is None:
+                    req.gaps = []
+                req.gaps.append((req.last_emit_step, step))
+            req.last_emit_step = step
+            if emitted >= req.max_tokens:
+                done.append(req)
+        if done:
+            self._complete(done, emit_at)
+
+    def _complete(self, done: list[Request], at: int) -> None:
+        for req in done:
+            self.kv.release(req)
+            req.state = State.COMPLETED
+            req.completed_at = at
+        self.running = [r for r in self.running if r.state is State.RUNNING]

@@ -1,0 +1,131 @@
+"""Paged KV cache with prefix caching and LRU reuse of freed blocks (vLLM's design).
+
+Free blocks form one ordered list: allocation takes the head, release appends to the tail, and a
+freed block keeps its hash so a later request can revive it (a prefix hit). So the head is always
+the least recently freed block: LRU eviction of cached content, tail blocks of a request first.
+Every block a request owns holds tokens of that request's sequence in order; a block's hash is
+registered when the block becomes full.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from blis_simpy.engine.request import Request
+
+
+class KVCache:
+    """Block accounting for one instance. `used + len(free) == total` after every operation."""
+
+    __slots__ = ("block_hash", "block_size", "free", "hits", "index", "misses", "refcount",
+                 "total", "used")
+
+    def __init__(self, total_blocks: int, block_size: int) -> None:
+        self.total = total_blocks
+        self.block_size = block_size
+        self.refcount = [0] * total_blocks
+        self.block_hash: list[int | None] = [None] * total_blocks
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(total_blocks))
+        self.index: dict[int, int] = {}  # block hash -> block id (the last registration wins)
+        self.used = 0
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self.free)
+
+    @property
+    def utilization(self) -> float:
+        return self.used / self.total
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def cached_prefix(self, req: Request, tokens: int) -> list[int]:
+        """Blocks holding the longest cached prefix of the request's first `tokens` tokens."""
+        found = []
+        index = self.index
+        for h in req.hashes[: tokens // self.block_size]:
+            block = index.get(h)
+            if block is None:
+                break
+            found.append(block)
+        return found
+
+    def can_admit(self, cached: list[int], start: int, tokens: int) -> bool:
+        """Whether cached blocks plus fresh ones for [start, start+tokens) fit right now."""
+        revived = sum(1 for b in cached if self.refcount[b] == 0)
+        need = self.blocks_for(start + tokens) - len(cached)
+        return need + revived <= len(self.free)
+
+    def attach(self, req: Request, cached: list[int]) -> None:
+        """Give a request the cached blocks of its prefix (a hit per block)."""
+        refcount = self.refcount
+        for block in cached:
+            if refcount[block] == 0:
+                del self.free[block]
+                self.used += 1
+            refcount[block] += 1
+            req.blocks.append(block)
+        self.hits += len(cached)
+
+    def allocate(self, req: Request, start: int, tokens: int) -> bool:
+        """Room for sequence positions [start, start+tokens); all or nothing."""
+        end = start + tokens
+        blocks = req.blocks
+        need = -(-end // self.block_size) - len(blocks)
+        if need > len(self.free):
+            return False
+        if need > 0:
+            self._take(blocks, need)
+        bs = self.block_size
+        first, last = start // bs, end // bs
+        if first < last:
+            self._register(req, first, last)
+        return True
+
+    def _take(self, blocks: list[int], need: int) -> None:
+        free, block_hash, index, refcount = self.free, self.block_hash, self.index, self.refcount
+        for _ in range(need):
+            block, _ = free.popitem(last=False)
+            old = block_hash[block]
+            if old is not None:
+                if index.get(old) == block:
+                    del index[old]
+                block_hash[block] = None
+            refcount[block] = 1
+            blocks.append(block)
+        self.used += need
+        self.misses += need
+
+    def _register(self, req: Request, first: int, last: int) -> None:
+        """Publish the hashes of the request's blocks first..last-1, which are now full."""
+        hashes, blocks, block_hash, index = req.hashes, req.blocks, self.block_hash, self.index
+        for i in range(first, min(last, len(hashes))):
+            block = blocks[i]
+            if block_hash[block] is None:
+                h = hashes[i]
+                block_hash[block] = h
+                index[h] = block
+
+    def release(self, req: Request) -> None:
+        """Drop the request's references, last block first, so its tail is evicted first."""
+        refcount, free = self.refcount, self.free
+        for block in reversed(req.blocks):
+            refcount[block] -= 1
+            if refcount[block] == 0:
+                free[block] = None
+                self.used -= 1
+        req.blocks = []
+
+    def check(self) -> None:
+        """Invariant check for tests and debug runs: conservation and refcount agreement."""
+        assert self.used + len(self.free) == self.total, "KV blocks not conserved"
+        assert self.used == sum(1 for c in self.refcount if c > 0), "used count drifted"
+        assert all(self.refcount[b] == 0 for b in self.free), "a free block is referenced"

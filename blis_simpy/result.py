@@ -1,0 +1,70 @@
+"""What a run returns: the summary, DataFrames, and the files the CLI writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from blis_simpy.config.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Result:
+    """One simulation's outcome. Small and picklable: plain values and DataFrames."""
+
+    scenario: Scenario  # resolved: every default made explicit
+    summary: dict[str, Any]
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    wall_time_s: float
+    extra_files: dict[str, str] = field(default_factory=dict)  # name -> text (compat outputs)
+
+    def summary_json(self) -> str:
+        return json.dumps(self.summary, indent=2) + "\n"
+
+    def save(self, out_dir: str | Path, tables: str = "auto") -> list[Path]:
+        """Write every output into `out_dir`, atomically: files appear only when all are done."""
+        out = Path(out_dir)
+        fmt = table_format(tables)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            (staging / "summary.json").write_text(self.summary_json())
+            (staging / "scenario.yaml").write_text(self.scenario.to_yaml())
+            write_table(self.requests, staging / f"requests.{fmt}")
+            write_table(self.steps, staging / f"steps.{fmt}")
+            for name, text in self.extra_files.items():
+                (staging / name).write_text(text)
+            out.mkdir(exist_ok=True)
+            written = []
+            for item in sorted(staging.iterdir()):
+                target = out / item.name
+                os.replace(item, target)
+                written.append(target)
+            return written
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def table_format(tables: str) -> str:
+    if tables == "auto":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            return "csv"
+        return "parquet"
+    return tables
+
+
+def write_table(frame: pd.DataFrame, path: Path) -> None:
+    if path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False, lineterminator="\n")

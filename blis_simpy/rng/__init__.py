@@ -1,0 +1,1 @@
+"""Random number generators that reproduce the Go reference's value streams bit for bit."""
