@@ -3,7 +3,7 @@
 Header row, then `arrival_time,request_id,model,prefill_tokens,decode_tokens` where the token
 columns are JSON arrays of ids. Requests are renamed `request_<row>`; reading stops at the first
 arrival past the horizon. The reference converts seconds with int64(s*1e6), which truncates
-(0.010588 s becomes 10587 µs); compat mode keeps that, the default rounds.
+(1.001 s becomes 1000999 µs); compat mode keeps that, the default rounds.
 """
 
 from __future__ import annotations

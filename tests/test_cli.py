@@ -1,0 +1,257 @@
+"""The command line: `run`, `validate`, `convert blis-command`, exit codes and files written."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from typer.testing import CliRunner
+
+from blis_simpy.cli import app
+from blis_simpy.config.resolve import resolve
+from blis_simpy.config.scenario import Scenario
+from tests.conftest import BASE, merge, write_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = CliRunner()
+NATIVE_FILES = {"summary.json", "scenario.yaml", "requests.csv", "steps.csv"}
+SMALL = {"workload": {"num_requests": 20}, "outputs": {"tables": "csv"}}
+
+
+def write_scenario(folder: Path, name: str = "s.yaml", **changes: Any) -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(merge(merge(BASE, SMALL), changes), sort_keys=False))
+    return path
+
+
+def cli(*args: Any):
+    return RUNNER.invoke(app, [str(a) for a in args])
+
+
+def assert_clean_usage_error(result, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.stderr
+    for needle in needles:
+        assert needle in result.stderr
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+
+def test_run_prints_summary_json_and_writes_results_folder(tmp_path):
+    out = tmp_path / "out"
+    result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["completed_requests"] == 20
+    assert {p.name for p in out.iterdir()} == NATIVE_FILES
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_run_requests_csv_has_one_row_per_request(tmp_path):
+    out = tmp_path / "out"
+    cli("run", write_scenario(tmp_path), "--out", out, "--quiet")
+    lines = (out / "requests.csv").read_text().splitlines()
+    assert lines[0].startswith("id,arrival_s")
+    assert len(lines) == 1 + 20
+
+
+def test_run_reports_where_it_wrote_on_stderr(tmp_path):
+    out = tmp_path / "out"
+    result = cli("run", write_scenario(tmp_path), "--out", out)
+    assert result.exit_code == 0
+    assert f"wrote {out}" in result.stderr
+
+
+def test_run_without_out_uses_outputs_dir(tmp_path):
+    target = tmp_path / "from-scenario"
+    result = cli("run", write_scenario(tmp_path, outputs={"dir": str(target)}), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in target.iterdir()} == NATIVE_FILES
+
+
+def test_run_seed_option_changes_workload_and_is_recorded(tmp_path):
+    path = write_scenario(tmp_path)
+    cli("run", path, "--out", tmp_path / "a", "--seed", 1, "--quiet")
+    cli("run", path, "--out", tmp_path / "b", "--seed", 2, "--quiet")
+    a = (tmp_path / "a" / "requests.csv").read_text()
+    b = (tmp_path / "b" / "requests.csv").read_text()
+    assert a != b
+    assert Scenario.from_yaml(tmp_path / "b" / "scenario.yaml").seed == 2
+
+
+def test_run_compat_scenario_also_writes_reference_outputs(tmp_path):
+    path = write_scenario(tmp_path, compat="blis")
+    out = tmp_path / "out"
+    result = cli("run", path, "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in out.iterdir()} == NATIVE_FILES | {"results.json", "blis_stdout.txt"}
+    assert isinstance(json.loads((out / "results.json").read_text()), dict)
+    assert (out / "blis_stdout.txt").read_text().strip()
+
+
+def test_saved_scenario_yaml_reloads_to_the_resolved_scenario(tmp_path):
+    path = write_scenario(tmp_path)
+    out = tmp_path / "out"
+    cli("run", path, "--out", out, "--seed", 9, "--quiet")
+    saved = Scenario.from_yaml(out / "scenario.yaml")
+    assert saved == dataclasses.replace(resolve(Scenario.from_yaml(path)), seed=9)
+    assert saved.workload.arrival == "poisson"
+
+
+def test_saved_trace_scenario_yaml_reloads_equal(tmp_path):
+    trace = write_trace(tmp_path / "t.csv", [(0.0, [1, 2, 3], 4), (0.01, [5, 6], 2)])
+    path = tmp_path / "s.yaml"
+    data = merge(BASE, {"outputs": {"tables": "csv"}})
+    data["workload"] = {"type": "trace", "path": trace.name}
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    result = cli("run", path, "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert Scenario.from_yaml(out / "scenario.yaml") == resolve(Scenario.from_yaml(path))
+
+
+def test_run_bad_scenario_exits_2_naming_path_and_writes_nothing(tmp_path):
+    path = write_scenario(tmp_path, engine={"kv_blokcs": 5})
+    out = tmp_path / "out"
+    result = cli("run", path, "--out", out)
+    assert_clean_usage_error(result, "engine.kv_blokcs", "kv_blocks")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_run_resolve_error_exits_2_and_writes_nothing(tmp_path):
+    path = write_scenario(tmp_path, model={"gpu": "B200"}, latency={"alpha": None, "beta": None})
+    out = tmp_path / "out"
+    assert_clean_usage_error(cli("run", path, "--out", out), "B200", "H100")
+    assert not out.exists()
+
+
+def test_run_missing_trace_exits_2_and_writes_nothing(tmp_path):
+    path = tmp_path / "s.yaml"
+    data = merge(BASE, {})
+    data["workload"] = {"type": "trace", "path": "missing.csv"}
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    assert_clean_usage_error(cli("run", path, "--out", out), "workload.path", "missing.csv")
+    assert not out.exists()
+
+
+def test_run_nonexistent_scenario_file_exits_2(tmp_path):
+    result = cli("run", tmp_path / "nope.yaml", "--out", tmp_path / "out")
+    assert_clean_usage_error(result, "nope.yaml")
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_as_module_in_subprocess(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "blis_simpy", "run", str(write_scenario(tmp_path)),
+         "--out", str(out), "--quiet"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["completed_requests"] == 20
+    assert {p.name for p in out.iterdir()} == NATIVE_FILES
+
+
+def test_bad_scenario_in_subprocess_exits_2_without_traceback(tmp_path):
+    path = write_scenario(tmp_path, compat="foo")
+    proc = subprocess.run(
+        [sys.executable, "-m", "blis_simpy", "run", str(path), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: compat:")
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    assert not (tmp_path / "o").exists()
+
+
+# --- validate -----------------------------------------------------------------------------------
+
+
+def test_validate_ok(tmp_path):
+    path = write_scenario(tmp_path)
+    result = cli("validate", path)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{path}: ok\n"
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_validate_bundled_quickstart_ok():
+    assert cli("validate", ROOT / "scenarios" / "quickstart.yaml").exit_code == 0
+
+
+def test_validate_bad_scenario_exits_2_naming_path(tmp_path):
+    result = cli("validate", write_scenario(tmp_path, workload={"rate_per_s": 0}))
+    assert_clean_usage_error(result, "workload.rate_per_s", "> 0")
+
+
+def test_validate_reports_yaml_syntax_line(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("version: 1\nmodel:\n  name: x\n   gpu: H100\n")
+    assert_clean_usage_error(cli("validate", path), "line 4")
+
+
+def test_validate_nonexistent_file_exits_2(tmp_path):
+    assert_clean_usage_error(cli("validate", tmp_path / "nope.yaml"), "nope.yaml")
+
+
+def test_validate_catches_missing_trace_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    data = merge(BASE, {})
+    data["workload"] = {"type": "trace", "path": "missing.csv"}
+    path.write_text(yaml.safe_dump(data))
+    result = cli("validate", path)
+    assert result.exit_code == 2, (
+        "PACKAGE BUG (blis_simpy/cli.py load_checked): `validate` prints 'ok' for a scenario "
+        "whose workload.path does not exist, although `run` then fails with exit 2; "
+        f"got exit {result.exit_code}, output {result.output!r}"
+    )
+    assert "workload.path" in result.stderr
+
+
+# --- convert blis-command -----------------------------------------------------------------------
+
+CONVERT = ["convert", "blis-command", "--", "run", "--model", "meta-llama/llama-3.1-8b-instruct"]
+
+
+def test_convert_blis_command_prints_loadable_compat_yaml():
+    result = cli(*CONVERT, "--rate", "5", "--num-requests", "20")
+    assert result.exit_code == 0, result.output
+    sc = Scenario.from_yaml_text(result.stdout)
+    assert sc.compat == "blis"
+    assert sc.model.name == "meta-llama/llama-3.1-8b-instruct"
+    assert sc.workload.rate_per_s == 5.0 and sc.workload.num_requests == 20
+    assert sc.workload.arrival == "constant"
+
+
+def test_converted_yaml_runs(tmp_path):
+    converted = cli(*CONVERT, "--rate", "5", "--num-requests", "5", "--tp", "1")
+    path = tmp_path / "c.yaml"
+    path.write_text(converted.stdout)
+    out = tmp_path / "out"
+    result = cli("run", path, "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["completed_requests"] == 5
+    assert (out / "results.json").exists()
+
+
+def test_convert_unknown_flag_exits_2_naming_it():
+    result = cli(*CONVERT, "--bogus-flag", "3")
+    assert_clean_usage_error(result, "--bogus-flag", "--rate")
+
+
+def test_convert_bad_value_exits_2_naming_flag():
+    assert_clean_usage_error(cli(*CONVERT, "--rate", "fast"), "--rate", "'fast'")

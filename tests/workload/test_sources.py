@@ -1,0 +1,73 @@
+"""Workload sources: native arrivals and lengths, the compat generator, trace parsing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from blis_simpy.config.errors import ScenarioError
+from blis_simpy.config.resolve import resolve
+from blis_simpy.engine.simulation import workload_requests
+from blis_simpy.workload.distribution import round_half_away
+from blis_simpy.workload.trace import read_trace
+from tests.conftest import scenario, write_trace
+
+
+def test_native_arrivals_are_poisson_by_default():
+    """Exponential gaps: mean 1/rate and coefficient of variation 1 (the reference spaces
+    requests evenly). 20,000 gaps: the CV's standard error is under 0.01."""
+    s = resolve(scenario(workload={"num_requests": 20_000, "rate_per_s": 50,
+                                   "prompt": {"mean": 8, "stdev": 0, "min": 8, "max": 8},
+                                   "output": {"mean": 1, "stdev": 0, "min": 1, "max": 1}}))
+    arrivals = np.array([r.arrival for r in workload_requests(s)])
+    gaps = np.diff(arrivals)
+    assert abs(gaps.mean() - 20_000) / 20_000 < 0.03
+    assert abs(gaps.std() / gaps.mean() - 1) < 0.05
+
+
+def test_compat_arrivals_are_constant_spacing_truncated():
+    s = resolve(scenario(compat="blis", workload={"num_requests": 4, "rate_per_s": 10}))
+    assert [r.arrival for r in workload_requests(s)] == [0, 99999, 199998, 299997]
+
+
+def test_native_lengths_are_clamped_gaussians_never_zero():
+    s = resolve(scenario(workload={"num_requests": 3000,
+                                   "prompt": {"mean": 20, "stdev": 40, "min": 1, "max": 60}}))
+    lengths = np.array([r.input_len for r in workload_requests(s)])
+    assert lengths.min() == 1 and lengths.max() == 60
+    assert 20 < lengths.mean() < 32  # clamping shifts the mean up
+
+
+def test_round_half_away_from_zero_like_go():
+    assert [round_half_away(x) for x in (0.5, 1.5, 2.5, -0.5, 2.4999999)] == [1, 2, 3, -1, 2]
+    assert round_half_away(0.49999999999999994) == 0
+
+
+def test_trace_arrivals_round_natively_and_truncate_in_compat(tmp_path):
+    path = write_trace(tmp_path / "t.csv", [(1.001, [1, 2], 1)])  # 1.001 * 1e6 = 1000999.99..
+    assert read_trace(str(path), None, truncate=False)[0].arrival == 1001000
+    assert read_trace(str(path), None, truncate=True)[0].arrival == 1000999
+
+
+def test_trace_stops_at_the_first_arrival_past_the_horizon(tmp_path):
+    path = write_trace(tmp_path / "t.csv", [(0.1, [1], 1), (0.3, [2], 1), (0.2, [3], 1)])
+    assert len(read_trace(str(path), 200_000, truncate=False)) == 1
+
+
+@pytest.mark.parametrize("row, problem", [
+    ('abc,r,m,"[1]","[2]"', "not a number"),
+    ('0.1,r,m,"[1, x]","[2]"', "JSON list"),
+    ("0.1,r,m", "expected 5 columns"),
+    ('-1,r,m,"[1]","[2]"', ">= 0"),
+])
+def test_bad_trace_rows_name_the_line(tmp_path, row, problem):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_time,request_id,model,prefill_tokens,decode_tokens\n" + row + "\n")
+    with pytest.raises(ScenarioError, match=f"line 2: .*{problem}"):
+        read_trace(str(path), None, truncate=False)
+
+
+def test_unsorted_trace_is_an_error(tmp_path):
+    path = write_trace(tmp_path / "t.csv", [(0.2, [1], 1), (0.1, [2], 1)])
+    with pytest.raises(ScenarioError, match="sorted"):
+        read_trace(str(path), None, truncate=False)
