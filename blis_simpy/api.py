@@ -17,10 +17,20 @@ def load(scenario: Scenario | str | Path) -> Scenario:
     return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
 
 
+def prepare(scenario: Scenario | str | Path) -> Simulation:
+    """Resolve and build a simulation; every input error (including a bad trace) surfaces
+    here, before any event runs."""
+    return Simulation(resolve(load(scenario)))
+
+
 def run(scenario: Scenario | str | Path, progress: Progress | None = None) -> Result:
     """Simulate a scenario (object or YAML path) and return its Result."""
-    resolved = resolve(load(scenario))
-    sim = Simulation(resolved)
+    return simulate(prepare(scenario), progress)
+
+
+def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
+    """Run a prepared simulation to its end and collect the Result."""
+    resolved = sim.scenario
     wall = sim.run(progress)
     compat = resolved.compat == "blis"
     steps = [StepTable.of(inst) for inst in sim.instances]

@@ -13,9 +13,10 @@ from typing import Annotated
 
 import typer
 
+from blis_simpy.api import prepare, simulate
 from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.resolve import latency_model, resolve
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.engine.simulation import Simulation
 
 app = typer.Typer(
     add_completion=False,
@@ -32,14 +33,12 @@ def fail(exc: ScenarioError) -> typer.Exit:
     return typer.Exit(2)
 
 
-def load_checked(path: Path, seed: int | None = None) -> Scenario:
-    """Load, apply overrides and resolve, so every input error surfaces before running."""
+def prepared(path: Path, seed: int | None = None) -> Simulation:
+    """Load, apply overrides and build, so every input error surfaces before running."""
     scenario = Scenario.from_yaml(path)
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
-    resolved = resolve(scenario)
-    latency_model(resolved)
-    return resolved
+    return prepare(scenario)
 
 
 class ProgressBar:
@@ -74,19 +73,18 @@ def run(
     quiet: Annotated[bool, typer.Option(help="no progress report")] = False,
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
-    from blis_simpy.api import run as run_scenario
-
     try:
-        resolved = load_checked(scenario, seed)
+        sim = prepared(scenario, seed)
     except ScenarioError as exc:
         raise fail(exc) from None
+    resolved = sim.scenario
     bar = None
     if not quiet and sys.stderr.isatty():
         workload = resolved.workload
         bar = ProgressBar(getattr(workload, "num_requests", None), resolved.horizon_us)
     started = time.perf_counter()
     try:
-        result = run_scenario(resolved, progress=bar)
+        result = simulate(sim, progress=bar)
     except ScenarioError as exc:
         raise fail(exc) from None
     finally:
@@ -103,7 +101,7 @@ def run(
 def validate(scenario: Annotated[Path, typer.Argument(help="scenario YAML")]) -> None:
     """Check a scenario file without running it."""
     try:
-        load_checked(scenario)
+        prepared(scenario)
     except ScenarioError as exc:
         raise fail(exc) from None
     typer.echo(f"{scenario}: ok")

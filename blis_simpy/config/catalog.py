@@ -55,6 +55,11 @@ def find(model: str, gpu: str, tp: int, vllm_version: str) -> CatalogEntry | Non
     return None
 
 
+def models() -> list[str]:
+    """Every model id that has coefficients."""
+    return sorted({str(r["id"]) for r in catalog()["models"]})
+
+
 def available(model: str) -> list[str]:
     """Human-readable (gpu, tp, vllm) combinations the catalog has for `model`."""
     rows = [r for r in catalog()["models"] if r.get("id") == model.lower()]

@@ -59,17 +59,18 @@ def catalog_entry(model: Any) -> catalog.CatalogEntry:
     if missing:
         raise ScenarioError(
             f"model.{missing[0]}", f"is needed to look up {model.name!r} in the coefficient "
-            "catalog, which has no default for this model",
-            "give latency.alpha and latency.beta, or use latency.type: roofline",
+            "catalog, which has no default for this model (or give latency.alpha and "
+            "latency.beta, or use latency.type: roofline)",
+            "models with defaults: " + ", ".join(catalog.models()),
         )
     entry = catalog.find(model.name, model.gpu, model.tp, model.vllm_version)
     if entry is None or len(entry.alpha) < 3 or len(entry.beta) < 3:
         known = catalog.available(model.name)
+        valid = "; ".join(known) if known else "models: " + ", ".join(catalog.models())
         raise ScenarioError(
             "model", f"no blackbox coefficients for {model.name!r} on {model.gpu} "
-            f"tp={model.tp} {model.vllm_version}",
-            "; ".join(known) if known else "give latency.alpha and latency.beta, or use "
-            "latency.type: roofline",
+            f"tp={model.tp} {model.vllm_version} (or give latency.alpha and latency.beta, or "
+            "use latency.type: roofline)", valid,
         )
     return entry
 

@@ -37,6 +37,7 @@ class Instance:
         token_budget: int,
         long_prefill_threshold: int,
         max_model_len: int | None,
+        idle_from_last_step_start: bool = False,
     ) -> None:
         self.env = env
         self.index = index
@@ -48,6 +49,10 @@ class Instance:
         self.threshold = long_prefill_threshold
         capacity = kv_blocks * block_size
         self.max_len = capacity if max_model_len is None else min(max_model_len, capacity)
+        # The reference marks an instance idle when its last step *starts* (the batch will be
+        # empty afterwards), so a request queued during that step starts a new one at once.
+        # Compat mode keeps this timing; natively the engine is busy until the step ends.
+        self.idle_from_last_step_start = idle_from_last_step_start
         self.wait_queue: deque[Request] = deque()
         self.running: list[Request] = []
         # One row per step: (start, duration, new prefill tokens, decodes, batch size,
@@ -97,8 +102,15 @@ class Instance:
             duration = self._step()
             if duration is None:
                 continue
-            yield env.timeout(duration)
+            step_end = env.timeout(duration)
+            if self.idle_from_last_step_start and not self.running and not self.wait_queue:
+                step_end.callbacks.append(self._note_event)
+                continue
+            yield step_end
             self.last_event = env.now
+
+    def _note_event(self, event: simpy.Event) -> None:
+        self.last_event = self.env.now
 
     def _step(self) -> int | None:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
@@ -125,6 +137,8 @@ class Instance:
         lasts. Returns (how many were scheduled, new prefill tokens, decodes, budget left)."""
         budget = self.token_budget
         threshold = self.threshold
+        last_slot = self.kv.block_size - 1
+        block_size = self.kv.block_size
         new_tokens = decodes = 0
         i = 0
         while i < len(running) and budget > 0:
@@ -142,7 +156,9 @@ class Instance:
                 new_tokens += n
                 budget -= n
             else:
-                if not self._reserve(req, progress, 1):
+                # A decode token touches the KV cache only when it opens a block or fills one.
+                slot = progress % block_size
+                if (slot == 0 or slot == last_slot) and not self._reserve(req, progress, 1):
                     break
                 req.chunk = DECODE
                 decodes += 1

@@ -48,9 +48,11 @@ class Simulation:
                 token_budget=engine.max_scheduled_tokens,
                 long_prefill_threshold=engine.long_prefill_threshold,
                 max_model_len=engine.max_model_len,
+                idle_from_last_step_start=scenario.compat == "blis",
             )
         ]
         self.requests: list[Request] = []
+        # Traces are read (and checked) here, before any event runs.
         self.env.process(self._source(workload_requests(scenario)))
 
     def _source(self, requests: Iterable[Request]) -> Generator[simpy.Event, None, None]:

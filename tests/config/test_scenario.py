@@ -95,7 +95,8 @@ def test_null_section_means_all_defaults():
 
 
 def test_workload_type_defaults_to_distribution():
-    sc = Scenario.from_dict({"version": 1, "model": {"name": LLAMA}, "workload": {"num_requests": 3}})
+    data = {"version": 1, "model": {"name": LLAMA}, "workload": {"num_requests": 3}}
+    sc = Scenario.from_dict(data)
     assert isinstance(sc.workload, DistributionWorkload)
     assert sc.workload.num_requests == 3
 
@@ -365,11 +366,7 @@ def test_unknown_model_for_catalog_lists_available_models():
     err = resolve_error(sc)
     assert err.path.startswith("model")
     assert "acme/nonexistent-7b" in str(err)
-    assert LLAMA in str(err), (
-        "PACKAGE BUG (blis_simpy/config/resolve.py catalog_entry): for a model absent from the "
-        "catalog the message lists no available models, only 'give latency.alpha and "
-        f"latency.beta, or use latency.type: roofline'; got: {err}"
-    )
+    assert LLAMA in str(err)
 
 
 def test_unknown_model_without_gpu_says_what_to_give():
@@ -377,7 +374,7 @@ def test_unknown_model_without_gpu_says_what_to_give():
                   latency={"alpha": None, "beta": None})
     err = resolve_error(sc)
     assert err.path == "model.gpu"
-    assert "latency.alpha" in err.valid and "roofline" in err.valid
+    assert "latency.alpha" in str(err) and "roofline" in str(err) and LLAMA in err.valid
 
 
 def test_roofline_gpu_missing_from_hardware_config_lists_known_gpus():

@@ -39,10 +39,9 @@ engines = st.fixed_dictionaries({
 
 
 def build(rows, engine, folder: Path) -> Simulation:
-    trace, clock, seen = [], 0, 0
-    for gap, group, own, out in rows:
+    trace, clock = [], 0
+    for seen, (gap, group, own, out) in enumerate(rows, start=1):
         clock += gap
-        seen += 1
         prompt = (PREFIXES[group] if group >= 0 else []) + list(range(seen * 1000,
                                                                        seen * 1000 + own))
         trace.append((clock / 1000, prompt, out))

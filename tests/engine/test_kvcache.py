@@ -94,7 +94,7 @@ def test_can_admit_counts_cached_blocks_that_must_leave_the_free_list():
     first = request(0, [1, 2, 3, 4, 5, 6, 7, 8])
     kv.allocate(first, 0, 8)
     kv.release(first)
-    second = request(1, [1, 2, 3, 4, 5, 6, 7, 8] + list(range(20, 28)))
+    second = request(1, [1, 2, 3, 4, 5, 6, 7, 8, *range(20, 28)])
     cached = kv.cached_prefix(second, 16)
     assert len(cached) == 2
     assert kv.can_admit(cached, 8, 4)  # 2 revived + 1 new = 3 blocks
