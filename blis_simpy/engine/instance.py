@@ -18,8 +18,13 @@ import simpy
 from blis_simpy.engine.kvcache import KVCache
 from blis_simpy.engine.latency import LatencyModel
 from blis_simpy.engine.request import Request, State
+from blis_simpy.engine.steady import SteadyDecoders
 
 DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
+
+
+def seq_of(req: Request) -> int:
+    return req.seq
 
 
 class Instance:
@@ -54,7 +59,12 @@ class Instance:
         # Compat mode keeps this timing; natively the engine is busy until the step ends.
         self.idle_from_last_step_start = idle_from_last_step_start
         self.wait_queue: deque[Request] = deque()
-        self.running: list[Request] = []
+        self.running: list[Request] = []  # the batch, in admission order (Request.seq)
+        # Running requests handled one by one each step; the rest decode implicitly (steady.py)
+        # when the step time depends only on token counts.
+        self.explicit: list[Request] = []
+        self.steady = None if latency.per_request else SteadyDecoders(block_size)
+        self._seq = 0
         # One row per step: (start, duration, new prefill tokens, decodes, batch size,
         # KV blocks used, queue depth). Token gaps are derived from these rows at the end.
         self.steps: list[tuple[int, int, int, int, int, int, int]] = []
@@ -117,20 +127,137 @@ class Instance:
         now = self.env.now
         self.last_event = now
         self._preempted = False
+        index = len(self.steps)
+        if self.steady is not None:
+            duration = self._steady_step(now, index)
+            if duration is not None:
+                return duration
+            self._materialize(index)
+        return self._exact_step(now, index)
+
+    def _exact_step(self, now: int, index: int) -> int | None:
+        """The step, request by request in batch order: budget, KV and preemption exact."""
         running = self.running
         scheduled, new_tokens, decodes, budget = self._schedule_running(running)
         kept = len(running)
         admitted, admitted_tokens = self._admit_waiting(running, budget)
         if scheduled == 0 and admitted == 0:
+            self.explicit = list(self.running)
             return None
         batch = running[:scheduled] + running[kept:] if scheduled < kept else running
         new_tokens += admitted_tokens
         duration = self.latency.step_time(new_tokens, decodes, batch)
-        index = len(self.steps)
         self.steps.append((now, duration, new_tokens, decodes, len(batch), self.kv.used,
                            len(self.wait_queue)))
         self._execute(batch, index, now + duration)
+        self.explicit = list(self.running)
         return duration
+
+    def _steady_step(self, now: int, index: int) -> int | None:
+        """The same step when every running request fits the budget and the KV cache: only
+        explicit requests and implicit decoders with an event this step are touched. None
+        (with no side effects) when the step needs the exact path."""
+        running, explicit, steady, kv = self.running, self.explicit, self.steady, self.kv
+        assert steady is not None
+        block_size, threshold = kv.block_size, self.threshold
+        demand = len(running) - len(explicit)  # implicit decoders: one token each
+        blocks = new_tokens = 0
+        for req in explicit:
+            n = req.prefill_target - req.progress
+            if n > 0:
+                if 0 < threshold < n:
+                    n = threshold
+                req.chunk = n
+                new_tokens += n
+                blocks += -(-(req.progress + n) // block_size) - len(req.blocks)
+            else:
+                n = 1
+                req.chunk = DECODE
+                if req.progress % block_size == 0:
+                    blocks += 1
+            demand += n
+        if demand > self.token_budget:
+            return None
+        due = steady.peek(index)
+        last_slot = block_size - 1
+        touched = []
+        for req in due:
+            slot = (req.progress + index - req.lazy_base) % block_size
+            if slot == 0:
+                blocks += 1
+                touched.append(req)
+            elif slot == last_slot:
+                touched.append(req)
+        if blocks > kv.free_blocks:
+            return None
+        self._allocate_in_order(explicit, touched, index)
+        admitted, admitted_tokens = self._admit_waiting(running, self.token_budget - demand)
+        new_tokens += admitted_tokens
+        decodes = demand - (new_tokens - admitted_tokens)
+        duration = self.latency.step_time(new_tokens, decodes, ())
+        self.steps.append((now, duration, new_tokens, decodes, len(running), kv.used,
+                           len(self.wait_queue)))
+        self._advance_steady(explicit + running[len(running) - admitted:] if admitted
+                             else explicit, due, index, now + duration)
+        return duration
+
+    def _allocate_in_order(self, explicit: list[Request], touched: list[Request], index: int
+                           ) -> None:
+        """KV operations in batch order (block ids and LRU order depend on it); they all fit."""
+        kv = self.kv
+        block_size = kv.block_size
+        last_slot = block_size - 1
+        if touched:
+            explicit = sorted(explicit + touched, key=seq_of)
+        for req in explicit:
+            if req.lazy_base >= 0:
+                position = req.progress + index - req.lazy_base
+                slot = position % block_size
+                if slot == 0:
+                    kv.open_block(req)
+                if slot == last_slot:
+                    kv.publish(req, position // block_size)
+            elif req.chunk != DECODE:
+                kv.allocate(req, req.progress, req.chunk)
+            elif req.progress % block_size in (0, last_slot):
+                kv.allocate(req, req.progress, 1)
+
+    def _advance_steady(self, explicit: list[Request], due: list[Request], index: int,
+                        end: int) -> None:
+        steady = self.steady
+        assert steady is not None
+        emit_at = end + self.latency.output_delay
+        done = [req for req in explicit if self._advance(req, index, emit_at)]
+        for req in explicit:
+            if (req.state is State.RUNNING and req.last_emit_step == index
+                    and req not in done and req.progress >= req.prefill_target):
+                steady.add(req, index + 1)
+        for req in due:
+            if req.emitted + index - req.lazy_base + 1 >= req.max_tokens:
+                steady.materialize(req, index + 1)
+                done.append(req)
+            else:
+                steady.schedule(req, index + 1)
+        steady.drop(index)
+        self.explicit = [r for r in explicit if r.lazy_base < 0 and r not in done]
+        if done:
+            done.sort(key=seq_of)
+            self._complete(done, emit_at)
+
+    def _materialize(self, index: int) -> None:
+        """Make every implicit decoder explicit, its state written as of step `index`."""
+        steady = self.steady
+        assert steady is not None
+        for req in self.running:
+            if req.lazy_base >= 0:
+                steady.materialize(req, index)
+        steady.clear()
+        self.explicit = list(self.running)
+
+    def finish(self) -> None:
+        """Write back implicit state at the end of the run, for reporting."""
+        if self.steady is not None:
+            self._materialize(len(self.steps))
 
     def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
         """Running requests in order: a prefill chunk or one decode token each, while budget
@@ -217,6 +344,8 @@ class Instance:
                 req.first_scheduled = now
             req.progress = start
             req.chunk = n
+            req.seq = self._seq
+            self._seq += 1
             req.state = State.RUNNING
             running.append(req)
             admitted += 1
@@ -227,29 +356,31 @@ class Instance:
     def _execute(self, batch: list[Request], step: int, end: int) -> None:
         """Apply one step's progress; tokens are emitted at the step's end (+ output delay)."""
         emit_at = end + self.latency.output_delay
-        done = []
-        for req in batch:
-            chunk = req.chunk
-            if chunk == DECODE:
-                req.progress += 1
-            else:
-                req.progress += chunk
-                if req.progress < req.prefill_target:
-                    continue
-            emitted = req.emitted + 1
-            req.emitted = emitted
-            if emitted == 1:
-                req.first_token_at = emit_at
-                req.first_token_step = step
-            elif req.last_emit_step != step - 1:
-                if req.gaps is None:
-                    req.gaps = []
-                req.gaps.append((req.last_emit_step, step))
-            req.last_emit_step = step
-            if emitted >= req.max_tokens:
-                done.append(req)
+        done = [req for req in batch if self._advance(req, step, emit_at)]
         if done:
             self._complete(done, emit_at)
+
+    @staticmethod
+    def _advance(req: Request, step: int, emit_at: int) -> bool:
+        """One scheduled request's progress this step; True when it has finished."""
+        chunk = req.chunk
+        if chunk == DECODE:
+            req.progress += 1
+        else:
+            req.progress += chunk
+            if req.progress < req.prefill_target:
+                return False
+        emitted = req.emitted + 1
+        req.emitted = emitted
+        if emitted == 1:
+            req.first_token_at = emit_at
+            req.first_token_step = step
+        elif req.last_emit_step != step - 1:
+            if req.gaps is None:
+                req.gaps = []
+            req.gaps.append((req.last_emit_step, step))
+        req.last_emit_step = step
+        return emitted >= req.max_tokens
 
     def _complete(self, done: list[Request], at: int) -> None:
         for req in done:

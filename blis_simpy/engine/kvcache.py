@@ -90,6 +90,22 @@ class KVCache:
             self._register(req, first, last)
         return True
 
+    def open_block(self, req: Request) -> bool:
+        """A decode token that starts a new block: one block from the free head."""
+        if not self.free:
+            return False
+        self._take(req.blocks, 1)
+        return True
+
+    def publish(self, req: Request, i: int) -> None:
+        """The request's block i just became full: register its hash (a decode token)."""
+        if i < len(req.hashes):
+            block = req.blocks[i]
+            if self.block_hash[block] is None:
+                h = req.hashes[i]
+                self.block_hash[block] = h
+                self.index[h] = block
+
     def _take(self, blocks: list[int], need: int) -> None:
         free, block_hash, index, refcount = self.free, self.block_hash, self.index, self.refcount
         for _ in range(need):

@@ -16,6 +16,7 @@ from blis_simpy.engine.roofline import RooflineModel
 
 class LatencyModel(Protocol):
     output_delay: int
+    per_request: bool  # does step_time read the batch (not only its token counts)?
 
     def queue_delay(self, input_len: int) -> int: ...
 
@@ -39,6 +40,8 @@ class Alpha:
 class BlackboxLatency(Alpha):
     """Fitted regression: step = b0 + b1*new prefill tokens (cache misses) + b2*decodes."""
 
+    per_request = False
+
     def __init__(self, alpha: Sequence[float], beta: Sequence[float]) -> None:
         super().__init__(alpha)
         self.b0, self.b1, self.b2 = float(beta[0]), float(beta[1]), float(beta[2])
@@ -49,6 +52,8 @@ class BlackboxLatency(Alpha):
 
 class RooflineLatency(Alpha):
     """Analytic step time from model shape and GPU figures (see roofline.py)."""
+
+    per_request = True
 
     def __init__(self, alpha: Sequence[float], model: RooflineModel) -> None:
         super().__init__(alpha)

@@ -29,6 +29,7 @@ class Request:
         "chunk",
         "completed_at",
         "emitted",
+        "event_step",
         "first_scheduled",
         "first_token_at",
         "first_token_step",
@@ -38,6 +39,7 @@ class Request:
         "input_len",
         "instance",
         "last_emit_step",
+        "lazy_base",
         "max_tokens",
         "name",
         "output_len",
@@ -47,6 +49,7 @@ class Request:
         "progress",
         "queued_at",
         "reject_reason",
+        "seq",
         "state",
         "tokens",
     )
@@ -74,6 +77,9 @@ class Request:
         self.blocks: list[int] = []
         self.cached_tokens = -1
         self.chunk = 0  # prefill tokens scheduled this step, or -1 for one decode token
+        self.seq = 0  # admission order into the running batch (the batch is sorted by it)
+        self.lazy_base = -1  # >= 0: steady decoder advanced implicitly from this step on
+        self.event_step = -1
         self.preemptions = 0
         self.queued_at = -1
         self.first_scheduled = -1

@@ -79,6 +79,8 @@ class Simulation:
             count += 1
             if progress is not None and count % every == 0:
                 progress(env.now, len(self.requests), time.perf_counter() - started)
+        for instance in self.instances:
+            instance.finish()
         return time.perf_counter() - started
 
     @property

@@ -1,0 +1,69 @@
+"""Requests in steady decode, advanced implicitly instead of touched every step.
+
+A decoding request that is scheduled every step gains exactly one token per step, so its state
+at step s is (progress, emitted) at its base step plus (s - base). It needs attention only on
+the steps where something happens to it: its next token opens a KV block or fills one (the
+block's hash is published), or it emits its last token. Those steps are computed in advance
+and kept in a bucket per step, so a step costs time proportional to its events, not its batch.
+"""
+
+from __future__ import annotations
+
+from blis_simpy.engine.request import Request, State
+
+
+class SteadyDecoders:
+    """Event buckets for the implicit decoders of one instance."""
+
+    __slots__ = ("block_size", "buckets")
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.buckets: dict[int, list[Request]] = {}
+
+    def add(self, req: Request, step: int) -> None:
+        """Make `req` implicit from `step` on; its progress/emitted are the values at `step`."""
+        req.lazy_base = step
+        self.schedule(req, step)
+
+    def schedule(self, req: Request, step: int) -> None:
+        """File `req` under its first event at or after `step`."""
+        ahead = step - req.lazy_base
+        slot = (req.progress + ahead) % self.block_size
+        last = self.block_size - 1
+        event = step if slot == 0 or slot == last else step + last - slot
+        done = step + req.max_tokens - 1 - (req.emitted + ahead)
+        if done < event:
+            event = done
+        req.event_step = event
+        bucket = self.buckets.get(event)
+        if bucket is None:
+            self.buckets[event] = [req]
+        else:
+            bucket.append(req)
+
+    def peek(self, step: int) -> list[Request]:
+        """The implicit decoders with an event at `step` (stale entries dropped)."""
+        bucket = self.buckets.get(step)
+        if not bucket:
+            return []
+        live = [r for r in bucket if r.event_step == step and r.lazy_base >= 0
+                and r.state is State.RUNNING]
+        self.buckets[step] = live
+        return live
+
+    def drop(self, step: int) -> None:
+        self.buckets.pop(step, None)
+
+    @staticmethod
+    def materialize(req: Request, step: int) -> None:
+        """Write back the request's state as of the start of `step` and make it explicit."""
+        ahead = step - req.lazy_base
+        if ahead > 0:
+            req.progress += ahead
+            req.emitted += ahead
+            req.last_emit_step = step - 1
+        req.lazy_base = -1
+
+    def clear(self) -> None:
+        self.buckets.clear()

@@ -1,0 +1,47 @@
+"""The steady-decode fast path is an optimisation only: with it and without it (every request
+handled one by one each step) a run must produce identical steps and per-request results."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+
+from blis_simpy.api import simulate
+from blis_simpy.config.resolve import resolve
+from blis_simpy.engine.simulation import Simulation
+from tests.conftest import scenario, trace_run_scenario
+from tests.engine.test_invariants import build, engines, request_rows
+
+
+def both_ways(make):
+    fast = make()
+    exact = make()
+    for inst in exact.instances:
+        inst.steady = None
+    return simulate(fast), simulate(exact)
+
+
+def assert_same(fast, exact):
+    assert fast.summary == exact.summary
+    assert fast.steps.equals(exact.steps)
+    assert fast.requests.equals(exact.requests)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=request_rows, engine=engines)
+def test_fast_path_matches_exact_path_on_random_workloads(rows, engine):
+    with tempfile.TemporaryDirectory() as folder:
+        trace = build(rows, engine, Path(folder)).scenario.workload.path
+        fast, exact = both_ways(lambda: Simulation(resolve(trace_run_scenario(
+            Path(trace), engine=engine))))
+    assert_same(fast, exact)
+
+
+def test_fast_path_matches_exact_path_on_a_busy_compat_run():
+    s = resolve(scenario(compat="blis", engine={"kv_blocks": 600},
+                         workload={"num_requests": 150, "rate_per_s": 60, "prefix_tokens": 40}))
+    fast, exact = both_ways(lambda: Simulation(s))
+    assert exact.summary["preemption_count"] > 0
+    assert_same(fast, exact)
