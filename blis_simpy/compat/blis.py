@@ -7,7 +7,7 @@ from typing import Any
 from blis_simpy.compat import gojson
 from blis_simpy.metrics.report import RequestLatencies
 
-SUMMARY_ONLY = ("rejected_requests", "cache_hit_rate")
+SUMMARY_ONLY = ("rejected_requests", "cache_hit_rate", "instances")
 
 
 def reference_summary(summary: dict[str, Any]) -> dict[str, Any]:
@@ -16,10 +16,15 @@ def reference_summary(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def stdout_text(summary: dict[str, Any]) -> str:
-    """What the reference prints on stdout for a run (empty when nothing completed)."""
+    """What the reference prints on stdout for a run: one metrics block per instance (when
+    there are several) and one for the cluster, each only if something completed there."""
+    text = ""
+    for block in [*summary.get("instances", []), summary]:
+        if block["completed_requests"] > 0:
+            text += ("=== Simulation Metrics ===\n" + gojson.dumps(reference_summary(block))
+                     + "\n")
     if summary["completed_requests"] == 0:
-        return ""
-    text = "=== Simulation Metrics ===\n" + gojson.dumps(reference_summary(summary)) + "\n"
+        return text
     completed = summary["completed_requests"]
     preemption_rate = summary["preemption_count"] / completed
     hit_rate = summary["cache_hit_rate"]

@@ -113,6 +113,72 @@ Workload = DistributionWorkload | TraceWorkload
 
 
 @dataclass(frozen=True, slots=True)
+class Refresh:
+    """When the router's view of one instance field is re-read (seed D.5.2)."""
+
+    mode: Literal["immediate", "periodic", "on-demand"] = spec(
+        "immediate", help="immediate: every read; periodic: every interval_s; on-demand: "
+        "only on an explicit refresh"
+    )
+    interval_s: float = spec(0.0, help="periodic refresh interval (s)", ge=0)
+
+    def validate(self, path: str) -> None:
+        if self.mode == "periodic" and self.interval_s <= 0:
+            raise ScenarioError(join(path, "interval_s"), "must be > 0 for periodic refresh")
+
+    @property
+    def interval_us(self) -> int:
+        return round(self.interval_s * US_PER_S)
+
+
+def periodic(seconds: float) -> Refresh:
+    return Refresh("periodic", seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class ObservabilityConfig:
+    """How fresh each snapshot field is when a policy reads it. In-flight counts are always
+    immediate (the router keeps them itself); free KV blocks follow kv_utilization."""
+
+    queue_depth: Refresh = spec(factory=Refresh, help="wait-queue length")
+    batch_size: Refresh = spec(factory=Refresh, help="running-batch size")
+    kv_utilization: Refresh = spec(factory=Refresh, help="KV blocks used / total, free blocks")
+    cache_hit_rate: Refresh = spec(factory=lambda: periodic(0.01), help="prefix-cache hit rate")
+    recent_ttft: Refresh = spec(factory=lambda: periodic(0.1), help="mean TTFT of recent requests")
+    recent_tpot: Refresh = spec(factory=lambda: periodic(0.1), help="mean TPOT of recent requests")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    instances: int = spec(1, help="number of identical replicas", ge=1)
+    admission_latency_us: int = spec(0, help="delay from arrival to the admission decision", ge=0)
+    routing_latency_us: int = spec(0, help="delay from admission to the routing decision", ge=0)
+    observability: ObservabilityConfig = spec(
+        factory=ObservabilityConfig, help="snapshot freshness per field"
+    )
+    record_decisions: bool = spec(False, help="keep every admission/routing decision (table)")
+    top_k: int = spec(3, help="candidates kept per routing decision when recording", ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    type: str = spec(help="template name, or module:Class for your own policy")
+    params: dict[str, Any] = spec(factory=dict, help="the template's parameters")
+
+
+@dataclass(frozen=True, slots=True)
+class PoliciesConfig:
+    admission: PolicyConfig = spec(factory=lambda: PolicyConfig("always-admit"),
+                                   help="admit / reject / delay each arrival")
+    priority: PolicyConfig = spec(factory=lambda: PolicyConfig("constant"),
+                                  help="a request's priority score")
+    routing: PolicyConfig = spec(factory=lambda: PolicyConfig("round-robin"),
+                                 help="which instance serves a request")
+    scheduler: PolicyConfig = spec(factory=lambda: PolicyConfig("fcfs"),
+                                   help="wait-queue order and preemption victim per instance")
+
+
+@dataclass(frozen=True, slots=True)
 class OutputsConfig:
     dir: str | None = spec(None, help="output folder; default out/<scenario name>")
     tables: Literal["auto", "csv", "parquet"] = spec(
@@ -132,6 +198,8 @@ class Scenario:
     horizon_s: float | None = spec(None, help="stop the simulation at this time (s)", gt=0)
     latency: LatencyConfig = spec(factory=LatencyConfig, help="step-time model")
     engine: EngineConfig = spec(factory=EngineConfig, help="per-instance engine limits")
+    cluster: ClusterConfig = spec(factory=ClusterConfig, help="replicas and the control plane")
+    policies: PoliciesConfig = spec(factory=PoliciesConfig, help="one policy per decision point")
     workload: Workload = spec(factory=DistributionWorkload, help="where requests come from")
     outputs: OutputsConfig = spec(factory=OutputsConfig, help="what to write")
 

@@ -117,6 +117,12 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
         return items
     if dataclasses.is_dataclass(tp):
         return load(tp, value, path)
+    if tp is dict or origin is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ScenarioError(path, f"expected a mapping, got {describe(value)}")
+        return {str(k): v for k, v in value.items()}
     return bounded(scalar(tp, value, path), path, meta)
 
 

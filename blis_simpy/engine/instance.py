@@ -12,15 +12,28 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator
+from typing import Protocol
 
 import simpy
 
+from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.engine.kvcache import KVCache
 from blis_simpy.engine.latency import LatencyModel
 from blis_simpy.engine.request import Request, State
 from blis_simpy.engine.steady import SteadyDecoders
+from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.scheduler import InstanceScheduler
 
 DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
+RECENT = 32  # completions behind the recent TTFT / TPOT signals
+
+
+class InstanceObserver(Protocol):
+    """Who tracks requests routed to an instance (the gateway's counters)."""
+
+    def queued(self, instance: int, req: Request) -> None: ...
+
+    def finished(self, instance: int, req: Request) -> None: ...
 
 
 def seq_of(req: Request) -> int:
@@ -35,25 +48,30 @@ class Instance:
         env: simpy.Environment,
         index: int,
         latency: LatencyModel,
+        engine: EngineConfig,
+        scheduler: InstanceScheduler,
+        priority: PriorityPolicy,
         *,
-        kv_blocks: int,
-        block_size: int,
-        max_running: int,
-        token_budget: int,
-        long_prefill_threshold: int,
-        max_model_len: int | None,
         idle_from_last_step_start: bool = False,
     ) -> None:
         self.env = env
         self.index = index
         self.name = f"instance_{index}"
         self.latency = latency
+        block_size = engine.block_size
+        kv_blocks = engine.kv_blocks or 0
         self.kv = KVCache(kv_blocks, block_size)
-        self.max_running = max_running
-        self.token_budget = token_budget
-        self.threshold = long_prefill_threshold
+        self.max_running = engine.max_running_requests
+        self.token_budget = engine.max_scheduled_tokens
+        self.threshold = engine.long_prefill_threshold
         capacity = kv_blocks * block_size
-        self.max_len = capacity if max_model_len is None else min(max_model_len, capacity)
+        limit = engine.max_model_len
+        self.max_len = capacity if limit is None else min(limit, capacity)
+        self.scheduler = scheduler
+        # Waiting requests' priorities are recomputed each step only when they matter to the
+        # scheduler and change with time.
+        self.priority = priority if scheduler.uses_priority and priority.ages else None
+        self.observer: InstanceObserver | None = None
         # The reference marks an instance idle when its last step *starts* (the batch will be
         # empty afterwards), so a request queued during that step starts a new one at once.
         # Compat mode keeps this timing; natively the engine is busy until the step ends.
@@ -69,6 +87,9 @@ class Instance:
         # KV blocks used, queue depth). Token gaps are derived from these rows at the end.
         self.steps: list[tuple[int, int, int, int, int, int, int]] = []
         self.input_tokens = 0
+        self.queued_tokens = 0  # prompt tokens waiting: the basis of the wait estimate
+        self.recent_ttft: deque[int] = deque(maxlen=RECENT)
+        self.recent_tpot: deque[float] = deque(maxlen=RECENT)
         self.preemptions = 0
         self.last_event = 0
         self._wake: simpy.Event | None = None
@@ -80,10 +101,13 @@ class Instance:
     def accept(self, req: Request) -> None:
         """A request routed here: reject it if it can never fit, else queue it after its delay."""
         req.instance = self.index
+        self.last_event = self.env.now
         need = req.input_len + req.output_len
         if need > self.max_len:
             req.state = State.REJECTED
             req.reject_reason = f"needs {need} tokens, max_model_len is {self.max_len}"
+            if self.observer is not None:
+                self.observer.finished(self.index, req)
             return
         req.state = State.ARRIVING
         delay = self.env.timeout(self.latency.queue_delay(req.input_len), req)
@@ -96,7 +120,10 @@ class Instance:
         req.queued_at = now
         self.wait_queue.append(req)
         self.input_tokens += req.input_len
+        self.queued_tokens += req.prefill_target
         self.last_event = now
+        if self.observer is not None:
+            self.observer.queued(self.index, req)
         if self._wake is not None:
             self._wake.succeed()
             self._wake = None
@@ -128,12 +155,22 @@ class Instance:
         self.last_event = now
         self._preempted = False
         index = len(self.steps)
+        if self.scheduler.order_key is not None and len(self.wait_queue) > 1:
+            self._order_queue(now)
         if self.steady is not None:
             duration = self._steady_step(now, index)
             if duration is not None:
                 return duration
             self._materialize(index)
         return self._exact_step(now, index)
+
+    def _order_queue(self, now: int) -> None:
+        """The scheduler's order for this step (stable: ties keep queue order)."""
+        if self.priority is not None:
+            compute = self.priority.compute
+            for req in self.wait_queue:
+                req.priority = compute(req.view, None, now)
+        self.wait_queue = deque(sorted(self.wait_queue, key=self.scheduler.order_key))
 
     def _exact_step(self, now: int, index: int) -> int | None:
         """The step, request by request in batch order: budget, KV and preemption exact."""
@@ -277,7 +314,7 @@ class Instance:
                     n = threshold
                 if n > budget:
                     n = budget
-                if not self._reserve(req, progress, n):
+                if not self._reserve(req, i, progress, n):
                     break
                 req.chunk = n
                 new_tokens += n
@@ -285,7 +322,7 @@ class Instance:
             else:
                 # A decode token touches the KV cache only when it opens a block or fills one.
                 slot = progress % block_size
-                if (slot == 0 or slot == last_slot) and not self._reserve(req, progress, 1):
+                if (slot == 0 or slot == last_slot) and not self._reserve(req, i, progress, 1):
                     break
                 req.chunk = DECODE
                 decodes += 1
@@ -293,12 +330,13 @@ class Instance:
             i += 1
         return i, new_tokens, decodes, budget
 
-    def _reserve(self, req: Request, start: int, tokens: int) -> bool:
-        """KV room for the request, preempting from the back of the batch until it fits.
-        False if the request itself had to be preempted."""
-        kv, running = self.kv, self.running
+    def _reserve(self, req: Request, position: int, start: int, tokens: int) -> bool:
+        """KV room for the request at `position` in the batch, preempting until it fits.
+        Victims come from the requests not yet scheduled this step (this one included), by
+        the scheduler's rule (last admitted by default). False if this request was the victim."""
+        kv, running, victim_of = self.kv, self.running, self.scheduler.victim
         while not kv.allocate(req, start, tokens):
-            victim = running.pop()
+            victim = running.pop(position + victim_of(running[position:]))
             self._preempt(victim)
             if victim is req:
                 return False
@@ -314,6 +352,7 @@ class Instance:
         req.prefill_target = req.input_len + req.emitted
         req.preemptions += 1
         self.preemptions += 1
+        self.queued_tokens += req.prefill_target
         self.wait_queue.appendleft(req)
 
     def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
@@ -337,6 +376,7 @@ class Instance:
             if not kv.can_admit(cached, start, n):
                 break
             queue.popleft()
+            self.queued_tokens -= req.prefill_target
             kv.attach(req, cached)
             kv.allocate(req, start, n)
             if req.cached_tokens < 0:
@@ -360,8 +400,7 @@ class Instance:
         if done:
             self._complete(done, emit_at)
 
-    @staticmethod
-    def _advance(req: Request, step: int, emit_at: int) -> bool:
+    def _advance(self, req: Request, step: int, emit_at: int) -> bool:
         """One scheduled request's progress this step; True when it has finished."""
         chunk = req.chunk
         if chunk == DECODE:
@@ -375,6 +414,7 @@ class Instance:
         if emitted == 1:
             req.first_token_at = emit_at
             req.first_token_step = step
+            self.recent_ttft.append(emit_at - req.arrival)
         elif req.last_emit_step != step - 1:
             if req.gaps is None:
                 req.gaps = []
@@ -383,8 +423,30 @@ class Instance:
         return emitted >= req.max_tokens
 
     def _complete(self, done: list[Request], at: int) -> None:
+        observer = self.observer
         for req in done:
             self.kv.release(req)
             req.state = State.COMPLETED
             req.completed_at = at
+            if req.output_len > 1:
+                self.recent_tpot.append((at - req.first_token_at) / (req.output_len - 1))
+            if observer is not None:
+                observer.finished(self.index, req)
         self.running = [r for r in self.running if r.state is State.RUNNING]
+
+    # -- observation (what snapshots read) -------------------------------------------------------
+
+    def recent_ttft_ms(self) -> float:
+        recent = self.recent_ttft
+        return sum(recent) / len(recent) / 1000 if recent else 0.0
+
+    def recent_tpot_ms(self) -> float:
+        recent = self.recent_tpot
+        return sum(recent) / len(recent) / 1000 if recent else 0.0
+
+    def estimated_wait_ms(self) -> float:
+        """Steps needed to prefill everything waiting, at the last step's duration."""
+        if not self.queued_tokens:
+            return 0.0
+        last = self.steps[-1][1] if self.steps else 0
+        return -(-self.queued_tokens // self.token_budget) * last / 1000

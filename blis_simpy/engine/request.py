@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,7 @@ class Request:
     """One inference request. Plain slotted class: the step loop touches it every step."""
 
     __slots__ = (
+        "admitted_at",
         "arrival",
         "blocks",
         "cached_tokens",
@@ -49,17 +51,32 @@ class Request:
         "progress",
         "queued_at",
         "reject_reason",
+        "routed_at",
         "seq",
+        "slo_class",
         "state",
+        "tenant_id",
         "tokens",
+        "view",
     )
 
     def __init__(
-        self, index: int, arrival: int, input_tokens: np.ndarray, output_tokens: np.ndarray
+        self,
+        index: int,
+        arrival: int,
+        input_tokens: np.ndarray,
+        output_tokens: np.ndarray,
+        tenant_id: str = "",
+        slo_class: str = "",
     ) -> None:
         self.index = index
         self.name = f"request_{index}"
         self.arrival = arrival
+        self.tenant_id = tenant_id
+        self.slo_class = slo_class
+        self.admitted_at = -1
+        self.routed_at = -1
+        self.view: Any = None  # the read-only RequestView policies see, made at arrival
         self.input_len = len(input_tokens)
         self.output_len = len(output_tokens)
         # The KV cache hashes the whole sequence (prompt, then output) block by block; the

@@ -1,6 +1,8 @@
 """Wire a resolved scenario into one SimPy environment and run it.
 
-scenario -> workload source process -> instance(s) -> finished requests and step rows.
+scenario -> workload source process -> gateway (admission, priority, routing) -> instances.
+Policies are created here, once per run; an unknown or misconfigured one fails before any
+event runs (EC-1).
 """
 
 from __future__ import annotations
@@ -11,10 +13,16 @@ from collections.abc import Callable, Generator, Iterable
 
 import simpy
 
+from blis_simpy.cluster.gateway import Gateway
+from blis_simpy.cluster.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.config.resolve import latency_model
 from blis_simpy.config.scenario import DistributionWorkload, Scenario
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.request import Request
+from blis_simpy.policies.admission import ADMISSION
+from blis_simpy.policies.priority import PRIORITY
+from blis_simpy.policies.routing import ROUTING
+from blis_simpy.policies.scheduler import SCHEDULER
 from blis_simpy.workload.distribution import compat_requests, native_requests
 from blis_simpy.workload.trace import read_trace
 
@@ -32,39 +40,40 @@ def workload_requests(scenario: Scenario) -> Iterable[Request]:
 
 
 class Simulation:
-    """One run of a resolved scenario: environment, source and instances."""
+    """One run of a resolved scenario: environment, source, gateway and instances."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.env = simpy.Environment()
-        engine = scenario.engine
+        policies, cluster = scenario.policies, scenario.cluster
+        priority = PRIORITY.create(policies.priority, "policies.priority")
+        admission = ADMISSION.create(policies.admission, "policies.admission")
+        routing = ROUTING.create(policies.routing, "policies.routing",
+                                 instances=cluster.instances)
         latency = latency_model(scenario)
         self.instances = [
             Instance(
-                self.env, 0, latency,
-                kv_blocks=engine.kv_blocks or 0,
-                block_size=engine.block_size,
-                max_running=engine.max_running_requests,
-                token_budget=engine.max_scheduled_tokens,
-                long_prefill_threshold=engine.long_prefill_threshold,
-                max_model_len=engine.max_model_len,
+                self.env, i, latency, scenario.engine,
+                SCHEDULER.create(policies.scheduler, "policies.scheduler"), priority,
                 idle_from_last_step_start=scenario.compat == "blis",
             )
+            for i in range(cluster.instances)
         ]
+        self.gateway = Gateway(self.env, self.instances, cluster, admission, priority, routing)
         self.requests: list[Request] = []
         # Traces are read (and checked) here, before any event runs.
         self.env.process(self._source(workload_requests(scenario)))
 
     def _source(self, requests: Iterable[Request]) -> Generator[simpy.Event, None, None]:
-        """Deliver each request at its arrival time."""
+        """Release each request into the gateway at its arrival time (BC-1: no pre-dispatch);
+        it wakes with cluster-arrival priority, ahead of instance events at that time."""
         env = self.env
-        instance = self.instances[0]
+        arrive = self.gateway.arrive
         for req in requests:
             if req.arrival > env.now:
-                yield env.timeout(req.arrival - env.now)
+                yield StageEvent(env, req.arrival - env.now, CLUSTER_ARRIVAL)
             self.requests.append(req)
-            instance.last_event = env.now
-            instance.accept(req)
+            arrive(req)
 
     def run(self, progress: Progress | None = None, every: int = 8192) -> float:
         """Process every event up to the horizon; returns the wall time spent (s)."""

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.request import Request, State
 from blis_simpy.engine.simulation import Simulation
 from blis_simpy.metrics.collect import StepTable, completed, token_gaps
@@ -67,8 +68,25 @@ def latencies(sim: Simulation, steps: list[StepTable], compat: bool) -> RequestL
 
 def summary(sim: Simulation, steps: list[StepTable], lat: RequestLatencies, compat: bool
             ) -> dict[str, Any]:
-    reqs = sim.requests
-    instances = sim.instances
+    """The cluster summary; with several instances, each one's summary under `instances`."""
+    everyone = list(range(len(sim.instances)))
+    out = scope_summary(sim, steps, lat, compat, everyone, "cluster")
+    if len(everyone) > 1:
+        out["instances"] = [scope_summary(sim, steps, lat, compat, [i], sim.instances[i].name)
+                            for i in everyone]
+    return out
+
+
+def scope_summary(sim: Simulation, steps: list[StepTable], lat: RequestLatencies, compat: bool,
+                  members: list[int], instance_id: str) -> dict[str, Any]:
+    """Summary over the requests routed to `members` (the cluster also counts requests
+    rejected before routing)."""
+    whole = len(members) == len(sim.instances)
+    chosen = set(members)
+    mask = np.fromiter(((r.instance in chosen) or (whole and r.instance < 0)
+                        for r in sim.requests), dtype=bool, count=len(sim.requests))
+    reqs = [r for r, keep in zip(sim.requests, mask, strict=True) if keep]
+    instances = [sim.instances[i] for i in members]
     finished = completed(reqs)
     gaps = token_gaps(finished, steps)
     queued = sum(len(i.wait_queue) for i in instances)
@@ -85,26 +103,36 @@ def summary(sim: Simulation, steps: list[StepTable], lat: RequestLatencies, comp
         itl = gaps.samples(steps)
         output_tokens = sum(r.emitted for r in reqs)
         injected = len(reqs) - rejected
+    horizon = sim.scenario.horizon_us
+    ended = max(i.last_event for i in instances)
+    e2e, ttft, delay = lat.e2e[mask], lat.ttft[mask], lat.scheduling_delay[mask]
     out = summary_fields(
-        instance_id="cluster",
+        instance_id=instance_id,
         completed=len(finished),
         still_queued=queued,
         still_running=running,
         injected=injected,
         input_tokens=sum(i.input_tokens for i in instances),
         output_tokens=output_tokens,
-        duration_us=sim.ended_at,
-        e2e=lat.e2e[lat.e2e >= 0],
-        ttft=lat.ttft[lat.ttft >= 0],
+        duration_us=ended if horizon is None else min(ended, horizon),
+        e2e=e2e[e2e >= 0],
+        ttft=ttft[ttft >= 0],
         itl=itl,
-        scheduling_delay=lat.scheduling_delay[lat.scheduling_delay >= 0],
+        scheduling_delay=delay[delay >= 0],
         preemptions=sum(i.preemptions for i in instances),
     )
+    out["rejected_requests"] = rejected
+    out["cache_hit_rate"] = hit_rate(instances, compat)
+    return out
+
+
+def hit_rate(instances: list[Instance], compat: bool) -> float:
+    """Prefix-cache hits over lookups; the reference averages the instances' rates."""
+    if compat:
+        return sum(i.kv.hit_rate for i in instances) / len(instances)
     hits = sum(i.kv.hits for i in instances)
     lookups = hits + sum(i.kv.misses for i in instances)
-    out["rejected_requests"] = rejected
-    out["cache_hit_rate"] = hits / lookups if lookups else 0.0
-    return out
+    return hits / lookups if lookups else 0.0
 
 
 def ms(values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""The cluster control plane: gateway pipeline, snapshots, router state."""

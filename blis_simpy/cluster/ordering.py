@@ -1,0 +1,32 @@
+"""Same-time event order, made explicit (BC-4, seed E.3).
+
+SimPy orders its event queue by (time, priority, insertion id). Its own events use priority 0
+(process start, URGENT) and 1 (everything else, NORMAL): every instance event. Gateway stages
+use negative priorities, so at one timestamp all cluster arrivals run first, then all admission
+decisions, then all routing decisions, and only then any instance event; within one type,
+events run in the order they were scheduled (ties follow event order, seed E.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+CLUSTER_ARRIVAL = -3
+ADMISSION = -2
+ROUTING = -1
+
+
+class StageEvent(simpy.Event):
+    """An event that fires after `delay` with a given priority (a Timeout with a priority)."""
+
+    def __init__(self, env: simpy.Environment, delay: int, priority: int, value: Any = None,
+                 callback: Callable[[simpy.Event], None] | None = None) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = value
+        if callback is not None:
+            self.callbacks.append(callback)
+        env.schedule(self, priority, delay)

@@ -1,0 +1,77 @@
+"""The gateway's own bookkeeping, which admission, priority and routing policies may read.
+
+Per tenant: requests seen, requests active (admitted, not yet finished or rejected) and the
+recent arrival rate; globally: in-flight requests and the recent request rate. Accessors
+return sorted sequences, never a dict's iteration order (determinism, seed L.2).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+RATE_WINDOW_US = 1_000_000  # recent rates are counted over the last second
+
+
+@dataclass(slots=True)
+class TenantState:
+    request_count: int = 0
+    active_requests: int = 0
+    rejected: int = 0
+    recent: deque[int] | None = None  # arrival times within the rate window
+
+    def recent_rate(self, clock: int) -> float:
+        """Arrivals per second over the last second."""
+        return window_rate(self.recent, clock)
+
+
+def window_rate(times: deque[int] | None, clock: int) -> float:
+    if not times:
+        return 0.0
+    while times and times[0] <= clock - RATE_WINDOW_US:
+        times.popleft()
+    return len(times) * 1_000_000 / RATE_WINDOW_US
+
+
+class RouterState:
+    """Tenant and global counters, updated by the gateway as requests move through it."""
+
+    def __init__(self) -> None:
+        self.tenants: dict[str, TenantState] = {}
+        self.in_flight = 0
+        self.arrivals: deque[int] = deque()
+        self.clock = 0
+
+    def tenant(self, tenant_id: str) -> TenantState:
+        state = self.tenants.get(tenant_id)
+        if state is None:
+            state = self.tenants[tenant_id] = TenantState(recent=deque())
+        return state
+
+    def tenant_ids(self) -> list[str]:
+        return sorted(self.tenants)
+
+    def request_rate(self) -> float:
+        """Arrivals per second over the last second."""
+        return window_rate(self.arrivals, self.clock)
+
+    # -- updates (gateway only) ---------------------------------------------------------------
+
+    def on_arrival(self, tenant_id: str, clock: int) -> None:
+        self.clock = clock
+        state = self.tenant(tenant_id)
+        state.request_count += 1
+        assert state.recent is not None
+        state.recent.append(clock)
+        self.arrivals.append(clock)
+
+    def on_admit(self, tenant_id: str) -> None:
+        self.tenant(tenant_id).active_requests += 1
+        self.in_flight += 1
+
+    def on_reject(self, tenant_id: str) -> None:
+        self.tenant(tenant_id).rejected += 1
+
+    def on_finish(self, tenant_id: str) -> None:
+        self.tenant(tenant_id).active_requests -= 1
+        self.in_flight -= 1

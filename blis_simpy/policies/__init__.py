@@ -1,0 +1,1 @@
+"""Policies: one small interface per decision point, a registry of templates per axis."""

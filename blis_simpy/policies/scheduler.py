@@ -1,0 +1,83 @@
+"""Instance schedulers: the wait-queue order each step, and which running request to preempt.
+
+Only instance-local state is visible (seed D.7). The sort is stable, so equal keys keep queue
+order (preempted requests first). Request ids compare as strings, like the reference.
+Templates: fcfs, priority-fcfs, sjf, reverse-priority (pathological); preemption victim
+`lifo` (the last admitted, vLLM's rule) or `lowest-priority`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from blis_simpy.config.schema import spec
+from blis_simpy.engine.request import Request
+from blis_simpy.policies.registry import Registry
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerParams:
+    preemption: Literal["lifo", "lowest-priority"] = spec(
+        "lifo", help="victim under KV pressure: last admitted, or lowest priority (then last)"
+    )
+
+
+class InstanceScheduler:
+    """`order_key` sorts the wait queue each step (None keeps arrival order); `victim` picks
+    the running request to preempt."""
+
+    name = "custom"
+    Params = SchedulerParams
+    order_key: Callable[[Request], Any] | None = None
+    uses_priority = False
+
+    def __init__(self, params: SchedulerParams) -> None:
+        self.params = params
+        if params.preemption == "lowest-priority":
+            self.uses_priority = True
+
+    def victim(self, running: list[Request]) -> int:
+        """Index in `running` of the request to preempt."""
+        if self.params.preemption == "lifo":
+            return len(running) - 1
+        lowest = min(r.priority for r in running)
+        return max(i for i, r in enumerate(running) if r.priority == lowest)
+
+
+SCHEDULER: Registry[InstanceScheduler] = Registry("scheduler", InstanceScheduler)
+
+
+@SCHEDULER.register("fcfs")
+class FCFS(InstanceScheduler):
+    """Queue order as it stands: arrival order, preempted requests at the front."""
+
+
+@SCHEDULER.register("priority-fcfs")
+class PriorityFCFS(InstanceScheduler):
+    uses_priority = True
+
+    @staticmethod
+    def order_key(r: Request) -> tuple[float, int, str]:
+        return (-r.priority, r.arrival, r.name)
+
+
+@SCHEDULER.register("sjf")
+class ShortestJobFirst(InstanceScheduler):
+    """Shortest prompt first (output lengths are unknown to a real scheduler)."""
+
+    @staticmethod
+    def order_key(r: Request) -> tuple[int, int, str]:
+        return (r.input_len, r.arrival, r.name)
+
+
+@SCHEDULER.register("reverse-priority")
+class ReversePriority(InstanceScheduler):
+    """Lowest priority first (pathological)."""
+
+    uses_priority = True
+
+    @staticmethod
+    def order_key(r: Request) -> tuple[float, int, str]:
+        return (r.priority, r.arrival, r.name)
