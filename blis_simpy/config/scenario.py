@@ -9,6 +9,7 @@ says exactly what ran.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -225,23 +226,21 @@ class Scenario:
         return scenario
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> Scenario:
+    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+        """Load a scenario file; `overrides` are dotted `key.path=value` settings."""
         path = Path(path)
         try:
             text = path.read_text()
         except OSError as exc:
             raise ScenarioError("", f"cannot read {path}: {exc.strerror or exc}") from None
-        return cls.from_yaml_text(text, path.parent)
+        return cls.from_yaml_text(text, path.parent, overrides)
 
     @classmethod
-    def from_yaml_text(cls, text: str, base_dir: Path | None = None) -> Scenario:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise ScenarioError("", f"not valid YAML{where}: {problem}") from None
+    def from_yaml_text(cls, text: str, base_dir: Path | None = None,
+                       overrides: Sequence[str] = ()) -> Scenario:
+        data = parse_yaml(text, "")
+        for override in overrides:
+            data = apply_override(data, override)
         return cls.from_dict(data, base_dir)
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,3 +248,34 @@ class Scenario:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(where, f"not valid YAML{at}: {problem}") from None
+
+
+def apply_override(data: Any, override: str) -> dict[str, Any]:
+    """Set `a.b.c=value` (value parsed as YAML) in a copy of the scenario's data, creating
+    missing sections; the usual validation then checks the result."""
+    key, sep, raw = override.partition("=")
+    if not sep or not key.strip():
+        raise ScenarioError("--set", f"expected key.path=value, got {override!r}")
+    value = parse_yaml(raw, f"--set {key}")
+    root = dict(data) if isinstance(data, dict) else {}
+    node = root
+    parts = key.strip().split(".")
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is not None and not isinstance(child, dict):
+            raise ScenarioError(".".join(parts[: depth + 1]), "is not a section, cannot set "
+                                f"{key} inside it")
+        node[part] = dict(child or {})
+        node = node[part]
+    node[parts[-1]] = value
+    return root

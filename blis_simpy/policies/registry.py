@@ -46,9 +46,10 @@ class Registry(Generic[P]):
     def create(self, config: PolicyConfig, path: str, **context: Any) -> P:
         """Instantiate the configured policy; EC-1: an unknown name lists the valid ones."""
         cls = self.resolve(config.type, f"{path}.type")
-        params_cls = getattr(cls, "Params", NoParams)
-        params = load(params_cls, config.params, f"{path}.params")
-        return cls(params, **context)
+        params_cls = getattr(cls, "Params", NoParams if config.type in self.templates else None)
+        if params_cls is None:  # a user policy without a Params dataclass gets the mapping
+            return cls(dict(config.params), **context)
+        return cls(load(params_cls, config.params, f"{path}.params"), **context)
 
     def resolve(self, name: str, path: str) -> type:
         if name in self.templates:

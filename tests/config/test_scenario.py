@@ -67,7 +67,17 @@ def test_bundled_scenario_loads_and_resolves(path):
     assert resolved.engine.kv_blocks is not None and resolved.engine.kv_blocks >= 1
     if resolved.latency.type == "blackbox":
         assert len(resolved.latency.alpha) == 3 and len(resolved.latency.beta) == 3
-    assert resolved.workload.arrival in ("poisson", "constant")
+    if resolved.workload.type == "distribution":
+        assert resolved.workload.arrival in ("poisson", "constant")
+    else:
+        assert Path(resolved.workload.path).is_file()
+
+
+def test_bundled_scenarios_run_in_seconds():
+    """Every bundled scenario (but the benchmarks) runs end to end."""
+    for path in BUNDLED:
+        if path.parent.name != "bench":
+            assert blis_simpy.run(path).summary["completed_requests"] > 0
 
 
 # --- defaults -----------------------------------------------------------------------------------
