@@ -36,18 +36,15 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     steps = [StepTable.of(inst) for inst in sim.instances]
     lat = latencies(sim, steps, compat)
     stats = summary(sim, steps, lat, compat)
-    extra = {}
+    reference = None
     if compat:
         names = [inst.name for inst in sim.instances]
-        extra = {
-            "results.json": blis_output.results_json(stats, lat, names),
-            "blis_stdout.txt": blis_output.stdout_text(stats),
-        }
+        reference = blis_output.ReferenceOutputs.of(stats, lat, names)
     return Result(
         scenario=resolved,
         summary=stats,
         requests=request_table(sim, lat),
         steps=step_table(sim, steps),
         wall_time_s=wall,
-        extra_files=extra,
+        reference=reference,
     )

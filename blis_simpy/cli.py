@@ -33,9 +33,10 @@ def fail(exc: ScenarioError) -> typer.Exit:
     return typer.Exit(2)
 
 
-def prepared(path: Path, seed: int | None = None) -> Simulation:
+def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None
+             ) -> Simulation:
     """Load, apply overrides and build, so every input error surfaces before running."""
-    scenario = Scenario.from_yaml(path)
+    scenario = Scenario.from_yaml(path, overrides or ())
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
     return prepare(scenario)
@@ -71,10 +72,13 @@ def run(
     out: Annotated[Path | None, typer.Option(help="output folder")] = None,
     seed: Annotated[int | None, typer.Option(help="override the scenario's seed")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress report")] = False,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="override a scenario value: --set policies.routing.type=least-loaded")
+    ] = None,
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
     try:
-        sim = prepared(scenario, seed)
+        sim = prepared(scenario, seed, set_)
     except ScenarioError as exc:
         raise fail(exc) from None
     resolved = sim.scenario
@@ -98,10 +102,13 @@ def run(
 
 
 @app.command()
-def validate(scenario: Annotated[Path, typer.Argument(help="scenario YAML")]) -> None:
+def validate(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a value")] = None,
+) -> None:
     """Check a scenario file without running it."""
     try:
-        prepared(scenario)
+        prepared(scenario, overrides=set_)
     except ScenarioError as exc:
         raise fail(exc) from None
     typer.echo(f"{scenario}: ok")
@@ -123,6 +130,20 @@ def convert_blis_command(
     except ScenarioError as exc:
         raise fail(exc) from None
     typer.echo(convert.to_yaml(data), nl=False)
+
+
+@convert_app.command("policy-config")
+def convert_policy_config(
+    path: Annotated[Path, typer.Argument(help="reference PolicyBundle YAML (--policy-config)")],
+) -> None:
+    """Turn a reference `--policy-config` YAML into a blis-simpy `policies:` section."""
+    from blis_simpy.compat import convert
+
+    try:
+        policies = convert.policy_config(path)
+    except ScenarioError as exc:
+        raise fail(exc) from None
+    typer.echo(convert.policies_yaml(policies, path), nl=False)
 
 
 def main() -> None:

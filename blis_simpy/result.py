@@ -6,12 +6,13 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from blis_simpy.compat.blis import ReferenceOutputs
 from blis_simpy.config.scenario import Scenario
 
 
@@ -24,7 +25,12 @@ class Result:
     requests: pd.DataFrame
     steps: pd.DataFrame
     wall_time_s: float
-    extra_files: dict[str, str] = field(default_factory=dict)  # name -> text (compat outputs)
+    reference: ReferenceOutputs | None = None  # compat mode: the reference's own outputs
+
+    @property
+    def extra_files(self) -> dict[str, str]:
+        """File name -> text of the compat-mode outputs (results.json, blis_stdout.txt)."""
+        return self.reference.files() if self.reference is not None else {}
 
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2) + "\n"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from blis_simpy.compat import gojson
 from blis_simpy.metrics.report import RequestLatencies
@@ -36,25 +39,58 @@ def stdout_text(summary: dict[str, Any]) -> str:
     return text
 
 
-def results_json(summary: dict[str, Any], lat: RequestLatencies, instance_names: list[str]
-                 ) -> str:
-    """The reference's --results-path file: the summary plus one row per injected request.
+@dataclass(frozen=True)
+class ReferenceOutputs:
+    """What the reference would have written, kept as arrays and rendered only on demand
+    (a large run's results.json is text the benchmark should not pay for)."""
 
-    Per-request itl_ms and scheduling_delay_ms hold µs, as the reference writes them (Q10)."""
-    rows = []
-    for i, req in enumerate(lat.requests):
-        if req.instance < 0 or req.reject_reason:
-            continue
-        rows.append({
-            "arrived_at": req.arrival / 1e6,
-            "requestID": req.name,
-            "num_prefill_tokens": req.input_len,
-            "num_decode_tokens": req.output_len,
-            "ttft_ms": max(int(lat.ttft[i]), 0) / 1000,
-            "itl_ms": float(lat.itl_mean[i]),
-            "e2e_ms": max(int(lat.e2e[i]), 0) / 1000,
-            "scheduling_delay_ms": max(int(lat.scheduling_delay[i]), 0),
-            "handled_by": instance_names[req.instance],
-        })
-    rows.sort(key=lambda row: (row["arrived_at"], row["requestID"]))
-    return gojson.dumps({**reference_summary(summary), "requests": rows}) + "\n"
+    summary: dict[str, Any]
+    ids: list[str]
+    handled_by: list[str]
+    arrival: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    ttft: np.ndarray
+    itl_mean: np.ndarray
+    e2e: np.ndarray
+    scheduling_delay: np.ndarray
+
+    @classmethod
+    def of(cls, summary: dict[str, Any], lat: RequestLatencies, instance_names: list[str]
+           ) -> ReferenceOutputs:
+        """Rows for every request that reached an instance (the reference's injected ones)."""
+        keep = [i for i, r in enumerate(lat.requests) if r.instance >= 0 and not r.reject_reason]
+        reqs = [lat.requests[i] for i in keep]
+        return cls(
+            summary=summary,
+            ids=[r.name for r in reqs],
+            handled_by=[instance_names[r.instance] for r in reqs],
+            arrival=np.array([r.arrival for r in reqs], dtype=np.int64),
+            input_len=np.array([r.input_len for r in reqs], dtype=np.int64),
+            output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
+            ttft=np.maximum(lat.ttft[keep], 0),
+            itl_mean=lat.itl_mean[keep],
+            e2e=np.maximum(lat.e2e[keep], 0),
+            scheduling_delay=np.maximum(lat.scheduling_delay[keep], 0),
+        )
+
+    def files(self) -> dict[str, str]:
+        return {"results.json": self.results_json(), "blis_stdout.txt": stdout_text(self.summary)}
+
+    def results_json(self) -> str:
+        """The reference's --results-path file: the summary plus one row per injected request,
+        ordered by arrival then id. Per-request itl_ms and scheduling_delay_ms hold µs, as the
+        reference writes them (Q10)."""
+        order = sorted(range(len(self.ids)), key=lambda i: (int(self.arrival[i]), self.ids[i]))
+        rows = [{
+            "arrived_at": int(self.arrival[i]) / 1e6,
+            "requestID": self.ids[i],
+            "num_prefill_tokens": int(self.input_len[i]),
+            "num_decode_tokens": int(self.output_len[i]),
+            "ttft_ms": int(self.ttft[i]) / 1000,
+            "itl_ms": float(self.itl_mean[i]),
+            "e2e_ms": int(self.e2e[i]) / 1000,
+            "scheduling_delay_ms": int(self.scheduling_delay[i]),
+            "handled_by": self.handled_by[i],
+        } for i in order]
+        return gojson.dumps({**reference_summary(self.summary), "requests": rows}) + "\n"

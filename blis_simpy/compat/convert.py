@@ -1,10 +1,12 @@
 """Turn a reference BLIS `run` command line into an equivalent compat-mode scenario.
 
-The reference is configured by ~30 cobra/pflag flags whose defaults and interactions
-(catalog lookup, roofline switch, validation) are described in engine.md §7. Converting them
+The reference is configured by ~45 cobra/pflag flags whose defaults and interactions
+(catalog lookup, roofline switch, validation) are described in engine.md §7, plus cluster and
+policy flags and a PolicyBundle YAML (`--policy-config`, cluster.md §1-§3). Converting them
 once, up front, into an explicit scenario means the simulator never needs to know about the
 reference's command line: everything the reference resolves implicitly (coefficients, KV size,
-preset lengths) is written out, so the scenario says exactly what ran.
+preset lengths, policy precedence, default scorers) is written out, so the scenario says
+exactly what ran.
 
     >>> data = blis_command(["run", "--model", "meta-llama/llama-3.1-8b-instruct"])
     >>> data["latency"]["type"], data["engine"]["kv_blocks"]
@@ -27,6 +29,7 @@ from blis_simpy.config import catalog
 from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS
 from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.schema import join
 from blis_simpy.engine.roofline import bundled_hardware_config, bundled_model_config
 
 INT64_MAX = 2**63 - 1
@@ -36,18 +39,22 @@ LOG_LEVELS = ("panic", "fatal", "error", "warn", "warning", "info", "debug", "tr
 PRESET_KEYS = ("prefix_tokens", "prompt_tokens", "prompt_tokens_stdev", "prompt_tokens_min",
                "prompt_tokens_max", "output_tokens", "output_tokens_stdev", "output_tokens_min",
                "output_tokens_max")
-# Policies the reference knows; only its defaults have a blis-simpy equivalent so far.
+# The reference's policy names per axis (cluster.md §3.5), sorted as its messages list them;
+# "" is also accepted and means the flag default.
 POLICY_NAMES = {
-    "priority-policy": ("constant", "slo-based", "inverted-slo"),
-    "scheduler": ("fcfs", "priority-fcfs", "sjf", "reverse-priority"),
+    "admission": ("always-admit", "reject-all", "token-bucket"),
+    "routing": ("always-busiest", "least-loaded", "prefix-affinity", "round-robin", "weighted"),
+    "priority": ("constant", "inverted-slo", "slo-based"),
+    "scheduler": ("fcfs", "priority-fcfs", "reverse-priority", "sjf"),
 }
-# Flags of the reference's `run` that exist but are outside engine.md §7 (cluster.md scope).
+SCORER_NAMES = ("kv-utilization", "load-balance", "prefix-affinity", "queue-depth")
+# What a weighted router uses when neither --routing-scorers nor the bundle names scorers.
+DEFAULT_SCORERS = {"prefix-affinity": 3.0, "queue-depth": 2.0, "kv-utilization": 2.0}
+TRACE_LEVELS = ("none", "decisions")
+# Flags of the reference's `run` that exist but are not converted.
 LATER_FLAGS = frozenset({
-    "num-instances", "admission-policy", "admission-latency", "routing-latency",
-    "token-bucket-capacity", "token-bucket-refill-rate", "routing-policy", "routing-scorers",
-    "policy-config", "fitness-weights", "trace-level", "counterfactual-k", "summarize-trace",
-    "workload-spec", "kv-cpu-blocks", "kv-offload-threshold", "kv-transfer-bandwidth",
-    "kv-transfer-base-latency",
+    "fitness-weights", "workload-spec", "kv-cpu-blocks", "kv-offload-threshold",
+    "kv-transfer-bandwidth", "kv-transfer-base-latency",
 })
 
 
@@ -88,6 +95,15 @@ def go_floats(text: str) -> list[float]:
     return [go_float(item) for item in text.split(",")]
 
 
+def go_bool(text: str) -> bool:
+    """strconv.ParseBool, which pflag uses for `--flag=value` on a bool flag."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise ValueError(text)
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     """How a flag's text becomes a value, and how to say what was expected."""
@@ -99,6 +115,7 @@ INT = Kind(go_int, "an integer")
 FLOAT = Kind(go_float, "a number")
 FLOATS = Kind(go_floats, "comma-separated numbers, e.g. 1,2,3")
 STR = Kind(str, "a string")
+BOOL = Kind(go_bool, "true or false (a bare --flag means true)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +159,21 @@ FLAGS: dict[str, Flag] = {
     "hardware-config": Flag(STR, "", "latency.hardware_config"),
     "defaults-filepath": Flag(STR, DEFAULTS_FILE, None),
     "results-path": Flag(STR, "", None),
-    "priority-policy": Flag(STR, "constant", None),
-    "scheduler": Flag(STR, "fcfs", None),
+    "num-instances": Flag(INT, 1, "cluster.instances"),
+    "admission-policy": Flag(STR, "always-admit", "policies.admission"),
+    "admission-latency": Flag(INT, 0, "cluster.admission_latency_us"),
+    "routing-latency": Flag(INT, 0, "cluster.routing_latency_us"),
+    "token-bucket-capacity": Flag(FLOAT, 10_000.0, "policies.admission.params.capacity"),
+    "token-bucket-refill-rate": Flag(FLOAT, 1_000.0, "policies.admission.params.refill_per_s"),
+    "routing-policy": Flag(STR, "round-robin", "policies.routing"),
+    "routing-scorers": Flag(STR, "", "policies.routing.params.scorers"),
+    "priority-policy": Flag(STR, "constant", "policies.priority"),
+    "scheduler": Flag(STR, "fcfs", "policies.scheduler"),
+    "policy-config": Flag(STR, "", None),
+    "snapshot-refresh-interval": Flag(INT, 0, "cluster.observability"),
+    "trace-level": Flag(STR, "none", "cluster.record_decisions"),
+    "counterfactual-k": Flag(INT, 0, "cluster.top_k"),
+    "summarize-trace": Flag(BOOL, False, None),
 }
 KEY_TO_FLAG = {f.key: f"--{name}" for name, f in FLAGS.items() if f.key}
 FLAG_LIST = ", ".join(f"--{name}" for name in FLAGS)
@@ -172,13 +202,18 @@ def looks_like_flag(token: str) -> bool:
     return bool(re.match(r"--?[A-Za-z]", token))
 
 
+def default_values() -> dict[str, Any]:
+    return {name: (list(f.default) if isinstance(f.default, list) else f.default)
+            for name, f in FLAGS.items()}
+
+
 def parse_args(argv: list[str], cwd: Path) -> Args:
     """pflag's syntax: `--flag value`, `--flag=value`, one or two dashes, `--` ends flags.
 
     Float64Slice flags append on repetition (the first use replaces the default); other
-    flags keep the last value, as pflag does."""
-    values = {name: (list(f.default) if isinstance(f.default, list) else f.default)
-              for name, f in FLAGS.items()}
+    flags keep the last value, as pflag does. A bool flag takes no separate value: `--flag`
+    is true, `--flag=false` false."""
+    values = default_values()
     given: set[str] = set()
     positionals: list[str] = []
     i = 0
@@ -193,7 +228,9 @@ def parse_args(argv: list[str], cwd: Path) -> Args:
             continue
         name, eq, raw = token.lstrip("-").partition("=")
         flag = lookup_flag(name)
-        if not eq:
+        if not eq and flag.kind is BOOL:
+            raw = "true"
+        elif not eq:
             if i >= len(argv) or looks_like_flag(argv[i]):
                 raise ScenarioError(f"--{name}", "needs a value", flag.kind.expected)
             raw = argv[i]
@@ -213,9 +250,8 @@ def lookup_flag(name: str) -> Flag:
         return flag
     if name in LATER_FLAGS:
         raise ScenarioError(
-            f"--{name}", "is a reference flag outside the single-instance engine; cluster, "
-            "tiered-KV, trace and workload-spec flags are converted once the cluster layer "
-            "exists", FLAG_LIST,
+            f"--{name}", "is a reference flag that is not converted (the tiered KV cache, "
+            "--workload-spec and --fitness-weights have no conversion yet)", FLAG_LIST,
         )
     raise ScenarioError(f"--{name}", "unknown flag for `blis run`", FLAG_LIST)
 
@@ -487,16 +523,348 @@ def length_section(lengths: Mapping[str, int], part: str) -> dict[str, Any]:
 
 
 def check_ignored(args: Args) -> None:
-    """Flags with no effect on the numbers: validate what the reference validates."""
+    """Flags with no effect on the numbers: validate what the reference validates.
+
+    --summarize-trace only prints a summary of the decision trace: accepted and ignored."""
     if args["log"].lower() not in LOG_LEVELS:
         raise ScenarioError("--log", f"invalid log level {args['log']!r}", ", ".join(LOG_LEVELS))
-    for name, names in POLICY_NAMES.items():
-        if args[name] != names[0]:
-            raise ScenarioError(
-                f"--{name}", f"{args[name]!r}: only the default {names[0]!r} is converted; "
-                "other policies are converted once the cluster policy layer exists",
-                names[0],
-            )
+
+
+# ---------------------------------------------------------------- cluster and policies
+
+def cluster_section(args: Args) -> dict[str, Any]:
+    """Replicas, control-plane latencies, snapshot freshness and decision recording.
+
+    The reference refreshes its snapshot fields in three groups; only the KV group
+    (utilization, free blocks, cache hit rate) follows --snapshot-refresh-interval, and the
+    other groups are always immediate, as blis-simpy's queue_depth and batch_size are by
+    default. blis-simpy's cache_hit_rate defaults to periodic, so it is always written out."""
+    for name, low in (("num-instances", 1), ("counterfactual-k", 0),
+                      ("snapshot-refresh-interval", 0), ("admission-latency", 0),
+                      ("routing-latency", 0)):
+        if args[name] < low:
+            raise ScenarioError(f"--{name}", f"must be >= {low}, got {args[name]}")
+    if args["trace-level"] not in TRACE_LEVELS:
+        raise ScenarioError("--trace-level", f"unknown trace level {args['trace-level']!r}",
+                            ", ".join(TRACE_LEVELS))
+    interval = args["snapshot-refresh-interval"]
+
+    def kv_group() -> dict[str, Any]:  # a fresh dict each time: no YAML anchors
+        if interval > 0:
+            return {"mode": "periodic", "interval_s": interval / 1e6}
+        return {"mode": "immediate"}
+
+    section: dict[str, Any] = {
+        "instances": args["num-instances"],
+        "admission_latency_us": args["admission-latency"],
+        "routing_latency_us": args["routing-latency"],
+        "observability": {"kv_utilization": kv_group(), "cache_hit_rate": kv_group()},
+    }
+    if args["trace-level"] == "decisions":
+        section["record_decisions"] = True
+    if args["counterfactual-k"] > 0:
+        section["top_k"] = args["counterfactual-k"]
+    return section
+
+
+def parse_scorers(text: str, where: str = "--routing-scorers") -> dict[str, float]:
+    """`name:weight,...` as the reference's ParseScorerConfigs reads it: items and their
+    halves trimmed; malformed item, unknown name, repeated name or a weight that is not a
+    finite number > 0 is an error. Order is kept (it is the order scores are summed in)."""
+    scorers: dict[str, float] = {}
+    for item in text.split(","):
+        name, colon, raw = item.strip().partition(":")
+        if not colon:
+            raise ScenarioError(where, f"invalid scorer config {item.strip()!r}",
+                                "name:weight, e.g. prefix-affinity:3,queue-depth:2")
+        name = name.strip()
+        if name not in SCORER_NAMES:
+            raise ScenarioError(where, f"unknown scorer {name!r}", ", ".join(SCORER_NAMES))
+        if name in scorers:
+            raise ScenarioError(where, f"duplicate scorer {name!r}; each scorer may appear "
+                                "at most once")
+        try:
+            weight = go_float(raw.strip())
+        except ValueError:
+            raise ScenarioError(where, f"invalid weight for scorer {name!r}: {raw.strip()!r}",
+                                "a finite number > 0") from None
+        if not (math.isfinite(weight) and weight > 0):
+            raise ScenarioError(where, f"scorer {name!r} weight must be a finite positive "
+                                f"number, got {weight}")
+        scorers[name] = weight
+    return scorers
+
+
+# flag -> its key in the PolicyBundle YAML; the axes in the order the reference checks them.
+BUNDLE_KEYS = {
+    "admission-policy": "admission.policy",
+    "token-bucket-capacity": "admission.token_bucket_capacity",
+    "token-bucket-refill-rate": "admission.token_bucket_refill_rate",
+    "routing-policy": "routing.policy",
+    "priority-policy": "priority.policy",
+    "scheduler": "scheduler",
+}
+AXIS_FLAGS = {"admission": "admission-policy", "routing": "routing-policy",
+              "priority": "priority-policy", "scheduler": "scheduler"}
+
+
+@dataclass(slots=True)
+class Bundle:
+    """A validated PolicyBundle: the keys it sets (unset keys are absent) and its scorers."""
+    label: str  # how messages name the file
+    values: dict[str, Any]
+    scorers: dict[str, float]
+
+    def where(self, key: str) -> str:
+        return f"{self.label}: {key}"
+
+
+def setting(args: Args, bundle: Bundle | None, flag: str) -> tuple[Any, str]:
+    """A policy value and where it came from: an explicitly given flag beats the bundle,
+    which beats the flag's default (the reference's Changed() precedence)."""
+    if flag not in args.given and bundle is not None:
+        value = bundle.values.get(BUNDLE_KEYS[flag])
+        if value is not None and value != "":
+            return value, bundle.where(BUNDLE_KEYS[flag])
+    return args[flag], f"--{flag}"
+
+
+def policies_section(args: Args, bundle: Bundle | None) -> dict[str, Any]:
+    """The four policies after precedence, with the reference's checks in its order."""
+    chosen = {axis: setting(args, bundle, flag) for axis, flag in AXIS_FLAGS.items()}
+    bucket: dict[str, Any] = {}
+    if chosen["admission"][0] == "token-bucket":
+        for flag, param in (("token-bucket-capacity", "capacity"),
+                            ("token-bucket-refill-rate", "refill_per_s")):
+            value, where = setting(args, bundle, flag)
+            if not (math.isfinite(value) and value > 0):
+                raise ScenarioError(where, f"must be a finite value > 0 for token-bucket "
+                                    f"admission, got {value}")
+            bucket[param] = float(value)
+        bucket["cost"] = "tokens"  # the reference charges a request its input tokens
+    for axis, (name, where) in chosen.items():
+        if name != "" and name not in POLICY_NAMES[axis]:
+            what = "scheduler" if axis == "scheduler" else f"{axis} policy"
+            raise ScenarioError(where, f"unknown {what} {name!r}", ", ".join(POLICY_NAMES[axis]))
+    section: dict[str, Any] = {}
+    for axis in ("admission", "priority", "routing", "scheduler"):  # schema order
+        name = chosen[axis][0] or FLAGS[AXIS_FLAGS[axis]].default
+        section[axis] = {"type": name}
+    if bucket:
+        section["admission"]["params"] = bucket
+    if section["routing"]["type"] == "weighted":
+        if args["routing-scorers"] != "":
+            scorers = parse_scorers(args["routing-scorers"])
+        elif bundle is not None and bundle.scorers:
+            scorers = dict(bundle.scorers)
+        else:
+            scorers = dict(DEFAULT_SCORERS)
+        section["routing"]["params"] = {"scorers": scorers}
+    # Otherwise the reference ignores --routing-scorers (with a warning) without parsing it.
+    return section
+
+
+# ---------------------------------------------------------------- PolicyBundle YAML
+
+YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+YAML_SPECIAL = {**{t: math.inf for t in (".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF")},
+                **{t: -math.inf for t in ("-.inf", "-.Inf", "-.INF")},
+                **{t: math.nan for t in (".nan", ".NaN", ".NAN")}}
+YAML_NULLS = ("", "~", "null", "Null", "NULL")
+SECTION_KEYS = {
+    "": ("admission", "routing", "priority", "scheduler"),
+    "admission": ("policy", "token_bucket_capacity", "token_bucket_refill_rate"),
+    "routing": ("policy", "scorers"),
+    "priority": ("policy",),
+    "scorer": ("name", "weight"),
+}
+
+
+def node_kind(node: yaml.Node) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return f"{node.value!r}"
+
+
+def line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+class BundleReader:
+    """Go yaml.v3 decoding into the reference's PolicyBundle struct, strictly (KnownFields):
+    unknown or repeated keys and values of the wrong type are errors; null means unset."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def error(self, key: str, problem: str, valid: str | None = None) -> ScenarioError:
+        return ScenarioError(f"{self.label}: {key}" if key else self.label, problem, valid)
+
+    @staticmethod
+    def is_null(node: yaml.Node | None) -> bool:
+        return node is None or (isinstance(node, yaml.ScalarNode) and (
+            node.tag == "tag:yaml.org,2002:null" or (node.style is None
+                                                     and node.value in YAML_NULLS)))
+
+    def mapping(self, node: yaml.Node | None, key: str, fields: tuple[str, ...]
+                ) -> dict[str, yaml.Node]:
+        if self.is_null(node):
+            return {}
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(key, f"expected a mapping, got {node_kind(node)}",
+                             ", ".join(fields))
+        out: dict[str, yaml.Node] = {}
+        for key_node, value in node.value:
+            name = str(key_node.value)
+            path = join(key, name)
+            if name in out:
+                raise self.error(path, f"key {name!r} is repeated (line {line(key_node)})")
+            if name not in fields:
+                raise self.error(path, f"unknown key (line {line(key_node)})",
+                                 ", ".join(fields))
+            out[name] = value
+        return out
+
+    def text(self, node: yaml.Node | None, key: str) -> str:
+        if self.is_null(node):
+            return ""
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error(key, f"expected a name, got {node_kind(node)}")
+        return str(node.value)
+
+    def number(self, node: yaml.Node | None, key: str) -> float | None:
+        """A YAML 1.2 int or float (as yaml.v3 resolves plain scalars); quoted is a string."""
+        if self.is_null(node):
+            return None
+        if isinstance(node, yaml.ScalarNode) and node.style is None:
+            text = node.value
+            try:
+                return float(go_int(text))
+            except ValueError:
+                pass
+            if YAML_FLOAT.fullmatch(text):
+                return float(text)
+            if text in YAML_SPECIAL:
+                return YAML_SPECIAL[text]
+        raise self.error(key, f"expected a number, got {node_kind(node)}")
+
+    def read(self, root: yaml.Node) -> Bundle:
+        top = self.mapping(root, "", SECTION_KEYS[""])
+        admission = self.mapping(top.get("admission"), "admission", SECTION_KEYS["admission"])
+        routing = self.mapping(top.get("routing"), "routing", SECTION_KEYS["routing"])
+        priority = self.mapping(top.get("priority"), "priority", SECTION_KEYS["priority"])
+        values = {
+            "admission.policy": self.text(admission.get("policy"), "admission.policy"),
+            "admission.token_bucket_capacity": self.number(
+                admission.get("token_bucket_capacity"), "admission.token_bucket_capacity"),
+            "admission.token_bucket_refill_rate": self.number(
+                admission.get("token_bucket_refill_rate"),
+                "admission.token_bucket_refill_rate"),
+            "routing.policy": self.text(routing.get("policy"), "routing.policy"),
+            "priority.policy": self.text(priority.get("policy"), "priority.policy"),
+            "scheduler": self.text(top.get("scheduler"), "scheduler"),
+        }
+        scorers = self.scorer_list(routing.get("scorers"))
+        self.validate(values, scorers)
+        return Bundle(self.label, values, dict(scorers))
+
+    def scorer_list(self, node: yaml.Node | None) -> list[tuple[str, float]]:
+        if self.is_null(node):
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error("routing.scorers", f"expected a list, got {node_kind(node)}",
+                             "a list of {name, weight}")
+        out = []
+        for i, item in enumerate(node.value):
+            key = f"routing.scorers[{i}]"
+            fields = self.mapping(item, key, SECTION_KEYS["scorer"])
+            weight = self.number(fields.get("weight"), f"{key}.weight")
+            out.append((self.text(fields.get("name"), f"{key}.name"),
+                        0.0 if weight is None else weight))  # Go's zero value
+        return out
+
+    def validate(self, values: dict[str, Any], scorers: list[tuple[str, float]]) -> None:
+        """PolicyBundle.Validate: names, then bucket parameters, then scorers."""
+        for axis, flag in AXIS_FLAGS.items():
+            key = BUNDLE_KEYS[flag]
+            if values[key] != "" and values[key] not in POLICY_NAMES[axis]:
+                what = "scheduler" if axis == "scheduler" else f"{axis} policy"
+                raise self.error(key, f"unknown {what} {values[key]!r}",
+                                 ", ".join(POLICY_NAMES[axis]))
+        for key in ("admission.token_bucket_capacity", "admission.token_bucket_refill_rate"):
+            value = values[key]
+            if value is not None and not math.isfinite(value):
+                raise self.error(key, f"must be a finite number, got {value}")
+            if value is not None and value < 0:
+                raise self.error(key, f"must be non-negative, got {value}")
+        seen: set[str] = set()
+        for i, (name, weight) in enumerate(scorers):
+            if name not in SCORER_NAMES:
+                raise self.error(f"routing.scorers[{i}].name", f"unknown scorer {name!r}",
+                                 ", ".join(SCORER_NAMES))
+            if name in seen:
+                raise self.error(f"routing.scorers[{i}].name", f"duplicate scorer {name!r}; "
+                                 "each scorer may appear at most once")
+            seen.add(name)
+            if not (math.isfinite(weight) and weight > 0):
+                raise self.error(f"routing.scorers[{i}].weight", f"scorer {name!r}: weight "
+                                 f"must be a finite positive number, got {weight}")
+
+
+def load_bundle(path: Path, label: str | None = None) -> Bundle:
+    """Read and validate a PolicyBundle YAML as the reference's LoadPolicyBundle + Validate:
+    only the first YAML document is read, and a file without one is an error (EOF)."""
+    label = label or str(path)
+    try:
+        text = path.read_text()
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ScenarioError(label, f"cannot read {path}: {reason}") from None
+    try:
+        root = next(yaml.compose_all(text, Loader=yaml.SafeLoader), None)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(label, f"not valid YAML{where}: {problem}") from None
+    if root is None:
+        raise ScenarioError(label, "has no YAML document (the reference fails with EOF)",
+                            "a mapping with admission, routing, priority and/or scheduler")
+    return BundleReader(label).read(root)
+
+
+def policy_config(path: Path) -> dict[str, Any]:
+    """The blis-simpy `policies:` section equivalent to `--policy-config path` with no
+    policy flags: what the file leaves unset takes the reference's flag defaults."""
+    bundle = load_bundle(Path(path))
+    section = policies_section(Args(default_values(), set(), Path.cwd()), bundle)
+    build_policies(section, 1, "")
+    return section
+
+
+def build_policies(policies: dict[str, Any], instances: int, prefix: str) -> None:
+    """Create each policy from its template, so bad parameters fail here, not at run time."""
+    from blis_simpy.config.scenario import PolicyConfig
+    from blis_simpy.policies.admission import ADMISSION
+    from blis_simpy.policies.priority import PRIORITY
+    from blis_simpy.policies.routing import ROUTING
+    from blis_simpy.policies.scheduler import SCHEDULER
+
+    for axis, registry in (("admission", ADMISSION), ("priority", PRIORITY),
+                           ("routing", ROUTING), ("scheduler", SCHEDULER)):
+        entry = policies[axis]
+        config = PolicyConfig(entry["type"], dict(entry.get("params") or {}))
+        context = {"instances": instances} if axis == "routing" else {}
+        registry.create(config, join(prefix, f"policies.{axis}"), **context)
+
+
+def policies_yaml(policies: dict[str, Any], source: str | Path | None = None) -> str:
+    """A `policies:` section as YAML, headed by a comment naming the file it came from."""
+    header = (f"# Converted from the reference BLIS policy config {source}\n" if source
+              else "# Converted from a reference BLIS policy config.\n")
+    return header + yaml.safe_dump({"policies": policies}, sort_keys=False)
 
 
 # ---------------------------------------------------------------- entry points
@@ -513,6 +881,12 @@ def blis_command(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
                             "meta-llama/llama-3.1-8b-instruct")
     latency = resolve_latency(args)
     workload = workload_section(args)
+    cluster = cluster_section(args)
+    bundle = None
+    if args["policy-config"]:
+        bundle = load_bundle(args.path("policy-config"),
+                             f"--policy-config {args['policy-config']}")
+    policies = policies_section(args, bundle)
     data: dict[str, Any] = {
         "version": 1,
         "model": model_section(args, latency),
@@ -525,15 +899,19 @@ def blis_command(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
         data["horizon_s"] = args["horizon"] / 1e6
     data["latency"] = latency.section
     data["engine"] = engine_section(args, latency)
+    data["cluster"] = cluster
+    data["policies"] = policies
     data["workload"] = workload
     validate(data, preset=args["workload"] not in ("distribution", "traces"))
     return data
 
 
 def validate(data: dict[str, Any], preset: bool) -> None:
-    """Load the result with the schema, reporting failures by the flag that set the value."""
+    """Load the result with the schema and build its policies, reporting failures by the
+    flag that set the value."""
     try:
         Scenario.from_dict(data)
+        build_policies(data["policies"], data["cluster"]["instances"], "")
     except ScenarioError as exc:
         raise ScenarioError(flag_for(exc.path, preset), exc.problem, exc.valid) from None
 

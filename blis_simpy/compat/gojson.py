@@ -166,6 +166,10 @@ def format_float(x: float) -> str:
     Raises ValueError for NaN and infinities, which Go refuses with the same message.
     """
     x = float(x)
+    text = repr(x)
+    if "e" not in text and "n" not in text:
+        # Plain decimal repr means 1e-4 <= |x| < 1e16: Go's 'f' layout of the same digits.
+        return text[:-2] if text.endswith(".0") else text
     if math.isnan(x) or math.isinf(x):
         name = "NaN" if math.isnan(x) else ("+Inf" if x > 0 else "-Inf")
         raise ValueError(f"json: unsupported value: {name}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 import simpy
 
@@ -19,6 +19,7 @@ from blis_simpy.config.resolve import latency_model
 from blis_simpy.config.scenario import DistributionWorkload, Scenario
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.request import Request
+from blis_simpy.engine.tokens import hash_requests
 from blis_simpy.policies.admission import ADMISSION
 from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.routing import ROUTING
@@ -35,8 +36,24 @@ def workload_requests(scenario: Scenario) -> Iterable[Request]:
     compat = scenario.compat == "blis"
     if isinstance(workload, DistributionWorkload):
         make = compat_requests if compat else native_requests
-        return make(workload, scenario.seed, horizon)
-    return read_trace(workload.path, horizon, truncate=compat)
+        return hashed(make(workload, scenario.seed, horizon), scenario.engine.block_size)
+    requests = read_trace(workload.path, horizon, truncate=compat)
+    hash_requests(requests, scenario.engine.block_size)
+    return requests
+
+
+def hashed(requests: Iterable[Request], block_size: int, chunk: int = 256
+           ) -> Iterator[Request]:
+    """Requests with their block hashes computed a chunk at a time (vectorised)."""
+    batch: list[Request] = []
+    for req in requests:
+        batch.append(req)
+        if len(batch) == chunk:
+            hash_requests(batch, block_size)
+            yield from batch
+            batch = []
+    hash_requests(batch, block_size)
+    yield from batch
 
 
 class Simulation:

@@ -127,3 +127,15 @@ def test_evicting_a_block_keeps_another_blocks_registration_of_the_same_hash():
     kv.allocate(filler, 0, 8)  # pops block 2 then block 0, evicting block 0's old hash
     assert 0 in filler.blocks
     assert kv.cached_prefix(request(3, [1, 2, 3, 4]), 4) == [1]
+
+
+def test_vectorised_hashing_equals_one_request_at_a_time():
+    from blis_simpy.engine.tokens import block_hashes, hash_requests
+
+    rng = np.random.default_rng(3)
+    reqs = [Request(i, 0, rng.integers(0, 128_000, n), rng.integers(0, 9, m))
+            for i, (n, m) in enumerate([(0, 3), (5, 0), (37, 20), (64, 0), (15, 1), (200, 77)])]
+    expected = [block_hashes(np.concatenate((r.tokens,)), 16) for r in reqs]
+    hash_requests(reqs, 16)
+    assert [r.hashes for r in reqs] == expected
+    assert all(r.tokens is None for r in reqs)
