@@ -71,7 +71,10 @@ class Gateway:
             req.priority = self.priority.compute(req.view, self.state, now)
             StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
         elif decision.action == "delay":
-            StageEvent(self.env, max(decision.delay_us, 0), ADMISSION, req, self._admit)
+            if decision.delay_us <= 0:
+                raise ValueError(f"admission policy {self.admission.name!r} delayed "
+                                 f"{req.name} by {decision.delay_us} µs; a delay must be > 0")
+            StageEvent(self.env, decision.delay_us, ADMISSION, req, self._admit)
         else:
             req.state = State.REJECTED
             req.reject_reason = decision.reason or "rejected by admission"

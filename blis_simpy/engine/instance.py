@@ -11,7 +11,7 @@ loop keeps stepping while anything is running or waiting.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from typing import Protocol
 
 import simpy
@@ -155,8 +155,10 @@ class Instance:
         self.last_event = now
         self._preempted = False
         index = len(self.steps)
+        if self.priority is not None:
+            self._rescore(self.wait_queue, now)
         if self.scheduler.order_key is not None and len(self.wait_queue) > 1:
-            self._order_queue(now)
+            self.wait_queue = deque(sorted(self.wait_queue, key=self.scheduler.order_key))
         if self.steady is not None:
             duration = self._steady_step(now, index)
             if duration is not None:
@@ -164,13 +166,12 @@ class Instance:
             self._materialize(index)
         return self._exact_step(now, index)
 
-    def _order_queue(self, now: int) -> None:
-        """The scheduler's order for this step (stable: ties keep queue order)."""
-        if self.priority is not None:
-            compute = self.priority.compute
-            for req in self.wait_queue:
-                req.priority = compute(req.view, None, now)
-        self.wait_queue = deque(sorted(self.wait_queue, key=self.scheduler.order_key))
+    def _rescore(self, requests: Iterable[Request], now: int) -> None:
+        """Current priorities for an aging policy (the scheduler orders or preempts by them)."""
+        assert self.priority is not None
+        compute = self.priority.compute
+        for req in requests:
+            req.priority = compute(req.view, None, now)
 
     def _exact_step(self, now: int, index: int) -> int | None:
         """The step, request by request in batch order: budget, KV and preemption exact."""
@@ -336,7 +337,10 @@ class Instance:
         the scheduler's rule (last admitted by default). False if this request was the victim."""
         kv, running, victim_of = self.kv, self.running, self.scheduler.victim
         while not kv.allocate(req, start, tokens):
-            victim = running.pop(position + victim_of(running[position:]))
+            candidates = running[position:]
+            if self.priority is not None:
+                self._rescore(candidates, self.env.now)
+            victim = running.pop(position + victim_of(candidates))
             self._preempt(victim)
             if victim is req:
                 return False

@@ -346,3 +346,16 @@ def test_ec2_rejected_requests_never_reach_an_instance_and_are_counted():
     per_instance = result.summary["instances"]
     assert sum(i["injected_requests"] for i in per_instance) == 40 - len(rejected)
     assert set(result.requests[result.requests.final_state == "rejected"].instance) == {""}
+
+
+def test_periodic_field_is_read_on_first_use_not_zero_until_the_interval():
+    """The reference's periodic KV fields read 0 until the clock passes the interval (its
+    quirk §9.4); here the first read is live."""
+    env = simpy.Environment()
+    inst = make_instance(env)
+    req = request(2)
+    req.hash_blocks(16)
+    inst.kv.allocate(req, 0, 16 * 10)
+    config = ObservabilityConfig(kv_utilization=Refresh("periodic", 0.05))
+    snap = SnapshotProvider([inst], config, [0], [0]).snapshot(0, 100)
+    assert snap.kv_utilization == pytest.approx(0.1)

@@ -1,0 +1,217 @@
+"""Routing templates called directly on hand-built snapshots."""
+
+from __future__ import annotations
+
+import pytest
+
+from blis_simpy.cluster.router_state import RouterState
+from blis_simpy.config.errors import ScenarioError
+from blis_simpy.policies.routing import WeightedParams
+from tests.policies.helpers import loads, routing, snap, view
+
+
+def route(policy, snapshots, hashes=(), clock=0):
+    return policy.route(view(hashes=hashes), 0.0, snapshots, RouterState(), clock)
+
+
+def test_snapshot_effective_load_is_queue_plus_batch_plus_pending():
+    s = snap(0, queue=3, batch=5, pending=7, in_flight=100, kv=0.9)
+    assert s.effective_load == 15
+
+
+# -- round-robin ----------------------------------------------------------------------------
+
+def test_round_robin_cycles_through_instances_ignoring_load():
+    policy = routing("round-robin")
+    snapshots = loads(100, 0, 50)
+    decisions = [route(policy, snapshots) for _ in range(7)]
+    assert [d.target for d in decisions] == [0, 1, 2, 0, 1, 2, 0]
+    assert [d.reason for d in decisions[:3]] == ["round-robin[0]", "round-robin[1]",
+                                                 "round-robin[2]"]
+    assert decisions[6].reason == "round-robin[6]"
+
+
+# -- least-loaded / always-busiest ----------------------------------------------------------
+
+def test_least_loaded_picks_min_effective_load_from_all_three_parts():
+    policy = routing("least-loaded")
+    snapshots = [snap(0, queue=3), snap(1, batch=3), snap(2, queue=1, pending=1, kv=0.99,
+                                                          in_flight=50)]
+    decision = route(policy, snapshots)
+    assert decision.target == 2  # load 2 < 3; in-flight and KV play no part
+    assert decision.reason == "least-loaded (load=2)"
+    assert decision.scores == (-3.0, -3.0, -2.0)
+    assert route(policy, [snap(0, pending=4), snap(1, batch=3)]).target == 1
+
+
+def test_least_loaded_ties_go_to_the_lowest_index():
+    policy = routing("least-loaded")
+    assert route(policy, loads(2, 1, 1)).target == 1
+    assert route(policy, loads(0, 0, 0)).target == 0
+
+
+def test_always_busiest_picks_max_effective_load_ties_lowest():
+    policy = routing("always-busiest")
+    decision = route(policy, [snap(0, queue=1), snap(1, pending=3), snap(2, batch=3)])
+    assert decision.target == 1
+    assert decision.reason == "always-busiest (load=3)"
+    assert decision.scores == (1.0, 3.0, 3.0)
+    assert route(policy, loads(0, 0, 0)).target == 0
+
+
+# -- weighted -------------------------------------------------------------------------------
+
+def test_weighted_default_scorers_are_the_references():
+    assert WeightedParams().scorers == {"prefix-affinity": 3.0, "queue-depth": 2.0,
+                                        "kv-utilization": 2.0}
+    assert WeightedParams().prefix_index_capacity == 10_000
+
+
+def test_weighted_queue_depth_scorer_is_normalised_distance_from_max():
+    policy = routing("weighted", scorers={"queue-depth": 1})
+    decision = route(policy, loads(0, 5, 10))
+    assert decision.scores == pytest.approx((1.0, 0.5, 0.0))
+    assert decision.target == 0
+    assert decision.reason == "weighted-scoring (score=1.000)"
+    assert route(policy, loads(4, 4, 4)).scores == (1.0, 1.0, 1.0)  # all equal -> 1
+    assert route(policy, loads(6, 2, 3)).scores == pytest.approx((0.0, 1.0, 0.75))
+
+
+def test_weighted_kv_utilization_scorer_is_one_minus_utilization():
+    policy = routing("weighted", scorers={"kv-utilization": 1})
+    decision = route(policy, [snap(0, kv=0.2), snap(1, kv=0.9, queue=0), snap(2, kv=0.5)])
+    assert decision.scores == pytest.approx((0.8, 0.1, 0.5))
+    assert decision.target == 0
+    # Load plays no part.
+    assert route(policy, [snap(0, kv=0.5), snap(1, kv=0.4, queue=99)]).target == 1
+
+
+def test_weighted_load_balance_scorer_is_inverse_of_one_plus_load():
+    policy = routing("weighted", scorers={"load-balance": 1})
+    decision = route(policy, [snap(0, queue=1), snap(1), snap(2, batch=1, pending=2)])
+    assert decision.scores == pytest.approx((0.5, 1.0, 0.25))
+    assert decision.target == 1
+
+
+def test_weighted_prefix_affinity_scorer_is_matched_over_total_blocks():
+    policy = routing("weighted", scorers={"prefix-affinity": 1})
+    policy.index.record(1, (11, 12, 13))
+    policy.index.record(2, (11, 99, 13))  # block 1 differs: only the first block matches
+    decision = route(policy, loads(0, 0, 0), hashes=(11, 12, 13, 14))
+    assert decision.scores == pytest.approx((0.0, 0.75, 0.25))
+    assert decision.target == 1
+
+
+def test_weighted_prefix_affinity_scorer_without_full_blocks_scores_zero():
+    policy = routing("weighted", scorers={"prefix-affinity": 1})
+    policy.index.record(2, (1, 2))
+    decision = route(policy, loads(0, 0, 0), hashes=())
+    assert decision.scores == (0.0, 0.0, 0.0)
+    assert decision.target == 0
+
+
+def test_weighted_records_the_hashes_on_the_chosen_instance_only():
+    policy = routing("weighted", scorers={"prefix-affinity": 1, "queue-depth": 1})
+    first = route(policy, loads(5, 5, 0), hashes=(1, 2))  # queue-depth steers it to 2
+    assert first.target == 2
+    assert [policy.index.match(i, (1, 2)) for i in range(3)] == [0, 0, 2]
+    # Same prefix, loads now even: affinity alone decides, and it remembers instance 2.
+    second = route(policy, loads(0, 0, 0), hashes=(1, 2, 3))
+    assert second.target == 2
+    assert second.scores == pytest.approx((0.5, 0.5, 0.5 + 0.5 * 2 / 3))
+
+
+def test_weighted_normalises_weights():
+    a = routing("weighted", scorers={"queue-depth": 1, "load-balance": 3})
+    b = routing("weighted", scorers={"queue-depth": 10, "load-balance": 30})
+    snapshots = loads(0, 2)
+    # queue-depth (1, 0), load-balance (1, 1/3) -> 0.25*qd + 0.75*lb
+    assert route(a, snapshots).scores == pytest.approx((1.0, 0.25))
+    assert route(b, snapshots).scores == pytest.approx((1.0, 0.25))
+
+
+def test_weighted_clamps_each_scorer_to_unit_interval():
+    policy = routing("weighted", scorers={"kv-utilization": 1})
+    decision = route(policy, [snap(0, kv=1.5), snap(1, kv=-0.5), snap(2, kv=0.25)])
+    assert decision.scores == (0.0, 1.0, 0.75)
+    assert decision.target == 1
+
+
+def test_weighted_argmax_ties_go_to_the_lowest_index_and_scores_cover_every_instance():
+    policy = routing("weighted", instances=4, scorers={"kv-utilization": 1, "load-balance": 1})
+    decision = route(policy, [snap(0, queue=1), snap(1), snap(2), snap(3, queue=1)])
+    assert decision.target == 1
+    assert len(decision.scores) == 4
+    assert decision.scores[1] == decision.scores[2]
+
+
+def test_weighted_prefix_index_is_lru_bounded_by_capacity():
+    policy = routing("weighted", scorers={"prefix-affinity": 1}, prefix_index_capacity=2)
+    policy.index.record(0, (1, 2, 3))  # 1 is evicted
+    assert policy.index.match(0, (1, 2, 3)) == 0
+    assert policy.index.match(0, (2, 3)) == 2
+    policy.index.record(0, (2,))  # touch 2: 3 is now the oldest
+    policy.index.record(0, (4,))
+    assert policy.index.match(0, (2,)) == 1
+    assert policy.index.match(0, (3,)) == 0
+
+
+@pytest.mark.parametrize(("scorers", "path"), [
+    ({"bogus": 1}, "policies.routing.params.scorers.bogus"),
+    ({"queue-depth": 0}, "policies.routing.params.scorers.queue-depth"),
+    ({"queue-depth": -2}, "policies.routing.params.scorers.queue-depth"),
+    ({"queue-depth": float("inf")}, "policies.routing.params.scorers.queue-depth"),
+    ({"load-balance": "1"}, "policies.routing.params.scorers.load-balance"),
+    ({}, "policies.routing.params.scorers"),
+])
+def test_weighted_bad_scorers_name_their_path(scorers, path):
+    with pytest.raises(ScenarioError) as err:
+        routing("weighted", scorers=scorers)
+    assert err.value.path == path
+    if "bogus" in path:
+        assert "kv-utilization, load-balance, prefix-affinity, queue-depth" in str(err.value)
+
+
+# -- prefix-affinity ------------------------------------------------------------------------
+
+def test_prefix_affinity_without_a_match_falls_back_to_least_loaded():
+    policy = routing("prefix-affinity")
+    decision = route(policy, loads(3, 1, 2), hashes=(1, 2, 3))
+    assert decision.target == 1
+    assert decision.reason == "prefix-affinity (cache-miss, fallback to least-loaded, blocks=0)"
+    assert route(policy, loads(1, 1, 1), hashes=(7,)).target == 0  # ties: lowest index
+
+
+def test_prefix_affinity_follows_the_prefix_even_to_a_busier_instance():
+    policy = routing("prefix-affinity")
+    assert route(policy, loads(3, 1, 2), hashes=(1, 2, 3)).target == 1
+    decision = route(policy, loads(0, 50, 0), hashes=(1, 2, 9))
+    assert decision.target == 1
+    assert decision.reason == "prefix-affinity (cache-hit, blocks=2)"
+
+
+def test_prefix_affinity_longest_matched_prefix_wins():
+    policy = routing("prefix-affinity")
+    policy.index.record(0, (1, 2))
+    policy.index.record(2, (1, 2, 3))
+    decision = route(policy, loads(0, 0, 9), hashes=(1, 2, 3, 4))
+    assert decision.target == 2
+    assert decision.reason == "prefix-affinity (cache-hit, blocks=3)"
+    assert len(decision.scores) == 3
+
+
+def test_prefix_affinity_equal_matches_go_to_the_less_loaded():
+    policy = routing("prefix-affinity")
+    policy.index.record(0, (1, 2))
+    policy.index.record(1, (1, 2))
+    assert route(policy, loads(4, 2, 0), hashes=(1, 2)).target == 1  # 2 unmatched: not chosen
+    policy2 = routing("prefix-affinity")
+    policy2.index.record(0, (1,))
+    policy2.index.record(1, (1,))
+    assert route(policy2, loads(3, 3, 0), hashes=(1,)).target == 0  # then lowest index
+
+
+def test_prefix_affinity_records_the_chosen_instance():
+    policy = routing("prefix-affinity")
+    route(policy, loads(2, 2, 0), hashes=(5, 6))
+    assert [policy.index.match(i, (5, 6)) for i in range(3)] == [0, 0, 2]
