@@ -9,7 +9,13 @@ from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.engine.simulation import Progress, Simulation
 from blis_simpy.metrics.collect import StepTable
-from blis_simpy.metrics.report import latencies, request_table, step_table, summary
+from blis_simpy.metrics.report import (
+    decision_table,
+    latencies,
+    request_table,
+    step_table,
+    summary,
+)
 from blis_simpy.result import Result
 
 
@@ -45,6 +51,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         summary=stats,
         requests=request_table(sim, lat),
         steps=step_table(sim, steps),
+        decisions=decision_table(sim) if resolved.cluster.record_decisions else None,
         wall_time_s=wall,
         reference=reference,
     )

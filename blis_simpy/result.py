@@ -25,6 +25,7 @@ class Result:
     requests: pd.DataFrame
     steps: pd.DataFrame
     wall_time_s: float
+    decisions: pd.DataFrame | None = None  # when cluster.record_decisions is on
     reference: ReferenceOutputs | None = None  # compat mode: the reference's own outputs
 
     @property
@@ -46,6 +47,8 @@ class Result:
             (staging / "scenario.yaml").write_text(self.scenario.to_yaml())
             write_table(self.requests, staging / f"requests.{fmt}")
             write_table(self.steps, staging / f"steps.{fmt}")
+            if self.decisions is not None:
+                write_table(self.decisions, staging / f"decisions.{fmt}")
             for name, text in self.extra_files.items():
                 (staging / name).write_text(text)
             out.mkdir(exist_ok=True)

@@ -64,6 +64,9 @@ class RouterState:
         assert state.recent is not None
         state.recent.append(clock)
         self.arrivals.append(clock)
+        # keep the windows short even if no policy ever asks for a rate
+        window_rate(state.recent, clock)
+        window_rate(self.arrivals, clock)
 
     def on_admit(self, tenant_id: str) -> None:
         self.tenant(tenant_id).active_requests += 1

@@ -432,6 +432,7 @@ class Instance:
             self.kv.release(req)
             req.state = State.COMPLETED
             req.completed_at = at
+            req.hashes = []  # its blocks keep their own hashes; free the request's copy
             if req.output_len > 1:
                 self.recent_tpot.append((at - req.first_token_at) / (req.output_len - 1))
             if observer is not None:

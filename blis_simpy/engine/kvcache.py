@@ -92,9 +92,19 @@ class KVCache:
 
     def open_block(self, req: Request) -> bool:
         """A decode token that starts a new block: one block from the free head."""
-        if not self.free:
+        free = self.free
+        if not free:
             return False
-        self._take(req.blocks, 1)
+        block = free.popitem(last=False)[0]
+        old = self.block_hash[block]
+        if old is not None:
+            if self.index.get(old) == block:
+                del self.index[old]
+            self.block_hash[block] = None
+        self.refcount[block] = 1
+        req.blocks.append(block)
+        self.used += 1
+        self.misses += 1
         return True
 
     def publish(self, req: Request, i: int) -> None:
@@ -133,11 +143,14 @@ class KVCache:
     def release(self, req: Request) -> None:
         """Drop the request's references, last block first, so its tail is evicted first."""
         refcount, free = self.refcount, self.free
+        freed = 0
         for block in reversed(req.blocks):
-            refcount[block] -= 1
-            if refcount[block] == 0:
+            count = refcount[block] - 1
+            refcount[block] = count
+            if not count:
                 free[block] = None
-                self.used -= 1
+                freed += 1
+        self.used -= freed
         req.blocks = []
 
     def check(self) -> None:

@@ -27,12 +27,13 @@ class SteadyDecoders:
         self.schedule(req, step)
 
     def schedule(self, req: Request, step: int) -> None:
-        """File `req` under its first event at or after `step`."""
+        """File `req` under its first event at or after `step`: the step whose token opens
+        (slot 0) or fills (last slot) a block, or its last token."""
         ahead = step - req.lazy_base
-        slot = (req.progress + ahead) % self.block_size
         last = self.block_size - 1
-        event = step if slot == 0 or slot == last else step + last - slot
-        done = step + req.max_tokens - 1 - (req.emitted + ahead)
+        slot = (req.progress + ahead) % self.block_size
+        event = step + last - slot if 0 < slot < last else step
+        done = step + req.max_tokens - 1 - req.emitted - ahead
         if done < event:
             event = done
         req.event_step = event

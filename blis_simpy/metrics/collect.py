@@ -13,6 +13,7 @@ import numpy as np
 
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.request import Request, State
+from blis_simpy.metrics.summary import Samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +46,14 @@ class TokenGaps:
     weights: list[np.ndarray]  # per instance, per step
     spans: np.ndarray  # explicit multi-step gaps
 
-    def samples(self, steps: list[StepTable], extra: int = 0) -> np.ndarray:
-        """Every gap (+ `extra` each), unsorted."""
-        parts = [np.repeat(t.duration, w) for t, w in zip(steps, self.weights, strict=True)]
-        parts.append(self.spans)
-        values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return values + extra
+    def samples(self, steps: list[StepTable], extra: int = 0,
+                more: np.ndarray | None = None) -> Samples:
+        """Every gap (+ `extra` each), plus the values `more`, as weighted samples."""
+        ones = np.ones(len(self.spans) + (0 if more is None else len(more)), dtype=np.int64)
+        values = np.concatenate([t.duration for t in steps] + [self.spans + extra]
+                                + ([] if more is None else [more]))
+        values[: sum(len(t.duration) for t in steps)] += extra
+        return Samples(values, np.concatenate([*self.weights, ones]))
 
 
 def token_gaps(requests: list[Request], steps: list[StepTable]) -> TokenGaps:

@@ -96,7 +96,7 @@ def scope_summary(sim: Simulation, steps: list[StepTable], lat: RequestLatencies
         a2 = instances[0].latency.output_delay
         extra = np.array([steps[r.instance].duration[r.last_emit_step] for r in finished],
                          dtype=np.int64)
-        itl = np.concatenate((gaps.samples(steps, a2), extra + a2))
+        itl = gaps.samples(steps, a2, more=extra + a2)
         output_tokens = sum(max(r.emitted - 1, 0) for r in reqs)
         injected = len(finished) + queued + running
     else:
@@ -184,3 +184,18 @@ def step_table(sim: Simulation, steps: list[StepTable]) -> pd.DataFrame:
             "queue_depth": table.queue_depth,
         }))
     return pd.concat(frames, ignore_index=True)
+
+
+def decision_table(sim: Simulation) -> pd.DataFrame:
+    """Every admission and routing decision, when `cluster.record_decisions` is on."""
+    records = sim.gateway.decisions or []
+    return pd.DataFrame({
+        "time_s": [r[0] / 1e6 for r in records],
+        "request": [r[1] for r in records],
+        "stage": [r[2] for r in records],
+        "outcome": [r[3] for r in records],
+        "instance": [r[4] for r in records],
+        "reason": [r[5] for r in records],
+        "top_candidates": [";".join(f"{name}={score:.6g}" for name, score in r[6])
+                           for r in records],
+    })

@@ -8,7 +8,6 @@ reference's operation order so compat mode reproduces its numbers to the last bi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,28 +15,57 @@ import numpy as np
 PERCENTILES = (90, 95, 99)
 
 
-def mean_ms(values: Sequence[int]) -> float:
-    return sum(values) / len(values) / 1000 if len(values) else 0.0
+class Samples:
+    """A multiset of µs values, optionally with multiplicities: inter-token gaps are step
+    durations times the tokens that followed a token in that step, never one value per
+    token. Order statistics come from cumulative weights, so no token-sized array is built."""
+
+    def __init__(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
+        values = np.asarray(values, dtype=np.int64)
+        if weights is None:
+            self.sorted = np.sort(values)
+            self.cumulative = None
+            self.count = len(values)
+            self.total = int(self.sorted.sum())
+            return
+        weights = np.asarray(weights, dtype=np.int64)
+        keep = weights > 0
+        values, weights = values[keep], weights[keep]
+        order = np.argsort(values, kind="stable")
+        self.sorted = values[order]
+        self.cumulative = np.cumsum(weights[order])
+        self.count = int(self.cumulative[-1]) if len(values) else 0
+        self.total = int((values * weights).sum())
+
+    def at(self, k: int) -> int:
+        """The k-th smallest value (0-based)."""
+        if self.cumulative is None:
+            return int(self.sorted[k])
+        return int(self.sorted[np.searchsorted(self.cumulative, k, side="right")])
+
+    def mean_ms(self) -> float:
+        # The reference sums the sorted values as float64; they are integers whose sum stays
+        # below 2^53, so that sum is exact and equals this integer sum.
+        return self.total / self.count / 1000 if self.count else 0.0
+
+    def percentile_ms(self, p: float) -> float:
+        """Linear interpolation at rank p/100*(n-1), in the reference's operation order."""
+        n = self.count
+        if n == 0:
+            return 0.0
+        rank = p / 100 * (n - 1)
+        lo, hi = math.floor(rank), math.ceil(rank)
+        low = self.at(lo)
+        if lo == hi:
+            return low / 1000
+        return low / 1000 + (self.at(hi) - low) * (rank - lo) / 1000
 
 
-def percentile_ms(ordered: Sequence[int], p: float) -> float:
-    """Percentile of ascending µs values, in ms; 0 for no values."""
-    n = len(ordered)
-    if n == 0:
-        return 0.0
-    rank = p / 100 * (n - 1)
-    lo, hi = math.floor(rank), math.ceil(rank)
-    if lo == hi:
-        return ordered[lo] / 1000
-    return ordered[lo] / 1000 + (ordered[hi] - ordered[lo]) * (rank - lo) / 1000
-
-
-def distribution(name: str, values: np.ndarray) -> dict[str, float]:
-    """`<name>_mean_ms` and `<name>_p90/95/99_ms` of µs values."""
-    ordered = np.sort(np.asarray(values, dtype=np.int64)).tolist()
-    out = {f"{name}_mean_ms": mean_ms(ordered)}
+def distribution(name: str, samples: Samples) -> dict[str, float]:
+    """`<name>_mean_ms` and `<name>_p90/95/99_ms`."""
+    out = {f"{name}_mean_ms": samples.mean_ms()}
     for p in PERCENTILES:
-        out[f"{name}_p{p}_ms"] = percentile_ms(ordered, p)
+        out[f"{name}_p{p}_ms"] = samples.percentile_ms(p)
     return out
 
 
@@ -57,7 +85,7 @@ def summary_fields(
     duration_us: int,
     e2e: np.ndarray,
     ttft: np.ndarray,
-    itl: np.ndarray,
+    itl: Samples,
     scheduling_delay: np.ndarray,
     preemptions: int,
 ) -> dict[str, Any]:
@@ -75,10 +103,9 @@ def summary_fields(
         "responses_per_sec": rate(completed, seconds),
         "tokens_per_sec": rate(output_tokens, seconds),
     }
-    out.update(distribution("e2e", e2e))
-    out.update(distribution("ttft", ttft))
+    out.update(distribution("e2e", Samples(e2e)))
+    out.update(distribution("ttft", Samples(ttft)))
     out.update(distribution("itl", itl))
-    ordered = np.sort(np.asarray(scheduling_delay, dtype=np.int64)).tolist()
-    out["scheduling_delay_p99_ms"] = percentile_ms(ordered, 99)
+    out["scheduling_delay_p99_ms"] = Samples(scheduling_delay).percentile_ms(99)
     out["preemption_count"] = preemptions
     return out

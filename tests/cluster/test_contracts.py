@@ -359,3 +359,17 @@ def test_periodic_field_is_read_on_first_use_not_zero_until_the_interval():
     config = ObservabilityConfig(kv_utilization=Refresh("periodic", 0.05))
     snap = SnapshotProvider([inst], config, [0], [0]).snapshot(0, 100)
     assert snap.kv_utilization == pytest.approx(0.1)
+
+
+def test_recorded_routing_decisions_carry_scores_and_top_k(tmp_path):
+    s = cluster(3, cluster={"record_decisions": True, "top_k": 2},
+                policies={"routing": {"type": "least-loaded"}})
+    result = blis_simpy.run(s)
+    routing = result.decisions[result.decisions.stage == "routing"]
+    admission = result.decisions[result.decisions.stage == "admission"]
+    assert len(routing) == len(admission) == 40
+    assert (routing.top_candidates.str.count("=") == 2).all()
+    first = routing.iloc[0]
+    assert first.instance == "instance_0" and first.top_candidates.startswith("instance_0=")
+    result.save(tmp_path / "out", "csv")
+    assert (tmp_path / "out" / "decisions.csv").is_file()
