@@ -25,6 +25,12 @@ from blis_simpy.policies.routing import RoutingPolicy
 from blis_simpy.policies.view import RequestView
 
 
+def settle(req: Request) -> None:
+    """Wake whoever waits on this request's outcome (a session's next turn, a user)."""
+    if req.done is not None and not req.done.triggered:
+        req.done.succeed()
+
+
 class Gateway:
     """Admission, priority and routing for a set of instances."""
 
@@ -80,6 +86,7 @@ class Gateway:
             req.reject_reason = decision.reason or "rejected by admission"
             self.state.on_reject(req.tenant_id)
             self.rejected += 1
+            settle(req)
 
     def _route(self, event: simpy.Event) -> None:
         req: Request = event.value
@@ -107,6 +114,7 @@ class Gateway:
             self.pending[instance] = max(0, self.pending[instance] - 1)
         self.in_flight[instance] -= 1
         self.state.on_finish(req.tenant_id)
+        settle(req)
 
     # -- decision records ---------------------------------------------------------------------
 

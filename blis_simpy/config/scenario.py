@@ -18,6 +18,7 @@ import yaml
 
 from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.schema import join, load, spec, to_plain
+from blis_simpy.workload.spec import TenantsWorkload
 
 US_PER_S = 1_000_000
 
@@ -110,7 +111,7 @@ class TraceWorkload:
     path: str = spec(help="CSV path, relative to the scenario file")
 
 
-Workload = DistributionWorkload | TraceWorkload
+Workload = DistributionWorkload | TraceWorkload | TenantsWorkload
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ class Request:
         "cached_tokens",
         "chunk",
         "completed_at",
+        "done",
         "emitted",
         "event_step",
         "first_scheduled",
@@ -51,12 +52,15 @@ class Request:
         "progress",
         "queued_at",
         "reject_reason",
+        "request_type",
         "routed_at",
         "seq",
+        "session_id",
         "slo_class",
         "state",
         "tenant_id",
         "tokens",
+        "turn",
         "view",
     )
 
@@ -77,6 +81,10 @@ class Request:
         self.admitted_at = -1
         self.routed_at = -1
         self.view: Any = None  # the read-only RequestView policies see, made at arrival
+        self.request_type = "completion"
+        self.session_id = ""
+        self.turn = 0
+        self.done: Any = None  # a SimPy event a session waits on, triggered when it ends
         self.input_len = len(input_tokens)
         self.output_len = len(output_tokens)
         # The KV cache hashes the whole sequence (prompt, then output) block by block; the

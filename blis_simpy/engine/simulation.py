@@ -25,6 +25,8 @@ from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.routing import ROUTING
 from blis_simpy.policies.scheduler import SCHEDULER
 from blis_simpy.workload.distribution import compat_requests, native_requests
+from blis_simpy.workload.spec import TenantsWorkload
+from blis_simpy.workload.tenants import TenantWorkload
 from blis_simpy.workload.trace import read_trace
 
 Progress = Callable[[int, int, float], None]  # (sim time µs, requests arrived, wall seconds)
@@ -78,8 +80,15 @@ class Simulation:
         ]
         self.gateway = Gateway(self.env, self.instances, cluster, admission, priority, routing)
         self.requests: list[Request] = []
-        # Traces are read (and checked) here, before any event runs.
-        self.env.process(self._source(workload_requests(scenario)))
+        if isinstance(scenario.workload, TenantsWorkload):
+            TenantWorkload(self.env, scenario.workload, scenario.seed, self._deliver)
+        else:
+            # Traces are read (and checked) here, before any event runs.
+            self.env.process(self._source(workload_requests(scenario)))
+
+    def _deliver(self, req: Request) -> None:
+        self.requests.append(req)
+        self.gateway.arrive(req)
 
     def _source(self, requests: Iterable[Request]) -> Generator[simpy.Event, None, None]:
         """Release each request into the gateway at its arrival time (BC-1: no pre-dispatch);

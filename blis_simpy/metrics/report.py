@@ -164,6 +164,11 @@ def request_table(sim: Simulation, lat: RequestLatencies) -> pd.DataFrame:
         "generated_tokens": column(reqs, "emitted"),
         "preemptions": column(reqs, "preemptions"),
         "instance": [names[r.instance] if r.instance >= 0 else "" for r in reqs],
+        "tenant": [r.tenant_id for r in reqs],
+        "slo_class": [r.slo_class for r in reqs],
+        "request_type": [r.request_type for r in reqs],
+        "session": [r.session_id for r in reqs],
+        "turn": column(reqs, "turn"),
         "final_state": [str(r.state) for r in reqs],
         "reject_reason": [r.reject_reason for r in reqs],
     })

@@ -1,0 +1,229 @@
+"""The multi-tenant workload as SimPy processes.
+
+Open-loop tenants draw arrival times from their arrival process (modulated by the load
+profile); closed-loop tenants run a fixed number of users. One arrival starts a completion,
+a reasoning request, or a session (chat, agentic) whose next request is issued only after the
+previous response completes plus a think or tool time, so the source reacts to the system.
+Token ids are real: shared prefixes are the same ids for everyone, a chat turn carries the
+conversation so far, and the KV cache and prefix-aware routing see genuine reuse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+
+import numpy as np
+import simpy
+
+from blis_simpy.cluster.ordering import CLUSTER_ARRIVAL, StageEvent
+from blis_simpy.config.scenario import US_PER_S
+from blis_simpy.engine.request import Request, State
+from blis_simpy.rng.streams import stream
+from blis_simpy.workload.arrivals import ConstantProfile, arrival_times
+from blis_simpy.workload.distributions import Distribution, sample_seconds, sample_tokens
+from blis_simpy.workload.spec import TenantSpec, TenantsWorkload
+
+VOCAB = 128_000
+Process = Generator[simpy.Event, object, None]
+
+
+class TenantStreams:
+    """One tenant's independent random streams."""
+
+    def __init__(self, seed: int, tenant: str) -> None:
+        self.arrivals = stream(seed, f"tenant:{tenant}:arrivals")
+        self.lengths = stream(seed, f"tenant:{tenant}:lengths")
+        self.tokens = stream(seed, f"tenant:{tenant}:tokens")
+        self.choices = stream(seed, f"tenant:{tenant}:choices")
+
+    def count(self, dist: Distribution, factor: float = 1.0) -> int:
+        return max(1, round(int(sample_tokens(dist, self.lengths, 1)[0]) * factor))
+
+    def seconds(self, dist: Distribution) -> float:
+        return float(sample_seconds(dist, self.lengths, 1)[0])
+
+    def ids(self, n: int) -> np.ndarray:
+        return self.tokens.integers(0, VOCAB, n)
+
+
+class TenantWorkload:
+    """Starts one process per tenant (plus its users, sessions and bursts) on `env`."""
+
+    def __init__(self, env: simpy.Environment, workload: TenantsWorkload, seed: int,
+                 deliver: Callable[[Request], None]) -> None:
+        self.env = env
+        self.workload = workload
+        self.seed = seed
+        self.deliver = deliver
+        self.issued = 0
+        self.end_us = round(workload.duration_s * US_PER_S)
+        self.prefixes = {g.id: stream(seed, f"prefix:{g.id}") for g in workload.prefix_groups}
+        self.prefix_tokens = {
+            g.id: self.prefixes[g.id].integers(0, VOCAB, int(sample_tokens(
+                g.length, self.prefixes[g.id], 1)[0]))
+            for g in workload.prefix_groups
+        }
+        self.popularity = {g.id: g.popularity for g in workload.prefix_groups}
+        open_total = sum(t.rate_fraction for t in workload.tenants if t.closed_loop is None)
+        for tenant in workload.tenants:
+            streams = TenantStreams(seed, tenant.id)
+            if tenant.closed_loop is not None:
+                for user in range(tenant.closed_loop.users):
+                    env.process(self._user(tenant, streams, user))
+            elif tenant.rate_fraction > 0:
+                rate = workload.rate_per_s * tenant.rate_fraction / open_total
+                if tenant.behavior.type == "abusive":
+                    rate *= tenant.behavior.rate_multiplier
+                env.process(self._open_loop(tenant, streams, rate))
+            if tenant.behavior.type in ("bursty", "adversarial"):
+                env.process(self._bursts(tenant, streams))
+
+    # -- request construction -----------------------------------------------------------------
+
+    @property
+    def exhausted(self) -> bool:
+        cap = self.workload.max_requests
+        return cap is not None and self.issued >= cap
+
+    def _issue(self, tenant: TenantSpec, prompt: np.ndarray, output: np.ndarray,
+               kind: str, session: str = "", turn: int = 0) -> Request:
+        req = Request(self.issued, self.env.now, prompt, output, tenant.id, tenant.slo_class)
+        req.request_type = kind
+        req.session_id = session
+        req.turn = turn
+        self.issued += 1
+        self.deliver(req)
+        return req
+
+    def _prefix(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
+        use = tenant.prefix
+        if use is None or streams.choices.random() >= use.reuse_probability:
+            return np.zeros(0, dtype=np.int64)
+        names = use.groups or sorted(self.prefix_tokens)
+        weights = np.array([self.popularity[n] for n in names], dtype=float)
+        name = names[int(streams.choices.choice(len(names), p=weights / weights.sum()))]
+        return self.prefix_tokens[name]
+
+    def _prompt(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
+        factor = tenant.behavior.prompt_multiplier if tenant.behavior.type == "abusive" else 1
+        return streams.ids(streams.count(tenant.prompt, factor))
+
+    def _output(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
+        factor = tenant.behavior.output_multiplier if tenant.behavior.type == "abusive" else 1
+        return streams.ids(streams.count(tenant.output, factor))
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def _wait_until(self, at_us: int) -> Process:
+        if at_us > self.env.now:
+            yield StageEvent(self.env, at_us - self.env.now, CLUSTER_ARRIVAL)
+
+    def _open_loop(self, tenant: TenantSpec, streams: TenantStreams, rate: float) -> Process:
+        profile = self.workload.load_profile or ConstantProfile()
+        for t in arrival_times(tenant.arrival, rate, profile, streams.arrivals, 0.0,
+                               self.workload.duration_s):
+            yield from self._wait_until(round(t * US_PER_S))
+            if self.exhausted:
+                return
+            self._start(tenant, streams)
+
+    def _start(self, tenant: TenantSpec, streams: TenantStreams) -> simpy.Process | Request:
+        """One arrival: a single request, or a session process."""
+        kind = tenant.request_type
+        if kind in ("chat", "agentic"):
+            session = f"{tenant.id}-{self.issued}"
+            run = self._chat if kind == "chat" else self._agentic
+            return self.env.process(run(tenant, streams, session))
+        prompt = np.concatenate((self._prefix(tenant, streams), self._prompt(tenant, streams)))
+        output = self._output(tenant, streams)
+        if kind == "reasoning":
+            steps = streams.count(tenant.reasoning.chain_length)
+            thinking = sum(streams.count(tenant.reasoning.tokens_per_step) for _ in range(steps))
+            output = np.concatenate((streams.ids(thinking), output))
+        return self._issue(tenant, prompt, output, kind)
+
+    def _respond(self, req: Request) -> Process:
+        """Wait until the request completes or is rejected."""
+        req.done = self.env.event()
+        yield req.done
+
+    def _chat(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
+        chat = tenant.chat
+        prefix = self._prefix(tenant, streams)
+        exchanges: list[np.ndarray] = []
+        for turn in range(streams.count(chat.turns)):
+            if turn and self.exhausted:
+                return
+            message = self._prompt(tenant, streams)
+            prompt = np.concatenate([prefix, *carried(exchanges, chat.context_growth,
+                                                      chat.max_context_tokens, turn), message])
+            output = self._output(tenant, streams)
+            req = self._issue(tenant, prompt, output, "chat", session, turn)
+            yield from self._respond(req)
+            if req.state is not State.COMPLETED:
+                return
+            exchanges.append(np.concatenate((message, output)))
+            yield from self._wait_until(self.env.now + round(
+                streams.seconds(chat.think_time_s) * US_PER_S))
+
+    def _agentic(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
+        agent = tenant.agentic
+        context = np.concatenate((self._prefix(tenant, streams), self._prompt(tenant, streams)))
+        calls_left = streams.count(agent.max_tool_calls)
+        step = 0
+        while True:
+            output = self._output(tenant, streams)
+            req = self._issue(tenant, context, output, "agentic", session, step)
+            yield from self._respond(req)
+            if (req.state is not State.COMPLETED or calls_left <= 0 or self.exhausted
+                    or streams.choices.random() >= agent.tool_call_probability):
+                return
+            calls_left -= 1
+            step += 1
+            yield from self._wait_until(self.env.now + round(
+                streams.seconds(agent.tool_latency_s) * US_PER_S))
+            result = streams.ids(streams.count(agent.tool_result_tokens))
+            context = np.concatenate((context, output, result))
+
+    def _user(self, tenant: TenantSpec, streams: TenantStreams, user: int) -> Process:
+        """A closed-loop user: send, wait for the whole response (or session), think, repeat."""
+        loop = tenant.closed_loop
+        assert loop is not None
+        yield from self._wait_until(round(streams.seconds(loop.think_time_s) * US_PER_S))
+        while self.env.now < self.end_us and not self.exhausted:
+            started = self._start(tenant, streams)
+            if isinstance(started, Request):
+                yield from self._respond(started)
+            else:
+                yield started
+            yield from self._wait_until(self.env.now + round(
+                streams.seconds(loop.think_time_s) * US_PER_S))
+
+    def _bursts(self, tenant: TenantSpec, streams: TenantStreams) -> Process:
+        """Extra bursts of simultaneous requests; adversarial tenants burst at the same
+        instants (multiples of burst_every_s) so they synchronise with each other."""
+        behavior = tenant.behavior
+        every = round(behavior.burst_every_s * US_PER_S)
+        at = every
+        while at < self.end_us:
+            yield from self._wait_until(at)
+            for _ in range(streams.count(behavior.burst_size)):
+                if self.exhausted:
+                    return
+                self._start(tenant, streams)
+            if behavior.type == "adversarial":
+                at += every
+            else:
+                at += max(1, round(streams.arrivals.exponential(behavior.burst_every_s)
+                                   * US_PER_S))
+
+
+def carried(exchanges: list[np.ndarray], growth: str, limit: int, turn: int) -> list[np.ndarray]:
+    """The conversation history a chat turn carries (after the shared prefix)."""
+    if growth == "sublinear":
+        return exchanges[len(exchanges) - math.ceil(math.sqrt(turn)):] if turn else []
+    if growth == "bounded":
+        history = np.concatenate(exchanges) if exchanges else np.zeros(0, dtype=np.int64)
+        return [history[-limit:]] if len(history) > limit else [history]
+    return exchanges
