@@ -49,6 +49,7 @@ class Gateway:
         self.snapshots = SnapshotProvider(instances, config.observability, self.pending,
                                           self.in_flight)
         self.rejected = 0
+        self.keep_tokens = False  # set to export the requests' token ids
         self.decisions: list[tuple[Any, ...]] | None = [] if config.record_decisions else None
         for instance in instances:
             instance.observer = self
@@ -59,7 +60,7 @@ class Gateway:
         """ClusterArrival: the request exists; admission follows after its latency."""
         now = self.env.now
         block_size = self.instances[0].kv.block_size
-        req.hash_blocks(block_size)
+        req.hash_blocks(block_size, self.keep_tokens)
         req.view = RequestView(req.name, req.arrival, req.input_len, req.tenant_id,
                                req.slo_class, tuple(req.hashes[: req.input_len // block_size]))
         self.state.on_arrival(req.tenant_id, now)

@@ -117,11 +117,13 @@ class Request:
         # very next step (preemption, budget): the inter-token gaps the step rows cannot show.
         self.gaps: list[tuple[int, int]] | None = None
 
-    def hash_blocks(self, block_size: int) -> None:
-        """Compute the block-hash chain once, on first use, then forget the token ids."""
-        if self.tokens is not None:
+    def hash_blocks(self, block_size: int, keep_tokens: bool = False) -> None:
+        """Compute the block-hash chain once, on first use, then forget the token ids (unless
+        they are wanted, e.g. to export the workload)."""
+        if self.tokens is not None and not self.hashes:
             self.hashes = block_hashes(self.tokens, block_size)
-            self.tokens = None
+            if not keep_tokens:
+                self.tokens = None
 
     def __repr__(self) -> str:
         return (

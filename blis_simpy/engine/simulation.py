@@ -16,7 +16,7 @@ import simpy
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.cluster.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.config.resolve import latency_model
-from blis_simpy.config.scenario import DistributionWorkload, Scenario
+from blis_simpy.config.scenario import DistributionWorkload, Scenario, TraceWorkload
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.request import Request
 from blis_simpy.engine.tokens import hash_requests
@@ -32,16 +32,20 @@ from blis_simpy.workload.trace import read_trace
 Progress = Callable[[int, int, float], None]  # (sim time µs, requests arrived, wall seconds)
 
 
-def workload_requests(scenario: Scenario) -> Iterable[Request]:
-    """The scenario's requests in arrival order (generated lazily where possible)."""
+def workload_requests(scenario: Scenario, prehash: bool = True) -> Iterable[Request]:
+    """The scenario's requests in arrival order (generated lazily where possible), with their
+    block hashes computed in vectorised chunks unless the token ids are wanted."""
     workload, horizon = scenario.workload, scenario.horizon_us
     compat = scenario.compat == "blis"
     if isinstance(workload, DistributionWorkload):
         make = compat_requests if compat else native_requests
-        return hashed(make(workload, scenario.seed, horizon), scenario.engine.block_size)
-    requests = read_trace(workload.path, horizon, truncate=compat)
-    hash_requests(requests, scenario.engine.block_size)
-    return requests
+        requests: Iterable[Request] = make(workload, scenario.seed, horizon)
+        return hashed(requests, scenario.engine.block_size) if prehash else requests
+    assert isinstance(workload, TraceWorkload)
+    trace = read_trace(workload.path, horizon, truncate=compat)
+    if prehash:
+        hash_requests(trace, scenario.engine.block_size)
+    return trace
 
 
 def hashed(requests: Iterable[Request], block_size: int, chunk: int = 256
@@ -61,7 +65,8 @@ def hashed(requests: Iterable[Request], block_size: int, chunk: int = 256
 class Simulation:
     """One run of a resolved scenario: environment, source, gateway and instances."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, keep_tokens: bool = False) -> None:
+        """`keep_tokens` keeps every request's token ids (to export the workload)."""
         self.scenario = scenario
         self.env = simpy.Environment()
         policies, cluster = scenario.policies, scenario.cluster
@@ -79,12 +84,13 @@ class Simulation:
             for i in range(cluster.instances)
         ]
         self.gateway = Gateway(self.env, self.instances, cluster, admission, priority, routing)
+        self.gateway.keep_tokens = keep_tokens
         self.requests: list[Request] = []
         if isinstance(scenario.workload, TenantsWorkload):
             TenantWorkload(self.env, scenario.workload, scenario.seed, self._deliver)
         else:
             # Traces are read (and checked) here, before any event runs.
-            self.env.process(self._source(workload_requests(scenario)))
+            self.env.process(self._source(workload_requests(scenario, not keep_tokens)))
 
     def _deliver(self, req: Request) -> None:
         self.requests.append(req)
