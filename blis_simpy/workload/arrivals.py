@@ -372,13 +372,15 @@ class Diurnal:
         # |M(t) - t| <= a*period/π, which brackets the root.
         reach = self.amplitude * self.period / math.pi
         lo, hi, t = u - reach, u + reach, u.copy()
+        # M(t) is only known to a few ulps; once within that, t is as good as it gets (this
+        # matters near a deep trough, where m is tiny and Newton steps are rounding noise).
+        noise = 4 * np.spacing(np.abs(u) + reach)
         for _ in range(100):
             f = self.cumulative(t) - u
             lo, hi = np.where(f < 0, t, lo), np.where(f < 0, hi, t)
-            step = f / self.multiplier(t)
-            guess = t - step
-            bad = (guess <= lo) | (guess >= hi)
-            new = np.where(bad, (lo + hi) / 2, guess)
+            guess = t - f / self.multiplier(t)
+            bad = (guess < lo) | (guess > hi)
+            new = np.where(np.abs(f) <= noise, t, np.where(bad, (lo + hi) / 2, guess))
             done = np.abs(new - t) <= np.maximum(1e-10, 8 * np.spacing(np.abs(t)))
             t = new
             if done.all():
