@@ -26,6 +26,8 @@ app = typer.Typer(
 )
 convert_app = typer.Typer(no_args_is_help=True, help="Convert reference BLIS inputs to scenarios.")
 app.add_typer(convert_app, name="convert")
+workload_app = typer.Typer(no_args_is_help=True, help="Export a scenario's workload.")
+app.add_typer(workload_app, name="workload")
 
 
 def fail(exc: ScenarioError) -> typer.Exit:
@@ -114,6 +116,27 @@ def validate(
     typer.echo(f"{scenario}: ok")
 
 
+def scenario_description(path: Path) -> str:
+    """A scenario file's first line, when it is a `# ...` comment."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        first = f.readline().strip()
+    return first.lstrip("#").strip() if first.startswith("#") else ""
+
+
+@app.command("scenarios")
+def list_scenarios(
+    dir_: Annotated[Path, typer.Option("--dir", help="folder of scenario YAML files")] = Path(
+        "scenarios"),
+) -> None:
+    """List the bundled scenarios (scenarios/*.yaml): name and one-line description."""
+    files = sorted(dir_.glob("*.yaml")) if dir_.is_dir() else []
+    if not files:
+        raise fail(ScenarioError("--dir", f"no scenario files (*.yaml) in {dir_}"))
+    width = max(len(f.stem) for f in files)
+    for path in files:
+        typer.echo(f"{path.stem:<{width}}  {scenario_description(path)}".rstrip())
+
+
 @convert_app.command(
     "blis-command",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -144,6 +167,58 @@ def convert_policy_config(
     except ScenarioError as exc:
         raise fail(exc) from None
     typer.echo(convert.policies_yaml(policies, path), nl=False)
+
+
+@workload_app.command("sample")
+def workload_sample(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    out: Annotated[Path, typer.Option(help="trace CSV to write (the reference's format)")],
+    seed: Annotated[int | None, typer.Option(help="override the scenario's seed")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a value")] = None,
+) -> None:
+    """Run a scenario and write every request that arrived as a trace CSV, replayable by
+    `workload: {type: trace}` and by the reference (extra tenant columns come last)."""
+    from blis_simpy.workload import interchange
+
+    try:
+        loaded = Scenario.from_yaml(scenario, set_ or ())
+        if seed is not None:
+            loaded = dataclasses.replace(loaded, seed=seed)
+        count = interchange.sample(loaded, out)
+    except ScenarioError as exc:
+        raise fail(exc) from None
+    typer.echo(f"wrote {out} ({count} requests)", err=True)
+
+
+@convert_app.command("workload-spec")
+def convert_workload_spec(
+    path: Annotated[Path, typer.Argument(help="reference workload-spec YAML (--workload-spec)")],
+) -> None:
+    """Turn a reference `--workload-spec` YAML into a blis-simpy `workload:` section."""
+    from blis_simpy.workload import interchange
+
+    try:
+        converted = interchange.workload_spec(path)
+    except ScenarioError as exc:
+        raise fail(exc) from None
+    title = (f"Converted from the reference BLIS workload spec {path}; drawn from blis-simpy's "
+             "own random streams, not the reference's.")
+    typer.echo(interchange.workload_yaml(converted, title), nl=False)
+
+
+@convert_app.command("inference-perf")
+def convert_inference_perf(
+    path: Annotated[Path, typer.Argument(help="inference-perf config YAML (load and data)")],
+) -> None:
+    """Turn an inference-perf config's load stages and data into a `workload:` section."""
+    from blis_simpy.workload import interchange
+
+    try:
+        converted = interchange.inference_perf(path)
+    except ScenarioError as exc:
+        raise fail(exc) from None
+    title = f"Converted from the inference-perf config {path} (its load and data sections)."
+    typer.echo(interchange.workload_yaml(converted, title), nl=False)
 
 
 def main() -> None:

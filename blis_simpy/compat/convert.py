@@ -31,6 +31,7 @@ from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.schema import join
 from blis_simpy.engine.roofline import bundled_hardware_config, bundled_model_config
+from blis_simpy.workload.interchange import Converted, workload_spec
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -53,7 +54,7 @@ DEFAULT_SCORERS = {"prefix-affinity": 3.0, "queue-depth": 2.0, "kv-utilization":
 TRACE_LEVELS = ("none", "decisions")
 # Flags of the reference's `run` that exist but are not converted.
 LATER_FLAGS = frozenset({
-    "fitness-weights", "workload-spec", "kv-cpu-blocks", "kv-offload-threshold",
+    "fitness-weights", "kv-cpu-blocks", "kv-offload-threshold",
     "kv-transfer-bandwidth", "kv-transfer-base-latency",
 })
 
@@ -133,6 +134,7 @@ FLAGS: dict[str, Flag] = {
     "log": Flag(STR, "warn", None),
     "workload": Flag(STR, "distribution", "workload.type"),
     "workload-traces-filepath": Flag(STR, "", "workload.path"),
+    "workload-spec": Flag(STR, "", None),
     "rate": Flag(FLOAT, 1.0, "workload.rate_per_s"),
     "num-requests": Flag(INT, 100, "workload.num_requests"),
     "prefix-tokens": Flag(INT, 0, "workload.prefix_tokens"),
@@ -251,7 +253,7 @@ def lookup_flag(name: str) -> Flag:
     if name in LATER_FLAGS:
         raise ScenarioError(
             f"--{name}", "is a reference flag that is not converted (the tiered KV cache, "
-            "--workload-spec and --fitness-weights have no conversion yet)", FLAG_LIST,
+            "and --fitness-weights have no conversion yet)", FLAG_LIST,
         )
     raise ScenarioError(f"--{name}", "unknown flag for `blis run`", FLAG_LIST)
 
@@ -485,6 +487,19 @@ def workload_section(args: Args) -> dict[str, Any]:
         "prompt": length_section(lengths, "prompt"),
         "output": length_section(lengths, "output"),
     }
+
+
+def spec_workload(args: Args) -> Converted | None:
+    """--workload-spec: the spec's clients become a tenants workload. As in the reference, the
+    spec wins over --workload, and --num-requests, --horizon and --seed override the spec's
+    values only when given explicitly."""
+    if not args["workload-spec"]:
+        return None
+    return workload_spec(
+        args.path("workload-spec"), "--workload-spec",
+        num_requests=args["num-requests"] if "num-requests" in args.given else None,
+        horizon_us=args["horizon"] if "horizon" in args.given else None,
+    )
 
 
 def trace_workload(args: Args) -> dict[str, Any]:
@@ -880,7 +895,8 @@ def blis_command(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
         raise ScenarioError("--model", "is required", "a model id, e.g. "
                             "meta-llama/llama-3.1-8b-instruct")
     latency = resolve_latency(args)
-    workload = workload_section(args)
+    spec = spec_workload(args)
+    workload = spec.workload if spec is not None else workload_section(args)
     cluster = cluster_section(args)
     bundle = None
     if args["policy-config"]:
@@ -890,13 +906,15 @@ def blis_command(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "version": 1,
         "model": model_section(args, latency),
-        "seed": args["seed"],
+        "seed": args["seed"] if spec is None or "seed" in args.given else spec.seed,
         "compat": "blis",
     }
     if args["horizon"] <= 0:
         raise ScenarioError("--horizon", f"must be > 0 µs, got {args['horizon']}")
     if args["horizon"] != INT64_MAX:
         data["horizon_s"] = args["horizon"] / 1e6
+    elif spec is not None and spec.horizon_s is not None:
+        data["horizon_s"] = spec.horizon_s
     data["latency"] = latency.section
     data["engine"] = engine_section(args, latency)
     data["cluster"] = cluster
@@ -935,4 +953,8 @@ def to_yaml(data: dict[str, Any], command: list[str] | None = None) -> str:
     else:
         header = "# Converted from a reference BLIS command line.\n"
     header += "# compat: blis reproduces the reference's reported numbers.\n"
+    if data.get("workload", {}).get("type") == "tenants":
+        header += ("# Except the workload: --workload-spec became a tenants workload drawn from\n"
+                   "# blis-simpy's numpy streams; the reference's exact RNG stream is not\n"
+                   "# reproduced, so requests and numbers differ from its run.\n")
     return header + yaml.safe_dump(data, sort_keys=False)

@@ -90,7 +90,7 @@ class Request:
         # The KV cache hashes the whole sequence (prompt, then output) block by block; the
         # token ids are dropped once hashed so a long run holds only hashes.
         self.tokens: np.ndarray | None = np.concatenate((input_tokens, output_tokens))
-        self.hashes: list[int] = []
+        self.hashes: list[int] | None = None  # set by hash_blocks
         self.state = State.ARRIVING
         self.instance = -1
         self.priority = 0.0
@@ -120,7 +120,7 @@ class Request:
     def hash_blocks(self, block_size: int, keep_tokens: bool = False) -> None:
         """Compute the block-hash chain once, on first use, then forget the token ids (unless
         they are wanted, e.g. to export the workload)."""
-        if self.tokens is not None and not self.hashes:
+        if self.hashes is None and self.tokens is not None:
             self.hashes = block_hashes(self.tokens, block_size)
             if not keep_tokens:
                 self.tokens = None

@@ -50,7 +50,7 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     """`Request.hash_blocks` for many requests in one vectorised pass (same hashes): blocks of
     different requests never straddle, so one reshape sums them all, and each request's chain
     is the running sum since its first block."""
-    todo = [r for r in requests if r.tokens is not None]
+    todo = [r for r in requests if r.hashes is None and r.tokens is not None]
     if not todo:
         return
     fulls = np.array([len(r.tokens) // block_size for r in todo], dtype=np.int64)
