@@ -53,24 +53,11 @@ Sampled = list[tuple[Request, np.ndarray]]
 def sample_requests(scenario: Scenario) -> Sampled:
     """Run the scenario and return every request that arrived with its token ids (prompt,
     then output), in arrival order. A real run, because session turns and closed-loop users
-    arrive only after earlier responses complete.
-
-    The ids are captured as each request reaches the gateway: `keep_tokens` keeps them on
-    the request, but an instance re-hashes a request shorter than one KV block when admitting
-    it, and that drops them."""
+    arrive only after earlier responses complete."""
     sim = Simulation(resolve(scenario), keep_tokens=True)
-    captured: dict[int, np.ndarray] = {}
-    arrive = sim.gateway.arrive
-
-    def capture(req: Request) -> None:
-        if req.tokens is not None:
-            captured[id(req)] = req.tokens
-        arrive(req)
-
-    sim.gateway.arrive = capture  # type: ignore[method-assign]
     sim.run()
     ordered = sorted(sim.requests, key=lambda r: r.arrival)  # stable: ties keep issue order
-    return [(req, captured[id(req)]) for req in ordered]
+    return [(req, req.tokens) for req in ordered]
 
 
 def seconds_text(micros: int) -> str:
