@@ -57,6 +57,7 @@ class TenantWorkload:
         self.seed = seed
         self.deliver = deliver
         self.issued = 0
+        self.sessions = 0
         self.end_us = round(workload.duration_s * US_PER_S)
         self.prefixes = {g.id: stream(seed, f"prefix:{g.id}") for g in workload.prefix_groups}
         self.prefix_tokens = {
@@ -132,7 +133,8 @@ class TenantWorkload:
         """One arrival: a single request, or a session process."""
         kind = tenant.request_type
         if kind in ("chat", "agentic"):
-            session = f"{tenant.id}-{self.issued}"
+            self.sessions += 1
+            session = f"{tenant.id}-s{self.sessions}"
             run = self._chat if kind == "chat" else self._agentic
             return self.env.process(run(tenant, streams, session))
         prompt = np.concatenate((self._prefix(tenant, streams), self._prompt(tenant, streams)))
@@ -144,16 +146,18 @@ class TenantWorkload:
         return self._issue(tenant, prompt, output, kind)
 
     def _respond(self, req: Request) -> Process:
-        """Wait until the request completes or is rejected."""
+        """Wait until the response is complete (its last token delivered) or rejected."""
         req.done = self.env.event()
         yield req.done
+        if req.state is State.COMPLETED and req.completed_at > self.env.now:
+            yield self.env.timeout(req.completed_at - self.env.now)
 
     def _chat(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
         chat = tenant.chat
         prefix = self._prefix(tenant, streams)
         exchanges: list[np.ndarray] = []
         for turn in range(streams.count(chat.turns)):
-            if turn and self.exhausted:
+            if self.exhausted:
                 return
             message = self._prompt(tenant, streams)
             prompt = np.concatenate([prefix, *carried(exchanges, chat.context_growth,
@@ -172,7 +176,7 @@ class TenantWorkload:
         context = np.concatenate((self._prefix(tenant, streams), self._prompt(tenant, streams)))
         calls_left = streams.count(agent.max_tool_calls)
         step = 0
-        while True:
+        while not self.exhausted:
             output = self._output(tenant, streams)
             req = self._issue(tenant, context, output, "agentic", session, step)
             yield from self._respond(req)
