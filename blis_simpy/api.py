@@ -9,6 +9,8 @@ from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.engine.simulation import Progress, Simulation
 from blis_simpy.metrics.collect import StepTable
+from blis_simpy.metrics.evaluation import evaluate, instance_series
+from blis_simpy.metrics.raw import anomaly_table
 from blis_simpy.metrics.report import (
     decision_table,
     latencies,
@@ -46,12 +48,18 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     if compat:
         names = [inst.name for inst in sim.instances]
         reference = blis_output.ReferenceOutputs.of(stats, lat, names)
+    requests = request_table(sim, lat)
+    metrics, evaluation = evaluate(sim, steps, requests, stats, wall)
     return Result(
         scenario=resolved,
         summary=stats,
-        requests=request_table(sim, lat),
+        requests=requests,
         steps=step_table(sim, steps),
         decisions=decision_table(sim) if resolved.cluster.record_decisions else None,
         wall_time_s=wall,
+        metrics=metrics,
+        evaluation=evaluation,
+        anomalies=anomaly_table(sim.anomalies),
+        instances=instance_series(sim, steps),
         reference=reference,
     )

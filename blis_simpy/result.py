@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pandas as pd
 
 from blis_simpy.compat.blis import ReferenceOutputs
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.metrics.fitness import EvaluationResult
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class Result:
     requests: pd.DataFrame
     steps: pd.DataFrame
     wall_time_s: float
+    metrics: dict[str, Any] = field(default_factory=dict)  # RawMetrics (README: Evaluation)
+    evaluation: EvaluationResult | None = None
+    anomalies: pd.DataFrame | None = None  # one row per anomaly occurrence
+    instances: pd.DataFrame | None = None  # per-instance levels over time
     decisions: pd.DataFrame | None = None  # when cluster.record_decisions is on
     reference: ReferenceOutputs | None = None  # compat mode: the reference's own outputs
 
@@ -47,6 +52,14 @@ class Result:
             (staging / "scenario.yaml").write_text(self.scenario.to_yaml())
             write_table(self.requests, staging / f"requests.{fmt}")
             write_table(self.steps, staging / f"steps.{fmt}")
+            (staging / "metrics.json").write_text(json.dumps(self.metrics, indent=2) + "\n")
+            if self.evaluation is not None:
+                (staging / "evaluation.json").write_text(
+                    json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
+            for name in ("anomalies", "instances"):
+                table = getattr(self, name)
+                if table is not None:
+                    write_table(table, staging / f"{name}.{fmt}")
             if self.decisions is not None:
                 write_table(self.decisions, staging / f"decisions.{fmt}")
             for name, text in self.extra_files.items():

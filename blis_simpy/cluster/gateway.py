@@ -19,6 +19,7 @@ from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
 from blis_simpy.config.scenario import ClusterConfig
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.request import Request, State
+from blis_simpy.metrics.anomalies import AnomalyLog
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.routing import RoutingPolicy
@@ -50,6 +51,7 @@ class Gateway:
                                           self.in_flight)
         self.rejected = 0
         self.keep_tokens = False  # set to export the requests' token ids
+        self.anomalies: AnomalyLog | None = None
         self.decisions: list[tuple[Any, ...]] | None = [] if config.record_decisions else None
         for instance in instances:
             instance.observer = self
@@ -87,6 +89,8 @@ class Gateway:
             req.reject_reason = decision.reason or "rejected by admission"
             self.state.on_reject(req.tenant_id)
             self.rejected += 1
+            if self.anomalies is not None:
+                self.anomalies.rejections.append((now, "", req.name))
             settle(req)
 
     def _route(self, event: simpy.Event) -> None:

@@ -18,7 +18,7 @@ import yaml
 
 from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.schema import join, load, spec, to_plain
-from blis_simpy.workload.spec import TenantsWorkload
+from blis_simpy.workload.spec import SLOTargets, TenantsWorkload
 
 US_PER_S = 1_000_000
 
@@ -181,6 +181,34 @@ class PoliciesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Burst:
+    count: int = spec(10, help="this many events ...", ge=2)
+    window_s: float = spec(1.0, help="... within this window (s) make one anomaly", gt=0)
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationConfig:
+    slo_targets: dict[str, SLOTargets] = spec(
+        factory=dict, help="SLO class -> targets (a tenant's own slo takes precedence)")
+    class_ranks: dict[str, int] = spec(
+        factory=dict, help="SLO class -> urgency rank for priority inversions (lower = more "
+        "urgent); defaults: realtime/critical 0, interactive/standard 1, default 2, "
+        "batch/sheddable 3, background 4")
+    preemption_storm: Burst = spec(factory=Burst, help="preemptions on one instance")
+    rejection_burst: Burst = spec(factory=Burst, help="rejections across the cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class FitnessConfig:
+    weights: dict[str, float] = spec(factory=dict, help="metric key -> weight (see README)")
+
+    def validate(self, path: str) -> None:
+        from blis_simpy.metrics.fitness import check_weights
+
+        check_weights(self.weights, join(path, "weights"))
+
+
+@dataclass(frozen=True, slots=True)
 class OutputsConfig:
     dir: str | None = spec(None, help="output folder; default out/<scenario name>")
     tables: Literal["auto", "csv", "parquet"] = spec(
@@ -203,6 +231,9 @@ class Scenario:
     cluster: ClusterConfig = spec(factory=ClusterConfig, help="replicas and the control plane")
     policies: PoliciesConfig = spec(factory=PoliciesConfig, help="one policy per decision point")
     workload: Workload = spec(factory=DistributionWorkload, help="where requests come from")
+    evaluation: EvaluationConfig = spec(factory=EvaluationConfig,
+                                        help="SLO targets and anomaly thresholds")
+    fitness: FitnessConfig = spec(factory=FitnessConfig, help="objective weights for search")
     outputs: OutputsConfig = spec(factory=OutputsConfig, help="what to write")
 
     @property

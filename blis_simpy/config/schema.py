@@ -122,7 +122,10 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
             return {}
         if not isinstance(value, Mapping):
             raise ScenarioError(path, f"expected a mapping, got {describe(value)}")
-        return {str(k): v for k, v in value.items()}
+        item = get_args(tp)[1] if get_args(tp) else Any
+        if item is Any:
+            return {str(k): v for k, v in value.items()}
+        return {str(k): convert(item, v, join(path, str(k)), {}) for k, v in value.items()}
     return bounded(scalar(tp, value, path), path, meta)
 
 

@@ -10,6 +10,8 @@ loop keeps stepping while anything is running or waiting.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Generator, Iterable
 from typing import Protocol
@@ -21,11 +23,13 @@ from blis_simpy.engine.kvcache import KVCache
 from blis_simpy.engine.latency import LatencyModel
 from blis_simpy.engine.request import Request, State
 from blis_simpy.engine.steady import SteadyDecoders
+from blis_simpy.metrics.anomalies import AnomalyLog
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
 
 DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
 RECENT = 32  # completions behind the recent TTFT / TPOT signals
+HOL_LOOKAHEAD = 33  # requests behind the head checked for head-of-line blocking
 
 
 class InstanceObserver(Protocol):
@@ -72,6 +76,9 @@ class Instance:
         # scheduler and change with time.
         self.priority = priority if scheduler.uses_priority and priority.ages else None
         self.observer: InstanceObserver | None = None
+        self.anomalies: AnomalyLog | None = None
+        self._urgent: list[tuple[int, int, int, Request]] = []
+        self._urgent_count = 0
         # The reference marks an instance idle when its last step *starts* (the batch will be
         # empty afterwards), so a request queued during that step starts a new one at once.
         # Compat mode keeps this timing; natively the engine is busy until the step ends.
@@ -106,6 +113,8 @@ class Instance:
         if need > self.max_len:
             req.state = State.REJECTED
             req.reject_reason = f"needs {need} tokens, max_model_len is {self.max_len}"
+            if self.anomalies is not None:
+                self.anomalies.rejections.append((self.env.now, self.name, req.name))
             if self.observer is not None:
                 self.observer.finished(self.index, req)
             return
@@ -122,6 +131,8 @@ class Instance:
         self.input_tokens += req.input_len
         self.queued_tokens += req.prefill_target
         self.last_event = now
+        if self.anomalies is not None:
+            self._note_waiting(req)
         if self.observer is not None:
             self.observer.queued(self.index, req)
         if self._wake is not None:
@@ -358,6 +369,9 @@ class Instance:
         self.preemptions += 1
         self.queued_tokens += req.prefill_target
         self.wait_queue.appendleft(req)
+        if self.anomalies is not None:
+            self._note_waiting(req)
+            self.anomalies.preemptions.append((self.env.now, self.name, req.name))
 
     def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
         """Admit from the queue head while slots, budget and KV allow; strict head-of-line
@@ -378,6 +392,8 @@ class Instance:
             if n > budget:
                 n = budget
             if not kv.can_admit(cached, start, n):
+                if self.anomalies is not None:
+                    self._check_head_of_line(req, budget)
                 break
             queue.popleft()
             self.queued_tokens -= req.prefill_target
@@ -395,7 +411,50 @@ class Instance:
             admitted += 1
             tokens += n
             budget -= n
+        if admitted and queue and self.anomalies is not None:
+            self._check_inversions(running[len(running) - admitted:])
         return admitted, tokens
+
+    # -- anomaly detection (seed D.8) ----------------------------------------------------------
+
+    def _note_waiting(self, req: Request) -> None:
+        """Index a waiting request by urgency (SLO class rank, arrival) for inversion checks."""
+        assert self.anomalies is not None
+        self._urgent_count += 1
+        heapq.heappush(self._urgent, (*self.anomalies.urgency(req.slo_class, req.arrival),
+                                      self._urgent_count, req))
+
+    def _check_inversions(self, admitted: list[Request]) -> None:
+        """A priority inversion: a request admitted while a strictly more urgent one (more
+        urgent SLO class, or same class and earlier arrival) stays waiting in this queue."""
+        urgent = self._urgent
+        while urgent and urgent[0][3].state is not State.QUEUED:
+            heapq.heappop(urgent)
+        if not urgent:
+            return
+        rank, arrival, _, waiting = urgent[0]
+        log = self.anomalies
+        assert log is not None
+        for req in admitted:
+            if (rank, arrival) < log.urgency(req.slo_class, req.arrival):
+                log.record("priority_inversion", self.env.now, self.name,
+                           [req.name, waiting.name],
+                           f"{req.name} admitted while more urgent {waiting.name} waits")
+
+    def _check_head_of_line(self, head: Request, budget: int) -> None:
+        """Head-of-line blocking: the queue head does not fit in the free KV blocks while a
+        request behind it would."""
+        kv, threshold = self.kv, self.threshold
+        for behind in itertools.islice(self.wait_queue, 1, HOL_LOOKAHEAD):
+            n = behind.prefill_target
+            if 0 < threshold < n:
+                n = threshold
+            if kv.blocks_for(min(n, budget)) <= kv.free_blocks:
+                assert self.anomalies is not None
+                self.anomalies.record("hol_blocking", self.env.now, self.name,
+                                      [head.name, behind.name],
+                                      f"{head.name} waits for KV blocks; {behind.name} fits")
+                return
 
     def _execute(self, batch: list[Request], step: int, end: int) -> None:
         """Apply one step's progress; tokens are emitted at the step's end (+ output delay)."""

@@ -20,6 +20,7 @@ from blis_simpy.config.scenario import DistributionWorkload, Scenario, TraceWork
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.request import Request
 from blis_simpy.engine.tokens import hash_requests
+from blis_simpy.metrics.anomalies import AnomalyLog
 from blis_simpy.policies.admission import ADMISSION
 from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.routing import ROUTING
@@ -85,6 +86,10 @@ class Simulation:
         ]
         self.gateway = Gateway(self.env, self.instances, cluster, admission, priority, routing)
         self.gateway.keep_tokens = keep_tokens
+        self.anomalies = AnomalyLog(scenario.evaluation.class_ranks)
+        self.gateway.anomalies = self.anomalies
+        for instance in self.instances:
+            instance.anomalies = self.anomalies
         self.requests: list[Request] = []
         if isinstance(scenario.workload, TenantsWorkload):
             TenantWorkload(self.env, scenario.workload, scenario.seed, self._deliver)

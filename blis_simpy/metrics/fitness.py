@@ -1,0 +1,110 @@
+"""Fitness: a weighted sum of normalised metrics, for policy search (GEPA, OpenEvolve).
+
+Every key maps a raw metric to [0, 1], higher is better, so weights compose. The score is
+sum(weight * normalised) (weights are not renormalised, as in the reference); the vector of
+normalised values is reported too, for multi-objective search.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from blis_simpy.config.errors import ScenarioError
+
+
+def latency(ms: float) -> float:
+    """1 / (1 + latency in ms): the reference's normalisation of a latency."""
+    return 1.0 / (1.0 + ms)
+
+
+def saturating(scale: float) -> Callable[[float], float]:
+    return lambda x: x / (x + scale)
+
+
+# key -> (raw metric in RawMetrics, normalisation, description for the docs)
+KEYS: dict[str, tuple[str, Callable[[float], float], str]] = {
+    "throughput": ("requests_per_s", saturating(100.0), "rps / (rps + 100)"),
+    "tokens_per_sec": ("output_tokens_per_s", saturating(10_000.0), "tps / (tps + 10000)"),
+    "goodput": ("goodput_per_s", saturating(100.0), "good req/s / (that + 100)"),
+    "p99_ttft": ("ttft_p99_ms", latency, "1 / (1 + ms)"),
+    "p50_ttft": ("ttft_p50_ms", latency, "1 / (1 + ms)"),
+    "mean_ttft": ("ttft_mean_ms", latency, "1 / (1 + ms)"),
+    "p99_e2e": ("e2e_p99_ms", latency, "1 / (1 + ms)"),
+    "p50_e2e": ("e2e_p50_ms", latency, "1 / (1 + ms)"),
+    "mean_e2e": ("e2e_mean_ms", latency, "1 / (1 + ms)"),
+    "p99_tpot": ("tpot_p99_ms", latency, "1 / (1 + ms)"),
+    "mean_tpot": ("tpot_mean_ms", latency, "1 / (1 + ms)"),
+    "slo_attainment": ("slo_attainment", float, "fraction of requests meeting their SLO"),
+    "fairness": ("jain_fairness", float, "Jain index over tenants"),
+    "cache_hit_rate": ("cache_hit_rate", float, "prefix-cache hit rate"),
+    "rejection_rate": ("rejection_rate", lambda r: 1.0 - r, "1 - rejected / arrived"),
+    "preemption_rate": ("preemption_rate", lambda r: 1.0 / (1.0 + r),
+                        "1 / (1 + preemptions per completed request)"),
+}
+
+
+def check_weights(weights: Mapping[str, Any], path: str) -> None:
+    for key, weight in weights.items():
+        if key not in KEYS:
+            raise ScenarioError(f"{path}.{key}", "unknown fitness metric key",
+                                ", ".join(sorted(KEYS)))
+        if isinstance(weight, bool) or not isinstance(weight, int | float) \
+                or not math.isfinite(weight) or weight < 0:
+            raise ScenarioError(f"{path}.{key}", f"weight {weight!r}", "a finite number >= 0")
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """`"throughput:0.5,p99_ttft:0.3"` -> weights; the last duplicate wins."""
+    weights: dict[str, float] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition(":")
+        if not sep:
+            raise ScenarioError("--fitness-weights", f"{item.strip()!r} has no ':'",
+                                "key:weight,key:weight")
+        try:
+            weights[key.strip()] = float(value)
+        except ValueError:
+            raise ScenarioError("--fitness-weights", f"weight {value.strip()!r} of "
+                                f"{key.strip()!r} is not a number") from None
+    check_weights(weights, "--fitness-weights")
+    return weights
+
+
+def objectives(metrics: Mapping[str, Any], weights: Mapping[str, float]) -> dict[str, float]:
+    """Normalised value of every weighted key."""
+    out = {}
+    for key in weights:
+        raw, normalise, _ = KEYS[key]
+        out[key] = normalise(float(metrics[raw]))
+    return out
+
+
+def score(values: Mapping[str, float], weights: Mapping[str, float]) -> float:
+    return sum(weights[k] * values[k] for k in weights)
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """One evaluation of a (policy, workload) pair, as a search framework consumes it."""
+
+    fitness: float
+    objectives: dict[str, float]
+    weights: dict[str, float]
+    metrics: dict[str, Any]
+    summary: dict[str, Any]
+    policy_id: str
+    workload_id: str
+    simulated_s: float
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_file_dict(self) -> dict[str, Any]:
+        """Without the wall time: files must be byte-identical across runs of one scenario."""
+        data = asdict(self)
+        del data["wall_s"]
+        return data

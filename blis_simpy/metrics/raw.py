@@ -1,0 +1,169 @@
+"""RawMetrics (seed G.3, design §9): the evaluation view of a run, computed once from the
+per-request and per-step tables.
+
+Latency distributions overall, per SLO class and per tenant; throughput; SLO attainment and
+goodput; Jain fairness over tenants; cache, preemption, admission and rejection rates;
+per-instance utilisation and time-weighted queue depth, batch size and KV use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from blis_simpy.metrics.anomalies import AnomalyLog, bursts
+from blis_simpy.metrics.collect import StepTable
+from blis_simpy.workload.spec import SLOTargets
+
+STATS = (("mean", None), ("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99), ("max", 100))
+
+
+def distribution(prefix: str, values: pd.Series) -> dict[str, float]:
+    """mean, p50..p99 (linear interpolation at rank p/100*(n-1)) and max, in ms; 0 if empty."""
+    data = values.dropna().to_numpy(dtype=float)
+    out = {}
+    for name, p in STATS:
+        if not len(data):
+            out[f"{prefix}_{name}_ms"] = 0.0
+        elif p is None:
+            out[f"{prefix}_{name}_ms"] = float(data.mean())
+        else:
+            out[f"{prefix}_{name}_ms"] = float(np.percentile(data, p))
+    return out
+
+
+def meets(row: Any, target: SLOTargets | None) -> bool:
+    """Completed within every set target (a request without targets only has to complete)."""
+    if row.final_state != "completed":
+        return False
+    if target is None:
+        return True
+    return ((target.ttft_ms is None or row.ttft_ms <= target.ttft_ms)
+            and (target.tpot_ms is None or row.itl_mean_ms <= target.tpot_ms)
+            and (target.e2e_ms is None or row.e2e_ms <= target.e2e_ms))
+
+
+def violated(row: Any, target: SLOTargets) -> list[str]:
+    missed = []
+    for field, value in (("ttft_ms", row.ttft_ms), ("tpot_ms", row.itl_mean_ms),
+                         ("e2e_ms", row.e2e_ms)):
+        goal = getattr(target, field)
+        if goal is not None and value > goal:
+            missed.append(f"{field} {value:.6g} > {goal:g}")
+    return missed
+
+
+def jain(values: Sequence[float]) -> float:
+    """(sum x)^2 / (n * sum x^2); 0 when there is nothing to compare."""
+    total, squares = sum(values), sum(v * v for v in values)
+    return total * total / (len(values) * squares) if values and squares else 0.0
+
+
+def group_stats(frame: pd.DataFrame, good: pd.Series, seconds: float) -> dict[str, Any]:
+    done = frame[frame.final_state == "completed"]
+    ended = frame[frame.final_state.isin(["completed", "rejected"])]
+    out: dict[str, Any] = {
+        "requests": len(frame),
+        "completed": len(done),
+        "rejected": int((frame.final_state == "rejected").sum()),
+        "requests_per_s": len(done) / seconds if seconds > 0 else 0.0,
+        "goodput_per_s": int(good.loc[done.index].sum()) / seconds if seconds > 0 else 0.0,
+        "slo_attainment": float(good.loc[ended.index].mean()) if len(ended) else 0.0,
+    }
+    out.update(distribution("ttft", frame.ttft_ms))
+    out.update(distribution("tpot", done.itl_mean_ms[done.output_tokens > 1]))
+    out.update(distribution("e2e", done.e2e_ms))
+    return out
+
+
+def time_weighted(steps: Sequence[StepTable], names: Sequence[str], kv_total: int,
+                  seconds: float) -> dict[str, dict[str, float]]:
+    """Per instance: busy fraction and time-averaged queue depth, batch size, KV use."""
+    span_us = seconds * 1e6
+    out = {}
+    for name, table in zip(names, steps, strict=True):
+        d = table.duration.astype(float)
+
+        def average(level: np.ndarray, d: np.ndarray = d) -> float:
+            """A level held for each step's duration, averaged over the whole run."""
+            return float((level * d).sum() / span_us) if span_us > 0 else 0.0
+
+        out[name] = {
+            "utilization": average(np.ones_like(d)),
+            "queue_depth_avg": average(table.queue_depth),
+            "batch_size_avg": average(table.batch_size),
+            "kv_utilization_avg": average(table.kv_used / kv_total) if kv_total else 0.0,
+        }
+    return out
+
+
+def raw_metrics(requests: pd.DataFrame, targets: list[SLOTargets | None],
+                steps: Sequence[StepTable], names: Sequence[str], kv_total: int,
+                seconds: float, cache_hit_rate: float, preemptions: int) -> dict[str, Any]:
+    good = pd.Series([meets(row, t) for row, t in
+                      zip(requests.itertuples(), targets, strict=True)],
+                     index=requests.index, dtype=bool)
+    metrics = group_stats(requests, good, seconds)
+    done = requests[requests.final_state == "completed"]
+    arrived = len(requests)
+    metrics.update({
+        "duration_s": seconds,
+        "input_tokens_per_s": float(done.input_tokens.sum()) / seconds if seconds > 0 else 0.0,
+        "output_tokens_per_s": float(requests.generated_tokens.sum()) / seconds
+        if seconds > 0 else 0.0,
+        "cache_hit_rate": cache_hit_rate,
+        "preemption_rate": preemptions / len(done) if len(done) else 0.0,
+        "admission_rate": 1.0 - metrics["rejected"] / arrived if arrived else 0.0,
+        "rejection_rate": metrics["rejected"] / arrived if arrived else 0.0,
+    })
+    metrics["per_slo_class"] = {
+        cls or "default": group_stats(frame, good, seconds)
+        for cls, frame in sorted(requests.groupby("slo_class"), key=lambda kv: kv[0])
+    }
+    tenants = sorted(requests.groupby("tenant"), key=lambda kv: kv[0])
+    metrics["per_tenant"] = {t or "default": group_stats(f, good, seconds) for t, f in tenants}
+    metrics["jain_fairness"] = jain([group_stats(f, good, seconds)["slo_attainment"]
+                                     for _, f in tenants])
+    per_instance = time_weighted(steps, names, kv_total, seconds)
+    metrics["instances"] = per_instance
+    for key in ("utilization", "queue_depth_avg", "batch_size_avg", "kv_utilization_avg"):
+        values = [v[key] for v in per_instance.values()]
+        metrics[key] = sum(values) / len(values) if values else 0.0
+    return metrics
+
+
+def finish_anomalies(log: AnomalyLog, requests: pd.DataFrame,
+                     targets: list[SLOTargets | None], storm_count: int, storm_window_us: int,
+                     burst_count: int, burst_window_us: int) -> None:
+    """The anomalies judged from the run's records: SLO violations, preemption storms and
+    rejection bursts."""
+    for row, target in zip(requests.itertuples(), targets, strict=True):
+        if target is not None and row.final_state == "completed":
+            missed = violated(row, target)
+            if missed:
+                log.record("slo_violation", round(row.completion_s * 1e6), row.instance,
+                           [row.id], "; ".join(missed))
+    by_instance: dict[str, list[tuple[int, str, str]]] = {}
+    for event in log.preemptions:
+        by_instance.setdefault(event[1], []).append(event)
+    for name in sorted(by_instance):
+        for start, end, reqs in bursts(by_instance[name], storm_count, storm_window_us):
+            log.record("preemption_storm", start, name, reqs,
+                       f"{len(reqs)} preemptions in {(end - start) / 1e6:.3f} s")
+    for start, end, reqs in bursts(sorted(log.rejections), burst_count, burst_window_us):
+        log.record("rejection_burst", start, "", reqs,
+                   f"{len(reqs)} rejections in {(end - start) / 1e6:.3f} s")
+
+
+def anomaly_table(log: AnomalyLog) -> pd.DataFrame:
+    records = sorted(log.records, key=lambda a: (a.time, a.type, a.instance, a.requests))
+    return pd.DataFrame({
+        "time_s": [a.time / 1e6 for a in records],
+        "type": [a.type for a in records],
+        "instance": [a.instance for a in records],
+        "requests": [";".join(a.requests) for a in records],
+        "detail": [a.detail for a in records],
+    })
