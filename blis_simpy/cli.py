@@ -15,7 +15,8 @@ import typer
 
 from blis_simpy.api import prepare, simulate
 from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.scenario import FitnessConfig, Scenario
+from blis_simpy.metrics.fitness import parse_weights
 from blis_simpy.engine.simulation import Simulation
 
 app = typer.Typer(
@@ -35,12 +36,15 @@ def fail(exc: ScenarioError) -> typer.Exit:
     return typer.Exit(2)
 
 
-def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None
-             ) -> Simulation:
+def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None,
+             fitness_weights: str | None = None) -> Simulation:
     """Load, apply overrides and build, so every input error surfaces before running."""
     scenario = Scenario.from_yaml(path, overrides or ())
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
+    if fitness_weights is not None:
+        scenario = dataclasses.replace(
+            scenario, fitness=FitnessConfig(weights=parse_weights(fitness_weights)))
     return prepare(scenario)
 
 
@@ -77,10 +81,12 @@ def run(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="override a scenario value: --set policies.routing.type=least-loaded")
     ] = None,
+    fitness_weights: Annotated[str | None, typer.Option(
+        help='objective weights, e.g. "throughput:0.5,p99_ttft:0.3" (see README)')] = None,
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
     try:
-        sim = prepared(scenario, seed, set_)
+        sim = prepared(scenario, seed, set_, fitness_weights)
     except ScenarioError as exc:
         raise fail(exc) from None
     resolved = sim.scenario
@@ -100,6 +106,9 @@ def run(
     result.save(target, resolved.outputs.tables)
     typer.echo(result.summary_json(), nl=False)
     if not quiet:
+        evaluation = result.evaluation
+        if evaluation is not None and evaluation.weights:
+            typer.echo(f"fitness {evaluation.fitness:.6g} {evaluation.objectives}", err=True)
         typer.echo(f"wrote {target} ({time.perf_counter() - started:.2f} s)", err=True)
 
 
@@ -219,6 +228,43 @@ def convert_inference_perf(
         raise fail(exc) from None
     title = f"Converted from the inference-perf config {path} (its load and data sections)."
     typer.echo(interchange.workload_yaml(converted, title), nl=False)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a run's output folder (run --out)")],
+    out: Annotated[Path | None, typer.Option(help="plot folder (default: RUN_DIR/plots)")
+                   ] = None,
+) -> None:
+    """Plot a finished run: latency CDFs, per-instance state, throughput.
+
+    Needs matplotlib, from the plots extra: pip install 'blis-simpy\\[plots]'."""
+    from blis_simpy.report import plots
+
+    try:
+        written = plots.render(run_dir, out or run_dir / "plots")
+    except ScenarioError as exc:
+        raise fail(exc) from None
+    for path in written:
+        typer.echo(str(path))
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="first run's output folder (A)")],
+    run_b: Annotated[Path, typer.Argument(help="second run's output folder (B)")],
+    json_: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")
+                     ] = False,
+) -> None:
+    """Print two runs' summary.json side by side with the B/A ratio of each number."""
+    from blis_simpy.report import compare as comparison
+
+    try:
+        rows = comparison.compare_runs(run_a, run_b)
+    except ScenarioError as exc:
+        raise fail(exc) from None
+    show = comparison.as_json if json_ else comparison.table
+    typer.echo(show(rows, run_a, run_b), nl=False)
 
 
 def main() -> None:

@@ -1,0 +1,102 @@
+"""Two runs' summary.json side by side, with the B/A ratio of every numeric key.
+
+Keys are taken generically (A's order, then B's extra keys), so metrics added to the summary
+later show up without changes here. Nested values (the per-instance list) are skipped: they
+do not line up key for key between runs with different instance counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blis_simpy.report import load_summary
+
+MISSING = "-"
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    a: Any  # None when the key is absent from A
+    b: Any
+    ratio: float | None
+    a_present: bool = True
+    b_present: bool = True
+
+
+def compare_runs(run_a: Path, run_b: Path) -> list[Row]:
+    """Rows for every flat key of either run's summary.json."""
+    return compare(load_summary(run_a), load_summary(run_b))
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
+    keys = list(a) + [k for k in b if k not in a]
+    return [row(k, a, b) for k in keys if not (nested(a.get(k)) or nested(b.get(k)))]
+
+
+def row(key: str, a: dict[str, Any], b: dict[str, Any]) -> Row:
+    va, vb = a.get(key), b.get(key)
+    return Row(key, va, vb, ratio(va, vb), key in a, key in b)
+
+
+def nested(value: Any) -> bool:
+    return isinstance(value, list | dict | tuple)
+
+
+def numeric(value: Any) -> bool:
+    """A real number; bools are ints to Python but not quantities to compare."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def ratio(a: Any, b: Any) -> float | None:
+    """B/A; None when either is not a finite number or A is 0."""
+    if not (numeric(a) and numeric(b)) or a == 0:
+        return None
+    value = b / a
+    return value if math.isfinite(value) else None
+
+
+def cell(value: Any, present: bool = True) -> str:
+    """A value as shown in the table: numbers to 6 significant digits, absent as "-"."""
+    if not present:
+        return MISSING
+    if numeric(value):
+        return f"{value:.6g}"
+    if value is None:
+        return "null"
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def table(rows: list[Row], run_a: Path, run_b: Path) -> str:
+    """Aligned text: which folder is A and B, then key, A, B, B/A."""
+    cells = [("key", "A", "B", "B/A")]
+    cells += [(r.key, cell(r.a, r.a_present), cell(r.b, r.b_present),
+               "" if r.ratio is None else cell(r.ratio)) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(4)]
+    lines = [f"A: {run_a}", f"B: {run_b}"]
+    for key, *values in cells:
+        numbers = "  ".join(v.rjust(w) for v, w in zip(values, widths[1:], strict=True))
+        lines.append(f"{key.ljust(widths[0])}  {numbers}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def as_json(rows: list[Row], run_a: Path, run_b: Path) -> str:
+    """The rows with raw values; absent keys and undefined ratios are null, non-finite
+    numbers are strings ("nan", "inf") so the output stays strict JSON."""
+    data = {
+        "a": str(run_a),
+        "b": str(run_b),
+        "rows": [{"key": r.key, "a": plain(r.a), "b": plain(r.b), "ratio": r.ratio,
+                  "in_a": r.a_present, "in_b": r.b_present} for r in rows],
+    }
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+def plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
