@@ -16,8 +16,8 @@ import typer
 from blis_simpy.api import prepare, simulate
 from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.scenario import FitnessConfig, Scenario
-from blis_simpy.metrics.fitness import parse_weights
 from blis_simpy.engine.simulation import Simulation
+from blis_simpy.metrics.fitness import parse_weights
 
 app = typer.Typer(
     add_completion=False,
