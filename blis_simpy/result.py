@@ -41,6 +41,12 @@ class Result:
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2) + "\n"
 
+    def to_csv(self, out_dir: str | Path) -> list[Path]:
+        return self.save(out_dir, "csv")
+
+    def to_parquet(self, out_dir: str | Path) -> list[Path]:
+        return self.save(out_dir, "parquet")
+
     def save(self, out_dir: str | Path, tables: str = "auto") -> list[Path]:
         """Write every output into `out_dir`, atomically: files appear only when all are done."""
         out = Path(out_dir)
