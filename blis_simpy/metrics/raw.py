@@ -35,15 +35,17 @@ def distribution(prefix: str, values: pd.Series) -> dict[str, float]:
     return out
 
 
-def meets(row: Any, target: SLOTargets | None) -> bool:
+def meets(requests: pd.DataFrame, targets: list[SLOTargets | None]) -> pd.Series:
     """Completed within every set target (a request without targets only has to complete)."""
-    if row.final_state != "completed":
-        return False
-    if target is None:
-        return True
-    return ((target.ttft_ms is None or row.ttft_ms <= target.ttft_ms)
-            and (target.tpot_ms is None or row.itl_mean_ms <= target.tpot_ms)
-            and (target.e2e_ms is None or row.e2e_ms <= target.e2e_ms))
+    def limit(field: str) -> np.ndarray:
+        return np.array([np.inf if t is None or getattr(t, field) is None
+                         else getattr(t, field) for t in targets], dtype=float)
+
+    ok = requests.final_state.to_numpy() == "completed"
+    for column, field in (("ttft_ms", "ttft_ms"), ("itl_mean_ms", "tpot_ms"),
+                          ("e2e_ms", "e2e_ms")):
+        ok &= ~(requests[column].to_numpy(dtype=float) > limit(field))
+    return pd.Series(ok, index=requests.index, dtype=bool)
 
 
 def violated(row: Any, target: SLOTargets) -> list[str]:
@@ -103,9 +105,7 @@ def time_weighted(steps: Sequence[StepTable], names: Sequence[str], kv_total: in
 def raw_metrics(requests: pd.DataFrame, targets: list[SLOTargets | None],
                 steps: Sequence[StepTable], names: Sequence[str], kv_total: int,
                 seconds: float, cache_hit_rate: float, preemptions: int) -> dict[str, Any]:
-    good = pd.Series([meets(row, t) for row, t in
-                      zip(requests.itertuples(), targets, strict=True)],
-                     index=requests.index, dtype=bool)
+    good = meets(requests, targets)
     metrics = group_stats(requests, good, seconds)
     done = requests[requests.final_state == "completed"]
     arrived = len(requests)
@@ -140,7 +140,9 @@ def finish_anomalies(log: AnomalyLog, requests: pd.DataFrame,
                      burst_count: int, burst_window_us: int) -> None:
     """The anomalies judged from the run's records: SLO violations, preemption storms and
     rejection bursts."""
-    for row, target in zip(requests.itertuples(), targets, strict=True):
+    with_targets = [i for i, t in enumerate(targets) if t is not None]
+    for row in requests.iloc[with_targets].itertuples():
+        target = targets[row.Index]
         if target is not None and row.final_state == "completed":
             missed = violated(row, target)
             if missed:
