@@ -16,11 +16,11 @@ demo: $(STAMP)  ## run the quickstart scenario; results in out/quickstart/
 	$(BIN)/blis-simpy run scenarios/quickstart.yaml
 
 test: $(STAMP)  ## lint, then the whole test suite
-	$(BIN)/ruff check blis_simpy tests scripts
+	$(BIN)/ruff check blis_simpy tests scripts notebooks
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check blis_simpy tests scripts
+	$(BIN)/ruff check blis_simpy tests scripts notebooks
 
 bench: $(STAMP)  ## timings of scenarios/bench/*.yaml
 	$(BIN)/python scripts/bench.py
