@@ -35,7 +35,10 @@ class AnomalyLog:
     def __init__(self, class_ranks: dict[str, int] | None = None) -> None:
         self.records: list[Anomaly] = []
         ranks = dict(DEFAULT_CLASS_RANKS)
-        ranks.update(class_ranks or {})
+        for cls, rank in (class_ranks or {}).items():
+            ranks[cls] = rank
+            if cls in ("", "default"):  # the unnamed class is reported as "default"
+                ranks[""] = ranks["default"] = rank
         self.ranks = ranks
         self.default_rank = ranks[""]
         self.preemptions: list[tuple[int, str, str]] = []  # (time, instance, request)

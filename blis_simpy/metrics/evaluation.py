@@ -29,7 +29,8 @@ def request_targets(scenario: Scenario, requests: pd.DataFrame) -> list[SLOTarge
     by_tenant: dict[str, SLOTargets] = {}
     if isinstance(scenario.workload, TenantsWorkload):
         by_tenant = {t.id: t.slo for t in scenario.workload.tenants if has_targets(t.slo)}
-    by_class = scenario.evaluation.slo_targets
+    by_class = {"" if cls == "default" else cls: t
+                for cls, t in scenario.evaluation.slo_targets.items()}
     return [by_tenant.get(tenant) or by_class.get(cls)
             for tenant, cls in zip(requests.tenant, requests.slo_class, strict=True)]
 

@@ -87,7 +87,8 @@ def time_weighted(steps: Sequence[StepTable], names: Sequence[str], kv_total: in
     span_us = seconds * 1e6
     out = {}
     for name, table in zip(names, steps, strict=True):
-        d = table.duration.astype(float)
+        # a step still running when the run ends (at a horizon) counts up to the end only
+        d = (np.minimum(table.start + table.duration, span_us) - table.start).astype(float)
 
         def average(level: np.ndarray, d: np.ndarray = d) -> float:
             """A level held for each step's duration, averaged over the whole run."""

@@ -1,0 +1,467 @@
+"""Anomalies (`Result.anomalies`, anomalies.csv; counts in `metrics["anomalies"]`): each type
+triggered in a minimal scenario and not triggered in its near twin.
+
+Definitions (blis_simpy/metrics/anomalies.py, raw.py, engine/instance.py, cluster/gateway.py):
+* priority_inversion: at an instance step, a request is admitted from the wait queue while a
+  strictly more urgent request stays waiting in the same queue. Urgency = (SLO class rank,
+  arrival time), smaller = more urgent; ranks default to realtime/critical 0,
+  interactive/standard 1, "" (and unknown classes) 2, batch/sheddable 3, background 4, and
+  `evaluation.class_ranks` overrides them. Equal urgency is never an inversion. Recorded once
+  per admitted request, naming (admitted, most urgent waiting).
+* hol_blocking: the queue head cannot be admitted for lack of free KV blocks while a request
+  behind it (within the next 32) would fit. Recorded at every such step, naming (head, the
+  first request behind it that fits).
+* slo_violation: a completed request whose TTFT / TPOT (itl_mean_ms) / E2E exceeds its targets
+  (the tenant's own `slo`, else `evaluation.slo_targets[class]`); one record per request, at
+  its completion, the detail listing each missed target.
+* preemption_storm: >= `evaluation.preemption_storm.count` preemptions on one instance within
+  `window_s` (first to last event strictly less than the window apart);
+* rejection_burst: the same over rejections (admission or instance) cluster-wide.
+  Both cluster greedily scanning forward: a cluster starts at the first event that has
+  count-1 more within the window, takes every event within the window of its start, and the
+  scan resumes after it (each event in at most one cluster).
+
+Expected times are computed from the engine's formulas with the conftest coefficients (see
+test_raw_metrics.py): queueing delay int(a0 + a1*len), step int(b0 + b1*new + b2*decodes),
+first token at the prefill step's end + int(a2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blis_simpy.api import run
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.metrics.anomalies import DEFAULT_CLASS_RANKS, TYPES, AnomalyLog, bursts
+from blis_simpy.metrics.raw import finish_anomalies
+from blis_simpy.result import Result
+from tests.conftest import BASE, LLAMA_ALPHA, LLAMA_BETA, merge, trace_run_scenario, write_trace
+
+A0, A1, A2 = LLAMA_ALPHA
+B0, B1, B2 = LLAMA_BETA
+OUT_DELAY = int(A2)
+
+
+def queue_delay(length: int) -> int:
+    return int(A0 + A1 * length)
+
+
+def step(new_tokens: int, decodes: int) -> int:
+    return int(B0 + B1 * new_tokens + B2 * decodes)
+
+
+def tokens(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def const(value: float) -> dict[str, Any]:
+    return {"type": "constant", "value": value}
+
+
+def tenant(tid: str, slo_class: str, rate_fraction: float, arrival: str, prompt: int,
+           output: int, **extra: Any) -> dict[str, Any]:
+    """Constant lengths; `constant` arrivals at 0, 1/rate, ...; `periodic` (no jitter) at
+    0.5/rate, 1.5/rate, ..."""
+    return {"id": tid, "slo_class": slo_class, "rate_fraction": rate_fraction,
+            "arrival": {"type": arrival}, "prompt": const(prompt), "output": const(output),
+            **extra}
+
+
+def tenants_scenario(tenants: list[dict[str, Any]], rate_per_s: float, duration_s: float,
+                     **changes: Any) -> Scenario:
+    data = merge(BASE, changes)
+    data["workload"] = {"type": "tenants", "rate_per_s": rate_per_s, "duration_s": duration_s,
+                        "tenants": tenants}
+    return Scenario.from_dict(data)
+
+
+def of_type(result: Result, kind: str) -> pd.DataFrame:
+    assert result.anomalies is not None
+    return result.anomalies[result.anomalies.type == kind].reset_index(drop=True)
+
+
+def count(result: Result, kind: str) -> int:
+    return result.metrics["anomalies"].get(kind, 0)
+
+
+# --- the burst clustering and the end-of-run judgement --------------------------------------
+
+
+def events(times: list[int], instance: str = "instance_0") -> list[tuple[int, str, str]]:
+    return [(t, instance, f"r{i}") for i, t in enumerate(times)]
+
+
+def test_bursts_cluster_greedily_forward():
+    found = bursts(events([0, 1, 2, 3, 20, 21, 22, 40]), count=3, window_us=10)
+    assert found == [(0, 3, ["r0", "r1", "r2", "r3"]), (20, 22, ["r4", "r5", "r6"])]
+
+
+def test_bursts_window_is_strict_and_count_is_a_minimum():
+    assert bursts(events([0, 5, 10]), count=3, window_us=10) == []  # span 10 is not < 10
+    assert bursts(events([0, 5, 9]), count=3, window_us=10) == [(0, 9, ["r0", "r1", "r2"])]
+    assert bursts(events([0, 5]), count=3, window_us=100) == []
+    # A sparse start does not hide a later cluster.
+    assert bursts(events([0, 50, 51, 52]), count=3, window_us=10) == [
+        (50, 52, ["r1", "r2", "r3"])]
+
+
+@given(st.lists(st.integers(0, 1000), max_size=40), st.integers(2, 6), st.integers(1, 200))
+def test_bursts_are_disjoint_dense_clusters(times, n, window):
+    evs = events(sorted(times))
+    found = bursts(evs, n, window)
+    seen: list[str] = []
+    for start, end, reqs in found:
+        assert len(reqs) >= n
+        assert end - start < window
+        seen.extend(reqs)
+    assert len(seen) == len(set(seen))
+
+
+def empty_requests() -> pd.DataFrame:
+    return pd.DataFrame(columns=["id", "final_state", "completion_s", "instance", "ttft_ms",
+                                 "itl_mean_ms", "e2e_ms"])
+
+
+def test_storms_are_per_instance_and_bursts_cluster_wide():
+    """Four preemptions alternating between two instances are two per instance; rejections
+    by the gateway ("") and by an instance form one cluster-wide burst."""
+    log = AnomalyLog()
+    log.preemptions = [(0, "instance_0", "a"), (1, "instance_1", "b"),
+                       (2, "instance_0", "c"), (3, "instance_1", "d")]
+    log.rejections = [(5, "", "x"), (6, "instance_1", "y"), (7, "", "z")]
+    finish_anomalies(log, empty_requests(), [], 3, 100, 3, 100)
+    assert [(a.type, a.instance, a.requests) for a in log.records] == [
+        ("rejection_burst", "", ("x", "y", "z"))]
+    log = AnomalyLog()
+    log.preemptions = [(0, "instance_0", "a"), (1, "instance_1", "b"),
+                       (2, "instance_0", "c"), (3, "instance_1", "d")]
+    finish_anomalies(log, empty_requests(), [], 2, 100, 3, 100)
+    assert [(a.type, a.time, a.instance, a.requests) for a in log.records] == [
+        ("preemption_storm", 0, "instance_0", ("a", "c")),
+        ("preemption_storm", 1, "instance_1", ("b", "d"))]
+
+
+def test_anomaly_log_ranks_and_types():
+    assert AnomalyLog().urgency("realtime", 5) == (0, 5)
+    assert AnomalyLog().urgency("batch", 0) == (3, 0)
+    assert AnomalyLog().urgency("no-such-class", 0) == (DEFAULT_CLASS_RANKS[""], 0)
+    assert DEFAULT_CLASS_RANKS[""] == 2
+    custom = AnomalyLog({"gold": 0, "": 9})
+    assert custom.urgency("gold", 1) == (0, 1)
+    assert custom.urgency("unknown", 1) == (9, 1)  # unlisted classes rank with ""
+    assert custom.urgency("realtime", 1) == (0, 1)  # the defaults stay
+    with pytest.raises(ValueError, match="unknown anomaly type"):
+        AnomalyLog().record("made_up", 0, "", [])
+    assert set(TYPES) >= {"priority_inversion", "hol_blocking", "slo_violation",
+                          "preemption_storm", "rejection_burst"}
+
+
+# --- priority inversion ---------------------------------------------------------------------
+
+SLO_PRIORITY = {"type": "slo-based",
+                "params": {"class_scores": {"realtime": 10, "batch": 0}}}
+
+
+def batch_before_realtime(**changes: Any) -> Scenario:
+    """max_running_requests=1. A blocker (interactive, 32 tokens, 20 output) arrives at 0 and
+    runs alone; a batch request arrives at 0.01 s and a realtime one at 0.02 s, both queueing
+    behind it. When the blocker completes, one of them is admitted while the other waits."""
+    return tenants_scenario([
+        tenant("blocker", "interactive", 1, "constant", 32, 20),
+        tenant("bulk", "batch", 50, "periodic", 64, 4),
+        tenant("rt", "realtime", 25, "periodic", 64, 4),
+    ], rate_per_s=76, duration_s=0.025, engine={"max_running_requests": 1}, **changes)
+
+
+BLOCKER_DONE_US = queue_delay(32) + step(32, 0) + 19 * step(0, 1)  # 115994
+
+
+@pytest.mark.parametrize("priority", [{"type": "constant"}, SLO_PRIORITY])
+def test_fcfs_admits_batch_before_waiting_realtime(priority):
+    """FCFS ignores priorities: the batch request (queued first) is admitted while the more
+    urgent realtime one waits: one inversion, at the blocker's completion."""
+    result = run(batch_before_realtime(policies={"priority": priority,
+                                                 "scheduler": {"type": "fcfs"}}))
+    req = result.requests.set_index("id")
+    assert list(req.slo_class) == ["interactive", "batch", "realtime"]
+    inversions = of_type(result, "priority_inversion")
+    assert len(inversions) == 1 == count(result, "priority_inversion")
+    row = inversions.iloc[0]
+    assert row.requests == "request_1;request_2"  # admitted batch; waiting realtime
+    assert row.instance == "instance_0"
+    assert row.time_s == pytest.approx(BLOCKER_DONE_US / 1e6)
+    assert req.scheduled_s["request_1"] == pytest.approx(BLOCKER_DONE_US / 1e6)
+    assert "request_2" in row.detail
+
+
+def test_slo_priority_with_priority_fcfs_has_no_inversion():
+    result = run(batch_before_realtime(policies={"priority": SLO_PRIORITY,
+                                                 "scheduler": {"type": "priority-fcfs"}}))
+    req = result.requests.set_index("id")
+    assert req.scheduled_s["request_2"] == pytest.approx(BLOCKER_DONE_US / 1e6)  # rt first
+    assert count(result, "priority_inversion") == 0
+    assert of_type(result, "priority_inversion").empty
+
+
+def same_arrival(**changes: Any) -> Scenario:
+    """max_running_requests=1; three tenants arrive together at t=0: a blocker (class
+    silver, 16 tokens, queued first), `s` (silver, 32 tokens) and `g` (gold, 64 tokens),
+    queued in that order (shorter prompts have shorter queueing delays). After the blocker,
+    s is admitted while g waits; both arrived at 0."""
+    return tenants_scenario([
+        tenant("blocker", "silver", 1, "constant", 16, 10),
+        tenant("s", "silver", 1, "constant", 32, 2),
+        tenant("g", "gold", 1, "constant", 64, 2),
+    ], rate_per_s=3, duration_s=0.5, engine={"max_running_requests": 1}, **changes)
+
+
+def test_equal_urgency_is_never_an_inversion():
+    """gold and silver are not ranked: both rank with "" (2), arrival 0: equal urgency."""
+    result = run(same_arrival())
+    req = result.requests.set_index("tenant")
+    assert req.scheduled_s["s"] < req.scheduled_s["g"]
+    assert count(result, "priority_inversion") == 0
+
+
+@pytest.mark.parametrize(("ranks", "inversions"), [
+    ({"gold": 0}, 1),  # gold more urgent: s admitted while g waits
+    ({"gold": 5}, 0),  # gold less urgent than silver (2): no inversion
+    ({"silver": 0, "gold": 1}, 0),
+])
+def test_class_ranks_override_the_defaults(ranks, inversions):
+    result = run(same_arrival(evaluation={"class_ranks": ranks}))
+    assert count(result, "priority_inversion") == inversions
+    if inversions:
+        req = result.requests.set_index("tenant")
+        assert of_type(result, "priority_inversion").requests[0] == \
+            f"{req.id['s']};{req.id['g']}"
+
+
+def same_class_trace(tmp_path: Path, scheduler: str) -> Scenario:
+    """One class (""), max_running_requests=1: a blocker at 0, a 512-token request at 0.01 s,
+    a 64-token one at 0.02 s."""
+    rows = [(0.0, tokens(100, 32), 20), (0.01, tokens(1000, 512), 2),
+            (0.02, tokens(5000, 64), 2)]
+    return trace_run_scenario(write_trace(tmp_path / "t.csv", rows),
+                              engine={"max_running_requests": 1},
+                              policies={"scheduler": {"type": scheduler}})
+
+
+def test_same_class_later_arrival_first_is_an_inversion(tmp_path: Path):
+    """Shortest-job-first admits the later, shorter request while the earlier one (same
+    class: more urgent by arrival) waits."""
+    sjf = run(same_class_trace(tmp_path, "sjf"))
+    assert of_type(sjf, "priority_inversion").requests.tolist() == ["request_2;request_1"]
+    fcfs = run(same_class_trace(tmp_path, "fcfs"))
+    assert count(fcfs, "priority_inversion") == 0
+
+
+# --- head-of-line blocking ------------------------------------------------------------------
+
+
+def hol_trace(tmp_path: Path, behind_len: int) -> Path:
+    """KV cache of 20 blocks (320 tokens). request_0 (160 tokens, 50 output) holds 10-14
+    blocks for ~0.3 s; request_1 (200 tokens: 13 blocks) arrives at 1 ms and cannot fit;
+    request_2 (`behind_len` tokens) arrives at 2 ms behind it."""
+    return write_trace(tmp_path / "h.csv", [(0.0, tokens(1000, 160), 50),
+                                            (0.001, tokens(2000, 200), 10),
+                                            (0.002, tokens(3000, behind_len), 5)])
+
+
+def test_hol_blocking_when_a_short_request_waits_behind_a_long_head(tmp_path: Path):
+    result = run(trace_run_scenario(hol_trace(tmp_path, 32), engine={"kv_blocks": 20}))
+    hol = of_type(result, "hol_blocking")
+    assert len(hol) > 0 and len(hol) == count(result, "hol_blocking")
+    assert set(hol.requests) == {"request_1;request_2"}
+    assert set(hol.instance) == {"instance_0"}
+    # Once per step from request_2's arrival in the queue until request_0's last step ends
+    # (its completion time less the output delay a2).
+    first = 2000 + queue_delay(32)
+    last_end = result.requests.completion_s[0] * 1e6 - OUT_DELAY
+    start_us = result.steps.start_s * 1e6
+    blocked = result.steps[(start_us >= first - 0.5) & (start_us < last_end - 0.5)]
+    assert len(hol) == len(blocked)
+    req = result.requests
+    assert req.scheduled_s[2] >= req.scheduled_s[1]  # strict head-of-line order
+
+
+def test_no_hol_blocking_when_the_request_behind_does_not_fit_either(tmp_path: Path):
+    """The near twin: request_2 needs 12 blocks (192 tokens), more than are ever free."""
+    result = run(trace_run_scenario(hol_trace(tmp_path, 192), engine={"kv_blocks": 20}))
+    assert count(result, "hol_blocking") == 0
+    assert result.metrics["completed"] == 3
+
+
+def test_no_hol_blocking_with_two_instances(tmp_path: Path):
+    """Round-robin puts request_1 alone on instance_1, where it fits at once."""
+    result = run(trace_run_scenario(hol_trace(tmp_path, 32), engine={"kv_blocks": 20},
+                                    cluster={"instances": 2}))
+    assert list(result.requests.instance) == ["instance_0", "instance_1", "instance_0"]
+    assert count(result, "hol_blocking") == 0
+
+
+@pytest.mark.parametrize(("big_behind", "flagged"), [(31, True), (32, False)])
+def test_hol_lookahead_is_the_next_32_requests(tmp_path: Path, big_behind, flagged):
+    """Head request_1 and `big_behind` more requests of 13 blocks queue behind request_0;
+    a 2-block request comes last: at position 32 it is seen, at position 33 it is not
+    (while request_1 is the head)."""
+    rows = [(0.0, tokens(100_000, 160), 50)]
+    rows += [(0.001 + i * 1e-5, tokens(200_000 + 1000 * i, 200), 10)
+             for i in range(big_behind + 1)]
+    rows += [(0.003, tokens(900_000, 32), 5)]
+    result = run(trace_run_scenario(write_trace(tmp_path / "h.csv", rows),
+                                    engine={"kv_blocks": 20}))
+    small = f"request_{len(rows) - 1}"
+    hol = of_type(result, "hol_blocking")
+    with_head_1 = hol[hol.requests.str.startswith("request_1;")]
+    assert (f"request_1;{small}" in set(with_head_1.requests)) == flagged
+    assert set(with_head_1.requests) <= {f"request_1;{small}"}
+
+
+# --- preemption storms ----------------------------------------------------------------------
+
+
+def storm_scenario(tmp_path: Path, kv_blocks: int, storm_count: int) -> Scenario:
+    """Eight 64-token requests with 60 output tokens each, 1 ms apart, on one instance."""
+    rows = [(0.001 * i, tokens(1000 * (i + 1), 64), 60) for i in range(8)]
+    return trace_run_scenario(write_trace(tmp_path / "s.csv", rows),
+                              engine={"kv_blocks": kv_blocks},
+                              evaluation={"preemption_storm": {"count": storm_count,
+                                                               "window_s": 1.0}})
+
+
+def test_preemption_storm_with_a_tiny_kv_cache(tmp_path: Path):
+    """24 blocks cannot hold eight growing requests (4-8 blocks each): they preempt each
+    other, all within a second."""
+    result = run(storm_scenario(tmp_path, 24, 3))
+    preemptions = int(result.requests.preemptions.sum())
+    assert preemptions >= 3
+    storms = of_type(result, "preemption_storm")
+    assert len(storms) == 1 == count(result, "preemption_storm")
+    victims = storms.requests[0].split(";")
+    assert len(victims) == preemptions  # all of them, within the window
+    assert storms.instance[0] == "instance_0"
+    assert storms.detail[0].startswith(f"{preemptions} preemptions in ")
+    # A threshold above the number of preemptions: no storm.
+    assert count(run(storm_scenario(tmp_path, 24, preemptions + 1)), "preemption_storm") == 0
+
+
+def test_no_preemption_storm_with_room(tmp_path: Path):
+    result = run(storm_scenario(tmp_path, 2000, 3))
+    assert int(result.requests.preemptions.sum()) == 0
+    assert count(result, "preemption_storm") == 0
+
+
+# --- rejection bursts -----------------------------------------------------------------------
+
+
+def bucket_scenario(tmp_path: Path, capacity: int, burst: dict[str, Any]) -> Scenario:
+    """Ten requests 10 ms apart; a token bucket of `capacity` requests that never refills."""
+    rows = [(0.01 * i, tokens(1000 * (i + 1), 64), 2) for i in range(10)]
+    bucket = {"type": "token-bucket",
+              "params": {"capacity": capacity, "refill_per_s": 0, "cost": "requests"}}
+    return trace_run_scenario(write_trace(tmp_path / "b.csv", rows),
+                              policies={"admission": bucket},
+                              evaluation={"rejection_burst": burst})
+
+
+def test_rejection_burst_from_a_token_bucket(tmp_path: Path):
+    """Capacity 3: requests 3..9 are rejected at 0.03..0.09 s: 7 rejections in 0.06 s."""
+    result = run(bucket_scenario(tmp_path, 3, {"count": 5, "window_s": 1.0}))
+    bursts_ = of_type(result, "rejection_burst")
+    assert len(bursts_) == 1
+    row = bursts_.iloc[0]
+    assert row.requests == ";".join(f"request_{i}" for i in range(3, 10))
+    assert row.instance == ""  # cluster-wide
+    assert row.time_s == pytest.approx(0.03)
+    assert row.detail == "7 rejections in 0.060 s"
+
+
+def test_rejection_burst_window_splits_greedily(tmp_path: Path):
+    """Window 0.05 s: the first cluster takes 0.03..0.07 (0.08 is 0.05 s after its start);
+    the two left over are fewer than 5."""
+    result = run(bucket_scenario(tmp_path, 3, {"count": 5, "window_s": 0.05}))
+    assert of_type(result, "rejection_burst").requests.tolist() == [
+        ";".join(f"request_{i}" for i in range(3, 8))]
+
+
+@pytest.mark.parametrize(("capacity", "burst"), [
+    (100, {"count": 5, "window_s": 1.0}),  # nothing rejected
+    (3, {"count": 8, "window_s": 1.0}),  # 7 rejections < 8
+    (3, {"count": 5, "window_s": 0.04}),  # never 5 within 0.04 s (they are 0.01 s apart)
+])
+def test_no_rejection_burst(tmp_path: Path, capacity, burst):
+    result = run(bucket_scenario(tmp_path, capacity, burst))
+    assert count(result, "rejection_burst") == 0
+
+
+def test_instance_rejections_make_bursts_too(tmp_path: Path):
+    """Six requests longer than max_model_len, rejected by the instance on arrival."""
+    rows = [(0.01 * i, tokens(1000 * (i + 1), 200), 2) for i in range(6)]
+    s = trace_run_scenario(write_trace(tmp_path / "r.csv", rows),
+                           engine={"max_model_len": 100},
+                           evaluation={"rejection_burst": {"count": 5, "window_s": 1.0}})
+    result = run(s)
+    assert result.metrics["rejected"] == 6
+    assert of_type(result, "rejection_burst").requests.tolist() == [
+        ";".join(f"request_{i}" for i in range(6))]
+
+
+# --- SLO violations -------------------------------------------------------------------------
+
+ALONE_TTFT_US = queue_delay(64) + step(64, 0) + OUT_DELAY  # 10557
+
+
+def single(slo: dict[str, float]) -> Scenario:
+    """One request (64 tokens, 5 output) alone at t=0."""
+    return tenants_scenario([tenant("t", "interactive", 1, "constant", 64, 5, slo=slo)],
+                            rate_per_s=1, duration_s=0.5)
+
+
+def test_slo_violation_names_the_request_and_the_missed_targets():
+    result = run(single({"ttft_ms": 10.5, "tpot_ms": 5, "e2e_ms": 1000}))
+    violations = of_type(result, "slo_violation")
+    assert len(violations) == 1
+    row = violations.iloc[0]
+    assert row.requests == "request_0"
+    assert row.instance == "instance_0"
+    assert row.time_s == pytest.approx(result.requests.completion_s[0])
+    assert row.detail == "ttft_ms 10.557 > 10.5; tpot_ms 5.758 > 5"
+    assert ALONE_TTFT_US == 10_557
+
+
+def test_no_slo_violation_when_every_target_holds():
+    result = run(single({"ttft_ms": 10.6, "tpot_ms": 5.8, "e2e_ms": 34}))
+    assert count(result, "slo_violation") == 0
+
+
+def test_no_slo_violation_without_targets_or_when_rejected(tmp_path: Path):
+    rows = [(0.0, tokens(100, 64), 2)]
+    trace = write_trace(tmp_path / "t.csv", rows)
+    assert count(run(trace_run_scenario(trace)), "slo_violation") == 0
+    # A class target for the unnamed class applies to trace requests ...
+    tight = {"slo_targets": {"": {"ttft_ms": 1}}}
+    assert count(run(trace_run_scenario(trace, evaluation=tight)), "slo_violation") == 1
+    # ... but a rejected request is not a violation (it lowers slo_attainment instead).
+    rejected = run(trace_run_scenario(trace, evaluation=tight,
+                                      policies={"admission": {"type": "reject-all"}}))
+    assert count(rejected, "slo_violation") == 0
+
+
+# --- the table ------------------------------------------------------------------------------
+
+
+def test_anomaly_table_columns_order_and_counts(tmp_path: Path):
+    result = run(storm_scenario(tmp_path, 24, 3))
+    table = result.anomalies
+    assert table is not None
+    assert list(table.columns) == ["time_s", "type", "instance", "requests", "detail"]
+    assert table.time_s.is_monotonic_increasing
+    assert result.metrics["anomalies"] == table.type.value_counts().sort_index().to_dict()
+    assert set(table.type) <= set(TYPES)

@@ -1,0 +1,279 @@
+"""Fitness and the EvaluationResult (blis_simpy/metrics/fitness.py, evaluation.py).
+
+Definitions checked:
+* weights: `key:weight` pairs (`--fitness-weights "throughput:0.5,p99_ttft:0.3"`, or
+  `fitness.weights` in the scenario); every key must be one of fitness.KEYS and every weight
+  a finite number >= 0; a duplicate key keeps its last weight.
+* normalisation of each key's raw metric to [0, 1], higher is better:
+  throughput / goodput: x / (x + 100) of requests/s; tokens_per_sec: x / (x + 10000);
+  latencies (p99_ttft, p50_ttft, mean_ttft, p99_e2e, p50_e2e, mean_e2e, p99_tpot,
+  mean_tpot): 1 / (1 + ms); slo_attainment, fairness (jain_fairness), cache_hit_rate: as is;
+  rejection_rate: 1 - rate; preemption_rate: 1 / (1 + preemptions per completed request).
+* score = sum(weight * normalised) over the weighted keys (weights are not renormalised);
+  `objectives` holds the normalised value of each weighted key.
+* EvaluationResult: fitness, objectives, weights, metrics (= Result.metrics), summary
+  (= Result.summary), policy_id ("admission=..,priority=..,routing=..,scheduler=..#hash of
+  every policy parameter"), workload_id ("name:type:seed=N#hash of the workload"),
+  simulated_s (= duration_s) and wall_s; evaluation.json is the same without wall_s, so it
+  is byte-identical across runs of one scenario.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from blis_simpy.api import run
+from blis_simpy.cli import app
+from blis_simpy.config.errors import ScenarioError
+from blis_simpy.metrics.fitness import (
+    KEYS,
+    EvaluationResult,
+    objectives,
+    parse_weights,
+    score,
+)
+from tests.conftest import BASE, merge, scenario
+
+SMALL = {"workload": {"num_requests": 12}}
+
+# Raw values chosen so each normalisation gives a round number.
+RAW = {
+    "requests_per_s": 100.0, "output_tokens_per_s": 30_000.0, "goodput_per_s": 300.0,
+    "ttft_p99_ms": 3.0, "ttft_p50_ms": 1.0, "ttft_mean_ms": 4.0, "e2e_p99_ms": 9.0,
+    "e2e_p50_ms": 0.0, "e2e_mean_ms": 19.0, "tpot_p99_ms": 1.5, "tpot_mean_ms": 0.25,
+    "slo_attainment": 0.7, "jain_fairness": 0.9, "cache_hit_rate": 0.4,
+    "rejection_rate": 0.25, "preemption_rate": 3.0,
+}
+NORMALISED = {
+    "throughput": 0.5, "tokens_per_sec": 0.75, "goodput": 0.75,
+    "p99_ttft": 0.25, "p50_ttft": 0.5, "mean_ttft": 0.2, "p99_e2e": 0.1, "p50_e2e": 1.0,
+    "mean_e2e": 0.05, "p99_tpot": 0.4, "mean_tpot": 0.8,
+    "slo_attainment": 0.7, "fairness": 0.9, "cache_hit_rate": 0.4,
+    "rejection_rate": 0.75, "preemption_rate": 0.25,
+}
+
+
+# --- weights --------------------------------------------------------------------------------
+
+
+def test_parse_weights():
+    assert parse_weights("throughput:0.5,p99_ttft:0.3") == {"throughput": 0.5,
+                                                            "p99_ttft": 0.3}
+    assert parse_weights(" throughput : 1 , goodput:0 ") == {"throughput": 1.0, "goodput": 0.0}
+    assert parse_weights("throughput:1,throughput:2") == {"throughput": 2.0}  # last wins
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("throughput", "has no ':'"),
+    ("throughput:0.5,p99_ttft", "'p99_ttft' has no ':'"),
+    ("bogus:1", "unknown fitness metric key"),
+    ("throughput:-0.5", "a finite number >= 0"),
+    ("throughput:nan", "a finite number >= 0"),
+    ("throughput:inf", "a finite number >= 0"),
+    ("throughput:high", "is not a number"),
+])
+def test_parse_weights_errors(text, needle):
+    with pytest.raises(ScenarioError) as err:
+        parse_weights(text)
+    assert err.value.path.startswith("--fitness-weights")
+    assert needle in str(err.value)
+
+
+def test_unknown_key_error_lists_the_valid_keys():
+    with pytest.raises(ScenarioError) as err:
+        parse_weights("latency:1")
+    assert err.value.path == "--fitness-weights.latency"
+    for key in KEYS:
+        assert key in str(err.value)
+
+
+@pytest.mark.parametrize(("weights", "path"), [
+    ({"bogus": 1}, "fitness.weights.bogus"),
+    ({"throughput": -1}, "fitness.weights.throughput"),
+    ({"throughput": True}, "fitness.weights.throughput"),
+    ({"throughput": "1"}, "fitness.weights.throughput"),
+    ({"throughput": float("nan")}, "fitness.weights.throughput"),
+])
+def test_scenario_weights_are_validated(weights, path):
+    with pytest.raises(ScenarioError) as err:
+        scenario(fitness={"weights": weights})
+    assert err.value.path == path
+
+
+# --- normalisations and score ---------------------------------------------------------------
+
+
+def test_every_key_is_documented_by_hand():
+    assert set(KEYS) == set(NORMALISED)
+    for key, (raw, _, _) in KEYS.items():
+        assert raw in RAW, key
+
+
+@pytest.mark.parametrize("key", sorted(NORMALISED))
+def test_normalisation_by_hand(key):
+    values = objectives(RAW, {key: 1.0})
+    assert values == {key: pytest.approx(NORMALISED[key])}
+    assert 0.0 <= values[key] <= 1.0
+
+
+def test_score_is_the_weighted_sum_without_renormalising():
+    weights = {"throughput": 0.5, "p99_ttft": 0.3, "slo_attainment": 2.0, "fairness": 0.0}
+    values = objectives(RAW, weights)
+    assert set(values) == set(weights)
+    assert score(values, weights) == pytest.approx(0.5 * 0.5 + 0.3 * 0.25 + 2.0 * 0.7)
+    assert score({}, {}) == 0.0
+
+
+def test_normalisations_at_their_limits():
+    zero = dict.fromkeys(RAW, 0.0)
+    at_zero = objectives(zero, dict.fromkeys(KEYS, 1.0))
+    assert at_zero["throughput"] == 0.0 and at_zero["tokens_per_sec"] == 0.0
+    assert at_zero["p99_ttft"] == 1.0  # no latency at all is perfect
+    assert at_zero["rejection_rate"] == 1.0 and at_zero["preemption_rate"] == 1.0
+    huge = dict.fromkeys(RAW, 1e12)
+    at_huge = objectives(huge, {"throughput": 1, "p99_e2e": 1})
+    assert at_huge["throughput"] == pytest.approx(1.0)
+    assert at_huge["p99_e2e"] == pytest.approx(0.0, abs=1e-11)
+
+
+# --- EvaluationResult from a run ------------------------------------------------------------
+
+WEIGHTS = {"throughput": 0.5, "p99_ttft": 0.3, "slo_attainment": 0.2, "rejection_rate": 1.0,
+           "preemption_rate": 0.1, "tokens_per_sec": 0.4}
+
+
+def weighted(**changes: Any):
+    return scenario(**merge({**SMALL, "fitness": {"weights": WEIGHTS}}, changes))
+
+
+def test_fitness_of_a_run_by_hand():
+    result = run(weighted())
+    ev = result.evaluation
+    assert isinstance(ev, EvaluationResult)
+    m = result.metrics
+    by_hand = {
+        "throughput": m["requests_per_s"] / (m["requests_per_s"] + 100),
+        "p99_ttft": 1 / (1 + m["ttft_p99_ms"]),
+        "slo_attainment": m["slo_attainment"],
+        "rejection_rate": 1 - m["rejection_rate"],
+        "preemption_rate": 1 / (1 + m["preemption_rate"]),
+        "tokens_per_sec": m["output_tokens_per_s"] / (m["output_tokens_per_s"] + 10_000),
+    }
+    assert ev.objectives == pytest.approx(by_hand)
+    assert ev.fitness == pytest.approx(sum(WEIGHTS[k] * by_hand[k] for k in WEIGHTS))
+    assert ev.weights == WEIGHTS
+    assert ev.metrics == m
+    assert ev.summary == result.summary
+    assert ev.simulated_s == m["duration_s"] > 0
+    assert ev.wall_s >= 0
+    assert m["rejection_rate"] == 0.0 and by_hand["rejection_rate"] == 1.0
+
+
+def test_no_weights_no_fitness():
+    ev = run(scenario(**SMALL)).evaluation
+    assert ev is not None
+    assert ev.fitness == 0.0 and ev.objectives == {} and ev.weights == {}
+
+
+ID = re.compile(r"^admission=([\w-]+),priority=([\w-]+),routing=([\w-]+),"
+                r"scheduler=([\w-]+)#[0-9a-f]{12}$")
+
+
+def test_policy_and_workload_ids():
+    base = run(weighted(cluster={"instances": 2})).evaluation
+    again = run(weighted(cluster={"instances": 2})).evaluation
+    assert base is not None and again is not None
+    match = ID.match(base.policy_id)
+    assert match is not None, base.policy_id
+    assert match.groups() == ("always-admit", "constant", "round-robin", "fcfs")
+    assert (again.policy_id, again.workload_id) == (base.policy_id, base.workload_id)
+    assert re.fullmatch(r"test:distribution:seed=7#[0-9a-f]{12}", base.workload_id)
+
+    routed = run(weighted(cluster={"instances": 2},
+                          policies={"routing": {"type": "least-loaded"}})).evaluation
+    assert routed is not None
+    assert routed.policy_id != base.policy_id
+    assert ID.match(routed.policy_id).group(3) == "least-loaded"  # type: ignore[union-attr]
+    assert routed.workload_id == base.workload_id  # same workload, other policy
+
+    # Same template names, other parameters: the hash part differs.
+    bucket = {"type": "token-bucket", "params": {"capacity": 1e9}}
+    one = run(weighted(policies={"admission": bucket})).evaluation
+    other = run(weighted(policies={"admission": merge(bucket, {"params": {"capacity": 2e9}})}
+                         )).evaluation
+    assert one is not None and other is not None
+    assert one.policy_id.split("#")[0] == other.policy_id.split("#")[0]
+    assert one.policy_id != other.policy_id
+
+    reseeded = run(weighted(seed=8)).evaluation
+    assert reseeded is not None
+    assert reseeded.workload_id.startswith("test:distribution:seed=8#")
+    longer = run(weighted(workload={"num_requests": 13})).evaluation
+    assert longer is not None
+    assert longer.workload_id != run(weighted()).evaluation.workload_id  # type: ignore[union-attr]
+
+
+def test_evaluation_json_has_no_wall_time_and_is_reproducible(tmp_path: Path):
+    first, second = run(weighted()), run(weighted())
+    for result, out in ((first, tmp_path / "a"), (second, tmp_path / "b")):
+        result.save(out, "csv")
+    text = (tmp_path / "a" / "evaluation.json").read_text()
+    data = json.loads(text)
+    assert "wall_s" not in data
+    assert set(data) == {f.name for f in dataclasses.fields(EvaluationResult)} - {"wall_s"}
+    assert first.evaluation is not None
+    expected = first.evaluation.to_file_dict()
+    assert data == json.loads(json.dumps(expected))
+    assert "wall_s" in first.evaluation.to_dict()
+    for name in ("evaluation.json", "metrics.json", "anomalies.csv", "instances.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert json.loads((tmp_path / "a" / "metrics.json").read_text()) == first.metrics
+
+
+# --- the command line -----------------------------------------------------------------------
+
+RUNNER = CliRunner()
+
+
+def write_scenario(folder: Path) -> Path:
+    path = folder / "s.yaml"
+    data = merge(BASE, {**SMALL, "outputs": {"tables": "csv"}})
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_cli_fitness_weights(tmp_path: Path):
+    out = tmp_path / "out"
+    result = RUNNER.invoke(app, ["run", str(write_scenario(tmp_path)), "--out", str(out),
+                                 "--fitness-weights", "throughput:0.5,p99_ttft:0.3"])
+    assert result.exit_code == 0, result.output
+    assert "fitness " in result.stderr
+    data = json.loads((out / "evaluation.json").read_text())
+    assert data["weights"] == {"throughput": 0.5, "p99_ttft": 0.3}
+    m = data["metrics"]
+    rps, p99 = m["requests_per_s"], m["ttft_p99_ms"]
+    assert data["fitness"] == pytest.approx(0.5 * rps / (rps + 100) + 0.3 / (1 + p99))
+    assert math.isfinite(data["fitness"])
+
+
+@pytest.mark.parametrize(("weights", "needle"), [
+    ("bogus:1", "bogus"), ("throughput", "has no ':'"), ("throughput:-1", ">= 0"),
+])
+def test_cli_bad_fitness_weights_exit_2(tmp_path: Path, weights, needle):
+    out = tmp_path / "out"
+    result = RUNNER.invoke(app, ["run", str(write_scenario(tmp_path)), "--out", str(out),
+                                 "--quiet", "--fitness-weights", weights])
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.stderr and "--fitness-weights" in result.stderr
+    assert needle in result.stderr
+    assert "Traceback" not in result.output
+    assert not out.exists()
