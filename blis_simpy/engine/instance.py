@@ -276,21 +276,27 @@ class Instance:
         steady = self.steady
         assert steady is not None
         emit_at = end + self.latency.output_delay
-        done = [req for req in explicit if self._advance(req, index, emit_at)]
+        done = []
+        still = []
         for req in explicit:
-            if (req.state is State.RUNNING and req.last_emit_step == index
-                    and req not in done and req.progress >= req.prefill_target):
-                steady.add(req, index + 1)
+            if self._advance(req, index, emit_at):
+                done.append(req)
+            elif req.last_emit_step == index and req.progress >= req.prefill_target:
+                steady.add(req, index + 1)  # decoding steadily from the next step on
+            else:
+                still.append(req)
+        nxt = index + 1
         for req in due:
             if req.emitted + index - req.lazy_base + 1 >= req.max_tokens:
-                steady.materialize(req, index + 1)
+                steady.materialize(req, nxt)
                 done.append(req)
             else:
-                steady.schedule(req, index + 1)
+                steady.schedule(req, nxt)
         steady.drop(index)
-        self.explicit = [r for r in explicit if r.lazy_base < 0 and r not in done]
+        self.explicit = still
         if done:
-            done.sort(key=seq_of)
+            if len(done) > 1:
+                done.sort(key=seq_of)
             self._complete(done, emit_at)
 
     def _materialize(self, index: int) -> None:
@@ -496,7 +502,9 @@ class Instance:
                 self.recent_tpot.append((at - req.first_token_at) / (req.output_len - 1))
             if observer is not None:
                 observer.finished(self.index, req)
-        self.running = [r for r in self.running if r.state is State.RUNNING]
+        running = self.running
+        for req in done:
+            running.remove(req)
 
     # -- observation (what snapshots read) -------------------------------------------------------
 

@@ -32,7 +32,6 @@ class Request:
         "completed_at",
         "done",
         "emitted",
-        "event_step",
         "first_scheduled",
         "first_token_at",
         "first_token_step",
@@ -104,7 +103,6 @@ class Request:
         self.chunk = 0  # prefill tokens scheduled this step, or -1 for one decode token
         self.seq = 0  # admission order into the running batch (the batch is sorted by it)
         self.lazy_base = -1  # >= 0: steady decoder advanced implicitly from this step on
-        self.event_step = -1
         self.preemptions = 0
         self.queued_at = -1
         self.first_scheduled = -1

@@ -9,7 +9,7 @@ and kept in a bucket per step, so a step costs time proportional to its events, 
 
 from __future__ import annotations
 
-from blis_simpy.engine.request import Request, State
+from blis_simpy.engine.request import Request
 
 
 class SteadyDecoders:
@@ -36,7 +36,6 @@ class SteadyDecoders:
         done = step + req.max_tokens - 1 - req.emitted - ahead
         if done < event:
             event = done
-        req.event_step = event
         bucket = self.buckets.get(event)
         if bucket is None:
             self.buckets[event] = [req]
@@ -44,14 +43,10 @@ class SteadyDecoders:
             bucket.append(req)
 
     def peek(self, step: int) -> list[Request]:
-        """The implicit decoders with an event at `step` (stale entries dropped)."""
-        bucket = self.buckets.get(step)
-        if not bucket:
-            return []
-        live = [r for r in bucket if r.event_step == step and r.lazy_base >= 0
-                and r.state is State.RUNNING]
-        self.buckets[step] = live
-        return live
+        """The implicit decoders with an event at `step`. A decoder is filed under exactly
+        one step at a time and leaves implicit mode only at that step's event or through
+        `clear()`, so buckets hold no stale entries."""
+        return self.buckets.get(step) or []
 
     def drop(self, step: int) -> None:
         self.buckets.pop(step, None)

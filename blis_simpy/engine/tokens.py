@@ -40,7 +40,7 @@ def block_hashes(tokens: np.ndarray, block_size: int) -> list[int]:
     with np.errstate(over="ignore"):
         ids = tokens[:n].astype(np.uint64)
         positions = np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
-        words = _mix(_mix(ids + positions) ^ positions)
+        words = _mix(ids ^ positions)
         chain = np.cumsum(words.reshape(full, block_size).sum(axis=1, dtype=np.uint64),
                           dtype=np.uint64)
     return chain.tolist()
@@ -64,7 +64,7 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     with np.errstate(over="ignore"):
         positions = (np.arange(1, len(ids) + 1, dtype=np.int64)
                      - np.repeat(starts, lengths)).astype(np.uint64) * _GOLDEN
-        words = _mix(_mix(ids.astype(np.uint64) + positions) ^ positions)
+        words = _mix(ids.astype(np.uint64) ^ positions)
         sums = words.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
         running = np.cumsum(sums, dtype=np.uint64)
         first_block = np.cumsum(fulls) - fulls
