@@ -33,7 +33,7 @@ import yaml
 
 from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.resolve import resolve
-from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.scenario import Scenario, parse_yaml
 from blis_simpy.config.schema import describe, join, load
 from blis_simpy.engine.request import Request
 from blis_simpy.engine.simulation import Simulation
@@ -204,13 +204,7 @@ def read_yaml(path: Path, reader: Reader) -> Any:
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise reader.error("", f"cannot read {path}: {reason}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise reader.error("", f"not valid YAML{where}: {problem}") from None
+    return parse_yaml(text, reader.label)
 
 
 @dataclass(slots=True)
