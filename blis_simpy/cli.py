@@ -90,6 +90,9 @@ def run(
     except ScenarioError as exc:
         raise fail(exc) from None
     resolved = sim.scenario
+    target = out or Path(resolved.outputs.dir or Path("out") / resolved.name)
+    if target.exists() and not target.is_dir():
+        raise fail(ScenarioError("--out", f"{target} exists and is not a folder"))
     bar = None
     if not quiet and sys.stderr.isatty():
         workload = resolved.workload
@@ -102,8 +105,11 @@ def run(
     finally:
         if bar is not None:
             bar.close()
-    target = out or Path(resolved.outputs.dir or Path("out") / resolved.name)
-    result.save(target, resolved.outputs.tables)
+    try:
+        result.save(target, resolved.outputs.tables)
+    except OSError as exc:
+        raise fail(ScenarioError("--out", f"cannot write {target}: {exc.strerror or exc}")) \
+            from None
     typer.echo(result.summary_json(), nl=False)
     if not quiet:
         evaluation = result.evaluation

@@ -252,3 +252,11 @@ def test_convert_unknown_flag_exits_2_naming_it():
 
 def test_convert_bad_value_exits_2_naming_flag():
     assert_clean_usage_error(cli(*CONVERT, "--rate", "fast"), "--rate", "'fast'")
+
+
+def test_run_refuses_an_output_path_that_is_a_file(tmp_path):
+    scenario_file = write_scenario(tmp_path)
+    blocker = tmp_path / "taken"
+    blocker.write_text("keep me")
+    assert_clean_usage_error(cli("run", scenario_file, "--out", blocker, "--quiet"), "--out")
+    assert blocker.read_text() == "keep me"
