@@ -65,3 +65,24 @@ def trace_run_scenario(trace: Path, **changes: Any) -> Scenario:
     data = merge(BASE, changes)
     data["workload"] = {"type": "trace", "path": str(trace)}
     return Scenario.from_dict(data)
+
+
+def const(value: float) -> dict[str, Any]:
+    return {"type": "constant", "value": value}
+
+
+def tenant(tid: str, slo_class: str, rate_fraction: float, arrival: str, prompt: int,
+           output: int, **extra: Any) -> dict[str, Any]:
+    """A tenant with constant lengths and a deterministic arrival process: `constant`
+    arrives at 0, 1/rate, ...; `periodic` (no jitter) at 0.5/rate, 1.5/rate, ..."""
+    return {"id": tid, "slo_class": slo_class, "rate_fraction": rate_fraction,
+            "arrival": {"type": arrival}, "prompt": const(prompt), "output": const(output),
+            **extra}
+
+
+def tenants_scenario(tenants: list[dict[str, Any]], rate_per_s: float, duration_s: float,
+                     **changes: Any) -> Scenario:
+    data = merge(BASE, changes)
+    data["workload"] = {"type": "tenants", "rate_per_s": rate_per_s, "duration_s": duration_s,
+                        "tenants": tenants}
+    return Scenario.from_dict(data)

@@ -214,8 +214,10 @@ def draw_pareto_lognormal(dist: ParetoLogNormal, rng: np.random.Generator, n: in
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
-    """Go's math.Round on an array (numpy's rint rounds halves to even)."""
-    return np.copysign(np.floor(np.abs(x) + 0.5), x)
+    """Go's math.Round on an array (numpy's rint rounds halves to even). Exact: adding 0.5
+    first would round 0.49999999999999994 up."""
+    whole = np.trunc(x)
+    return whole + np.copysign(np.abs(x - whole) >= 0.5, x)
 
 
 def sample_tokens(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -41,7 +41,14 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.metrics.anomalies import DEFAULT_CLASS_RANKS, TYPES, AnomalyLog, bursts
 from blis_simpy.metrics.raw import finish_anomalies
 from blis_simpy.result import Result
-from tests.conftest import BASE, LLAMA_ALPHA, LLAMA_BETA, merge, trace_run_scenario, write_trace
+from tests.conftest import (
+    LLAMA_ALPHA,
+    LLAMA_BETA,
+    tenant,
+    tenants_scenario,
+    trace_run_scenario,
+    write_trace,
+)
 
 A0, A1, A2 = LLAMA_ALPHA
 B0, B1, B2 = LLAMA_BETA
@@ -58,27 +65,6 @@ def step(new_tokens: int, decodes: int) -> int:
 
 def tokens(start: int, n: int) -> list[int]:
     return list(range(start, start + n))
-
-
-def const(value: float) -> dict[str, Any]:
-    return {"type": "constant", "value": value}
-
-
-def tenant(tid: str, slo_class: str, rate_fraction: float, arrival: str, prompt: int,
-           output: int, **extra: Any) -> dict[str, Any]:
-    """Constant lengths; `constant` arrivals at 0, 1/rate, ...; `periodic` (no jitter) at
-    0.5/rate, 1.5/rate, ..."""
-    return {"id": tid, "slo_class": slo_class, "rate_fraction": rate_fraction,
-            "arrival": {"type": arrival}, "prompt": const(prompt), "output": const(output),
-            **extra}
-
-
-def tenants_scenario(tenants: list[dict[str, Any]], rate_per_s: float, duration_s: float,
-                     **changes: Any) -> Scenario:
-    data = merge(BASE, changes)
-    data["workload"] = {"type": "tenants", "rate_per_s": rate_per_s, "duration_s": duration_s,
-                        "tenants": tenants}
-    return Scenario.from_dict(data)
 
 
 def of_type(result: Result, kind: str) -> pd.DataFrame:

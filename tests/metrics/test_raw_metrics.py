@@ -42,7 +42,15 @@ import pytest
 from blis_simpy.api import run
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.metrics.raw import jain
-from tests.conftest import BASE, LLAMA_ALPHA, LLAMA_BETA, merge, trace_run_scenario, write_trace
+from tests.conftest import (
+    BASE,
+    LLAMA_ALPHA,
+    LLAMA_BETA,
+    tenant,
+    tenants_scenario,
+    trace_run_scenario,
+    write_trace,
+)
 
 A0, A1, A2 = LLAMA_ALPHA
 B0, B1, B2 = LLAMA_BETA
@@ -91,27 +99,6 @@ def expected_stats(prefix: str, values_ms: list[float]) -> dict[str, float]:
 def tokens(start: int, n: int) -> list[int]:
     """n distinct token ids (disjoint ranges never share a cached prefix)."""
     return list(range(start, start + n))
-
-
-def const(value: float) -> dict[str, Any]:
-    return {"type": "constant", "value": value}
-
-
-def tenant(tid: str, slo_class: str, rate_fraction: float, arrival: str, prompt: int,
-           output: int, **extra: Any) -> dict[str, Any]:
-    """A tenant with constant lengths and a deterministic arrival process: `constant`
-    arrives at 0, 1/rate, ...; `periodic` (no jitter) at 0.5/rate, 1.5/rate, ..."""
-    return {"id": tid, "slo_class": slo_class, "rate_fraction": rate_fraction,
-            "arrival": {"type": arrival}, "prompt": const(prompt), "output": const(output),
-            **extra}
-
-
-def tenants_scenario(tenants: list[dict[str, Any]], rate_per_s: float, duration_s: float,
-                     **changes: Any) -> Scenario:
-    data = merge(BASE, changes)
-    data["workload"] = {"type": "tenants", "rate_per_s": rate_per_s, "duration_s": duration_s,
-                        "tenants": tenants}
-    return Scenario.from_dict(data)
 
 
 def approx_dict(expected: dict[str, float]) -> dict[str, Any]:
