@@ -1,9 +1,9 @@
 """blis-simpy: a fast, deterministic simulator of LLM inference serving, on SimPy."""
 
 from blis_simpy.api import run
-from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.result import Result
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.sim.result import Result
 
 __all__ = ["Result", "Scenario", "ScenarioError", "run"]
 __version__ = "0.1.0"

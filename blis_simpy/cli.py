@@ -14,10 +14,10 @@ from typing import Annotated
 import typer
 
 from blis_simpy.api import prepare, simulate
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.scenario import FitnessConfig, Scenario
-from blis_simpy.engine.simulation import Simulation
-from blis_simpy.metrics.fitness import parse_weights
+from blis_simpy.config.fitness import FitnessConfig, parse_weights
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.sim.build import Simulation
 
 app = typer.Typer(
     add_completion=False,
@@ -193,13 +193,13 @@ def workload_sample(
 ) -> None:
     """Run a scenario and write every request that arrived as a trace CSV, replayable by
     `workload: {type: trace}` and by the reference (extra tenant columns come last)."""
-    from blis_simpy.workload import interchange
+    from blis_simpy.sim.sample import sample
 
     try:
         loaded = Scenario.from_yaml(scenario, set_ or ())
         if seed is not None:
             loaded = dataclasses.replace(loaded, seed=seed)
-        count = interchange.sample(loaded, out)
+        count = sample(loaded, out)
     except ScenarioError as exc:
         raise fail(exc) from None
     typer.echo(f"wrote {out} ({count} requests)", err=True)
@@ -210,15 +210,16 @@ def convert_workload_spec(
     path: Annotated[Path, typer.Argument(help="reference workload-spec YAML (--workload-spec)")],
 ) -> None:
     """Turn a reference `--workload-spec` YAML into a blis-simpy `workload:` section."""
-    from blis_simpy.workload import interchange
+    from blis_simpy.compat.workload_spec import workload_spec
+    from blis_simpy.workload.imported import workload_yaml
 
     try:
-        converted = interchange.workload_spec(path)
+        converted = workload_spec(path)
     except ScenarioError as exc:
         raise fail(exc) from None
     title = (f"Converted from the reference BLIS workload spec {path}; drawn from blis-simpy's "
              "own random streams, not the reference's.")
-    typer.echo(interchange.workload_yaml(converted, title), nl=False)
+    typer.echo(workload_yaml(converted, title), nl=False)
 
 
 @convert_app.command("inference-perf")
@@ -226,14 +227,15 @@ def convert_inference_perf(
     path: Annotated[Path, typer.Argument(help="inference-perf config YAML (load and data)")],
 ) -> None:
     """Turn an inference-perf config's load stages and data into a `workload:` section."""
-    from blis_simpy.workload import interchange
+    from blis_simpy.workload.imported import workload_yaml
+    from blis_simpy.workload.inference_perf import inference_perf
 
     try:
-        converted = interchange.inference_perf(path)
+        converted = inference_perf(path)
     except ScenarioError as exc:
         raise fail(exc) from None
     title = f"Converted from the inference-perf config {path} (its load and data sections)."
-    typer.echo(interchange.workload_yaml(converted, title), nl=False)
+    typer.echo(workload_yaml(converted, title), nl=False)
 
 
 @app.command()

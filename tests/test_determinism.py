@@ -13,7 +13,7 @@ import pytest
 import blis_simpy
 from blis_simpy.config.resolve import resolve
 from blis_simpy.rng.streams import stream
-from blis_simpy.workload.distribution import native_requests
+from blis_simpy.workload.synthetic import native_requests
 from tests.conftest import scenario
 
 ROOT = Path(__file__).resolve().parents[1]

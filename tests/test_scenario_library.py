@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import blis_simpy
 from blis_simpy.cli import app
-from blis_simpy.result import Result
+from blis_simpy.sim.result import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"

@@ -1,29 +1,31 @@
 """The online request pipeline (BC-1..BC-3): arrival -> admission (after the admission
 latency) -> priority -> routing (after the routing latency) -> the chosen instance.
 
-Each stage is an event at its own time and priority (ordering.py); requests reach instances
-only through `_route` (NC-1). The gateway owns the router state and the per-instance pending
-and in-flight counters that snapshots report.
+Each stage is an event at its own time and priority (`core.ordering`); requests reach instances
+only through `_route` (NC-1). The stages are priority callbacks rather than processes handing
+requests over through Stores: they hold no capacity and never wait for anything but time, so a
+Store between them would add an event per request and per stage and nothing else. The hand-over
+that does involve waiting, into an instance, goes through the instance's inbox Store.
+
+The gateway owns the router state and the per-instance pending and in-flight counters (keyed by
+instance id) that snapshots report, and writes admission and routing decisions to the recorder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import simpy
 
-from blis_simpy.cluster.ordering import ADMISSION, ROUTING, StageEvent
-from blis_simpy.cluster.router_state import RouterState
+from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
 from blis_simpy.config.scenario import ClusterConfig
-from blis_simpy.engine.instance import Instance
-from blis_simpy.engine.request import Request, State
-from blis_simpy.metrics.anomalies import AnomalyLog
+from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
+from blis_simpy.core.records import Candidate, Decision, Recorder
+from blis_simpy.core.request import Request, State
+from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.snapshot import Lifecycle
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityPolicy
-from blis_simpy.policies.routing import RoutingPolicy
-from blis_simpy.policies.view import RequestView
+from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 
 
 def settle(req: Request) -> None:
@@ -33,39 +35,37 @@ def settle(req: Request) -> None:
 
 
 class Gateway:
-    """Admission, priority and routing for a set of instances."""
+    """Admission, priority and routing for the fleet's routable instances."""
 
-    def __init__(self, env: simpy.Environment, instances: Sequence[Instance],
-                 config: ClusterConfig, admission: AdmissionPolicy, priority: PriorityPolicy,
-                 routing: RoutingPolicy) -> None:
+    def __init__(self, env: simpy.Environment, fleet: Fleet, config: ClusterConfig,
+                 admission: AdmissionPolicy, priority: PriorityPolicy, routing: RoutingPolicy,
+                 recorder: Recorder, block_size: int) -> None:
         self.env = env
-        self.instances = instances
+        self.fleet = fleet
         self.config = config
         self.admission = admission
         self.priority = priority
         self.routing = routing
+        self.recorder = recorder
+        self.events = recorder.events
+        self.decisions = recorder.decisions
+        self.block_size = block_size
         self.state = RouterState()
-        self.pending = [0] * len(instances)
-        self.in_flight = [0] * len(instances)
-        self.snapshots = SnapshotProvider(instances, config.observability, self.pending,
-                                          self.in_flight)
-        self.rejected = 0
+        self.pending: dict[str, int] = {}  # routed, not yet in the instance's wait queue
+        self.in_flight: dict[str, int] = {}  # routed, not yet finished
+        self.snapshots = SnapshotProvider(config.observability, self.pending, self.in_flight)
         self.keep_tokens = False  # set to export the requests' token ids
-        self.anomalies: AnomalyLog | None = None
-        self.decisions: list[tuple[Any, ...]] | None = [] if config.record_decisions else None
-        for instance in instances:
-            instance.observer = self
 
     # -- stages -------------------------------------------------------------------------------
 
     def arrive(self, req: Request) -> None:
         """ClusterArrival: the request exists; admission follows after its latency."""
         now = self.env.now
-        block_size = self.instances[0].kv.block_size
-        req.hash_blocks(block_size, self.keep_tokens)
-        req.view = RequestView(req.name, req.arrival, req.input_len, req.tenant_id,
-                               req.slo_class, tuple(req.hashes[: req.input_len // block_size]))
+        self.recorder.requests.append(req)
+        req.observe(self.block_size, self.keep_tokens)
         self.state.on_arrival(req.tenant_id, now)
+        if self.events is not None:
+            self.events.append((now, "arrival", req.name, ""))
         StageEvent(self.env, self.config.admission_latency_us, ADMISSION, req, self._admit)
 
     def _admit(self, event: simpy.Event) -> None:
@@ -73,7 +73,11 @@ class Gateway:
         now = self.env.now
         self.state.clock = now
         decision = self.admission.decide(req.view, self.state, now)
-        self._record(req, "admission", decision.action, -1, decision.reason, None)
+        if self.events is not None:
+            self.events.append((now, "admission", req.name, decision.action))
+        if self.decisions is not None:
+            self.decisions.append(Decision(now, req.name, "admission", decision.action, "",
+                                           decision.reason, ()))
         if decision.action == "admit":
             self.state.on_admit(req.tenant_id)
             req.admitted_at = now
@@ -88,48 +92,49 @@ class Gateway:
             req.state = State.REJECTED
             req.reject_reason = decision.reason or "rejected by admission"
             self.state.on_reject(req.tenant_id)
-            self.rejected += 1
-            if self.anomalies is not None:
-                self.anomalies.rejections.append((now, "", req.name))
+            self.recorder.rejections.append((now, "", req.name))
             settle(req)
 
     def _route(self, event: simpy.Event) -> None:
         req: Request = event.value
         now = self.env.now
         self.state.clock = now
-        snapshots = Snapshots(self.snapshots, now)
+        routable = self.fleet.routable
+        snapshots = Snapshots(self.snapshots, routable, now)
         decision = self.routing.route(req.view, req.priority, snapshots, self.state, now)
-        target = decision.target
-        if not 0 <= target < len(self.instances):
-            raise ValueError(f"routing policy {self.routing.name!r} chose instance {target}; "
-                             f"valid: 0..{len(self.instances) - 1}")
-        self._record(req, "routing", "route", target, decision.reason, decision.scores)
-        self.pending[target] += 1
-        self.in_flight[target] += 1
+        target = self.fleet.get(decision.target)
+        if target is None or target.state is not Lifecycle.ACTIVE:
+            raise ValueError(f"routing policy {self.routing.name!r} chose instance "
+                             f"{decision.target!r}; routable: "
+                             + ", ".join(i.id for i in routable))
+        if self.events is not None:
+            self.events.append((now, "routing", req.name, target.id))
+        if self.decisions is not None:
+            self.decisions.append(Decision(now, req.name, "routing", "route", target.id,
+                                           decision.reason, self._candidates(decision)))
+        self.pending[target.id] = self.pending.get(target.id, 0) + 1
+        self.in_flight[target.id] = self.in_flight.get(target.id, 0) + 1
         req.routed_at = now
-        self.instances[target].accept(req)
+        target.accept(req)
+
+    def _candidates(self, decision: RoutingDecision) -> tuple[Candidate, ...]:
+        """The top-k instances by score (ties: fleet order), each with its scorer breakdown."""
+        scores, breakdown = decision.scores, decision.breakdown or {}
+        ids = [inst.id for inst in self.fleet.routable]
+        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        return tuple(
+            Candidate(ids[i], scores[i], tuple((name, shares[i]) for name, shares in
+                                               breakdown.items()))
+            for i in ranked[: self.config.top_k])
 
     # -- instance observer --------------------------------------------------------------------
 
-    def queued(self, instance: int, req: Request) -> None:
-        self.pending[instance] = max(0, self.pending[instance] - 1)
+    def queued(self, instance: str, req: Request) -> None:
+        self.pending[instance] = max(0, self.pending.get(instance, 0) - 1)
 
-    def finished(self, instance: int, req: Request) -> None:
+    def finished(self, instance: str, req: Request) -> None:
         if req.queued_at < 0:  # rejected on arrival at the instance: never queued
-            self.pending[instance] = max(0, self.pending[instance] - 1)
+            self.pending[instance] = max(0, self.pending.get(instance, 0) - 1)
         self.in_flight[instance] -= 1
         self.state.on_finish(req.tenant_id)
         settle(req)
-
-    # -- decision records ---------------------------------------------------------------------
-
-    def _record(self, req: Request, kind: str, outcome: str, target: int, reason: str,
-                scores: tuple[float, ...] | None) -> None:
-        if self.decisions is None:
-            return
-        top = ()
-        if scores is not None:
-            ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-            top = tuple((self.instances[i].name, scores[i]) for i in ranked[: self.config.top_k])
-        self.decisions.append((self.env.now, req.name, kind, outcome,
-                               self.instances[target].name if target >= 0 else "", reason, top))

@@ -1,120 +1,97 @@
-"""What the router sees of an instance: immutable snapshots with a timestamp (BC-5, NC-2), and
-a provider that re-reads each field when its observability rule says so (BC-6, BC-7)."""
+"""What the router sees of the instances: snapshots taken when a policy reads them (BC-5, NC-2),
+from a provider that re-reads each field when its observability rule says so (BC-6, BC-7).
+
+Fields with a rule (queue depth, batch size, KV utilization, cache hit rate, recent TTFT and
+TPOT) are immediate, periodic or on demand; on-demand fields change only when a policy calls
+`Snapshots.refresh()`. Free KV blocks, in-flight and pending counts and the estimated wait are
+always read fresh (seed G.2).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from blis_simpy.config.scenario import ObservabilityConfig, Refresh
+from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.engine.instance import Instance
 
-EMPTY: Mapping[str, float] = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceSnapshot:
-    """One instance as observed at `timestamp` (µs). A value: later changes never reach it."""
-
-    id: str
-    index: int
-    timestamp: int
-    queue_depth: int
-    batch_size: int
-    kv_utilization: float
-    free_kv_blocks: int
-    pending_requests: int  # routed here, not yet in its wait queue
-    in_flight_requests: int  # routed here, not yet finished
-    cache_hit_rate: float
-    recent_ttft_ms: float
-    recent_tpot_ms: float
-    estimated_wait_ms: float
-    extended: Mapping[str, float] = field(default_factory=lambda: EMPTY)
-
-    @property
-    def effective_load(self) -> int:
-        """Queue + batch + routed-but-not-queued: the reference's load signal."""
-        return self.queue_depth + self.batch_size + self.pending_requests
-
-
-FIELDS = ("queue_depth", "batch_size", "kv_utilization", "cache_hit_rate", "recent_ttft",
-          "recent_tpot")
-
-
-def read(instance: Instance, name: str) -> tuple[float, ...]:
-    """The live value(s) behind one observability field."""
-    if name == "queue_depth":
-        return (len(instance.wait_queue), instance.estimated_wait_ms())
-    if name == "batch_size":
-        return (len(instance.running),)
-    if name == "kv_utilization":
-        return (instance.kv.utilization, instance.kv.free_blocks)
-    if name == "cache_hit_rate":
-        return (instance.kv.hit_rate,)
-    if name == "recent_ttft":
-        return (instance.recent_ttft_ms(),)
-    return (instance.recent_tpot_ms(),)
+# field -> how to read its live value from an instance
+FIELDS: dict[str, Callable[[Instance], float]] = {
+    "queue_depth": lambda inst: inst.queue_depth,
+    "batch_size": lambda inst: len(inst.running),
+    "kv_utilization": lambda inst: inst.kv.used / inst.kv.total,
+    "cache_hit_rate": lambda inst: inst.kv.hits / (inst.kv.hits + inst.kv.misses)
+    if inst.kv.hits + inst.kv.misses else 0.0,
+    "recent_ttft": lambda inst: inst.recent_ttft_ms(),
+    "recent_tpot": lambda inst: inst.recent_tpot_ms(),
+}
 
 
 class SnapshotProvider:
     """Per-instance cached field values, refreshed per field by mode: immediate (every read),
     periodic (when the interval has passed since the last refresh; the first read always
-    refreshes) or on-demand (only through `refresh_all`)."""
+    refreshes) or on demand (only through `refresh_all`). Keyed by instance id."""
 
-    def __init__(self, instances: Sequence[Instance], config: ObservabilityConfig,
-                 pending: list[int], in_flight: list[int]) -> None:
-        self.instances = instances
+    def __init__(self, config: ObservabilityConfig, pending: Mapping[str, int],
+                 in_flight: Mapping[str, int]) -> None:
         self.rules: list[tuple[str, Refresh]] = [(f, getattr(config, f)) for f in FIELDS]
         self.pending = pending
         self.in_flight = in_flight
-        self.values = [{f: read(inst, f) for f in FIELDS} for inst in instances]
-        self.last = [dict.fromkeys(FIELDS, -math.inf) for _ in instances]
+        self.values: dict[str, dict[str, float]] = {}
+        self.last: dict[str, dict[str, float]] = {}
 
-    def snapshot(self, index: int, clock: int) -> InstanceSnapshot:
-        values, last = self.values[index], self.last[index]
-        instance = self.instances[index]
+    def snapshot(self, instance: Instance, clock: int) -> InstanceSnapshot:
+        values = self.values.get(instance.id)
+        if values is None:  # first sight of this instance: every field is read
+            values = self.values[instance.id] = {f: read(instance) for f, read in
+                                                 FIELDS.items()}
+            self.last[instance.id] = dict.fromkeys(FIELDS, -math.inf)
+        last = self.last[instance.id]
         for name, rule in self.rules:
             if rule.mode == "immediate" or (
                     rule.mode == "periodic" and clock - last[name] >= rule.interval_us):
-                values[name] = read(instance, name)
+                values[name] = FIELDS[name](instance)
                 last[name] = clock
-        return self._build(index, clock)
-
-    def refresh_all(self, clock: int) -> None:
-        for index, instance in enumerate(self.instances):
-            for name in FIELDS:
-                self.values[index][name] = read(instance, name)
-                self.last[index][name] = clock
-
-    def _build(self, index: int, clock: int) -> InstanceSnapshot:
-        v = self.values[index]
-        queue_depth, wait = v["queue_depth"]
-        utilization, free = v["kv_utilization"]
+        kv = instance.kv
         return InstanceSnapshot(
-            id=self.instances[index].name, index=index, timestamp=clock,
-            queue_depth=int(queue_depth), batch_size=int(v["batch_size"][0]),
-            kv_utilization=utilization, free_kv_blocks=int(free),
-            pending_requests=self.pending[index], in_flight_requests=self.in_flight[index],
-            cache_hit_rate=v["cache_hit_rate"][0], recent_ttft_ms=v["recent_ttft"][0],
-            recent_tpot_ms=v["recent_tpot"][0], estimated_wait_ms=wait,
+            id=instance.id, role=instance.role, timestamp=clock,
+            queue_depth=int(values["queue_depth"]), batch_size=int(values["batch_size"]),
+            kv_utilization=values["kv_utilization"], free_kv_blocks=kv.free_blocks,
+            pending_requests=self.pending.get(instance.id, 0),
+            in_flight_requests=self.in_flight.get(instance.id, 0),
+            cache_hit_rate=values["cache_hit_rate"], recent_ttft_ms=values["recent_ttft"],
+            recent_tpot_ms=values["recent_tpot"],
+            estimated_wait_ms=instance.estimated_wait_ms(),
         )
+
+    def refresh_all(self, instances: Sequence[Instance], clock: int) -> None:
+        """Re-read every field of every instance (what an on-demand field waits for)."""
+        for instance in instances:
+            self.values[instance.id] = {f: read(instance) for f, read in FIELDS.items()}
+            self.last[instance.id] = dict.fromkeys(FIELDS, clock)
 
 
 class Snapshots(Sequence[InstanceSnapshot]):
-    """All instances' snapshots for one decision, taken only when a policy reads them, so a
-    policy that never looks (round-robin) costs nothing."""
+    """The routable instances' snapshots for one decision, in fleet order, each taken only
+    when a policy reads it, so a policy that never looks costs nothing."""
 
-    def __init__(self, provider: SnapshotProvider, clock: int) -> None:
+    def __init__(self, provider: SnapshotProvider, instances: Sequence[Instance],
+                 clock: int) -> None:
         self.provider = provider
+        self.instances = instances
         self.clock = clock
         self.taken: dict[int, InstanceSnapshot] = {}
 
-    def __len__(self) -> int:
-        return len(self.provider.instances)
+    def refresh(self) -> None:
+        """Re-read every field now, on-demand ones included (a policy asking for fresh data)."""
+        self.provider.refresh_all(self.instances, self.clock)
+        self.taken.clear()
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __len__(self) -> int:
+        return len(self.instances)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
@@ -123,7 +100,8 @@ class Snapshots(Sequence[InstanceSnapshot]):
         if snap is None:
             if not 0 <= index < len(self):
                 raise IndexError(index)
-            snap = self.taken[index] = self.provider.snapshot(index, self.clock)
+            snap = self.taken[index] = self.provider.snapshot(self.instances[index],
+                                                              self.clock)
         return snap
 
     def __iter__(self) -> Iterator[InstanceSnapshot]:

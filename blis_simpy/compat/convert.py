@@ -25,13 +25,17 @@ from typing import Any
 
 import yaml
 
+from blis_simpy.compat.workload_spec import workload_spec
 from blis_simpy.config import catalog
-from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS
-from blis_simpy.config.errors import ScenarioError
+from blis_simpy.config.catalog import (
+    DEFAULT_KV_BLOCKS,
+    bundled_hardware_config,
+    bundled_model_config,
+)
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.config.schema import join
-from blis_simpy.engine.roofline import bundled_hardware_config, bundled_model_config
-from blis_simpy.workload.interchange import Converted, workload_spec
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.schema import join
+from blis_simpy.workload.imported import Converted
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -855,11 +859,11 @@ def policy_config(path: Path) -> dict[str, Any]:
     policy flags: what the file leaves unset takes the reference's flag defaults."""
     bundle = load_bundle(Path(path))
     section = policies_section(Args(default_values(), set(), Path.cwd()), bundle)
-    build_policies(section, 1, "")
+    build_policies(section, "")
     return section
 
 
-def build_policies(policies: dict[str, Any], instances: int, prefix: str) -> None:
+def build_policies(policies: dict[str, Any], prefix: str) -> None:
     """Create each policy from its template, so bad parameters fail here, not at run time."""
     from blis_simpy.config.scenario import PolicyConfig
     from blis_simpy.policies.admission import ADMISSION
@@ -871,8 +875,7 @@ def build_policies(policies: dict[str, Any], instances: int, prefix: str) -> Non
                            ("routing", ROUTING), ("scheduler", SCHEDULER)):
         entry = policies[axis]
         config = PolicyConfig(entry["type"], dict(entry.get("params") or {}))
-        context = {"instances": instances} if axis == "routing" else {}
-        registry.create(config, join(prefix, f"policies.{axis}"), **context)
+        registry.create(config, join(prefix, f"policies.{axis}"))
 
 
 def policies_yaml(policies: dict[str, Any], source: str | Path | None = None) -> str:
@@ -929,7 +932,7 @@ def validate(data: dict[str, Any], preset: bool) -> None:
     flag that set the value."""
     try:
         Scenario.from_dict(data)
-        build_policies(data["policies"], data["cluster"]["instances"], "")
+        build_policies(data["policies"], "")
     except ScenarioError as exc:
         raise ScenarioError(flag_for(exc.path, preset), exc.problem, exc.valid) from None
 

@@ -7,22 +7,13 @@ size per (model, GPU, TP, version), exactly as the reference resolves them (engi
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 from typing import Any
 
 from blis_simpy.config import catalog
 from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.scenario import DistributionWorkload, Scenario
-from blis_simpy.engine.latency import BlackboxLatency, LatencyModel, RooflineLatency
-from blis_simpy.engine.roofline import (
-    GpuSpec,
-    ModelShape,
-    RooflineModel,
-    bundled_hardware_config,
-    bundled_model_config,
-)
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.workload import DistributionWorkload
+from blis_simpy.core.errors import ScenarioError
 
 
 def resolve(scenario: Scenario) -> Scenario:
@@ -73,42 +64,3 @@ def catalog_entry(model: Any) -> catalog.CatalogEntry:
             "use latency.type: roofline)", valid,
         )
     return entry
-
-
-def latency_model(scenario: Scenario) -> LatencyModel:
-    """The step-time model of a resolved scenario."""
-    latency = scenario.latency
-    if latency.type == "blackbox":
-        return BlackboxLatency(latency.alpha, latency.beta)
-    return RooflineLatency(latency.alpha, roofline(scenario))
-
-
-def roofline(scenario: Scenario) -> RooflineModel:
-    latency, model = scenario.latency, scenario.model
-    try:
-        config = (read_json(latency.model_config, "config.json") if latency.model_config
-                  else bundled_model_config(model.name))
-        shape = ModelShape.from_hf_config(config)
-    except ValueError as exc:
-        raise ScenarioError("latency.model_config", str(exc)) from None
-    try:
-        hardware = (read_json(latency.hardware_config, None) if latency.hardware_config
-                    else bundled_hardware_config())
-        if model.gpu is None:
-            raise ValueError("the roofline model needs model.gpu")
-        gpu = GpuSpec.from_hardware_config(hardware, model.gpu)
-        return RooflineModel(shape, gpu, model.tp or 0)
-    except ValueError as exc:
-        raise ScenarioError("latency.hardware_config", str(exc)) from None
-
-
-def read_json(path: str, inside: str | None) -> dict[str, Any]:
-    file = Path(path)
-    if inside and file.is_dir():
-        file = file / inside
-    try:
-        return json.loads(file.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {file}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{file} is not valid JSON: {exc}") from None

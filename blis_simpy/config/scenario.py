@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 import yaml
 
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.schema import join, load, spec, to_plain
-from blis_simpy.workload.spec import SLOTargets, TenantsWorkload
-
-US_PER_S = 1_000_000
+from blis_simpy.config.fitness import FitnessConfig
+from blis_simpy.config.workload import DistributionWorkload, SLOTargets, TraceWorkload, Workload
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.schema import join, load, spec, to_plain
+from blis_simpy.core.units import US_PER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,47 +71,6 @@ class EngineConfig:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class LengthConfig:
-    mean: float = spec(help="mean token count")
-    stdev: float = spec(help="standard deviation (gaussian, clamped to [min, max])", ge=0)
-    min: int = spec(help="smallest token count", ge=1)
-    max: int = spec(help="largest token count", ge=1)
-
-    def validate(self, path: str) -> None:
-        if self.min > self.max:
-            raise ScenarioError(join(path, "min"), f"{self.min} is above max {self.max}")
-        if not self.min <= self.mean <= self.max:
-            raise ScenarioError(
-                join(path, "mean"), f"{self.mean} is outside [min, max]",
-                f"{self.min}..{self.max}",
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class DistributionWorkload:
-    type: Literal["distribution"] = spec("distribution", help="synthetic requests")
-    num_requests: int = spec(100, help="how many requests to generate", ge=1)
-    rate_per_s: float = spec(1.0, help="mean arrival rate, requests per second", gt=0)
-    arrival: Literal["poisson", "constant"] | None = spec(
-        None, help="inter-arrival process; default poisson (constant in compat mode)"
-    )
-    prefix_tokens: int = spec(0, help="shared prefix (same tokens) prepended to every prompt", ge=0)
-    prompt: LengthConfig = spec(
-        factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="prompt length (tokens)"
-    )
-    output: LengthConfig = spec(
-        factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="output length (tokens)"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class TraceWorkload:
-    type: Literal["trace"] = spec(help="replay a trace CSV (the reference's format)")
-    path: str = spec(help="CSV path, relative to the scenario file")
-
-
-Workload = DistributionWorkload | TraceWorkload | TenantsWorkload
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +139,12 @@ class PoliciesConfig:
                                    help="wait-queue order and preemption victim per instance")
 
 
+# Urgency by SLO class when judging SLO-class inversions: lower rank = more urgent. A class not
+# listed ranks with the unnamed default class.
+DEFAULT_CLASS_RANKS = {"realtime": 0, "critical": 0, "interactive": 1, "standard": 1, "": 2,
+                       "default": 2, "batch": 3, "sheddable": 3, "background": 4}
+
+
 @dataclass(frozen=True, slots=True)
 class Burst:
     count: int = spec(10, help="this many events ...", ge=2)
@@ -191,21 +156,21 @@ class EvaluationConfig:
     slo_targets: dict[str, SLOTargets] = spec(
         factory=dict, help="SLO class -> targets (a tenant's own slo takes precedence)")
     class_ranks: dict[str, int] = spec(
-        factory=dict, help="SLO class -> urgency rank for priority inversions (lower = more "
+        factory=dict, help="SLO class -> urgency rank for SLO-class inversions (lower = more "
         "urgent); defaults: realtime/critical 0, interactive/standard 1, default 2, "
         "batch/sheddable 3, background 4")
     preemption_storm: Burst = spec(factory=Burst, help="preemptions on one instance")
     rejection_burst: Burst = spec(factory=Burst, help="rejections across the cluster")
 
-
-@dataclass(frozen=True, slots=True)
-class FitnessConfig:
-    weights: dict[str, float] = spec(factory=dict, help="metric key -> weight (see README)")
-
-    def validate(self, path: str) -> None:
-        from blis_simpy.metrics.fitness import check_weights
-
-        check_weights(self.weights, join(path, "weights"))
+    def ranks(self) -> dict[str, int]:
+        """Every SLO class's urgency rank: the defaults with `class_ranks` over them. The
+        unnamed class ("") and "default" are the same class."""
+        ranks = dict(DEFAULT_CLASS_RANKS)
+        for cls, rank in self.class_ranks.items():
+            ranks[cls] = rank
+            if cls in ("", "default"):
+                ranks[""] = ranks["default"] = rank
+        return ranks
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,20 @@
-"""One inference instance: a wait queue, a running batch, a KV cache and one step loop.
+"""One inference instance: an inbox, a wait queue, a running batch, a block pool and one step loop.
 
-The step loop is the instance's only SimPy process. Each step forms a batch (running requests
-first, in order, each taking a prefill chunk or one decode token from the token budget; then
-waiting requests from the head of the queue while slots, budget and KV last), charges the step
-time, and applies the progress. Requests enter through `accept()`, wait out their queueing delay,
-and join the wait queue; an idle loop sleeps until one does. Work is never left stranded: the
-loop keeps stepping while anything is running or waiting.
+The step loop is the instance's only SimPy process. A routed request waits out its queueing
+delay, joins the wait queue's accounting and is put into the instance's inbox (a SimPy Store);
+the loop drains the inbox at the start of every step, so every request that arrived by that
+time is seen before the batch is formed, and waits on the inbox when it has nothing to do.
+Each step forms a batch (running requests first, in order, each taking a prefill chunk or one
+decode token from the token budget; then waiting requests from the head of the queue while
+slots, budget and KV last), charges the step time, and applies the progress. Work is never left
+stranded: the loop keeps stepping while anything is running or waiting.
+
+What the instance does is written to the recorder: one row per step, preemptions, rejections,
+anomalies, and (when asked) ordered lifecycle events; its counters when the run ends.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import deque
 from collections.abc import Generator, Iterable
@@ -19,29 +23,39 @@ from typing import Protocol
 import simpy
 
 from blis_simpy.config.scenario import EngineConfig
-from blis_simpy.engine.kvcache import KVCache
+from blis_simpy.core.records import InstanceLog, Recorder
+from blis_simpy.core.request import Request, State
+from blis_simpy.core.snapshot import Lifecycle, Role
+from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
+from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
-from blis_simpy.engine.request import Request, State
 from blis_simpy.engine.steady import SteadyDecoders
-from blis_simpy.metrics.anomalies import AnomalyLog
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
 
 DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
 RECENT = 32  # completions behind the recent TTFT / TPOT signals
-HOL_LOOKAHEAD = 33  # requests behind the head checked for head-of-line blocking
 
 
 class InstanceObserver(Protocol):
     """Who tracks requests routed to an instance (the gateway's counters)."""
 
-    def queued(self, instance: int, req: Request) -> None: ...
+    def queued(self, instance: str, req: Request) -> None: ...
 
-    def finished(self, instance: int, req: Request) -> None: ...
+    def finished(self, instance: str, req: Request) -> None: ...
 
 
 def seq_of(req: Request) -> int:
     return req.seq
+
+
+def prefill_chunk(remaining: int, threshold: int, budget: int) -> int:
+    """The prefill tokens a request may take in one step: what it has left, capped by the
+    long-prefill threshold (0: no cap) and by the token budget left in the step."""
+    n = remaining
+    if 0 < threshold < n:
+        n = threshold
+    return budget if n > budget else n
 
 
 class Instance:
@@ -50,108 +64,117 @@ class Instance:
     def __init__(
         self,
         env: simpy.Environment,
-        index: int,
+        instance_id: str,
         latency: LatencyModel,
         engine: EngineConfig,
+        pool: BlockPool,
         scheduler: InstanceScheduler,
         priority: PriorityPolicy,
+        recorder: Recorder,
         *,
+        class_ranks: dict[str, int],
+        role: Role = Role.MONOLITHIC,
         idle_from_last_step_start: bool = False,
     ) -> None:
         self.env = env
-        self.index = index
-        self.name = f"instance_{index}"
+        self.id = instance_id
+        self.role = role
+        self.state = Lifecycle.ACTIVE
         self.latency = latency
-        block_size = engine.block_size
-        kv_blocks = engine.kv_blocks or 0
-        self.kv = KVCache(kv_blocks, block_size)
+        self.kv = pool
         self.max_running = engine.max_running_requests
         self.token_budget = engine.max_scheduled_tokens
         self.threshold = engine.long_prefill_threshold
-        capacity = kv_blocks * block_size
+        capacity = pool.total * pool.block_size
         limit = engine.max_model_len
         self.max_len = capacity if limit is None else min(limit, capacity)
         self.scheduler = scheduler
-        # Waiting requests' priorities are recomputed each step only when they matter to the
-        # scheduler and change with time.
-        self.priority = priority if scheduler.uses_priority and priority.ages else None
+        # Priorities of waiting requests are recomputed each step when they change with time
+        # (the scheduler may order by them; the inversion checks compare them). Running
+        # requests are rescored for the victim choice only when the scheduler uses them.
+        self.aging = priority if priority.ages else None
+        self.rescore_victims = priority if scheduler.uses_priority and priority.ages else None
         self.observer: InstanceObserver | None = None
-        self.anomalies: AnomalyLog | None = None
-        self._urgent: list[tuple[int, int, int, Request]] = []
-        self._urgent_count = 0
+        self.recorder = recorder
+        self.log: InstanceLog = recorder.instance(instance_id, role, pool.total)
+        self.events = recorder.events
+        self.watch = QueueWatch(instance_id, recorder, class_ranks, not priority.ages)
         # The reference marks an instance idle when its last step *starts* (the batch will be
         # empty afterwards), so a request queued during that step starts a new one at once.
         # Compat mode keeps this timing; natively the engine is busy until the step ends.
         self.idle_from_last_step_start = idle_from_last_step_start
+        self.inbox = simpy.Store(env)  # requests whose queueing delay is over
         self.wait_queue: deque[Request] = deque()
         self.running: list[Request] = []  # the batch, in admission order (Request.seq)
         # Running requests handled one by one each step; the rest decode implicitly (steady.py)
         # when the step time depends only on token counts.
         self.explicit: list[Request] = []
-        self.steady = None if latency.per_request else SteadyDecoders(block_size)
+        self.steady = None if latency.per_request else SteadyDecoders(pool.block_size)
         self._seq = 0
-        # One row per step: (start, duration, new prefill tokens, decodes, batch size,
-        # KV blocks used, queue depth). Token gaps are derived from these rows at the end.
-        self.steps: list[tuple[int, int, int, int, int, int, int]] = []
-        self.input_tokens = 0
+        # One row per step (records.STEP_FIELDS). Token gaps are derived from them at the end.
+        self.steps = self.log.steps
         self.queued_tokens = 0  # prompt tokens waiting: the basis of the wait estimate
         self.recent_ttft: deque[int] = deque(maxlen=RECENT)
         self.recent_tpot: deque[float] = deque(maxlen=RECENT)
-        self.preemptions = 0
         self.last_event = 0
-        self._wake: simpy.Event | None = None
         self._preempted = False
+        self._load_us = 0  # KV load time of the prefix hits admitted this step
         env.process(self._loop())
 
     # -- arrivals ---------------------------------------------------------------------------
 
     def accept(self, req: Request) -> None:
         """A request routed here: reject it if it can never fit, else queue it after its delay."""
-        req.instance = self.index
-        self.last_event = self.env.now
+        now = self.env.now
+        req.instance = self.id
+        self.last_event = now
         need = req.input_len + req.output_len
         if need > self.max_len:
             req.state = State.REJECTED
             req.reject_reason = f"needs {need} tokens, max_model_len is {self.max_len}"
-            if self.anomalies is not None:
-                self.anomalies.rejections.append((self.env.now, self.name, req.name))
+            self.recorder.rejections.append((now, self.id, req.name))
             if self.observer is not None:
-                self.observer.finished(self.index, req)
+                self.observer.finished(self.id, req)
             return
         req.state = State.ARRIVING
         delay = self.env.timeout(self.latency.queue_delay(req.input_len), req)
-        delay.callbacks.append(self._enqueue)
+        delay.callbacks.append(self._arrive)
 
-    def _enqueue(self, event: simpy.Event) -> None:
+    def _arrive(self, event: simpy.Event) -> None:
+        """The queueing delay is over: the request joins the wait queue (its accounting now,
+        its place at the next step start) through the inbox."""
         req: Request = event.value
         now = self.env.now
         req.state = State.QUEUED
         req.queued_at = now
-        self.wait_queue.append(req)
-        self.input_tokens += req.input_len
         self.queued_tokens += req.prefill_target
         self.last_event = now
-        if self.anomalies is not None:
-            self._note_waiting(req)
+        self.watch.queued(req)
+        if self.events is not None:
+            self.events.append((now, "queued", req.name, self.id))
         if self.observer is not None:
-            self.observer.queued(self.index, req)
-        if self._wake is not None:
-            self._wake.succeed()
-            self._wake = None
+            self.observer.queued(self.id, req)
+        self.inbox.put(req)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting: in the wait queue, or in the inbox until the next step start."""
+        return len(self.wait_queue) + len(self.inbox.items)
 
     # -- the step loop ------------------------------------------------------------------------
 
-    def _loop(self) -> Generator[simpy.Event, None, None]:
+    def _loop(self) -> Generator[simpy.Event, object, None]:
         env = self.env
+        inbox = self.inbox
         while True:
-            if not self.running and not self.wait_queue:
-                self._wake = env.event()
-                yield self._wake
+            if not self.running and not self.wait_queue and not inbox.items:
+                self.wait_queue.append((yield inbox.get()))  # type: ignore[arg-type]
             duration = self._step()
             if duration is None:
                 continue
             step_end = env.timeout(duration)
-            if self.idle_from_last_step_start and not self.running and not self.wait_queue:
+            if (self.idle_from_last_step_start and not self.running and not self.wait_queue
+                    and not inbox.items):
                 step_end.callbacks.append(self._note_event)
                 continue
             yield step_end
@@ -165,11 +188,20 @@ class Instance:
         now = self.env.now
         self.last_event = now
         self._preempted = False
+        self._load_us = 0
         index = len(self.steps)
-        if self.priority is not None:
-            self._rescore(self.wait_queue, now)
-        if self.scheduler.order_key is not None and len(self.wait_queue) > 1:
-            self.wait_queue = deque(sorted(self.wait_queue, key=self.scheduler.order_key))
+        queue = self.wait_queue
+        arrived = self.inbox.items
+        if arrived:
+            queue.extend(arrived)
+            arrived.clear()
+        if self.events is not None:
+            self.events.append((now, "step", self.id, ""))
+        if self.aging is not None:
+            self._rescore(queue, now, self.aging)
+        key = self.scheduler.order_key
+        if key is not None and len(queue) > 1:
+            self.wait_queue = deque(sorted(queue, key=lambda r: key(r.view, r.priority)))
         if self.steady is not None:
             duration = self._steady_step(now, index)
             if duration is not None:
@@ -177,10 +209,10 @@ class Instance:
             self._materialize(index)
         return self._exact_step(now, index)
 
-    def _rescore(self, requests: Iterable[Request], now: int) -> None:
-        """Current priorities for an aging policy (the scheduler orders or preempts by them)."""
-        assert self.priority is not None
-        compute = self.priority.compute
+    @staticmethod
+    def _rescore(requests: Iterable[Request], now: int, policy: PriorityPolicy) -> None:
+        """Current priorities under an aging policy."""
+        compute = policy.compute
         for req in requests:
             req.priority = compute(req.view, None, now)
 
@@ -195,7 +227,7 @@ class Instance:
             return None
         batch = running[:scheduled] + running[kept:] if scheduled < kept else running
         new_tokens += admitted_tokens
-        duration = self.latency.step_time(new_tokens, decodes, batch)
+        duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
         self.steps.append((now, duration, new_tokens, decodes, len(batch), self.kv.used,
                            len(self.wait_queue)))
         self._execute(batch, index, now + duration)
@@ -214,8 +246,7 @@ class Instance:
         for req in explicit:
             n = req.prefill_target - req.progress
             if n > 0:
-                if 0 < threshold < n:
-                    n = threshold
+                n = prefill_chunk(n, threshold, n)
                 req.chunk = n
                 new_tokens += n
                 blocks += -(-(req.progress + n) // block_size) - len(req.blocks)
@@ -243,7 +274,7 @@ class Instance:
         admitted, admitted_tokens = self._admit_waiting(running, self.token_budget - demand)
         new_tokens += admitted_tokens
         decodes = demand - (new_tokens - admitted_tokens)
-        duration = self.latency.step_time(new_tokens, decodes, ())
+        duration = self.latency.step_time(new_tokens, decodes, (), self._load_us)
         self.steps.append((now, duration, new_tokens, decodes, len(running), kv.used,
                            len(self.wait_queue)))
         self._advance_steady(explicit + running[len(running) - admitted:] if admitted
@@ -310,9 +341,10 @@ class Instance:
         self.explicit = list(self.running)
 
     def finish(self) -> None:
-        """Write back implicit state at the end of the run, for reporting."""
+        """The run is over: write back implicit state and close this instance's records."""
         if self.steady is not None:
             self._materialize(len(self.steps))
+        self.log.close(self.kv.hits, self.kv.misses, self.last_event)
 
     def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
         """Running requests in order: a prefill chunk or one decode token each, while budget
@@ -328,10 +360,7 @@ class Instance:
             progress = req.progress
             n = req.prefill_target - progress
             if n > 0:
-                if 0 < threshold < n:
-                    n = threshold
-                if n > budget:
-                    n = budget
+                n = prefill_chunk(n, threshold, budget)
                 if not self._reserve(req, i, progress, n):
                     break
                 req.chunk = n
@@ -355,9 +384,10 @@ class Instance:
         kv, running, victim_of = self.kv, self.running, self.scheduler.victim
         while not kv.allocate(req, start, tokens):
             candidates = running[position:]
-            if self.priority is not None:
-                self._rescore(candidates, self.env.now)
-            victim = running.pop(position + victim_of(candidates))
+            if self.rescore_victims is not None:
+                self._rescore(candidates, self.env.now, self.rescore_victims)
+            pick = victim_of([r.view for r in candidates], [r.priority for r in candidates])
+            victim = running.pop(position + pick)
             self._preempt(victim)
             if victim is req:
                 return False
@@ -366,18 +396,19 @@ class Instance:
     def _preempt(self, req: Request) -> None:
         """vLLM recompute preemption: free the blocks, go back to the head of the queue, and
         later re-prefill the prompt plus every token already streamed."""
+        now = self.env.now
         self._preempted = True
         self.kv.release(req)
         req.state = State.QUEUED
         req.progress = 0
         req.prefill_target = req.input_len + req.emitted
         req.preemptions += 1
-        self.preemptions += 1
         self.queued_tokens += req.prefill_target
         self.wait_queue.appendleft(req)
-        if self.anomalies is not None:
-            self._note_waiting(req)
-            self.anomalies.preemptions.append((self.env.now, self.name, req.name))
+        self.watch.queued(req)
+        self.recorder.preemptions.append((now, self.id, req.name))
+        if self.events is not None:
+            self.events.append((now, "preempted", req.name, self.id))
 
     def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
         """Admit from the queue head while slots, budget and KV allow; strict head-of-line
@@ -390,21 +421,17 @@ class Instance:
         while queue and budget > 0 and len(running) < self.max_running:
             req = queue[0]
             req.hash_blocks(block_size)
-            cached = kv.cached_prefix(req, req.prefill_target)
-            start = len(cached) * block_size
-            n = req.prefill_target - start
-            if 0 < threshold < n:
-                n = threshold
-            if n > budget:
-                n = budget
-            if not kv.can_admit(cached, start, n):
-                if self.anomalies is not None:
-                    self._check_head_of_line(req, budget)
+            hit = kv.lookup(req, req.prefill_target)
+            start = len(hit.blocks) * block_size
+            n = prefill_chunk(req.prefill_target - start, threshold, budget)
+            if not kv.can_admit(hit, start, n):
+                self._check_kv_blocking(req, budget)
                 break
             queue.popleft()
             self.queued_tokens -= req.prefill_target
-            kv.attach(req, cached)
+            kv.attach(req, hit)
             kv.allocate(req, start, n)
+            self._load_us += hit.load_us
             if req.cached_tokens < 0:
                 req.cached_tokens = start
                 req.first_scheduled = now
@@ -417,49 +444,18 @@ class Instance:
             admitted += 1
             tokens += n
             budget -= n
-        if admitted and queue and self.anomalies is not None:
-            self._check_inversions(running[len(running) - admitted:])
+        if admitted and queue:
+            self.watch.admitted(now, running[len(running) - admitted:], queue)
         return admitted, tokens
 
-    # -- anomaly detection (seed D.8) ----------------------------------------------------------
-
-    def _note_waiting(self, req: Request) -> None:
-        """Index a waiting request by urgency (SLO class rank, arrival) for inversion checks."""
-        assert self.anomalies is not None
-        self._urgent_count += 1
-        heapq.heappush(self._urgent, (*self.anomalies.urgency(req.slo_class, req.arrival),
-                                      self._urgent_count, req))
-
-    def _check_inversions(self, admitted: list[Request]) -> None:
-        """A priority inversion: a request admitted while a strictly more urgent one (more
-        urgent SLO class, or same class and earlier arrival) stays waiting in this queue."""
-        urgent = self._urgent
-        while urgent and urgent[0][3].state is not State.QUEUED:
-            heapq.heappop(urgent)
-        if not urgent:
-            return
-        rank, arrival, _, waiting = urgent[0]
-        log = self.anomalies
-        assert log is not None
-        for req in admitted:
-            if (rank, arrival) < log.urgency(req.slo_class, req.arrival):
-                log.record("priority_inversion", self.env.now, self.name,
-                           [req.name, waiting.name],
-                           f"{req.name} admitted while more urgent {waiting.name} waits")
-
-    def _check_head_of_line(self, head: Request, budget: int) -> None:
-        """Head-of-line blocking: the queue head does not fit in the free KV blocks while a
+    def _check_kv_blocking(self, head: Request, budget: int) -> None:
+        """KV head-of-line blocking: the queue head does not fit in the free KV blocks while a
         request behind it would."""
         kv, threshold = self.kv, self.threshold
         for behind in itertools.islice(self.wait_queue, 1, HOL_LOOKAHEAD):
-            n = behind.prefill_target
-            if 0 < threshold < n:
-                n = threshold
-            if kv.blocks_for(min(n, budget)) <= kv.free_blocks:
-                assert self.anomalies is not None
-                self.anomalies.record("hol_blocking", self.env.now, self.name,
-                                      [head.name, behind.name],
-                                      f"{head.name} waits for KV blocks; {behind.name} fits")
+            n = prefill_chunk(behind.prefill_target, threshold, budget)
+            if -(-n // kv.block_size) <= kv.free_blocks:
+                self.watch.kv_blocked(self.env.now, head, behind)
                 return
 
     def _execute(self, batch: list[Request], step: int, end: int) -> None:
@@ -492,7 +488,7 @@ class Instance:
         return emitted >= req.max_tokens
 
     def _complete(self, done: list[Request], at: int) -> None:
-        observer = self.observer
+        observer, events = self.observer, self.events
         for req in done:
             self.kv.release(req)
             req.state = State.COMPLETED
@@ -500,8 +496,10 @@ class Instance:
             req.hashes = []  # its blocks keep their own hashes; free the request's copy
             if req.output_len > 1:
                 self.recent_tpot.append((at - req.first_token_at) / (req.output_len - 1))
+            if events is not None:
+                events.append((self.env.now, "completed", req.name, self.id))
             if observer is not None:
-                observer.finished(self.index, req)
+                observer.finished(self.id, req)
         running = self.running
         for req in done:
             running.remove(req)

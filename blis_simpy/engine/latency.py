@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from blis_simpy.engine.request import Request
-from blis_simpy.engine.roofline import RooflineModel
+from blis_simpy.config.catalog import bundled_hardware_config, bundled_model_config, read_json
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.request import Request
+from blis_simpy.engine.roofline import GpuSpec, ModelShape, RooflineModel
 
 
 class LatencyModel(Protocol):
@@ -20,9 +23,12 @@ class LatencyModel(Protocol):
 
     def queue_delay(self, input_len: int) -> int: ...
 
-    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request]) -> int:
+    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
+                  extra_us: int) -> int:
         """Duration (µs) of a step with `new_tokens` uncached prefill tokens and `decodes`
-        decode requests; `batch` is the scheduled requests (progress not yet applied)."""
+        decode requests; `batch` is the scheduled requests (progress not yet applied);
+        `extra_us` is time the step spends on top of its compute (KV loads from a lower tier,
+        a warm-up penalty), added as is."""
         ...
 
 
@@ -46,8 +52,9 @@ class BlackboxLatency(Alpha):
         super().__init__(alpha)
         self.b0, self.b1, self.b2 = float(beta[0]), float(beta[1]), float(beta[2])
 
-    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request]) -> int:
-        return int(self.b0 + self.b1 * new_tokens + self.b2 * decodes)
+    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
+                  extra_us: int) -> int:
+        return int(self.b0 + self.b1 * new_tokens + self.b2 * decodes) + extra_us
 
 
 class RooflineLatency(Alpha):
@@ -59,7 +66,8 @@ class RooflineLatency(Alpha):
         super().__init__(alpha)
         self.model = model
 
-    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request]) -> int:
+    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
+                  extra_us: int) -> int:
         prefills = []
         contexts = []
         for req in batch:
@@ -67,4 +75,31 @@ class RooflineLatency(Alpha):
                 contexts.append(req.progress)
             else:
                 prefills.append((req.progress, req.chunk))
-        return self.model.step_time(prefills, contexts)
+        return self.model.step_time(prefills, contexts) + extra_us
+
+
+def latency_model(scenario: Scenario) -> LatencyModel:
+    """The step-time model of a resolved scenario."""
+    latency = scenario.latency
+    if latency.type == "blackbox":
+        return BlackboxLatency(latency.alpha, latency.beta)
+    return RooflineLatency(latency.alpha, roofline(scenario))
+
+
+def roofline(scenario: Scenario) -> RooflineModel:
+    latency, model = scenario.latency, scenario.model
+    try:
+        config = (read_json(latency.model_config, "config.json") if latency.model_config
+                  else bundled_model_config(model.name))
+        shape = ModelShape.from_hf_config(config)
+    except ValueError as exc:
+        raise ScenarioError("latency.model_config", str(exc)) from None
+    try:
+        hardware = (read_json(latency.hardware_config, None) if latency.hardware_config
+                    else bundled_hardware_config())
+        if model.gpu is None:
+            raise ValueError("the roofline model needs model.gpu")
+        gpu = GpuSpec.from_hardware_config(hardware, model.gpu)
+        return RooflineModel(shape, gpu, model.tp or 0)
+    except ValueError as exc:
+        raise ScenarioError("latency.hardware_config", str(exc)) from None

@@ -8,12 +8,9 @@ can flip that rounding, which would make simulated timelines diverge from the re
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
-from importlib.abc import Traversable
 from typing import Any
 
 _DTYPE_BYTES: dict[str, int] = {
@@ -260,26 +257,3 @@ class RooflineModel:
             vec_sum += (h5 * seq + rope) * n_layers / tpf
             dyn_sum += (act + kv_tok * seq + kv_tok + weights - weights) / tpf
         return gemm_sum, vec_sum, dyn_sum
-
-
-def _data_dir() -> Traversable:
-    """The bundled data directory, resolved through the package so it works from a wheel too."""
-    return resources.files("blis_simpy.data")
-
-
-def bundled_model_config(model: str) -> dict:
-    """config.json of a bundled model, looked up by the model name's last path part, lower-cased."""
-    configs = _data_dir() / "model_configs"
-    name = model.rsplit("/", 1)[-1].lower()
-    available = sorted(p.name for p in configs.iterdir() if (p / "config.json").is_file())
-    if name not in available:
-        raise ValueError(
-            f"no bundled model config for {model!r} (looked for {name!r}); "
-            f"available: {', '.join(available)}"
-        )
-    return json.loads((configs / name / "config.json").read_text(encoding="utf-8"))
-
-
-def bundled_hardware_config() -> dict:
-    """The bundled hardware_config.json, keyed by GPU name."""
-    return json.loads((_data_dir() / "hardware_config.json").read_text(encoding="utf-8"))

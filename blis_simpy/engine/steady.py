@@ -9,7 +9,7 @@ and kept in a bucket per step, so a step costs time proportional to its events, 
 
 from __future__ import annotations
 
-from blis_simpy.engine.request import Request
+from blis_simpy.core.request import Request
 
 
 class SteadyDecoders:

@@ -1,58 +1,21 @@
 """Anomalies (seed D.8, design §10): each occurrence with its time, instance and requests.
 
-Detected while the run goes (the engine reports priority inversions, head-of-line blocking
-and preemptions; the gateway reports rejections) or from its records at the end (SLO
-violations, preemption storms, rejection bursts). `scale_oscillation` and `kv_thrashing` are
-recorded by the autoscaler and the KV tiers when those exist; nothing here invents them.
+The engine records the ones it sees while running (priority inversions, head-of-line blocking,
+SLO-class inversions, KV head-of-line blocking: `blis_simpy.engine.anomalies`); the ones judged
+from the records at the end (SLO violations, preemption storms, rejection bursts) are here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-TYPES = ("priority_inversion", "hol_blocking", "slo_violation", "preemption_storm",
-         "rejection_burst", "scale_oscillation", "kv_thrashing")
+import pandas as pd
 
-# Urgency by SLO class when judging priority inversions: lower rank = more urgent. A class
-# not listed ranks with the unnamed default class.
-DEFAULT_CLASS_RANKS = {"realtime": 0, "critical": 0, "interactive": 1, "standard": 1, "": 2,
-                       "default": 2, "batch": 3, "sheddable": 3, "background": 4}
-
-
-@dataclass(frozen=True, slots=True)
-class Anomaly:
-    type: str
-    time: int  # µs
-    instance: str  # "" when cluster-wide
-    requests: tuple[str, ...]
-    detail: str
-
-
-class AnomalyLog:
-    """Append-only record of anomalies; shared by the instances and the gateway."""
-
-    def __init__(self, class_ranks: dict[str, int] | None = None) -> None:
-        self.records: list[Anomaly] = []
-        ranks = dict(DEFAULT_CLASS_RANKS)
-        for cls, rank in (class_ranks or {}).items():
-            ranks[cls] = rank
-            if cls in ("", "default"):  # the unnamed class is reported as "default"
-                ranks[""] = ranks["default"] = rank
-        self.ranks = ranks
-        self.default_rank = ranks[""]
-        self.preemptions: list[tuple[int, str, str]] = []  # (time, instance, request)
-        self.rejections: list[tuple[int, str, str]] = []
-
-    def record(self, kind: str, time: int, instance: str, requests: Sequence[str],
-               detail: str = "") -> None:
-        if kind not in TYPES:
-            raise ValueError(f"unknown anomaly type {kind!r}; valid: {', '.join(TYPES)}")
-        self.records.append(Anomaly(kind, time, instance, tuple(requests), detail))
-
-    def urgency(self, slo_class: str, arrival: int) -> tuple[int, int]:
-        """(class rank, arrival): smaller is more urgent."""
-        return (self.ranks.get(slo_class, self.default_rank), arrival)
+from blis_simpy.config.scenario import EvaluationConfig
+from blis_simpy.config.workload import SLOTargets
+from blis_simpy.core.records import Anomaly, Records
+from blis_simpy.core.units import US_PER_S, us
+from blis_simpy.metrics.raw import violated
 
 
 def bursts(events: Sequence[tuple[int, str, str]], count: int, window_us: int
@@ -72,3 +35,50 @@ def bursts(events: Sequence[tuple[int, str, str]], count: int, window_us: int
         else:
             i += 1
     return found
+
+
+def judged(records: Records, requests: pd.DataFrame, targets: list[SLOTargets | None],
+           config: EvaluationConfig) -> list[Anomaly]:
+    """The anomalies judged from the run's records: SLO violations, preemption storms and
+    rejection bursts."""
+    found = []
+    with_targets = [i for i, t in enumerate(targets) if t is not None]
+    for row in requests.iloc[with_targets].itertuples():
+        target = targets[row.Index]
+        if target is not None and row.final_state == "completed":
+            missed = violated(row, target)
+            if missed:
+                found.append(Anomaly("slo_violation", round(row.completion_s * US_PER_S),
+                                     row.instance, (row.id,), "; ".join(missed)))
+    by_instance: dict[str, list[tuple[int, str, str]]] = {}
+    for event in records.preemptions:
+        by_instance.setdefault(event[1], []).append(event)
+    storm, burst = config.preemption_storm, config.rejection_burst
+    for name in sorted(by_instance):
+        for start, end, reqs in bursts(by_instance[name], storm.count, us(storm.window_s)):
+            found.append(Anomaly("preemption_storm", start, name, tuple(reqs),
+                                 f"{len(reqs)} preemptions in {(end - start) / US_PER_S:.3f} s"))
+    for start, end, reqs in bursts(sorted(records.rejections), burst.count,
+                                   us(burst.window_s)):
+        found.append(Anomaly("rejection_burst", start, "", tuple(reqs),
+                             f"{len(reqs)} rejections in {(end - start) / US_PER_S:.3f} s"))
+    return found
+
+
+def anomaly_table(anomalies: Sequence[Anomaly]) -> pd.DataFrame:
+    records = sorted(anomalies, key=lambda a: (a.time, a.type, a.instance, a.requests))
+    return pd.DataFrame({
+        "time_s": [a.time / US_PER_S for a in records],
+        "type": [a.type for a in records],
+        "instance": [a.instance for a in records],
+        "requests": [";".join(a.requests) for a in records],
+        "detail": [a.detail for a in records],
+    })
+
+
+def counts(anomalies: Sequence[Anomaly]) -> dict[str, int]:
+    """Occurrences per anomaly type, types in name order."""
+    out = {kind: 0 for kind in sorted({a.type for a in anomalies})}
+    for anomaly in anomalies:
+        out[anomaly.type] += 1
+    return out

@@ -7,12 +7,9 @@ normalised values is reported too, for multi-objective search.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
-
-from blis_simpy.config.errors import ScenarioError
 
 
 def latency(ms: float) -> float:
@@ -44,33 +41,6 @@ KEYS: dict[str, tuple[str, Callable[[float], float], str]] = {
     "preemption_rate": ("preemption_rate", lambda r: 1.0 / (1.0 + r),
                         "1 / (1 + preemptions per completed request)"),
 }
-
-
-def check_weights(weights: Mapping[str, Any], path: str) -> None:
-    for key, weight in weights.items():
-        if key not in KEYS:
-            raise ScenarioError(f"{path}.{key}", "unknown fitness metric key",
-                                ", ".join(sorted(KEYS)))
-        if isinstance(weight, bool) or not isinstance(weight, int | float) \
-                or not math.isfinite(weight) or weight < 0:
-            raise ScenarioError(f"{path}.{key}", f"weight {weight!r}", "a finite number >= 0")
-
-
-def parse_weights(text: str) -> dict[str, float]:
-    """`"throughput:0.5,p99_ttft:0.3"` -> weights; the last duplicate wins."""
-    weights: dict[str, float] = {}
-    for item in text.split(","):
-        key, sep, value = item.strip().partition(":")
-        if not sep:
-            raise ScenarioError("--fitness-weights", f"{item.strip()!r} has no ':'",
-                                "key:weight,key:weight")
-        try:
-            weights[key.strip()] = float(value)
-        except ValueError:
-            raise ScenarioError("--fitness-weights", f"weight {value.strip()!r} of "
-                                f"{key.strip()!r} is not a number") from None
-    check_weights(weights, "--fitness-weights")
-    return weights
 
 
 def objectives(metrics: Mapping[str, Any], weights: Mapping[str, float]) -> dict[str, float]:

@@ -14,9 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from blis_simpy.metrics.anomalies import AnomalyLog, bursts
-from blis_simpy.metrics.collect import StepTable
-from blis_simpy.workload.spec import SLOTargets
+from blis_simpy.config.workload import SLOTargets
+from blis_simpy.core.records import InstanceRecord
 
 STATS = (("mean", None), ("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99), ("max", 100))
 
@@ -81,12 +80,13 @@ def group_stats(frame: pd.DataFrame, good: pd.Series, seconds: float) -> dict[st
     return out
 
 
-def time_weighted(steps: Sequence[StepTable], names: Sequence[str], kv_total: int,
-                  seconds: float) -> dict[str, dict[str, float]]:
+def time_weighted(instances: Sequence[InstanceRecord], seconds: float
+                  ) -> dict[str, dict[str, float]]:
     """Per instance: busy fraction and time-averaged queue depth, batch size, KV use."""
     span_us = seconds * 1e6
     out = {}
-    for name, table in zip(names, steps, strict=True):
+    for table in instances:
+        kv_total = table.kv_total
         # a step still running when the run ends (at a horizon) counts up to the end only
         d = (np.minimum(table.start + table.duration, span_us) - table.start).astype(float)
 
@@ -94,7 +94,7 @@ def time_weighted(steps: Sequence[StepTable], names: Sequence[str], kv_total: in
             """A level held for each step's duration, averaged over the whole run."""
             return float((level * d).sum() / span_us) if span_us > 0 else 0.0
 
-        out[name] = {
+        out[table.id] = {
             "utilization": average(np.ones_like(d)),
             "queue_depth_avg": average(table.queue_depth),
             "batch_size_avg": average(table.batch_size),
@@ -104,12 +104,13 @@ def time_weighted(steps: Sequence[StepTable], names: Sequence[str], kv_total: in
 
 
 def raw_metrics(requests: pd.DataFrame, targets: list[SLOTargets | None],
-                steps: Sequence[StepTable], names: Sequence[str], kv_total: int,
-                seconds: float, cache_hit_rate: float, preemptions: int) -> dict[str, Any]:
+                instances: Sequence[InstanceRecord], seconds: float, cache_hit_rate: float
+                ) -> dict[str, Any]:
     good = meets(requests, targets)
     metrics = group_stats(requests, good, seconds)
     done = requests[requests.final_state == "completed"]
     arrived = len(requests)
+    preemptions = int(requests.preemptions.sum())
     metrics.update({
         "duration_s": seconds,
         "input_tokens_per_s": float(done.input_tokens.sum()) / seconds if seconds > 0 else 0.0,
@@ -128,45 +129,9 @@ def raw_metrics(requests: pd.DataFrame, targets: list[SLOTargets | None],
     metrics["per_tenant"] = {t or "default": group_stats(f, good, seconds) for t, f in tenants}
     metrics["jain_fairness"] = jain([group_stats(f, good, seconds)["slo_attainment"]
                                      for _, f in tenants])
-    per_instance = time_weighted(steps, names, kv_total, seconds)
+    per_instance = time_weighted(instances, seconds)
     metrics["instances"] = per_instance
     for key in ("utilization", "queue_depth_avg", "batch_size_avg", "kv_utilization_avg"):
         values = [v[key] for v in per_instance.values()]
         metrics[key] = sum(values) / len(values) if values else 0.0
     return metrics
-
-
-def finish_anomalies(log: AnomalyLog, requests: pd.DataFrame,
-                     targets: list[SLOTargets | None], storm_count: int, storm_window_us: int,
-                     burst_count: int, burst_window_us: int) -> None:
-    """The anomalies judged from the run's records: SLO violations, preemption storms and
-    rejection bursts."""
-    with_targets = [i for i, t in enumerate(targets) if t is not None]
-    for row in requests.iloc[with_targets].itertuples():
-        target = targets[row.Index]
-        if target is not None and row.final_state == "completed":
-            missed = violated(row, target)
-            if missed:
-                log.record("slo_violation", round(row.completion_s * 1e6), row.instance,
-                           [row.id], "; ".join(missed))
-    by_instance: dict[str, list[tuple[int, str, str]]] = {}
-    for event in log.preemptions:
-        by_instance.setdefault(event[1], []).append(event)
-    for name in sorted(by_instance):
-        for start, end, reqs in bursts(by_instance[name], storm_count, storm_window_us):
-            log.record("preemption_storm", start, name, reqs,
-                       f"{len(reqs)} preemptions in {(end - start) / 1e6:.3f} s")
-    for start, end, reqs in bursts(sorted(log.rejections), burst_count, burst_window_us):
-        log.record("rejection_burst", start, "", reqs,
-                   f"{len(reqs)} rejections in {(end - start) / 1e6:.3f} s")
-
-
-def anomaly_table(log: AnomalyLog) -> pd.DataFrame:
-    records = sorted(log.records, key=lambda a: (a.time, a.type, a.instance, a.requests))
-    return pd.DataFrame({
-        "time_s": [a.time / 1e6 for a in records],
-        "type": [a.type for a in records],
-        "instance": [a.instance for a in records],
-        "requests": [";".join(a.requests) for a in records],
-        "detail": [a.detail for a in records],
-    })

@@ -10,11 +10,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-from blis_simpy.cluster.router_state import RouterState
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.schema import spec
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.request import RequestView
+from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.schema import spec
 from blis_simpy.policies.registry import Registry
-from blis_simpy.policies.view import RequestView
 
 
 @dataclass(frozen=True, slots=True)

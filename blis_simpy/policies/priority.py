@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from blis_simpy.cluster.router_state import RouterState
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.schema import spec
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.request import RequestView
+from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.schema import spec
 from blis_simpy.policies.registry import Registry
-from blis_simpy.policies.view import RequestView
 
 
 class PriorityPolicy:

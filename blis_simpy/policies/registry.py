@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.scenario import PolicyConfig
-from blis_simpy.config.schema import load
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.schema import load
 
 P = TypeVar("P")
+
+
+class PolicySpec(Protocol):
+    """What names a policy in a scenario: a template (or module:Class) and its parameters."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def params(self) -> Mapping[str, Any]: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,13 +52,13 @@ class Registry(Generic[P]):
     def names(self) -> list[str]:
         return sorted(self.templates)
 
-    def create(self, config: PolicyConfig, path: str, **context: Any) -> P:
+    def create(self, config: PolicySpec, path: str) -> P:
         """Instantiate the configured policy; EC-1: an unknown name lists the valid ones."""
         cls = self.resolve(config.type, f"{path}.type")
         params_cls = getattr(cls, "Params", NoParams if config.type in self.templates else None)
         if params_cls is None:  # a user policy without a Params dataclass gets the mapping
-            return cls(dict(config.params), **context)
-        return cls(load(params_cls, config.params, f"{path}.params"), **context)
+            return cls(dict(config.params))
+        return cls(load(params_cls, config.params, f"{path}.params"))
 
     def resolve(self, name: str, path: str) -> type:
         if name in self.templates:

@@ -1,5 +1,8 @@
-"""Routing: pick the instance for an admitted request. Every decision carries the per-instance
-scores it was made on. Ties go to the lowest instance index (seed E.4).
+"""Routing: pick the instance for an admitted request, among the routable instances' snapshots
+(in fleet order). Every decision carries one score per snapshot (higher = better) and, for the
+composite policy, each scorer's weighted share, so every decision record has its candidates.
+Ties go to the first instance in fleet order (seed E.4). Policies that remember where requests
+went key that memory by instance id, so instances may come and go during a run.
 
 Templates: round-robin, least-loaded, weighted (composable scorers), prefix-affinity,
 always-busiest (pathological).
@@ -8,22 +11,23 @@ always-busiest (pathological).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from blis_simpy.cluster.router_state import RouterState
-from blis_simpy.cluster.snapshot import InstanceSnapshot
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.schema import spec
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.request import RequestView
+from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.schema import spec
+from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.registry import Registry
-from blis_simpy.policies.view import RequestView
 
 
 @dataclass(frozen=True, slots=True)
 class RoutingDecision:
-    target: int
+    target: str  # id of the chosen instance
     reason: str
-    scores: tuple[float, ...] | None = None  # one per instance, higher = better
+    scores: tuple[float, ...]  # one per snapshot, in the order given; higher = better
+    breakdown: Mapping[str, tuple[float, ...]] | None = None  # scorer -> weighted share each
 
 
 class RoutingPolicy:
@@ -31,7 +35,7 @@ class RoutingPolicy:
 
     name = "custom"
 
-    def __init__(self, params: object = None, **context: object) -> None:
+    def __init__(self, params: object = None) -> None:
         self.params = params
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
@@ -43,7 +47,7 @@ ROUTING: Registry[RoutingPolicy] = Registry("routing", RoutingPolicy)
 
 
 def argmax(scores: Sequence[float]) -> int:
-    """Index of the highest score; the lowest index among equals."""
+    """Position of the highest score; the first among equals."""
     best, best_score = 0, scores[0]
     for i in range(1, len(scores)):
         if scores[i] > best_score:
@@ -53,15 +57,21 @@ def argmax(scores: Sequence[float]) -> int:
 
 @ROUTING.register("round-robin")
 class RoundRobin(RoutingPolicy):
-    def __init__(self, params: object = None, **context: object) -> None:
+    """The next routable instance in turn; its score is 1, every other's 0."""
+
+    def __init__(self, params: object = None) -> None:
         super().__init__(params)
         self.count = 0
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
-        target = self.count % len(snapshots)
+        n = len(snapshots)
+        turn = self.count % n
         self.count += 1
-        return RoutingDecision(target, f"round-robin[{self.count - 1}]")
+        scores = [0.0] * n
+        scores[turn] = 1.0
+        return RoutingDecision(snapshots[turn].id, f"round-robin[{self.count - 1}]",
+                               tuple(scores))
 
 
 @ROUTING.register("least-loaded")
@@ -71,8 +81,9 @@ class LeastLoaded(RoutingPolicy):
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         scores = tuple(-float(s.effective_load) for s in snapshots)
-        target = argmax(scores)
-        return RoutingDecision(target, f"least-loaded (load={-scores[target]:.0f})", scores)
+        best = argmax(scores)
+        return RoutingDecision(snapshots[best].id, f"least-loaded (load={-scores[best]:.0f})",
+                               scores)
 
 
 @ROUTING.register("always-busiest")
@@ -82,21 +93,24 @@ class AlwaysBusiest(RoutingPolicy):
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         scores = tuple(float(s.effective_load) for s in snapshots)
-        target = argmax(scores)
-        return RoutingDecision(target, f"always-busiest (load={scores[target]:.0f})", scores)
+        best = argmax(scores)
+        return RoutingDecision(snapshots[best].id, f"always-busiest (load={scores[best]:.0f})",
+                               scores)
 
 
 class PrefixIndex:
-    """What the router has sent where: per instance, an LRU set of prompt block hashes (the
+    """What the router has sent where: per instance id, an LRU set of prompt block hashes (the
     engine's block size). It models routing history, not the instances' actual caches."""
 
-    def __init__(self, instances: int, capacity: int) -> None:
+    def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.sets: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(instances)]
+        self.sets: dict[str, OrderedDict[int, None]] = {}
 
-    def match(self, instance: int, hashes: Sequence[int]) -> int:
+    def match(self, instance: str, hashes: Sequence[int]) -> int:
         """How many leading blocks of the prompt were routed to `instance`."""
-        seen = self.sets[instance]
+        seen = self.sets.get(instance)
+        if seen is None:
+            return 0
         count = 0
         for h in hashes:
             if h not in seen:
@@ -104,8 +118,10 @@ class PrefixIndex:
             count += 1
         return count
 
-    def record(self, instance: int, hashes: Sequence[int]) -> None:
-        seen = self.sets[instance]
+    def record(self, instance: str, hashes: Sequence[int]) -> None:
+        seen = self.sets.get(instance)
+        if seen is None:
+            seen = self.sets[instance] = OrderedDict()
         for h in hashes:
             if h in seen:
                 seen.move_to_end(h)
@@ -138,7 +154,7 @@ def prefix_affinity_scores(req, snaps, index) -> list[float]:
     total = len(req.prefix_hashes)
     if total == 0:
         return [0.0] * len(snaps)
-    return [index.match(i, req.prefix_hashes) / total for i in range(len(snaps))]
+    return [index.match(s.id, req.prefix_hashes) / total for s in snaps]
 
 
 SCORERS: dict[str, Scorer] = {
@@ -181,22 +197,27 @@ class Weighted(RoutingPolicy):
 
     Params = WeightedParams
 
-    def __init__(self, params: WeightedParams, instances: int = 1, **context: object) -> None:
+    def __init__(self, params: WeightedParams) -> None:
         super().__init__(params)
         total = sum(params.scorers.values())
-        self.scorers = [(SCORERS[n], w / total) for n, w in params.scorers.items()]
-        self.index = PrefixIndex(instances, params.prefix_index_capacity)
+        self.scorers = [(n, SCORERS[n], w / total) for n, w in params.scorers.items()]
+        self.index = PrefixIndex(params.prefix_index_capacity)
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         composite = [0.0] * len(snapshots)
-        for scorer, weight in self.scorers:
-            for i, score in enumerate(scorer(req, snapshots, self.index)):
-                composite[i] += weight * clamp01(score)
-        target = argmax(composite)
+        breakdown = {}
+        for name, scorer, weight in self.scorers:
+            shares = tuple(weight * clamp01(score)
+                           for score in scorer(req, snapshots, self.index))
+            breakdown[name] = shares
+            for i, share in enumerate(shares):
+                composite[i] += share
+        best = argmax(composite)
+        target = snapshots[best].id
         self.index.record(target, req.prefix_hashes)
-        return RoutingDecision(target, f"weighted-scoring (score={composite[target]:.3f})",
-                               tuple(composite))
+        return RoutingDecision(target, f"weighted-scoring (score={composite[best]:.3f})",
+                               tuple(composite), breakdown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,18 +232,17 @@ class PrefixAffinity(RoutingPolicy):
 
     Params = PrefixAffinityParams
 
-    def __init__(self, params: PrefixAffinityParams, instances: int = 1, **context: object
-                 ) -> None:
+    def __init__(self, params: PrefixAffinityParams) -> None:
         super().__init__(params)
-        self.index = PrefixIndex(instances, params.prefix_index_capacity)
+        self.index = PrefixIndex(params.prefix_index_capacity)
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
-        matches = [self.index.match(i, req.prefix_hashes) for i in range(len(snapshots))]
-        best = max(matches)
+        matches = [self.index.match(s.id, req.prefix_hashes) for s in snapshots]
+        longest = max(matches)
         scores = tuple(m - s.effective_load / (1 + s.effective_load) for m, s in
                        zip(matches, snapshots, strict=True))
-        target = argmax(scores)
+        target = snapshots[argmax(scores)].id
         self.index.record(target, req.prefix_hashes)
-        hit = "cache-hit" if best > 0 else "cache-miss, fallback to least-loaded"
-        return RoutingDecision(target, f"prefix-affinity ({hit}, blocks={best})", scores)
+        hit = "cache-hit" if longest > 0 else "cache-miss, fallback to least-loaded"
+        return RoutingDecision(target, f"prefix-affinity ({hit}, blocks={longest})", scores)

@@ -1,19 +1,20 @@
 """Instance schedulers: the wait-queue order each step, and which running request to preempt.
 
-Only instance-local state is visible (seed D.7). The sort is stable, so equal keys keep queue
-order (preempted requests first). Request ids compare as strings, like the reference.
+Only instance-local state is visible (seed D.7): a request's read-only view (no output length)
+and its current priority. The sort is stable, so equal keys keep queue order (preempted
+requests first). Request ids compare as strings, like the reference.
 Templates: fcfs, priority-fcfs, sjf, reverse-priority (pathological); preemption victim
 `lifo` (the last admitted, vLLM's rule) or `lowest-priority`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from blis_simpy.config.schema import spec
-from blis_simpy.engine.request import Request
+from blis_simpy.core.request import RequestView
+from blis_simpy.core.schema import spec
 from blis_simpy.policies.registry import Registry
 
 
@@ -25,12 +26,12 @@ class SchedulerParams:
 
 
 class InstanceScheduler:
-    """`order_key` sorts the wait queue each step (None keeps arrival order); `victim` picks
-    the running request to preempt."""
+    """`order_key(view, priority)` sorts the wait queue each step (None keeps arrival order);
+    `victim` picks the running request to preempt."""
 
     name = "custom"
     Params = SchedulerParams
-    order_key: Callable[[Request], Any] | None = None
+    order_key: Callable[[RequestView, float], Any] | None = None
     uses_priority = False
 
     def __init__(self, params: SchedulerParams) -> None:
@@ -38,12 +39,13 @@ class InstanceScheduler:
         if params.preemption == "lowest-priority":
             self.uses_priority = True
 
-    def victim(self, running: list[Request]) -> int:
-        """Index in `running` of the request to preempt."""
+    def victim(self, candidates: Sequence[RequestView], priorities: Sequence[float]) -> int:
+        """Position among `candidates` (running requests in admission order, with their
+        current priorities) of the request to preempt."""
         if self.params.preemption == "lifo":
-            return len(running) - 1
-        lowest = min(r.priority for r in running)
-        return max(i for i, r in enumerate(running) if r.priority == lowest)
+            return len(candidates) - 1
+        lowest = min(priorities)
+        return max(i for i, p in enumerate(priorities) if p == lowest)
 
 
 SCHEDULER: Registry[InstanceScheduler] = Registry("scheduler", InstanceScheduler)
@@ -59,8 +61,8 @@ class PriorityFCFS(InstanceScheduler):
     uses_priority = True
 
     @staticmethod
-    def order_key(r: Request) -> tuple[float, int, str]:
-        return (-r.priority, r.arrival, r.name)
+    def order_key(r: RequestView, priority: float) -> tuple[float, int, str]:
+        return (-priority, r.arrival_us, r.id)
 
 
 @SCHEDULER.register("sjf")
@@ -68,8 +70,8 @@ class ShortestJobFirst(InstanceScheduler):
     """Shortest prompt first (output lengths are unknown to a real scheduler)."""
 
     @staticmethod
-    def order_key(r: Request) -> tuple[int, int, str]:
-        return (r.input_len, r.arrival, r.name)
+    def order_key(r: RequestView, priority: float) -> tuple[int, int, str]:
+        return (r.input_tokens, r.arrival_us, r.id)
 
 
 @SCHEDULER.register("reverse-priority")
@@ -79,5 +81,5 @@ class ReversePriority(InstanceScheduler):
     uses_priority = True
 
     @staticmethod
-    def order_key(r: Request) -> tuple[float, int, str]:
-        return (r.priority, r.arrival, r.name)
+    def order_key(r: RequestView, priority: float) -> tuple[float, int, str]:
+        return (priority, r.arrival_us, r.id)

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from blis_simpy.config.errors import ScenarioError
+from blis_simpy.core.errors import ScenarioError
 
 TABLE_FORMATS = ("parquet", "csv")
 

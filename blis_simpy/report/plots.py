@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from blis_simpy.config.errors import ScenarioError
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.report import kv_blocks_total, read_table, run_folder
 
 if TYPE_CHECKING:

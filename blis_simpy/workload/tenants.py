@@ -16,15 +16,16 @@ from collections.abc import Callable, Generator
 import numpy as np
 import simpy
 
-from blis_simpy.cluster.ordering import CLUSTER_ARRIVAL, StageEvent
-from blis_simpy.config.scenario import US_PER_S
-from blis_simpy.engine.request import Request, State
+from blis_simpy.config.arrivals import ConstantProfile
+from blis_simpy.config.distributions import Distribution
+from blis_simpy.config.workload import TenantSpec, TenantsWorkload
+from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
+from blis_simpy.core.request import Request, State
+from blis_simpy.core.units import US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
-from blis_simpy.workload.arrivals import ConstantProfile, arrival_times
-from blis_simpy.workload.distributions import Distribution, sample_seconds, sample_tokens
-from blis_simpy.workload.spec import TenantSpec, TenantsWorkload
+from blis_simpy.workload.arrivals import arrival_times
+from blis_simpy.workload.sampling import sample_seconds, sample_tokens
 
-VOCAB = 128_000
 Process = Generator[simpy.Event, object, None]
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.engine.request import Request
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.request import Request
 
 PATH = "workload.path"
 

@@ -11,20 +11,23 @@ import pytest
 import simpy
 
 import blis_simpy
-from blis_simpy.api import simulate
-from blis_simpy.cluster.ordering import ADMISSION, CLUSTER_ARRIVAL, ROUTING, StageEvent
-from blis_simpy.cluster.router_state import RouterState
-from blis_simpy.cluster.snapshot import SnapshotProvider
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.resolve import latency_model, resolve
+from blis_simpy.api import build, simulate
+from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
+from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import ObservabilityConfig, PolicyConfig, Refresh
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.ordering import ADMISSION, CLUSTER_ARRIVAL, ROUTING, StageEvent
+from blis_simpy.core.records import Recorder
+from blis_simpy.core.request import Request, RequestView
+from blis_simpy.core.router_state import RouterState
 from blis_simpy.engine.instance import Instance
-from blis_simpy.engine.request import Request
-from blis_simpy.engine.simulation import Simulation, workload_requests
+from blis_simpy.engine.kv.cache import KVCache
+from blis_simpy.engine.latency import latency_model
 from blis_simpy.policies.admission import ADMISSION as ADMISSION_POLICIES
 from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.scheduler import SCHEDULER
-from blis_simpy.policies.view import RequestView
+from blis_simpy.sim.modes import mode_of
+from blis_simpy.workload.source import requests_of
 from tests.conftest import scenario, trace_run_scenario, write_trace
 
 
@@ -38,53 +41,29 @@ def trace_cluster(tmp_path, rows, instances=2, **changes):
     return resolve(trace_run_scenario(write_trace(tmp_path / "t.csv", rows), **changes))
 
 
-def logged(sim: Simulation) -> list[tuple[int, str, str]]:
-    """Instrument the gateway stages and instance steps: (time, kind, detail) in run order."""
-    log: list[tuple[int, str, str]] = []
-    gw = sim.gateway
-    arrive, admit, route = gw.arrive, gw._admit, gw._route
+def traced(s) -> blis_simpy.Result:
+    """Run with the ordered event log on: (time, kind, subject, where) as things happened."""
+    return blis_simpy.run(s, recorder=Recorder(events=True))
 
-    def on_arrive(req):
-        log.append((sim.env.now, "arrival", req.name))
-        arrive(req)
 
-    def on_admit(event):
-        log.append((sim.env.now, "admission", event.value.name))
-        admit(event)
-
-    def on_route(event):
-        log.append((sim.env.now, "routing", event.value.name))
-        route(event)
-
-    gw.arrive, gw._admit, gw._route = on_arrive, on_admit, on_route
-    for inst in sim.instances:
-        step = inst._step
-
-        def on_step(step=step, inst=inst):
-            log.append((sim.env.now, "step", inst.name))
-            return step()
-
-        inst._step = on_step
-    return log
+def us(seconds) -> int:
+    return round(float(seconds) * 1e6)
 
 
 def test_bc1_each_request_enters_as_a_cluster_arrival_at_its_arrival_time():
-    sim = Simulation(cluster(3))
-    log = logged(sim)
-    sim.run()
-    arrivals = [(t, name) for t, kind, name in log if kind == "arrival"]
-    by_name = {r.name: r for r in sim.requests}
-    assert len(arrivals) == len(sim.requests) == 40
-    assert all(t == by_name[name].arrival for t, name in arrivals)
+    result = traced(cluster(3))
+    arrivals = {name: t for t, kind, name, _ in result.events if kind == "arrival"}
+    assert len(arrivals) == len(result.requests) == 40
+    for row in result.requests.itertuples():
+        assert arrivals[row.id] == us(row.arrival_s)
 
 
 def test_bc2_admission_then_routing_after_their_latencies():
-    sim = Simulation(cluster(2, cluster={"admission_latency_us": 300,
-                                         "routing_latency_us": 700}))
-    sim.run()
-    for req in sim.requests:
-        assert req.admitted_at == req.arrival + 300
-        assert req.routed_at == req.arrival + 1000
+    result = blis_simpy.run(cluster(2, cluster={"admission_latency_us": 300,
+                                                "routing_latency_us": 700}))
+    for row in result.requests.itertuples():
+        assert us(row.admitted_s) == us(row.arrival_s) + 300
+        assert us(row.routed_s) == us(row.arrival_s) + 1000
 
 
 def test_bc2_control_plane_latency_counts_in_ttft(tmp_path):
@@ -96,14 +75,13 @@ def test_bc2_control_plane_latency_counts_in_ttft(tmp_path):
 
 
 def test_bc3_routing_injects_into_the_chosen_instance_at_routing_time():
-    sim = Simulation(cluster(3, cluster={"routing_latency_us": 50}))
-    sim.run()
-    delay = latency_model(sim.scenario).queue_delay
-    for i, req in enumerate(sim.requests):
-        assert req.instance == i % 3  # round-robin's choice
-        assert req.queued_at == req.routed_at + delay(req.input_len)
-    result = blis_simpy.run(sim.scenario)
-    assert (result.requests.instance == [f"instance_{i % 3}" for i in range(40)]).all()
+    s = cluster(3, cluster={"routing_latency_us": 50})
+    result = traced(s)
+    delay = latency_model(s).queue_delay
+    routed = {name: where for _, kind, name, where in result.events if kind == "routing"}
+    for i, row in enumerate(result.requests.itertuples()):
+        assert row.instance == routed[row.id] == f"instance_{i % 3}"  # round-robin's choice
+        assert us(row.queued_s) == us(row.routed_s) + delay(row.input_tokens)
 
 
 def test_bc4_stage_priorities_order_same_time_events():
@@ -129,97 +107,108 @@ def test_bc4_stage_priorities_order_same_time_events():
 def test_bc4_cluster_events_precede_instance_events(tmp_path):
     """Requests arriving exactly when a step starts: all gateway stages at that time run
     before the step; same-time arrivals all precede their admissions and routings."""
-    probe = Simulation(trace_cluster(tmp_path, [(0.0, list(range(32)), 50)], 1))
-    probe.run()
-    boundary = probe.instances[0].steps[3][0]  # a time at which a step starts
+    probe = blis_simpy.run(trace_cluster(tmp_path, [(0.0, list(range(32)), 50)], 1))
+    boundary = us(probe.steps.start_s[3])  # a time at which a step starts
     rows = [(0.0, list(range(32)), 50), (boundary / 1e6, list(range(100, 132)), 2),
             (boundary / 1e6, list(range(200, 232)), 2)]
-    sim = Simulation(trace_cluster(tmp_path, rows, 1))
-    log = logged(sim)
-    sim.run()
-    at_boundary = [kind for t, kind, _ in log if t == boundary]
-    assert at_boundary == ["arrival", "arrival", "admission", "admission", "routing",
-                           "routing", "step"]
+    result = traced(trace_cluster(tmp_path, rows, 1))
+    at_boundary = [kind for t, kind, _, _ in result.events if t == boundary]
+    assert at_boundary[:7] == ["arrival", "arrival", "admission", "admission", "routing",
+                               "routing", "step"]
+    assert not {"arrival", "admission", "routing"} & set(at_boundary[7:])
 
 
-def test_bc5_snapshot_is_an_immutable_value_stamped_with_its_time():
-    sim = Simulation(cluster(1))
-    provider = sim.gateway.snapshots
-    snap = provider.snapshot(0, 500)
-    assert snap.timestamp == 500 and snap.id == "instance_0"
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        snap.queue_depth = 9  # type: ignore[misc]
-    sim.instances[0].wait_queue.append(next(iter(workload_requests(sim.scenario))))
-    assert snap.queue_depth == 0
-    assert provider.snapshot(0, 501).queue_depth == 1
-
-
-def make_instance(env, kv_blocks=100):
-    s = resolve(scenario(engine={"kv_blocks": kv_blocks}))
-    return Instance(env, 0, latency_model(s), s.engine,
-                    SCHEDULER.create(PolicyConfig("fcfs"), "s"),
-                    PRIORITY.create(PolicyConfig("constant"), "p"))
+def one_instance(kv_blocks: int = 100, **changes):
+    """A built one-instance cluster: its instance and its gateway's snapshot provider."""
+    sim = build(resolve(scenario(engine={"kv_blocks": kv_blocks}, **changes)))
+    return sim.fleet.get("instance_0"), sim.gateway
 
 
 def request(i: int, tokens: int = 16) -> Request:
-    return Request(i, 0, np.arange(tokens) + 1000 * i, np.arange(4))
+    req = Request(i, 0, np.arange(tokens) + 1000 * i, np.arange(4))
+    req.observe(16)
+    return req
+
+
+def test_bc5_snapshot_is_an_immutable_value_stamped_with_its_time():
+    inst, gateway = one_instance()
+    provider = gateway.snapshots
+    snap = provider.snapshot(inst, 500)
+    assert snap.timestamp == 500 and snap.id == "instance_0" and snap.role == "monolithic"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.queue_depth = 9  # type: ignore[misc]
+    inst.wait_queue.append(request(1))
+    assert snap.queue_depth == 0
+    assert provider.snapshot(inst, 501).queue_depth == 1
 
 
 def test_bc6_immediate_fields_reread_periodic_fields_wait_for_their_interval():
-    env = simpy.Environment()
-    inst = make_instance(env)
+    inst, _ = one_instance()
     config = ObservabilityConfig(kv_utilization=Refresh("periodic", 0.001))  # 1000 µs
-    provider = SnapshotProvider([inst], config, [0], [0])
-    first = provider.snapshot(0, 500)
+    provider = SnapshotProvider(config, {}, {})
+    first = provider.snapshot(inst, 500)
     inst.wait_queue.append(request(1))
-    req = request(2)
-    req.hash_blocks(16)
+    req = request(2, tokens=16 * 10)
     inst.kv.allocate(req, 0, 16 * 10)
-    second = provider.snapshot(0, 600)
+    second = provider.snapshot(inst, 600)
     assert second.queue_depth == 1  # immediate: re-read
     assert second.kv_utilization == first.kv_utilization == 0.0  # periodic: not yet
-    assert provider.snapshot(0, 1500).kv_utilization == pytest.approx(0.1)
+    assert second.free_kv_blocks == 90  # free blocks are always fresh (seed G.2)
+    assert provider.snapshot(inst, 1500).kv_utilization == pytest.approx(0.1)
 
 
-def test_bc6_on_demand_fields_change_only_on_refresh_all():
-    env = simpy.Environment()
-    inst = make_instance(env)
-    provider = SnapshotProvider([inst], ObservabilityConfig(queue_depth=Refresh("on-demand")),
-                                [0], [0])
+def test_bc6_on_demand_fields_change_only_when_a_policy_asks():
+    inst, _ = one_instance()
+    provider = SnapshotProvider(ObservabilityConfig(queue_depth=Refresh("on-demand")), {}, {})
+    assert provider.snapshot(inst, 10).queue_depth == 0  # first sight reads the value
     inst.wait_queue.append(request(1))
-    assert provider.snapshot(0, 10).queue_depth == 0
-    provider.refresh_all(20)
-    assert provider.snapshot(0, 30).queue_depth == 1
+    assert provider.snapshot(inst, 20).queue_depth == 0  # then it waits for a refresh
+    view = Snapshots(provider, [inst], 30)
+    assert view[0].queue_depth == 0
+    view.refresh()  # what a policy calls when it wants fresh data
+    assert view[0].queue_depth == 1
+    assert provider.snapshot(inst, 40).queue_depth == 1
+
+
+def test_bc6_in_flight_pending_and_estimated_wait_are_always_fresh():
+    inst, _ = one_instance()
+    pending, in_flight = {"instance_0": 0}, {"instance_0": 0}
+    lazy = Refresh("on-demand")
+    provider = SnapshotProvider(ObservabilityConfig(queue_depth=lazy, kv_utilization=lazy),
+                                pending, in_flight)
+    before = provider.snapshot(inst, 0)
+    pending["instance_0"], in_flight["instance_0"] = 2, 3
+    inst.queued_tokens = 4096
+    inst.steps.append((0, 10_000, 0, 1, 1, 0, 0))
+    after = provider.snapshot(inst, 1)
+    assert (before.pending_requests, before.in_flight_requests) == (0, 0)
+    assert (after.pending_requests, after.in_flight_requests) == (2, 3)
+    assert before.estimated_wait_ms == 0.0 and after.estimated_wait_ms == 20.0  # 2 steps
 
 
 def test_bc7_default_observability_is_immediate_for_load_fields():
     config = ObservabilityConfig()
     for name in ("queue_depth", "batch_size", "kv_utilization"):
         assert getattr(config, name).mode == "immediate"
-    env = simpy.Environment()
-    inst = make_instance(env)
-    provider = SnapshotProvider([inst], config, [0], [0])
-    provider.snapshot(0, 0)
+    inst, _ = one_instance()
+    provider = SnapshotProvider(config, {}, {})
+    provider.snapshot(inst, 0)
     inst.wait_queue.append(request(1))
     inst.running.append(request(2))
-    req = request(3)
-    req.hash_blocks(16)
-    inst.kv.allocate(req, 0, 32)
-    snap = provider.snapshot(0, 0)
+    inst.kv.allocate(request(3, tokens=32), 0, 32)
+    snap = provider.snapshot(inst, 0)
     assert (snap.queue_depth, snap.batch_size, snap.free_kv_blocks) == (1, 1, 98)
 
 
 def test_bc8_observation_methods_read_queue_batch_and_kv():
-    env = simpy.Environment()
-    inst = make_instance(env, kv_blocks=100)
+    inst, _ = one_instance(kv_blocks=100)
     for i in range(3):
         inst.wait_queue.append(request(i))
     for i in range(5):
         inst.running.append(request(10 + i))
     holder = request(99, tokens=16 * 40)
-    holder.hash_blocks(16)
     assert inst.kv.allocate(holder, 0, 16 * 40)
-    snap = SnapshotProvider([inst], ObservabilityConfig(), [0], [0]).snapshot(0, 0)
+    snap = SnapshotProvider(ObservabilityConfig(), {}, {}).snapshot(inst, 0)
     assert snap.queue_depth == 3
     assert snap.batch_size == 5
     assert snap.kv_utilization == 0.4
@@ -253,11 +242,17 @@ def bare_run(s):
     """The single-instance engine without the control plane: requests go straight into one
     instance at their arrival time."""
     env = simpy.Environment()
-    inst = Instance(env, 0, latency_model(s), s.engine,
+    recorder = Recorder()
+    mode = mode_of(s)
+    inst = Instance(env, "instance_0", latency_model(s), s.engine,
+                    KVCache(s.engine.kv_blocks, s.engine.block_size),
                     SCHEDULER.create(PolicyConfig("fcfs"), "s"),
-                    PRIORITY.create(PolicyConfig("constant"), "p"),
-                    idle_from_last_step_start=s.compat == "blis")
-    requests = list(workload_requests(s))
+                    PRIORITY.create(PolicyConfig("constant"), "p"), recorder,
+                    class_ranks=s.evaluation.ranks(),
+                    idle_from_last_step_start=mode.idle_from_last_step_start)
+    requests = list(requests_of(s, reference_draws=mode.reference_draws))
+    for req in requests:
+        req.observe(s.engine.block_size)
 
     def source() -> Generator[simpy.Event, None, None]:
         for req in requests:
@@ -275,13 +270,13 @@ def test_bc11_one_instance_cluster_matches_the_bare_engine(compat):
     s = resolve(scenario(compat=compat, engine={"kv_blocks": 400},
                          workload={"num_requests": 80, "rate_per_s": 40}))
     bare, inst = bare_run(s)
-    sim = Simulation(s)
+    sim = build(s)
     sim.run()
     fields = ("arrival", "queued_at", "first_scheduled", "first_token_at", "completed_at",
               "emitted", "preemptions", "cached_tokens")
     assert [[getattr(r, f) for f in fields] for r in bare] == \
-        [[getattr(r, f) for f in fields] for r in sim.requests]
-    assert inst.steps == sim.instances[0].steps
+        [[getattr(r, f) for f in fields] for r in sim.recorder.requests]
+    assert inst.steps == sim.recorder.instances[0].steps
 
 
 def test_bc11_online_round_robin_is_the_old_i_mod_n_dispatch():
@@ -290,27 +285,28 @@ def test_bc11_online_round_robin_is_the_old_i_mod_n_dispatch():
 
 
 def test_nc1_no_request_is_dispatched_before_the_event_loop():
-    sim = Simulation(cluster(3, cluster={"record_decisions": True}))
-    assert sim.requests == []
-    assert all(not i.wait_queue and not i.running and not i.steps for i in sim.instances)
-    assert sim.gateway.pending == [0, 0, 0]
+    sim = build(cluster(3, cluster={"record_decisions": True}))
+    assert sim.recorder.requests == []
+    assert all(not i.wait_queue and not i.running and not i.steps for i in sim.fleet)
+    assert sim.gateway.pending == {}
     sim.run()
-    routed = [d for d in sim.gateway.decisions if d[2] == "routing"]
-    assert len(routed) == len(sim.requests)  # every instance request came through routing
-    assert all(r.routed_at >= r.arrival for r in sim.requests)
+    routed = [d for d in sim.recorder.decisions or () if d.stage == "routing"]
+    requests = sim.recorder.requests
+    assert len(routed) == len(requests)  # every instance request came through routing
+    assert all(r.routed_at >= r.arrival for r in requests)
 
 
 def test_nc2_snapshots_share_no_state():
-    sim = Simulation(cluster(1))
-    provider = sim.gateway.snapshots
-    first = provider.snapshot(0, 0)
-    sim.instances[0].wait_queue.append(request(1))
-    sim.gateway.pending[0] = 5
-    second = provider.snapshot(0, 1)
+    inst, gateway = one_instance()
+    provider = gateway.snapshots
+    first = provider.snapshot(inst, 0)
+    inst.wait_queue.append(request(1))
+    gateway.pending["instance_0"] = 5
+    second = provider.snapshot(inst, 1)
     assert (first.queue_depth, first.pending_requests) == (0, 0)
     assert (second.queue_depth, second.pending_requests) == (1, 5)
-    with pytest.raises(TypeError):
-        first.extended["x"] = 1.0  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.pending_requests = 7  # type: ignore[misc]
 
 
 def test_nc3_repeated_cluster_runs_are_bit_identical():
@@ -326,7 +322,7 @@ def test_nc3_repeated_cluster_runs_are_bit_identical():
 def test_ec1_unknown_admission_policy_fails_before_the_run_naming_valid_ones():
     s = cluster(2, policies={"admission": {"type": "bouncer"}})
     with pytest.raises(ScenarioError) as err:
-        Simulation(s)
+        build(s)
     assert err.value.path == "policies.admission.type"
     assert "bouncer" in str(err.value)
     for name in ("always-admit", "token-bucket", "reject-all"):
@@ -336,12 +332,10 @@ def test_ec1_unknown_admission_policy_fails_before_the_run_naming_valid_ones():
 def test_ec2_rejected_requests_never_reach_an_instance_and_are_counted():
     s = cluster(2, policies={"admission": {"type": "token-bucket",
                                            "params": {"capacity": 900, "refill_per_s": 100}}})
-    sim = Simulation(s)
-    sim.run()
-    result = simulate(Simulation(s))
-    rejected = [r for r in sim.requests if r.reject_reason == "insufficient tokens"]
-    assert rejected
-    assert all(r.instance == -1 and r.queued_at == -1 for r in rejected)
+    result = simulate(build(s))
+    rejected = result.requests[result.requests.reject_reason == "insufficient tokens"]
+    assert len(rejected)
+    assert (rejected.instance == "").all() and rejected.queued_s.isna().all()
     assert result.summary["rejected_requests"] == len(rejected)
     per_instance = result.summary["instances"]
     assert sum(i["injected_requests"] for i in per_instance) == 40 - len(rejected)
@@ -351,13 +345,10 @@ def test_ec2_rejected_requests_never_reach_an_instance_and_are_counted():
 def test_periodic_field_is_read_on_first_use_not_zero_until_the_interval():
     """The reference's periodic KV fields read 0 until the clock passes the interval (its
     quirk §9.4); here the first read is live."""
-    env = simpy.Environment()
-    inst = make_instance(env)
-    req = request(2)
-    req.hash_blocks(16)
-    inst.kv.allocate(req, 0, 16 * 10)
+    inst, _ = one_instance()
+    inst.kv.allocate(request(2, tokens=16 * 10), 0, 16 * 10)
     config = ObservabilityConfig(kv_utilization=Refresh("periodic", 0.05))
-    snap = SnapshotProvider([inst], config, [0], [0]).snapshot(0, 100)
+    snap = SnapshotProvider(config, {}, {}).snapshot(inst, 100)
     assert snap.kv_utilization == pytest.approx(0.1)
 
 
@@ -373,3 +364,25 @@ def test_recorded_routing_decisions_carry_scores_and_top_k(tmp_path):
     assert first.instance == "instance_0" and first.top_candidates.startswith("instance_0=")
     result.save(tmp_path / "out", "csv")
     assert (tmp_path / "out" / "decisions.csv").is_file()
+
+
+@pytest.mark.parametrize("routing", ["round-robin", "least-loaded", "weighted",
+                                     "prefix-affinity", "always-busiest"])
+def test_every_routing_decision_records_its_candidates(routing):
+    result = blis_simpy.run(cluster(3, cluster={"record_decisions": True},
+                                    policies={"routing": {"type": routing}}))
+    routed = result.decisions[result.decisions.stage == "routing"]
+    assert len(routed) == 40
+    assert (routed.top_candidates.str.count(";") == 2).all()  # top 3 of 3 instances
+    chosen_first = [text.split("=")[0] == instance for text, instance in
+                    zip(routed.top_candidates, routed.instance, strict=True)]
+    assert all(chosen_first)  # the chosen instance has the best score
+
+
+def test_weighted_routing_decisions_carry_each_scorers_share():
+    result = blis_simpy.run(cluster(2, cluster={"record_decisions": True, "top_k": 1},
+                                    policies={"routing": {"type": "weighted"}}))
+    first = result.decisions[result.decisions.stage == "routing"].top_candidates.iloc[0]
+    name, rest = first.split("=", 1)
+    assert name == "instance_0"
+    assert "(prefix-affinity=" in rest and ",queue-depth=" in rest and ",kv-utilization=" in rest

@@ -11,8 +11,9 @@ import yaml
 
 from blis_simpy.compat.convert import blis_command, go_float, go_int, to_yaml
 from blis_simpy.config import catalog
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.scenario import Scenario, TraceWorkload
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.workload import TraceWorkload
+from blis_simpy.core.errors import ScenarioError
 
 DATA = Path(__file__).parents[1] / "data"
 GOLDEN = json.loads((DATA / "golden" / "goldendataset.json").read_text())["tests"]
@@ -386,7 +387,7 @@ def test_routing_policy_names(name):
     _, scenario = convert(*BASE, *COEFFS[:2], "--routing-policy", name, "--num-instances", "2")
     assert scenario.policies.routing.type == (name or "round-robin")
     assert scenario.policies.routing.params == {}
-    ROUTING.create(scenario.policies.routing, "policies.routing", instances=2)
+    ROUTING.create(scenario.policies.routing, "policies.routing")
 
 
 @pytest.mark.parametrize("name", ["constant", "slo-based", "inverted-slo", ""])
@@ -424,9 +425,9 @@ def test_routing_scorers_are_parsed_trimmed_and_keep_their_order():
                              " load-balance : 1 , queue-depth:0.5,kv-utilization:2e0 ")
     assert list(data["policies"]["routing"]["params"]["scorers"].items()) == [
         ("load-balance", 1.0), ("queue-depth", 0.5), ("kv-utilization", 2.0)]
-    policy = ROUTING.create(scenario.policies.routing, "policies.routing", instances=2)
+    policy = ROUTING.create(scenario.policies.routing, "policies.routing")
     assert isinstance(policy, Weighted)
-    assert [w for _, w in policy.scorers] == [1 / 3.5, 0.5 / 3.5, 2 / 3.5]
+    assert [w for _, _, w in policy.scorers] == [1 / 3.5, 0.5 / 3.5, 2 / 3.5]
 
 
 def test_routing_scorers_without_weighted_are_ignored_unparsed():

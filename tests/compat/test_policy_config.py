@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from blis_simpy.cli import app
 from blis_simpy.compat.convert import policy_config
-from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.policies.admission import ADMISSION, AlwaysAdmit
 from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.routing import ROUTING, RoundRobin, Weighted
@@ -67,12 +67,11 @@ def test_reference_examples_convert_load_and_build(name):
     assert isinstance(ADMISSION.create(config.admission, "policies.admission"), AlwaysAdmit)
     PRIORITY.create(config.priority, "policies.priority")
     SCHEDULER.create(config.scheduler, "policies.scheduler")
-    routing = ROUTING.create(config.routing, "policies.routing", instances=2)
+    routing = ROUTING.create(config.routing, "policies.routing")
     assert isinstance(routing, Weighted if name != "policy-config.yaml" else RoundRobin)
     if isinstance(routing, Weighted):
         weights = EXAMPLES[name]["routing"]["params"]["scorers"].values()
-        assert [w for _, w in routing.scorers] == [w / sum(weights) for w in weights]
-        assert len(routing.index.sets) == 2
+        assert [w for _, _, w in routing.scorers] == [w / sum(weights) for w in weights]
 
 
 def test_full_bundle(tmp_path):
@@ -243,7 +242,7 @@ def test_cli_prints_loadable_policies_yaml(name):
     data = yaml.safe_load(result.stdout)
     assert list(data) == ["policies"] and data["policies"] == EXAMPLES[name]
     config = load(data["policies"]).policies
-    ROUTING.create(config.routing, "policies.routing", instances=2)
+    ROUTING.create(config.routing, "policies.routing")
 
 
 def test_cli_bad_input_exits_2_with_one_error_line(tmp_path):

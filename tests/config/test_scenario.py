@@ -10,16 +10,11 @@ import pytest
 
 import blis_simpy
 from blis_simpy.config import catalog
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.resolve import latency_model, resolve
-from blis_simpy.config.scenario import (
-    DistributionWorkload,
-    EngineConfig,
-    LatencyConfig,
-    LengthConfig,
-    OutputsConfig,
-    Scenario,
-)
+from blis_simpy.config.resolve import resolve
+from blis_simpy.config.scenario import EngineConfig, LatencyConfig, OutputsConfig, Scenario
+from blis_simpy.config.workload import DistributionWorkload, LengthConfig
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.engine.latency import latency_model
 from tests.conftest import BASE, LLAMA_ALPHA, LLAMA_BETA, merge, scenario, trace_run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

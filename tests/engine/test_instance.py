@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import blis_simpy
 from blis_simpy.config.resolve import resolve
-from blis_simpy.engine.request import State
-from blis_simpy.engine.simulation import Simulation
+from blis_simpy.core.request import State
+from blis_simpy.sim.build import build
 from tests.conftest import LLAMA_ALPHA, LLAMA_BETA, trace_run_scenario, write_trace
 
 A0, A1, A2 = LLAMA_ALPHA
@@ -24,7 +24,7 @@ def step(new_tokens: int, decodes: int) -> int:
 
 
 def simulate(tmp_path, rows, **changes):
-    sim = Simulation(resolve(trace_run_scenario(write_trace(tmp_path / "t.csv", rows),
+    sim = build(resolve(trace_run_scenario(write_trace(tmp_path / "t.csv", rows),
                                                 **changes)))
     sim.run()
     return sim
@@ -49,7 +49,7 @@ def test_q1_simultaneous_arrivals_share_one_step_loop(tmp_path):
     """Two identical requests at t=0 batch together: each step carries both (the reference
     runs two concurrent step chains, finishing twice as fast)."""
     sim = simulate(tmp_path, [(0.0, tokens(64), 20), (0.0, tokens(64, 5000), 20)])
-    steps = sim.instances[0].steps
+    steps = sim.recorder.instances[0].steps
     assert all(batch == 2 for _, _, _, _, batch, _, _ in steps)
     assert len(steps) == 20
     starts = [s[0] for s in steps]
@@ -68,13 +68,13 @@ def test_q2_waiting_requests_are_never_stranded(tmp_path):
 
 def test_prefill_is_chunked_by_the_token_budget(tmp_path):
     sim = simulate(tmp_path, [(0.0, tokens(200), 2)], engine={"max_scheduled_tokens": 64})
-    prefill = [s[2] for s in sim.instances[0].steps]
+    prefill = [s[2] for s in sim.recorder.instances[0].steps]
     assert prefill[:4] == [64, 64, 64, 8]
 
 
 def test_long_prefill_threshold_caps_one_request_per_step(tmp_path):
     sim = simulate(tmp_path, [(0.0, tokens(120), 2)], engine={"long_prefill_threshold": 50})
-    assert [s[2] for s in sim.instances[0].steps[:3]] == [50, 50, 20]
+    assert [s[2] for s in sim.recorder.instances[0].steps[:3]] == [50, 50, 20]
 
 
 def test_running_requests_are_served_before_waiting_ones(tmp_path):
@@ -82,16 +82,16 @@ def test_running_requests_are_served_before_waiting_ones(tmp_path):
     decode token plus as much of the new prompt as the budget allows."""
     sim = simulate(tmp_path, [(0.0, tokens(16), 50), (0.05, tokens(400, 7000), 2)],
                    engine={"max_scheduled_tokens": 100})
-    mixed = [s for s in sim.instances[0].steps if s[2] and s[3]]
+    mixed = [s for s in sim.recorder.instances[0].steps if s[2] and s[3]]
     assert mixed and all(s[2] == 99 and s[3] == 1 for s in mixed[:3])
 
 
 def test_shared_prefix_is_served_from_cache(tmp_path):
     prefix = tokens(64, 50000)
     sim = simulate(tmp_path, [(0.0, prefix + tokens(20), 2), (1.0, prefix + tokens(20, 3000), 2)])
-    second = sim.requests[1]
+    second = sim.recorder.requests[1]
     assert second.cached_tokens == 64
-    assert sim.instances[0].steps[-2][2] == 20  # only the uncached tail is prefilled
+    assert sim.recorder.instances[0].steps[-2][2] == 20  # only the uncached tail is prefilled
 
 
 def test_q8_full_prefix_hit_holds_references(tmp_path):
@@ -99,12 +99,12 @@ def test_q8_full_prefix_hit_holds_references(tmp_path):
     its blocks are referenced while it runs, so they cannot be evicted under it."""
     prompt = tokens(32)
     sim = simulate(tmp_path, [(0.0, prompt, 40), (0.05, prompt, 40)])
-    first, second = sim.requests
+    first, second = sim.recorder.requests
     assert second.cached_tokens == 32
-    kv = sim.instances[0].kv
+    kv = sim.fleet.get("instance_0").kv
     assert kv.hits >= 2
     # While both ran, the two shared blocks were held twice: visible in used-block counts.
-    shared_steps = [s for s in sim.instances[0].steps if s[4] == 2]
+    shared_steps = [s for s in sim.recorder.instances[0].steps if s[4] == 2]
     assert shared_steps and all(s[5] <= 2 + 2 * 3 for s in shared_steps)
     assert first.state is State.COMPLETED and second.state is State.COMPLETED
 
@@ -134,17 +134,17 @@ def kv_pressure(tmp_path):
 
 def test_preemption_recomputes_and_emits_no_token_twice(tmp_path):
     sim = kv_pressure(tmp_path)
-    _, second = sim.requests
-    assert second.preemptions >= 1 and sim.instances[0].preemptions >= 1
-    for req in sim.requests:
+    _, second = sim.recorder.requests
+    assert second.preemptions >= 1 and len(sim.recorder.preemptions) >= 1
+    for req in sim.recorder.requests:
         assert req.state is State.COMPLETED
         assert req.emitted == req.output_len == 150
 
 
 def test_preempted_request_keeps_first_ttft_and_shows_one_long_gap(tmp_path):
     sim = kv_pressure(tmp_path)
-    second = sim.requests[1]
-    steps = sim.instances[0].steps
+    second = sim.recorder.requests[1]
+    steps = sim.recorder.instances[0].steps
     assert second.first_token_at < second.completed_at
     assert second.first_token_step < second.gaps[0][0]
     assert len(second.gaps) == second.preemptions
@@ -155,7 +155,7 @@ def test_preempted_request_keeps_first_ttft_and_shows_one_long_gap(tmp_path):
 
 def test_preemption_frees_victim_blocks_and_requeues_it_first(tmp_path):
     sim = kv_pressure(tmp_path)
-    kv = sim.instances[0].kv
+    kv = sim.fleet.get("instance_0").kv
     kv.check()
     assert kv.used == 0  # everything released at the end
 
@@ -183,8 +183,9 @@ def test_request_arriving_during_the_last_step_waits_for_it_natively(tmp_path):
     rows = [(0.0, tokens(16), 1), (0.004, tokens(16, 3000), 1)]
     native = simulate(tmp_path, rows)
     compat = simulate(tmp_path, rows, compat="blis")
-    first_step_end = native.instances[0].steps[0][0] + native.instances[0].steps[0][1]
-    second_queued = native.requests[1].queued_at
+    first = native.recorder.instances[0].steps[0]
+    first_step_end = first[0] + first[1]
+    second_queued = native.recorder.requests[1].queued_at
     assert second_queued < first_step_end  # it arrives while the only step runs
-    assert native.requests[1].first_scheduled == first_step_end
-    assert compat.requests[1].first_scheduled == second_queued
+    assert native.recorder.requests[1].first_scheduled == first_step_end
+    assert compat.recorder.requests[1].first_scheduled == second_queued

@@ -7,15 +7,16 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from blis_simpy.api import run
+from blis_simpy.api import Simulation, build, run
 from blis_simpy.config.resolve import resolve
-from blis_simpy.engine.kvcache import KVCache
-from blis_simpy.engine.request import State
-from blis_simpy.engine.simulation import Simulation
-from blis_simpy.metrics.collect import StepTable, token_gaps
+from blis_simpy.core.errors import InvariantError
+from blis_simpy.core.records import Recorder
+from blis_simpy.core.request import State
+from blis_simpy.metrics.gaps import token_gaps
 from tests.conftest import trace_run_scenario, write_trace
 
 PREFIXES = [list(range(10_000 + 100 * g, 10_000 + 100 * g + 48)) for g in range(3)]
@@ -38,87 +39,68 @@ engines = st.fixed_dictionaries({
 })
 
 
-def build(rows, engine, folder: Path) -> Simulation:
+def build_trace(rows, engine, folder: Path, checks: bool = True) -> Simulation:
+    """A run of the random workload, with the debug checks on: KV conservation after every
+    block operation and clock monotonicity, each an InvariantError if broken."""
     trace, clock = [], 0
     for seen, (gap, group, own, out) in enumerate(rows, start=1):
         clock += gap
         prompt = (PREFIXES[group] if group >= 0 else []) + list(range(seen * 1000,
                                                                        seen * 1000 + own))
         trace.append((clock / 1000, prompt, out))
-    return Simulation(resolve(trace_run_scenario(write_trace(folder / "t.csv", trace),
-                                                 engine=engine)))
-
-
-class CheckedKV(KVCache):
-    """A KV cache that verifies conservation after every operation."""
-
-    def allocate(self, req, start, tokens):
-        ok = super().allocate(req, start, tokens)
-        self.check()
-        return ok
-
-    def attach(self, req, cached):
-        super().attach(req, cached)
-        self.check()
-
-    def release(self, req):
-        super().release(req)
-        self.check()
-
-
-def checked(sim: Simulation) -> Simulation:
-    for inst in sim.instances:
-        kv = CheckedKV(inst.kv.total, inst.kv.block_size)
-        inst.kv = kv
-    return sim
+    scenario = resolve(trace_run_scenario(write_trace(folder / "t.csv", trace), engine=engine))
+    return build(scenario, recorder=Recorder(events=True), checks=checks)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=request_rows, engine=engines)
 def test_invariants_hold_under_random_load_and_kv_pressure(rows, engine):
     with tempfile.TemporaryDirectory() as folder:
-        sim = checked(build(rows, engine, Path(folder)))
-        clock = []
-        inner = sim.instances[0]._step
-
-        def watched():
-            clock.append(sim.env.now)
-            return inner()
-
-        sim.instances[0]._step = watched
-        sim.run()
-    instance = sim.instances[0]
-    # clock monotonicity
-    assert clock == sorted(clock)
+        sim = build_trace(rows, engine, Path(folder))
+        sim.run()  # raises InvariantError if KV conservation or the clock breaks
+    records = sim.records()
+    req = records.requests
+    # clock monotonicity, as the processes saw it
+    times = [t for t, _, _, _ in records.events or ()]
+    assert times == sorted(times)
     # request lifecycle: exactly one terminal state each, nothing left behind
-    assert len(sim.requests) == len(rows)
-    assert all(r.state in (State.COMPLETED, State.REJECTED) for r in sim.requests)
-    assert not instance.running and not instance.wait_queue
-    for req in sim.requests:
-        if req.state is State.REJECTED:
-            assert req.reject_reason and req.emitted == 0
+    assert len(req) == len(rows)
+    assert set(req.state) <= {"completed", "rejected"}
+    instance = sim.fleet.get("instance_0")
+    assert not instance.running and not instance.queue_depth
+    for i in range(len(req)):
+        if req.state[i] == "rejected":
+            assert req.reject_reason[i] and req.emitted[i] == 0
             continue
         # causality
-        assert req.arrival <= req.queued_at <= req.first_scheduled <= req.first_token_at
-        assert req.first_token_at <= req.completed_at
+        assert req.arrival[i] <= req.queued_at[i] <= req.first_scheduled[i] \
+            <= req.first_token_at[i] <= req.completed_at[i]
         # no token twice, none missing
-        assert req.emitted == req.output_len
-    # KV: everything released, conservation held throughout (CheckedKV)
+        assert req.emitted[i] == req.output_len[i]
+    # KV: everything released at the end
     assert instance.kv.used == 0
     # one inter-token gap per token after the first, each a positive duration
-    done = [r for r in sim.requests if r.state is State.COMPLETED]
-    steps = [StepTable.of(instance)]
-    gaps = token_gaps(done, steps).samples(steps)
-    assert gaps.count == sum(r.output_len - 1 for r in done)
+    done = req.in_state(State.COMPLETED)
+    gaps = token_gaps(req, done, records.instances).samples(records.instances)
+    assert gaps.count == int((req.output_len[done] - 1).sum())
     assert gaps.count == 0 or gaps.at(0) > 0
-    event(f"preempted: {instance.preemptions > 0}")
+    event(f"preempted: {len(records.preemptions) > 0}")
+
+
+def test_debug_checks_catch_a_kv_pool_that_loses_blocks(tmp_path):
+    """The checks are real: a pool whose release forgets a block is caught at once."""
+    sim = build_trace([(0, -1, 40, 20), (5, 0, 40, 20)], {"kv_blocks": 60}, tmp_path)
+    pool = sim.fleet.get("instance_0").kv
+    pool.free.popitem()  # a block vanishes from the free list
+    with pytest.raises(InvariantError, match="not conserved"):
+        sim.run()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=request_rows, engine=engines)
 def test_summary_counts_each_token_and_request_once(rows, engine):
     with tempfile.TemporaryDirectory() as folder:
-        sim = build(rows, engine, Path(folder))
+        sim = build_trace(rows, engine, Path(folder), checks=False)
         result = run(sim.scenario)
     done = result.requests[result.requests.final_state == "completed"]
     admitted = result.requests[result.requests.final_state != "rejected"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from blis_simpy.engine.kvcache import KVCache
-from blis_simpy.engine.request import Request
+from blis_simpy.core.request import Request
+from blis_simpy.engine.kv.cache import KVCache
 
 
 def request(index: int, tokens: list[int], output: int = 0, block_size: int = 4) -> Request:
@@ -45,10 +45,10 @@ def test_full_blocks_are_published_and_a_shared_prefix_hits():
     first = request(0, [1, 2, 3, 4, 5, 6, 7, 8, 9])
     kv.allocate(first, 0, 9)
     second = request(1, [1, 2, 3, 4, 5, 6, 7, 8, 42, 43])
-    cached = kv.cached_prefix(second, second.input_len)
-    assert cached == first.blocks[:2]
+    cached = kv.lookup(second, second.input_len)
+    assert cached.blocks == first.blocks[:2] and cached.load_us == 0
     kv.attach(second, cached)
-    assert kv.hits == 2 and kv.refcount[cached[0]] == 2 and kv.used == 3
+    assert kv.hits == 2 and kv.refcount[cached.blocks[0]] == 2 and kv.used == 3
 
 
 def test_prefix_lookup_stops_at_first_difference():
@@ -56,7 +56,7 @@ def test_prefix_lookup_stops_at_first_difference():
     first = request(0, [1, 2, 3, 4, 5, 6, 7, 8])
     kv.allocate(first, 0, 8)
     other = request(1, [9, 2, 3, 4, 5, 6, 7, 8])
-    assert kv.cached_prefix(other, 8) == []
+    assert kv.lookup(other, 8).blocks == []
 
 
 def test_released_blocks_keep_content_and_revive_on_hit():
@@ -66,8 +66,8 @@ def test_released_blocks_keep_content_and_revive_on_hit():
     kv.release(first)
     assert kv.used == 0
     again = request(1, [1, 2, 3, 4, 5, 6, 7, 8, 9])
-    cached = kv.cached_prefix(again, 9)
-    assert len(cached) == 2
+    cached = kv.lookup(again, 9)
+    assert len(cached.blocks) == 2
     kv.attach(again, cached)
     assert kv.used == 2 and kv.free_blocks == 2
     kv.check()
@@ -85,8 +85,8 @@ def test_lru_evicts_least_recently_freed_and_request_tail_first():
     kv.release(new)
     filler = request(2, [99, 98, 97, 96])
     kv.allocate(filler, 0, 4)  # evicts old's tail block
-    assert len(kv.cached_prefix(request(3, [1, 2, 3, 4, 5, 6, 7, 8]), 8)) == 1
-    assert len(kv.cached_prefix(request(4, [11, 12, 13, 14, 15, 16, 17, 18]), 8)) == 2
+    assert len(kv.lookup(request(3, [1, 2, 3, 4, 5, 6, 7, 8]), 8).blocks) == 1
+    assert len(kv.lookup(request(4, [11, 12, 13, 14, 15, 16, 17, 18]), 8).blocks) == 2
 
 
 def test_can_admit_counts_cached_blocks_that_must_leave_the_free_list():
@@ -95,8 +95,8 @@ def test_can_admit_counts_cached_blocks_that_must_leave_the_free_list():
     kv.allocate(first, 0, 8)
     kv.release(first)
     second = request(1, [1, 2, 3, 4, 5, 6, 7, 8, *range(20, 28)])
-    cached = kv.cached_prefix(second, 16)
-    assert len(cached) == 2
+    cached = kv.lookup(second, 16)
+    assert len(cached.blocks) == 2
     assert kv.can_admit(cached, 8, 4)  # 2 revived + 1 new = 3 blocks
     assert not kv.can_admit(cached, 8, 8)  # 2 revived + 2 new > 3
 
@@ -110,7 +110,7 @@ def test_decode_tokens_publish_blocks_that_include_output():
     kv.allocate(first, 6, 1)
     kv.allocate(first, 7, 1)  # block 1 is now full: tokens 5, 6, out0, out1
     follow_up = request(1, [1, 2, 3, 4, 5, 6, 0, 1, 77])
-    assert len(kv.cached_prefix(follow_up, 9)) == 2
+    assert len(kv.lookup(follow_up, 9).blocks) == 2
 
 
 def test_evicting_a_block_keeps_another_blocks_registration_of_the_same_hash():
@@ -126,11 +126,11 @@ def test_evicting_a_block_keeps_another_blocks_registration_of_the_same_hash():
     filler = request(2, [7, 7, 7, 7, 8, 8, 8, 8])
     kv.allocate(filler, 0, 8)  # pops block 2 then block 0, evicting block 0's old hash
     assert 0 in filler.blocks
-    assert kv.cached_prefix(request(3, [1, 2, 3, 4]), 4) == [1]
+    assert kv.lookup(request(3, [1, 2, 3, 4]), 4).blocks == [1]
 
 
 def test_vectorised_hashing_equals_one_request_at_a_time():
-    from blis_simpy.engine.tokens import block_hashes, hash_requests
+    from blis_simpy.core.hashing import block_hashes, hash_requests
 
     rng = np.random.default_rng(3)
     reqs = [Request(i, 0, rng.integers(0, 128_000, n), rng.integers(0, 9, m))

@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from blis_simpy.engine.roofline import (
-    GpuSpec,
-    ModelShape,
-    RooflineModel,
-    bundled_hardware_config,
-    bundled_model_config,
-)
+from blis_simpy.config.catalog import bundled_hardware_config, bundled_model_config
+from blis_simpy.engine.roofline import GpuSpec, ModelShape, RooflineModel
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 MODEL_CONFIGS_DIR = Path(__file__).resolve().parents[2] / "blis_simpy" / "data" / "model_configs"

@@ -10,15 +10,15 @@ from hypothesis import HealthCheck, given, settings
 
 from blis_simpy.api import simulate
 from blis_simpy.config.resolve import resolve
-from blis_simpy.engine.simulation import Simulation
+from blis_simpy.sim.build import build
 from tests.conftest import scenario, trace_run_scenario
-from tests.engine.test_invariants import build, engines, request_rows
+from tests.engine.test_invariants import build_trace, engines, request_rows
 
 
 def both_ways(make):
     fast = make()
     exact = make()
-    for inst in exact.instances:
+    for inst in exact.fleet:
         inst.steady = None
     return simulate(fast), simulate(exact)
 
@@ -33,8 +33,8 @@ def assert_same(fast, exact):
 @given(rows=request_rows, engine=engines)
 def test_fast_path_matches_exact_path_on_random_workloads(rows, engine):
     with tempfile.TemporaryDirectory() as folder:
-        trace = build(rows, engine, Path(folder)).scenario.workload.path
-        fast, exact = both_ways(lambda: Simulation(resolve(trace_run_scenario(
+        trace = build_trace(rows, engine, Path(folder)).scenario.workload.path
+        fast, exact = both_ways(lambda: build(resolve(trace_run_scenario(
             Path(trace), engine=engine))))
     assert_same(fast, exact)
 
@@ -42,6 +42,6 @@ def test_fast_path_matches_exact_path_on_random_workloads(rows, engine):
 def test_fast_path_matches_exact_path_on_a_busy_compat_run():
     s = resolve(scenario(compat="blis", engine={"kv_blocks": 600},
                          workload={"num_requests": 150, "rate_per_s": 60, "prefix_tokens": 40}))
-    fast, exact = both_ways(lambda: Simulation(s))
+    fast, exact = both_ways(lambda: build(s))
     assert exact.summary["preemption_count"] > 0
     assert_same(fast, exact)

@@ -1,16 +1,22 @@
 """Anomalies (`Result.anomalies`, anomalies.csv; counts in `metrics["anomalies"]`): each type
 triggered in a minimal scenario and not triggered in its near twin.
 
-Definitions (blis_simpy/metrics/anomalies.py, raw.py, engine/instance.py, cluster/gateway.py):
-* priority_inversion: at an instance step, a request is admitted from the wait queue while a
-  strictly more urgent request stays waiting in the same queue. Urgency = (SLO class rank,
-  arrival time), smaller = more urgent; ranks default to realtime/critical 0,
-  interactive/standard 1, "" (and unknown classes) 2, batch/sheddable 3, background 4, and
-  `evaluation.class_ranks` overrides them. Equal urgency is never an inversion. Recorded once
-  per admitted request, naming (admitted, most urgent waiting).
-* hol_blocking: the queue head cannot be admitted for lack of free KV blocks while a request
-  behind it (within the next 32) would fit. Recorded at every such step, naming (head, the
-  first request behind it that fits).
+Definitions (blis_simpy/engine/anomalies.py while running; metrics/anomalies.py at the end):
+* priority_inversion (seed D.8): at an instance step, a request is admitted from the wait
+  queue while a request with a strictly higher priority (as the priority policy assigned it,
+  at that time) stays waiting in the same queue. Recorded once per admitted request, naming
+  (admitted, highest-priority waiting).
+* hol_blocking (seed D.8): ... and that higher-priority request had queued before the admitted
+  one: it was ahead in line and a lower-priority request behind it was served. Naming
+  (the waiting request queued first among those, admitted).
+* slo_class_inversion: the same judgement by SLO class instead of priority: a request admitted
+  while a more urgent one waits. Urgency = (SLO class rank, arrival time), smaller = more
+  urgent; ranks default to realtime/critical 0, interactive/standard 1, "" (and unknown
+  classes) 2, batch/sheddable 3, background 4, and `evaluation.class_ranks` overrides them.
+  Equal urgency is never an inversion. Naming (admitted, most urgent waiting).
+* kv_hol_blocking: the queue head cannot be admitted for lack of free KV blocks while a
+  request behind it (within the next 32) would fit. Recorded at every such step, naming
+  (head, the first request behind it that fits).
 * slo_violation: a completed request whose TTFT / TPOT (itl_mean_ms) / E2E exceeds its targets
   (the tenant's own `slo`, else `evaluation.slo_targets[class]`); one record per request, at
   its completion, the detail listing each missed target.
@@ -37,10 +43,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from blis_simpy.api import run
-from blis_simpy.config.scenario import Scenario
-from blis_simpy.metrics.anomalies import DEFAULT_CLASS_RANKS, TYPES, AnomalyLog, bursts
-from blis_simpy.metrics.raw import finish_anomalies
-from blis_simpy.result import Result
+from blis_simpy.config.scenario import DEFAULT_CLASS_RANKS, Burst, EvaluationConfig, Scenario
+from blis_simpy.core.records import ANOMALY_TYPES, Recorder
+from blis_simpy.metrics.anomalies import bursts, judged
+from blis_simpy.sim.result import Result
 from tests.conftest import (
     LLAMA_ALPHA,
     LLAMA_BETA,
@@ -114,38 +120,42 @@ def empty_requests() -> pd.DataFrame:
                                  "itl_mean_ms", "e2e_ms"])
 
 
+def judge(preemptions, rejections, storm: int, burst: int):
+    """The end-of-run judgement over hand-made records (windows of 100 µs)."""
+    recorder = Recorder()
+    recorder.preemptions, recorder.rejections = preemptions, rejections
+    config = EvaluationConfig(preemption_storm=Burst(storm, 1e-4),
+                              rejection_burst=Burst(burst, 1e-4))
+    return judged(recorder.close(0), empty_requests(), [], config)
+
+
 def test_storms_are_per_instance_and_bursts_cluster_wide():
     """Four preemptions alternating between two instances are two per instance; rejections
     by the gateway ("") and by an instance form one cluster-wide burst."""
-    log = AnomalyLog()
-    log.preemptions = [(0, "instance_0", "a"), (1, "instance_1", "b"),
-                       (2, "instance_0", "c"), (3, "instance_1", "d")]
-    log.rejections = [(5, "", "x"), (6, "instance_1", "y"), (7, "", "z")]
-    finish_anomalies(log, empty_requests(), [], 3, 100, 3, 100)
-    assert [(a.type, a.instance, a.requests) for a in log.records] == [
+    preemptions = [(0, "instance_0", "a"), (1, "instance_1", "b"),
+                   (2, "instance_0", "c"), (3, "instance_1", "d")]
+    rejections = [(5, "", "x"), (6, "instance_1", "y"), (7, "", "z")]
+    found = judge(preemptions, rejections, 3, 3)
+    assert [(a.type, a.instance, a.requests) for a in found] == [
         ("rejection_burst", "", ("x", "y", "z"))]
-    log = AnomalyLog()
-    log.preemptions = [(0, "instance_0", "a"), (1, "instance_1", "b"),
-                       (2, "instance_0", "c"), (3, "instance_1", "d")]
-    finish_anomalies(log, empty_requests(), [], 2, 100, 3, 100)
-    assert [(a.type, a.time, a.instance, a.requests) for a in log.records] == [
+    found = judge(preemptions, [], 2, 3)
+    assert [(a.type, a.time, a.instance, a.requests) for a in found] == [
         ("preemption_storm", 0, "instance_0", ("a", "c")),
         ("preemption_storm", 1, "instance_1", ("b", "d"))]
 
 
-def test_anomaly_log_ranks_and_types():
-    assert AnomalyLog().urgency("realtime", 5) == (0, 5)
-    assert AnomalyLog().urgency("batch", 0) == (3, 0)
-    assert AnomalyLog().urgency("no-such-class", 0) == (DEFAULT_CLASS_RANKS[""], 0)
-    assert DEFAULT_CLASS_RANKS[""] == 2
-    custom = AnomalyLog({"gold": 0, "": 9})
-    assert custom.urgency("gold", 1) == (0, 1)
-    assert custom.urgency("unknown", 1) == (9, 1)  # unlisted classes rank with ""
-    assert custom.urgency("realtime", 1) == (0, 1)  # the defaults stay
+def test_class_ranks_and_anomaly_types():
+    ranks = EvaluationConfig().ranks()
+    assert ranks["realtime"] == 0 and ranks["batch"] == 3
+    assert ranks[""] == DEFAULT_CLASS_RANKS[""] == 2
+    custom = EvaluationConfig(class_ranks={"gold": 0, "": 9}).ranks()
+    assert custom["gold"] == 0 and custom[""] == custom["default"] == 9
+    assert custom["realtime"] == 0  # the defaults stay
     with pytest.raises(ValueError, match="unknown anomaly type"):
-        AnomalyLog().record("made_up", 0, "", [])
-    assert set(TYPES) >= {"priority_inversion", "hol_blocking", "slo_violation",
-                          "preemption_storm", "rejection_burst"}
+        Recorder().anomaly("made_up", 0, "", [])
+    assert set(ANOMALY_TYPES) >= {"priority_inversion", "hol_blocking", "slo_class_inversion",
+                                  "kv_hol_blocking", "slo_violation", "preemption_storm",
+                                  "rejection_burst"}
 
 
 # --- priority inversion ---------------------------------------------------------------------
@@ -168,14 +178,38 @@ def batch_before_realtime(**changes: Any) -> Scenario:
 BLOCKER_DONE_US = queue_delay(32) + step(32, 0) + 19 * step(0, 1)  # 115994
 
 
-@pytest.mark.parametrize("priority", [{"type": "constant"}, SLO_PRIORITY])
-def test_fcfs_admits_batch_before_waiting_realtime(priority):
-    """FCFS ignores priorities: the batch request (queued first) is admitted while the more
-    urgent realtime one waits: one inversion, at the blocker's completion."""
-    result = run(batch_before_realtime(policies={"priority": priority,
+def test_priority_inversion_is_judged_on_the_assigned_priorities():
+    """With one priority for everyone (the constant policy) nothing is ever served before a
+    higher-priority request: no priority inversion, whatever the SLO classes; the SLO view
+    still sees the batch request served before the waiting realtime one."""
+    result = run(batch_before_realtime(policies={"priority": {"type": "constant"},
+                                                 "scheduler": {"type": "fcfs"}}))
+    assert count(result, "priority_inversion") == 0 == count(result, "hol_blocking")
+    assert count(result, "slo_class_inversion") == 1
+    assert of_type(result, "slo_class_inversion").requests[0] == "request_1;request_2"
+
+
+def test_mixed_slo_with_constant_priority_has_no_priority_inversion():
+    """The library's mixed-slo scenario with one priority for all and FCFS: it used to log
+    over a thousand priority inversions, all of them SLO-class judgements."""
+    s = Scenario.from_yaml(Path(__file__).parents[2] / "scenarios" / "mixed-slo.yaml",
+                           ["policies.priority={type: constant}",
+                            "policies.scheduler={type: fcfs}"])
+    result = run(s)
+    assert count(result, "priority_inversion") == 0 == count(result, "hol_blocking")
+    assert count(result, "slo_class_inversion") > 100
+
+
+def test_fcfs_admits_batch_before_waiting_realtime_with_slo_priorities():
+    """FCFS ignores priorities: the batch request (queued first) is admitted while the
+    higher-priority realtime one waits: one inversion, at the blocker's completion. Not
+    head-of-line blocking in the seed's sense: the realtime request queued after it."""
+    result = run(batch_before_realtime(policies={"priority": SLO_PRIORITY,
                                                  "scheduler": {"type": "fcfs"}}))
     req = result.requests.set_index("id")
     assert list(req.slo_class) == ["interactive", "batch", "realtime"]
+    assert count(result, "hol_blocking") == 0
+    assert count(result, "slo_class_inversion") == 1
     inversions = of_type(result, "priority_inversion")
     assert len(inversions) == 1 == count(result, "priority_inversion")
     row = inversions.iloc[0]
@@ -191,8 +225,38 @@ def test_slo_priority_with_priority_fcfs_has_no_inversion():
                                                  "scheduler": {"type": "priority-fcfs"}}))
     req = result.requests.set_index("id")
     assert req.scheduled_s["request_2"] == pytest.approx(BLOCKER_DONE_US / 1e6)  # rt first
-    assert count(result, "priority_inversion") == 0
+    assert count(result, "priority_inversion") == 0 == count(result, "slo_class_inversion")
     assert of_type(result, "priority_inversion").empty
+
+
+def passed_over(scheduler: str) -> Scenario:
+    """max_running_requests=1 behind a blocker: a long high-priority request queues first, a
+    short low-priority one after it (tenant-priority: long 5, short 1)."""
+    return tenants_scenario([
+        tenant("blocker", "", 1, "constant", 32, 20),
+        tenant("long", "", 50, "periodic", 512, 4),
+        tenant("short", "", 25, "periodic", 64, 4),
+    ], rate_per_s=76, duration_s=0.025, engine={"max_running_requests": 1},
+        policies={"priority": {"type": "tenant-priority",
+                               "params": {"tenants": {"long": 5, "short": 1}}},
+                  "scheduler": {"type": scheduler}})
+
+
+def test_hol_blocking_when_a_lower_priority_request_behind_is_served_first():
+    """Shortest-job-first serves the short, lower-priority request that queued behind the
+    long one: the long one is blocked at the head of the line (seed D.8), and that is also a
+    priority inversion."""
+    result = run(passed_over("sjf"))
+    req = result.requests.set_index("tenant")
+    assert req.queued_s["long"] < req.queued_s["short"]
+    assert req.scheduled_s["short"] < req.scheduled_s["long"]
+    hol = of_type(result, "hol_blocking")
+    assert hol.requests.tolist() == [f"{req.id['long']};{req.id['short']}"]
+    assert of_type(result, "priority_inversion").requests.tolist() == [
+        f"{req.id['short']};{req.id['long']}"]
+    # FCFS serves them in line: neither anomaly.
+    fcfs = run(passed_over("fcfs"))
+    assert count(fcfs, "hol_blocking") == 0 == count(fcfs, "priority_inversion")
 
 
 def same_arrival(**changes: Any) -> Scenario:
@@ -212,7 +276,7 @@ def test_equal_urgency_is_never_an_inversion():
     result = run(same_arrival())
     req = result.requests.set_index("tenant")
     assert req.scheduled_s["s"] < req.scheduled_s["g"]
-    assert count(result, "priority_inversion") == 0
+    assert count(result, "slo_class_inversion") == 0
 
 
 @pytest.mark.parametrize(("ranks", "inversions"), [
@@ -222,10 +286,10 @@ def test_equal_urgency_is_never_an_inversion():
 ])
 def test_class_ranks_override_the_defaults(ranks, inversions):
     result = run(same_arrival(evaluation={"class_ranks": ranks}))
-    assert count(result, "priority_inversion") == inversions
+    assert count(result, "slo_class_inversion") == inversions
     if inversions:
         req = result.requests.set_index("tenant")
-        assert of_type(result, "priority_inversion").requests[0] == \
+        assert of_type(result, "slo_class_inversion").requests[0] == \
             f"{req.id['s']};{req.id['g']}"
 
 
@@ -243,9 +307,10 @@ def test_same_class_later_arrival_first_is_an_inversion(tmp_path: Path):
     """Shortest-job-first admits the later, shorter request while the earlier one (same
     class: more urgent by arrival) waits."""
     sjf = run(same_class_trace(tmp_path, "sjf"))
-    assert of_type(sjf, "priority_inversion").requests.tolist() == ["request_2;request_1"]
+    assert of_type(sjf, "slo_class_inversion").requests.tolist() == ["request_2;request_1"]
+    assert count(sjf, "priority_inversion") == 0  # one priority for all
     fcfs = run(same_class_trace(tmp_path, "fcfs"))
-    assert count(fcfs, "priority_inversion") == 0
+    assert count(fcfs, "slo_class_inversion") == 0
 
 
 # --- head-of-line blocking ------------------------------------------------------------------
@@ -260,10 +325,10 @@ def hol_trace(tmp_path: Path, behind_len: int) -> Path:
                                             (0.002, tokens(3000, behind_len), 5)])
 
 
-def test_hol_blocking_when_a_short_request_waits_behind_a_long_head(tmp_path: Path):
+def test_kv_hol_blocking_when_a_short_request_waits_behind_a_long_head(tmp_path: Path):
     result = run(trace_run_scenario(hol_trace(tmp_path, 32), engine={"kv_blocks": 20}))
-    hol = of_type(result, "hol_blocking")
-    assert len(hol) > 0 and len(hol) == count(result, "hol_blocking")
+    hol = of_type(result, "kv_hol_blocking")
+    assert len(hol) > 0 and len(hol) == count(result, "kv_hol_blocking")
     assert set(hol.requests) == {"request_1;request_2"}
     assert set(hol.instance) == {"instance_0"}
     # Once per step from request_2's arrival in the queue until request_0's last step ends
@@ -277,23 +342,23 @@ def test_hol_blocking_when_a_short_request_waits_behind_a_long_head(tmp_path: Pa
     assert req.scheduled_s[2] >= req.scheduled_s[1]  # strict head-of-line order
 
 
-def test_no_hol_blocking_when_the_request_behind_does_not_fit_either(tmp_path: Path):
+def test_no_kv_hol_blocking_when_the_request_behind_does_not_fit_either(tmp_path: Path):
     """The near twin: request_2 needs 12 blocks (192 tokens), more than are ever free."""
     result = run(trace_run_scenario(hol_trace(tmp_path, 192), engine={"kv_blocks": 20}))
-    assert count(result, "hol_blocking") == 0
+    assert count(result, "kv_hol_blocking") == 0
     assert result.metrics["completed"] == 3
 
 
-def test_no_hol_blocking_with_two_instances(tmp_path: Path):
+def test_no_kv_hol_blocking_with_two_instances(tmp_path: Path):
     """Round-robin puts request_1 alone on instance_1, where it fits at once."""
     result = run(trace_run_scenario(hol_trace(tmp_path, 32), engine={"kv_blocks": 20},
                                     cluster={"instances": 2}))
     assert list(result.requests.instance) == ["instance_0", "instance_1", "instance_0"]
-    assert count(result, "hol_blocking") == 0
+    assert count(result, "kv_hol_blocking") == 0
 
 
 @pytest.mark.parametrize(("big_behind", "flagged"), [(31, True), (32, False)])
-def test_hol_lookahead_is_the_next_32_requests(tmp_path: Path, big_behind, flagged):
+def test_kv_hol_lookahead_is_the_next_32_requests(tmp_path: Path, big_behind, flagged):
     """Head request_1 and `big_behind` more requests of 13 blocks queue behind request_0;
     a 2-block request comes last: at position 32 it is seen, at position 33 it is not
     (while request_1 is the head)."""
@@ -304,7 +369,7 @@ def test_hol_lookahead_is_the_next_32_requests(tmp_path: Path, big_behind, flagg
     result = run(trace_run_scenario(write_trace(tmp_path / "h.csv", rows),
                                     engine={"kv_blocks": 20}))
     small = f"request_{len(rows) - 1}"
-    hol = of_type(result, "hol_blocking")
+    hol = of_type(result, "kv_hol_blocking")
     with_head_1 = hol[hol.requests.str.startswith("request_1;")]
     assert (f"request_1;{small}" in set(with_head_1.requests)) == flagged
     assert set(with_head_1.requests) <= {f"request_1;{small}"}
@@ -450,4 +515,4 @@ def test_anomaly_table_columns_order_and_counts(tmp_path: Path):
     assert list(table.columns) == ["time_s", "type", "instance", "requests", "detail"]
     assert table.time_s.is_monotonic_increasing
     assert result.metrics["anomalies"] == table.type.value_counts().sort_index().to_dict()
-    assert set(table.type) <= set(TYPES)
+    assert set(table.type) <= set(ANOMALY_TYPES)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from blis_simpy.cluster.router_state import RouterState
-from blis_simpy.config.errors import ScenarioError
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.router_state import RouterState
 from blis_simpy.policies.admission import TokenBucketParams
 from tests.policies.helpers import admission, view
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 import blis_simpy
-from blis_simpy.api import prepare, simulate
+from blis_simpy.api import run as simulate_scenario
+from blis_simpy.core.records import Recorder
 from tests.conftest import trace_run_scenario, write_trace
 
 _modules = itertools.count()
@@ -227,19 +228,12 @@ def kv_pressure():
 
 
 def first_victims(tmp_path, monkeypatch, **changes):
-    """Run and record each preemption victim, in order."""
-    sim = prepare(trace_run_scenario(write_trace(tmp_path / "kv.csv", kv_pressure()),
-                                     engine={"kv_blocks": 12}, **changes))
-    victims: list[str] = []
-    for inst in sim.instances:
-        choose = inst.scheduler.victim
-
-        def victim(running, choose=choose):
-            i = choose(running)
-            victims.append(running[i].name)
-            return i
-        monkeypatch.setattr(inst.scheduler, "victim", victim)
-    return victims, simulate(sim)
+    """Run; each preemption victim, in order, from the recorded events, and the result."""
+    trace = write_trace(tmp_path / "kv.csv", kv_pressure())
+    result = simulate_scenario(trace_run_scenario(trace, engine={"kv_blocks": 12}, **changes),
+                               recorder=Recorder(events=True))
+    assert result.events is not None
+    return [name for _, kind, name, _ in result.events if kind == "preempted"], result
 
 
 def test_lowest_priority_preempts_a_different_victim_than_lifo(tmp_path, monkeypatch):

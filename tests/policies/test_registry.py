@@ -10,13 +10,14 @@ import pytest
 
 import blis_simpy
 from blis_simpy.api import prepare
-from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.scenario import PolicyConfig
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.policies.admission import ADMISSION, AdmissionPolicy
 from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.routing import ROUTING, RoutingPolicy
 from blis_simpy.policies.scheduler import SCHEDULER
 from tests.conftest import scenario
+from tests.policies.helpers import loads
 
 REGISTRIES = {"admission": ADMISSION, "priority": PRIORITY, "routing": ROUTING,
               "scheduler": SCHEDULER}
@@ -81,7 +82,7 @@ def user_module(tmp_path, monkeypatch, source: str) -> str:
 
 USER_ROUTING = """
     from dataclasses import dataclass
-    from blis_simpy.config.schema import spec
+    from blis_simpy.core.schema import spec
     from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 
     @dataclass(frozen=True)
@@ -91,12 +92,10 @@ USER_ROUTING = """
     class Last(RoutingPolicy):
         Params = LastParams
 
-        def __init__(self, params, instances=1, **context):
-            super().__init__(params)
-            self.instances = instances
-
         def route(self, req, priority, snapshots, state, clock):
-            return RoutingDecision(self.instances - 1 - self.params.offset, "last")
+            pick = len(snapshots) - 1 - self.params.offset
+            scores = tuple(1.0 if i == pick else 0.0 for i in range(len(snapshots)))
+            return RoutingDecision(snapshots[pick].id, "last", scores)
 
     class NotAPolicy:
         pass
@@ -105,10 +104,9 @@ USER_ROUTING = """
 
 def test_user_class_is_loaded_by_module_and_class_name(tmp_path, monkeypatch):
     module = user_module(tmp_path, monkeypatch, USER_ROUTING)
-    policy = ROUTING.create(PolicyConfig(f"{module}:Last", {"offset": 1}), "policies.routing",
-                            instances=4)
+    policy = ROUTING.create(PolicyConfig(f"{module}:Last", {"offset": 1}), "policies.routing")
     assert isinstance(policy, RoutingPolicy)
-    assert policy.route(None, 0.0, [], None, 0).target == 2
+    assert policy.route(None, 0.0, loads(0, 0, 0, 0), None, 0).target == "instance_2"
     with pytest.raises(ScenarioError) as err:
         ROUTING.create(PolicyConfig(f"{module}:Last", {"offset": -1}), "policies.routing")
     assert err.value.path == "policies.routing.params.offset"

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from blis_simpy.config.errors import ScenarioError
+from blis_simpy.core.errors import ScenarioError
 from tests.policies.helpers import request, scheduler
+
+
+def victim(policy, running):
+    return policy.victim([r.view for r in running], [r.priority for r in running])
 
 
 def order(name, reqs):
     key = scheduler(name).order_key
-    return [r.name for r in sorted(reqs, key=key)]
+    return [r.name for r in sorted(reqs, key=lambda r: key(r.view, r.priority))]
 
 
 def test_fcfs_has_no_sort_key_and_does_not_need_priorities():
@@ -41,6 +45,15 @@ def test_sjf_orders_by_input_length_then_arrival_then_id():
     assert scheduler("sjf").uses_priority is False
 
 
+def test_schedulers_see_a_view_without_the_output_length():
+    """Seed D.7: a scheduler observes priority, arrival and input tokens, never the future
+    output length."""
+    view = request(0).view
+    assert view is not None
+    assert not hasattr(view, "output_len") and not hasattr(view, "output_tokens")
+    assert {"arrival_us", "input_tokens", "id"} <= set(type(view).__slots__)
+
+
 def test_reverse_priority_orders_lowest_priority_first():
     reqs = [request(0, arrival=5, priority=1.0), request(1, arrival=9, priority=3.0),
             request(2, arrival=7, priority=-1.0), request(10, arrival=7, priority=-1.0),
@@ -54,17 +67,17 @@ def test_lifo_victim_is_the_last_running_request():
     policy = scheduler("fcfs")
     assert policy.params.preemption == "lifo"
     running = [request(i, priority=p) for i, p in enumerate([5.0, -3.0, 2.0, 9.0])]
-    assert policy.victim(running) == 3
-    assert policy.victim(running[:1]) == 0
+    assert victim(policy, running) == 3
+    assert victim(policy, running[:1]) == 0
 
 
 def test_lowest_priority_victim_is_the_lowest_then_the_last_of_equals():
     policy = scheduler("fcfs", preemption="lowest-priority")
     running = [request(i, priority=p) for i, p in enumerate([1.0, 0.0, 2.0, 0.0, 5.0])]
-    assert policy.victim(running) == 3
+    assert victim(policy, running) == 3
     running[1].priority = -1.0
-    assert policy.victim(running) == 1
-    assert policy.victim([request(0, priority=4.0)]) == 0
+    assert victim(policy, running) == 1
+    assert victim(policy, [request(0, priority=4.0)]) == 0
 
 
 def test_lowest_priority_preemption_makes_any_scheduler_use_priorities():

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.workload.arrivals import (
+from blis_simpy.config.arrivals import (
     ArrivalProcess,
     BurstyProcess,
     ConstantProcess,
@@ -33,13 +32,11 @@ from blis_simpy.workload.arrivals import (
     Step,
     StepProfile,
     WeibullProcess,
-    arrival_times,
     parse_process,
     parse_profile,
-    time_change,
-    weibull_cv,
-    weibull_shape,
 )
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.workload.arrivals import arrival_times, time_change, weibull_cv, weibull_shape
 
 RATE = 100.0
 N = 200_000

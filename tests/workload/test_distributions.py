@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.workload.distributions import (
+from blis_simpy.config.distributions import (
     Constant,
     Distribution,
     Empirical,
@@ -26,10 +25,9 @@ from blis_simpy.workload.distributions import (
     Uniform,
     mean_of,
     parse_distribution,
-    round_half_away,
-    sample_seconds,
-    sample_tokens,
 )
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.workload.sampling import round_half_away, sample_seconds, sample_tokens
 
 N = 200_000
 

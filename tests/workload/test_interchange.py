@@ -15,17 +15,15 @@ from typer.testing import CliRunner
 from blis_simpy.api import run
 from blis_simpy.cli import app
 from blis_simpy.compat.convert import blis_command, to_yaml
-from blis_simpy.config.errors import ScenarioError
+from blis_simpy.compat.workload_spec import workload_spec
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.workload import interchange
-from blis_simpy.workload.interchange import (
-    EXTRA_COLUMNS,
-    REFERENCE_COLUMNS,
-    inference_perf,
-    sample_requests,
-    workload_spec,
-)
-from blis_simpy.workload.spec import TenantsWorkload
+from blis_simpy.config.workload import TenantsWorkload
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.sim.sample import sample, sample_requests
+from blis_simpy.workload import export
+from blis_simpy.workload.export import EXTRA_COLUMNS, REFERENCE_COLUMNS
+from blis_simpy.workload.imported import workload_yaml
+from blis_simpy.workload.inference_perf import inference_perf
 from tests.conftest import BASE, DATA, merge
 
 WORKLOAD = DATA / "workload"
@@ -116,7 +114,7 @@ def test_sample_replays_through_a_trace_workload(tmp_path):
     """Session turns arrive when earlier responses complete; the trace freezes those times."""
     original = sample_requests(Scenario.from_dict(scenario_dict(TENANTS)))
     out = tmp_path / "sampled.csv"
-    interchange.sample(Scenario.from_dict(scenario_dict(TENANTS)), out)
+    sample(Scenario.from_dict(scenario_dict(TENANTS)), out)
     replay = Scenario.from_dict(scenario_dict({"type": "trace", "path": "sampled.csv"}),
                                 tmp_path)
     replayed = sample_requests(replay)
@@ -149,9 +147,9 @@ def test_sample_failure_leaves_no_file(tmp_path, monkeypatch):
             raise RuntimeError("boom")
         return "x\n"
 
-    monkeypatch.setattr(interchange, "trace_line", failing)
+    monkeypatch.setattr(export, "trace_line", failing)
     with pytest.raises(RuntimeError):
-        interchange.sample(Scenario.from_dict(scenario_dict(TENANTS)), out)
+        sample(Scenario.from_dict(scenario_dict(TENANTS)), out)
     assert out.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]
 
@@ -269,7 +267,7 @@ def test_spec_horizon_maps_to_duration_and_shapes_convert(tmp_path):
     assert tenant["prompt"] == {"type": "empirical", "bins": {"10": 0.5, "20": 0.5}}
     assert tenant["output"] == {"type": "constant", "value": 8.0}  # int(min) == int(max)
     assert isinstance(Scenario.from_dict(scenario_dict(w)).workload, TenantsWorkload)
-    text = interchange.workload_yaml(converted, "title")
+    text = workload_yaml(converted, "title")
     assert "horizon_s: 2" in text and "seed is 5" in text
 
 

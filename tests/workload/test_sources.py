@@ -5,12 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blis_simpy.config.errors import ScenarioError
 from blis_simpy.config.resolve import resolve
-from blis_simpy.engine.simulation import workload_requests
-from blis_simpy.workload.distribution import round_half_away
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.sim.modes import mode_of
+from blis_simpy.workload.source import requests_of
+from blis_simpy.workload.synthetic import round_half_away
 from blis_simpy.workload.trace import read_trace
 from tests.conftest import scenario, write_trace
+
+
+def workload_requests(s):
+    return requests_of(s, reference_draws=mode_of(s).reference_draws)
 
 
 def test_native_arrivals_are_poisson_by_default():

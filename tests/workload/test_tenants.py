@@ -23,8 +23,8 @@ import simpy
 import blis_simpy
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.engine.request import Request
-from blis_simpy.engine.simulation import Simulation
+from blis_simpy.core.request import Request
+from blis_simpy.sim.build import build
 from blis_simpy.workload.tenants import TenantWorkload
 from tests.conftest import BASE
 
@@ -50,9 +50,9 @@ def tenants_scenario(tenants: list[dict[str, Any]], seed: int = 7, horizon_s: fl
 
 def simulate(s: Scenario) -> list[Request]:
     """Run a scenario and return its requests with their token ids kept."""
-    sim = Simulation(resolve(s), keep_tokens=True)
+    sim = build(resolve(s), keep_tokens=True)
     sim.run()
-    return sim.requests
+    return sim.recorder.requests
 
 
 def generate(s: Scenario) -> tuple[list[Request], TenantWorkload]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from blis_simpy.compat.blis import ReferenceOutputs
+from blis_simpy.compat.results import ReferenceOutputs
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.metrics.fitness import EvaluationResult
 
@@ -32,6 +32,8 @@ class Result:
     instances: pd.DataFrame | None = None  # per-instance levels over time
     decisions: pd.DataFrame | None = None  # when cluster.record_decisions is on
     reference: ReferenceOutputs | None = None  # compat mode: the reference's own outputs
+    # (time µs, kind, subject, where) in the order they happened, when the recorder kept them
+    events: tuple[tuple[int, str, str, str], ...] | None = None
 
     @property
     def extra_files(self) -> dict[str, str]:

@@ -1,12 +1,8 @@
-"""Value distributions for token counts and durations.
+"""Value distributions for token counts and durations, as scenario data.
 
 One frozen dataclass per shape, tagged by `type` so a scenario picks one by name. Every shape
-has optional `min`/`max` bounds applied after the draw. Sampling is vectorised (a batch per
-numpy call) and takes the generator explicitly, so streams stay independent and reproducible.
-
-Two samplers share the draws: `sample_tokens` rounds half away from zero (Go's math.Round, as
-the reference does) and never returns 0, because a request with no prompt or no output token
-is not a request; `sample_seconds` only clamps at 0, because a duration can be empty.
+has optional `min`/`max` bounds applied after the draw. Drawing from them is the workload's job
+(`blis_simpy.workload.sampling`); here they are only described and validated.
 """
 
 from __future__ import annotations
@@ -17,8 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.schema import convert, join, spec
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.schema import convert, join, spec
 
 MIN_HELP = "smallest value returned (token counts are never below 1, durations never below 0)"
 MAX_HELP = "largest value returned; null: unbounded"
@@ -168,6 +164,7 @@ def parse_distribution(data: Any, path: str) -> Distribution:
     return convert(Distribution, data, path, {})
 
 
+
 def bins_table(dist: Empirical) -> tuple[np.ndarray, np.ndarray]:
     """(values, probabilities) of an empirical distribution, zero-weight bins dropped."""
     if dist.samples is not None:
@@ -182,61 +179,6 @@ def bins_table(dist: Empirical) -> tuple[np.ndarray, np.ndarray]:
 
 def lognormal_mu(mean: float, sigma: float) -> float:
     return math.log(mean) - sigma * sigma / 2
-
-
-def draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
-    """n raw (unclamped, unrounded) float draws."""
-    if isinstance(dist, Gaussian):
-        return rng.normal(dist.mean, dist.stdev, n)
-    if isinstance(dist, Constant):
-        return np.full(n, float(dist.value))
-    if isinstance(dist, Uniform):
-        return rng.uniform(dist.low, dist.high, n)
-    if isinstance(dist, Exponential):
-        return rng.exponential(dist.mean, n)
-    if isinstance(dist, LogNormal):
-        return rng.lognormal(lognormal_mu(dist.mean, dist.sigma), dist.sigma, n)
-    if isinstance(dist, ParetoLogNormal):
-        return draw_pareto_lognormal(dist, rng, n)
-    if isinstance(dist, Empirical):
-        values, probs = bins_table(dist)
-        return rng.choice(values, size=n, p=probs)
-    raise TypeError(f"not a distribution: {dist!r}")
-
-
-def draw_pareto_lognormal(dist: ParetoLogNormal, rng: np.random.Generator, n: int
-                          ) -> np.ndarray:
-    pick_pareto = rng.random(n) < dist.mix_weight
-    # Classic Pareto = xm * (1 + Lomax); numpy's `pareto` is the Lomax form.
-    pareto = dist.xm * (1.0 + rng.pareto(dist.alpha, n))
-    body = rng.lognormal(dist.mu, dist.sigma, n)
-    return np.where(pick_pareto, pareto, body)
-
-
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """Go's math.Round on an array (numpy's rint rounds halves to even). Exact: adding 0.5
-    first would round 0.49999999999999994 up."""
-    whole = np.trunc(x)
-    return whole + np.copysign(np.abs(x - whole) >= 0.5, x)
-
-
-def sample_tokens(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
-    """n token counts (int64): draw, round half away from zero, clamp to [max(min, 1), max]."""
-    lo = math.ceil(max(dist.min if dist.min is not None else 1.0, 1.0))
-    hi = math.floor(dist.max) if dist.max is not None else 2**62
-    if hi < lo:
-        raise ValueError(f"no token count >= 1 lies in [{dist.min}, {dist.max}]")
-    # Clip in float space first so huge draws cannot overflow int64, then round and re-clip
-    # to the integer bounds (rounding may cross a fractional bound).
-    values = round_half_away(np.clip(draw(dist, rng, n), lo, float(hi)))
-    return np.clip(values, lo, hi).astype(np.int64)
-
-
-def sample_seconds(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
-    """n durations in seconds (float64), clamped to [max(min, 0), max]."""
-    lo = max(dist.min if dist.min is not None else 0.0, 0.0)
-    hi = dist.max if dist.max is not None else np.inf
-    return np.clip(draw(dist, rng, n), lo, hi)
 
 
 def mean_of(dist: Distribution) -> float:

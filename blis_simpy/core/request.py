@@ -1,17 +1,39 @@
-"""A request's identity, its token content, and its progress through one instance."""
+"""A request: its identity, its token content, its progress through one instance, and the
+read-only view that policies get of it (seed D.7: what a control point may observe).
+
+The Request is the one mutable entity that moves through the processes; the engine and the
+gateway write its lifecycle timestamps, and the recorder turns them into columns when the run
+ends. Policies never see a Request, only a `RequestView`, which leaves out what a real serving
+system cannot know in advance (the output length, the token ids).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from blis_simpy.engine.tokens import block_hashes
+from blis_simpy.core.hashing import block_hashes
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """What admission, priority, routing and scheduling policies may read of a request."""
+
+    id: str
+    arrival_us: int
+    input_tokens: int
+    tenant_id: str
+    slo_class: str
+    prefix_hashes: tuple[int, ...]  # chained hashes of the prompt's full KV blocks
 
 
 class State(StrEnum):
-    """Lifecycle: queued -> running -> completed (preemption sends running back to queued)."""
+    """Lifecycle: arriving -> queued -> running -> completed (preemption sends a running request
+    back to queued); rejected at admission or on arrival at an instance. Every request ends in
+    exactly one terminal state (completed, rejected) or is reported unfinished at the horizon."""
 
     ARRIVING = "arriving"  # routed to an instance, inside its queueing delay
     QUEUED = "queued"
@@ -79,7 +101,7 @@ class Request:
         self.slo_class = slo_class
         self.admitted_at = -1
         self.routed_at = -1
-        self.view: Any = None  # the read-only RequestView policies see, made at arrival
+        self.view: RequestView | None = None  # what policies see; made at cluster arrival
         self.request_type = "completion"
         self.session_id = ""
         self.turn = 0
@@ -91,7 +113,7 @@ class Request:
         self.tokens: np.ndarray | None = np.concatenate((input_tokens, output_tokens))
         self.hashes: list[int] | None = None  # set by hash_blocks
         self.state = State.ARRIVING
-        self.instance = -1
+        self.instance = ""  # id of the instance it was routed to
         self.priority = 0.0
         # progress: tokens whose KV is computed. emitted: output tokens streamed so far.
         self.progress = 0
@@ -122,6 +144,14 @@ class Request:
             self.hashes = block_hashes(self.tokens, block_size)
             if not keep_tokens:
                 self.tokens = None
+
+    def observe(self, block_size: int, keep_tokens: bool = False) -> RequestView:
+        """Make the view policies get: at cluster arrival, once its block hashes exist."""
+        self.hash_blocks(block_size, keep_tokens)
+        hashes = self.hashes or []
+        self.view = RequestView(self.name, self.arrival, self.input_len, self.tenant_id,
+                                self.slo_class, tuple(hashes[: self.input_len // block_size]))
+        return self.view
 
     def __repr__(self) -> str:
         return (

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from blis_simpy.compat import gojson
-from blis_simpy.metrics.report import RequestLatencies
+from blis_simpy.core.records import RequestColumns
+from blis_simpy.metrics.conventions import RequestLatencies
 
 SUMMARY_ONLY = ("rejected_requests", "cache_hit_rate", "instances")
 
@@ -56,18 +57,19 @@ class ReferenceOutputs:
     scheduling_delay: np.ndarray
 
     @classmethod
-    def of(cls, summary: dict[str, Any], lat: RequestLatencies, instance_names: list[str]
+    def of(cls, summary: dict[str, Any], lat: RequestLatencies, req: RequestColumns
            ) -> ReferenceOutputs:
         """Rows for every request that reached an instance (the reference's injected ones)."""
-        keep = [i for i, r in enumerate(lat.requests) if r.instance >= 0 and not r.reject_reason]
-        reqs = [lat.requests[i] for i in keep]
+        keep = np.array([bool(i) and not reason for i, reason in
+                         zip(req.instance, req.reject_reason, strict=True)], dtype=bool)
+        rows = np.flatnonzero(keep)
         return cls(
             summary=summary,
-            ids=[r.name for r in reqs],
-            handled_by=[instance_names[r.instance] for r in reqs],
-            arrival=np.array([r.arrival for r in reqs], dtype=np.int64),
-            input_len=np.array([r.input_len for r in reqs], dtype=np.int64),
-            output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
+            ids=[req.id[i] for i in rows],
+            handled_by=[req.instance[i] for i in rows],
+            arrival=req.arrival[keep],
+            input_len=req.input_len[keep],
+            output_len=req.output_len[keep],
             ttft=np.maximum(lat.ttft[keep], 0),
             itl_mean=lat.itl_mean[keep],
             e2e=np.maximum(lat.e2e[keep], 0),

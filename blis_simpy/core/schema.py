@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
-from blis_simpy.config.errors import ScenarioError
+from blis_simpy.core.errors import ScenarioError
 
 
 def spec(

@@ -14,12 +14,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from blis_simpy.config.scenario import US_PER_S, DistributionWorkload, LengthConfig
-from blis_simpy.engine.request import Request
+from blis_simpy.config.workload import DistributionWorkload, LengthConfig
+from blis_simpy.core.request import Request
+from blis_simpy.core.units import US_PER_S, VOCAB
 from blis_simpy.rng.gomath import GoRand
 from blis_simpy.rng.streams import stream
-
-VOCAB = 128_000
 
 
 def round_half_away(x: float) -> int:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-RATE_WINDOW_US = 1_000_000  # recent rates are counted over the last second
+from blis_simpy.core.units import US_PER_S
+
+RATE_WINDOW_US = US_PER_S  # recent rates are counted over the last second
 
 
 @dataclass(slots=True)
@@ -30,7 +32,7 @@ def window_rate(times: deque[int] | None, clock: int) -> float:
         return 0.0
     while times and times[0] <= clock - RATE_WINDOW_US:
         times.popleft()
-    return len(times) * 1_000_000 / RATE_WINDOW_US
+    return len(times) * US_PER_S / RATE_WINDOW_US
 
 
 class RouterState:

@@ -1,8 +1,8 @@
-"""The multi-tenant workload spec (seed 001 §7): tenants with their own traffic, lengths,
-SLO targets, prefix reuse, request types, sessions, closed-loop users and behaviours.
-
-Every tenant draws from its own random streams (named after the tenant), so changing one
-tenant never changes another tenant's requests.
+"""Where a scenario's requests come from, as data: synthetic lengths and rates
+(`distribution`), a trace file (`trace`), or the multi-tenant workload (`tenants`, seed 001 §7:
+tenants with their own traffic, lengths, SLO targets, prefix reuse, request types, sessions,
+closed-loop users and behaviours). The sources that generate the requests are
+`blis_simpy.workload`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from blis_simpy.config.errors import ScenarioError
-from blis_simpy.config.schema import join, spec
-from blis_simpy.workload.arrivals import ArrivalProcess, LoadProfile, PoissonProcess
-from blis_simpy.workload.distributions import Constant, Distribution, Exponential, Gaussian
+from blis_simpy.config.arrivals import ArrivalProcess, LoadProfile, PoissonProcess
+from blis_simpy.config.distributions import Constant, Distribution, Exponential, Gaussian
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.schema import join, spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +143,46 @@ class TenantsWorkload:
         if sum(t.rate_fraction for t in self.tenants if t.closed_loop is None) <= 0 and all(
                 t.closed_loop is None for t in self.tenants):
             raise ScenarioError(join(path, "tenants"), "every rate_fraction is 0")
+
+
+@dataclass(frozen=True, slots=True)
+class LengthConfig:
+    mean: float = spec(help="mean token count")
+    stdev: float = spec(help="standard deviation (gaussian, clamped to [min, max])", ge=0)
+    min: int = spec(help="smallest token count", ge=1)
+    max: int = spec(help="largest token count", ge=1)
+
+    def validate(self, path: str) -> None:
+        if self.min > self.max:
+            raise ScenarioError(join(path, "min"), f"{self.min} is above max {self.max}")
+        if not self.min <= self.mean <= self.max:
+            raise ScenarioError(
+                join(path, "mean"), f"{self.mean} is outside [min, max]",
+                f"{self.min}..{self.max}",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class DistributionWorkload:
+    type: Literal["distribution"] = spec("distribution", help="synthetic requests")
+    num_requests: int = spec(100, help="how many requests to generate", ge=1)
+    rate_per_s: float = spec(1.0, help="mean arrival rate, requests per second", gt=0)
+    arrival: Literal["poisson", "constant"] | None = spec(
+        None, help="inter-arrival process; default poisson (constant in compat mode)"
+    )
+    prefix_tokens: int = spec(0, help="shared prefix (same tokens) prepended to every prompt", ge=0)
+    prompt: LengthConfig = spec(
+        factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="prompt length (tokens)"
+    )
+    output: LengthConfig = spec(
+        factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="output length (tokens)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWorkload:
+    type: Literal["trace"] = spec(help="replay a trace CSV (the reference's format)")
+    path: str = spec(help="CSV path, relative to the scenario file")
+
+
+Workload = DistributionWorkload | TraceWorkload | TenantsWorkload

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from blis_simpy.engine.request import Request
+from blis_simpy.core.errors import InvariantError
+from blis_simpy.core.request import Request
+from blis_simpy.engine.kv.pool import PrefixHit
 
 
 class KVCache:
@@ -47,7 +49,7 @@ class KVCache:
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    def cached_prefix(self, req: Request, tokens: int) -> list[int]:
+    def lookup(self, req: Request, tokens: int) -> PrefixHit:
         """Blocks holding the longest cached prefix of the request's first `tokens` tokens."""
         found = []
         index = self.index
@@ -56,17 +58,19 @@ class KVCache:
             if block is None:
                 break
             found.append(block)
-        return found
+        return PrefixHit(found)
 
-    def can_admit(self, cached: list[int], start: int, tokens: int) -> bool:
+    def can_admit(self, hit: PrefixHit, start: int, tokens: int) -> bool:
         """Whether cached blocks plus fresh ones for [start, start+tokens) fit right now."""
+        cached = hit.blocks
         revived = sum(1 for b in cached if self.refcount[b] == 0)
         need = self.blocks_for(start + tokens) - len(cached)
         return need + revived <= len(self.free)
 
-    def attach(self, req: Request, cached: list[int]) -> None:
+    def attach(self, req: Request, hit: PrefixHit) -> None:
         """Give a request the cached blocks of its prefix (a hit per block)."""
         refcount = self.refcount
+        cached = hit.blocks
         for block in cached:
             if refcount[block] == 0:
                 del self.free[block]
@@ -155,6 +159,10 @@ class KVCache:
 
     def check(self) -> None:
         """Invariant check for tests and debug runs: conservation and refcount agreement."""
-        assert self.used + len(self.free) == self.total, "KV blocks not conserved"
-        assert self.used == sum(1 for c in self.refcount if c > 0), "used count drifted"
-        assert all(self.refcount[b] == 0 for b in self.free), "a free block is referenced"
+        if self.used + len(self.free) != self.total:
+            raise InvariantError(f"KV blocks not conserved: {self.used} used + "
+                                 f"{len(self.free)} free != {self.total}")
+        if self.used != sum(1 for c in self.refcount if c > 0):
+            raise InvariantError("KV used count drifted from the referenced blocks")
+        if any(self.refcount[b] for b in self.free):
+            raise InvariantError("a free KV block is referenced")

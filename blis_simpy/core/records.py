@@ -1,0 +1,261 @@
+"""The Recorder: what the processes of a run write down, append-only, while it runs.
+
+Every result of a run (summary, tables, metrics, anomalies, fitness) is computed from these
+records after the run, never from live simulation objects. Processes append plain tuples; the
+recorder turns them into columns once, in `close()`. Optional channels (decision records, the
+ordered lifecycle event log) are `None` when off, so a run that does not ask for them pays one
+`is None` test where they would be written.
+
+Channels:
+* requests: every request that arrived, in arrival order (the entity carries its lifecycle
+  timestamps; `close()` reads them into columns when they are final);
+* steps: one row per engine step and instance (`STEP_FIELDS`);
+* preemptions and rejections: (time, instance id, request id) per occurrence;
+* anomalies detected while running (`Anomaly`);
+* decisions (optional): one row per admission or routing decision, with its candidates;
+* events (optional): (time, kind, subject, where) in the order they happened, for tracing and
+  for tests that check same-time ordering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from blis_simpy.core.request import Request, State
+from blis_simpy.core.snapshot import Role
+
+# Anomaly types recorded while running or judged from the records at the end (seed D.8).
+ANOMALY_TYPES = (
+    "priority_inversion",  # admitted while a higher-priority request waits in the same queue
+    "hol_blocking",  # ... and that request had queued before it (it was ahead in the line)
+    "kv_hol_blocking",  # the queue head does not fit in free KV while one behind it would
+    "slo_class_inversion",  # admitted while a more urgent SLO class (or older) request waits
+    "slo_violation",
+    "preemption_storm",
+    "rejection_burst",
+)
+
+STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",
+               "queue_depth")
+StepRow = tuple[int, int, int, int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    type: str
+    time: int  # µs
+    instance: str  # "" when cluster-wide
+    requests: tuple[str, ...]
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One instance considered by a routing decision: its score and, for composite policies,
+    the weighted contribution of each scorer."""
+
+    instance: str
+    score: float
+    breakdown: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    time: int
+    request: str
+    stage: str  # admission | routing
+    outcome: str  # admit | reject | delay | route
+    instance: str
+    reason: str
+    candidates: tuple[Candidate, ...]  # routing: the top-k by score, best first
+
+
+class InstanceLog:
+    """One instance's records: its step rows and, when the run ends, its final counters."""
+
+    __slots__ = ("id", "kv_hits", "kv_misses", "kv_total", "last_event", "role", "steps")
+
+    def __init__(self, instance_id: str, role: Role, kv_total: int) -> None:
+        self.id = instance_id
+        self.role = role
+        self.kv_total = kv_total
+        self.steps: list[StepRow] = []
+        self.kv_hits = 0
+        self.kv_misses = 0
+        self.last_event = 0
+
+    def close(self, kv_hits: int, kv_misses: int, last_event: int) -> None:
+        self.kv_hits, self.kv_misses, self.last_event = kv_hits, kv_misses, last_event
+
+
+class Recorder:
+    """Append-only records of one run."""
+
+    def __init__(self, *, decisions: bool = False, events: bool = False) -> None:
+        self.requests: list[Request] = []
+        self.instances: list[InstanceLog] = []
+        self.anomalies: list[Anomaly] = []
+        self.preemptions: list[tuple[int, str, str]] = []
+        self.rejections: list[tuple[int, str, str]] = []
+        self.decisions: list[Decision] | None = [] if decisions else None
+        self.events: list[tuple[int, str, str, str]] | None = [] if events else None
+
+    def instance(self, instance_id: str, role: Role, kv_total: int) -> InstanceLog:
+        log = InstanceLog(instance_id, role, kv_total)
+        self.instances.append(log)
+        return log
+
+    def anomaly(self, kind: str, time: int, instance: str, requests: Sequence[str],
+                detail: str = "") -> None:
+        if kind not in ANOMALY_TYPES:
+            raise ValueError(f"unknown anomaly type {kind!r}; valid: {', '.join(ANOMALY_TYPES)}")
+        self.anomalies.append(Anomaly(kind, time, instance, tuple(requests), detail))
+
+    def event(self, time: int, kind: str, subject: str, where: str = "") -> None:
+        if self.events is not None:
+            self.events.append((time, kind, subject, where))
+
+    def close(self, ended_at: int) -> Records:
+        """The records as columns; call once, after the last event ran."""
+        index = {log.id: i for i, log in enumerate(self.instances)}
+        return Records(
+            requests=RequestColumns.of(self.requests, index),
+            instances=tuple(InstanceRecord.of(log) for log in self.instances),
+            anomalies=tuple(self.anomalies),
+            preemptions=tuple(self.preemptions),
+            rejections=tuple(self.rejections),
+            decisions=None if self.decisions is None else tuple(self.decisions),
+            events=None if self.events is None else tuple(self.events),
+            ended_at=ended_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """One instance's steps as arrays (indexed by step number) and its final counters."""
+
+    id: str
+    role: Role
+    kv_total: int
+    kv_hits: int
+    kv_misses: int
+    last_event: int
+    start: np.ndarray
+    duration: np.ndarray
+    new_tokens: np.ndarray
+    decodes: np.ndarray
+    batch_size: np.ndarray
+    kv_used: np.ndarray
+    queue_depth: np.ndarray
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.duration
+
+    @classmethod
+    def of(cls, log: InstanceLog) -> InstanceRecord:
+        rows = np.array(log.steps, dtype=np.int64).reshape(-1, len(STEP_FIELDS))
+        return cls(log.id, log.role, log.kv_total, log.kv_hits, log.kv_misses, log.last_event,
+                   *(rows[:, i].copy() for i in range(len(STEP_FIELDS))))
+
+
+def ints(requests: Sequence[Request], attr: str) -> np.ndarray:
+    return np.fromiter((getattr(r, attr) for r in requests), dtype=np.int64,
+                       count=len(requests))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestColumns:
+    """Every request that arrived, in arrival order, one array or list per field. Times are µs
+    and -1 where the event did not happen."""
+
+    id: list[str]
+    arrival: np.ndarray
+    admitted_at: np.ndarray
+    routed_at: np.ndarray
+    queued_at: np.ndarray
+    first_scheduled: np.ndarray
+    first_token_at: np.ndarray
+    completed_at: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    cached_tokens: np.ndarray  # -1 where never scheduled
+    emitted: np.ndarray
+    preemptions: np.ndarray
+    instance: list[str]  # "" where never routed
+    instance_index: np.ndarray  # position in Records.instances, -1 where never routed
+    tenant: list[str]
+    slo_class: list[str]
+    request_type: list[str]
+    session: list[str]
+    turn: np.ndarray
+    state: list[str]
+    reject_reason: list[str]
+    first_token_step: np.ndarray  # step (of its instance) that emitted the first token
+    last_emit_step: np.ndarray
+    # Inter-token gaps that span several steps (after a preemption or a budget skip):
+    # (request position, step of the token before, step of the token after).
+    gap_request: np.ndarray
+    gap_before: np.ndarray
+    gap_after: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    @classmethod
+    def of(cls, requests: Sequence[Request], index: dict[str, int]) -> RequestColumns:
+        gaps = [(i, before, after) for i, r in enumerate(requests) if r.gaps
+                for before, after in r.gaps]
+        gap_cols = np.array(gaps, dtype=np.int64).reshape(-1, 3)
+        return cls(
+            id=[r.name for r in requests],
+            arrival=ints(requests, "arrival"),
+            admitted_at=ints(requests, "admitted_at"),
+            routed_at=ints(requests, "routed_at"),
+            queued_at=ints(requests, "queued_at"),
+            first_scheduled=ints(requests, "first_scheduled"),
+            first_token_at=ints(requests, "first_token_at"),
+            completed_at=ints(requests, "completed_at"),
+            input_len=ints(requests, "input_len"),
+            output_len=ints(requests, "output_len"),
+            cached_tokens=ints(requests, "cached_tokens"),
+            emitted=ints(requests, "emitted"),
+            preemptions=ints(requests, "preemptions"),
+            instance=[r.instance for r in requests],
+            instance_index=np.fromiter((index.get(r.instance, -1) for r in requests),
+                                       dtype=np.int64, count=len(requests)),
+            tenant=[r.tenant_id for r in requests],
+            slo_class=[r.slo_class for r in requests],
+            request_type=[r.request_type for r in requests],
+            session=[r.session_id for r in requests],
+            turn=ints(requests, "turn"),
+            state=[str(r.state) for r in requests],
+            reject_reason=[r.reject_reason for r in requests],
+            first_token_step=ints(requests, "first_token_step"),
+            last_emit_step=ints(requests, "last_emit_step"),
+            gap_request=gap_cols[:, 0].copy(),
+            gap_before=gap_cols[:, 1].copy(),
+            gap_after=gap_cols[:, 2].copy(),
+        )
+
+    def in_state(self, state: State) -> np.ndarray:
+        """Boolean mask of the requests whose final state is `state`."""
+        value = str(state)
+        return np.fromiter((s == value for s in self.state), dtype=bool, count=len(self.state))
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """A finished run's records, as columns: all that metrics and tables read."""
+
+    requests: RequestColumns
+    instances: tuple[InstanceRecord, ...]
+    anomalies: tuple[Anomaly, ...]
+    preemptions: tuple[tuple[int, str, str], ...]
+    rejections: tuple[tuple[int, str, str], ...]
+    decisions: tuple[Decision, ...] | None
+    events: tuple[tuple[int, str, str, str], ...] | None
+    ended_at: int  # time of the last event that ran, capped at the horizon

@@ -1,0 +1,48 @@
+"""What the control plane may see of an instance: its role, its lifecycle state, and immutable
+snapshots of its load (seed D.5.2, D.7; contracts BC-5, NC-2).
+
+A snapshot is a value stamped with the time it was taken; later changes to the instance never
+reach it. Routing policies get one per routable instance and key any state they keep by `id`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """What an instance serves. Prefill/decode pools add their roles with disaggregation."""
+
+    MONOLITHIC = "monolithic"
+
+
+class Lifecycle(StrEnum):
+    """Where an instance is in its life. Only active instances are routable; the autoscaler
+    adds the states before (provisioning, warming) and after (draining, terminated)."""
+
+    ACTIVE = "active"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSnapshot:
+    """One instance as observed at `timestamp` (µs)."""
+
+    id: str
+    role: Role
+    timestamp: int
+    queue_depth: int
+    batch_size: int
+    kv_utilization: float
+    free_kv_blocks: int
+    pending_requests: int  # routed here, not yet in its wait queue
+    in_flight_requests: int  # routed here, not yet finished
+    cache_hit_rate: float
+    recent_ttft_ms: float
+    recent_tpot_ms: float
+    estimated_wait_ms: float
+
+    @property
+    def effective_load(self) -> int:
+        """Queue + batch + routed-but-not-queued: the reference's load signal."""
+        return self.queue_depth + self.batch_size + self.pending_requests

@@ -1,0 +1,64 @@
+"""The seam between an instance's step loop and its KV blocks.
+
+The engine uses a block pool only through this interface: look up the cached prefix of a
+request (a hit may carry a load cost, e.g. blocks reloaded from a lower tier), check and attach
+it, allocate room for new tokens, open and publish decode blocks, release a request's blocks,
+and read the counters snapshots and records need. The GPU cache with prefix caching
+(`cache.KVCache`) is today's pool; a tiered pool replaces it without touching the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from blis_simpy.core.request import Request
+
+
+class PrefixHit:
+    """The cached blocks of a request's prefix, and the time (µs) it costs to make them usable
+    in this step (0 for blocks already on the GPU)."""
+
+    __slots__ = ("blocks", "load_us")
+
+    def __init__(self, blocks: list[int], load_us: int = 0) -> None:
+        self.blocks = blocks
+        self.load_us = load_us
+
+
+class BlockPool(Protocol):
+    block_size: int
+    total: int
+    used: int
+    hits: int
+    misses: int
+
+    @property
+    def free_blocks(self) -> int: ...
+
+    def lookup(self, req: Request, tokens: int) -> PrefixHit:
+        """The longest cached prefix of the request's first `tokens` tokens."""
+        ...
+
+    def can_admit(self, hit: PrefixHit, start: int, tokens: int) -> bool:
+        """Whether the hit plus fresh blocks for [start, start+tokens) fit right now."""
+        ...
+
+    def attach(self, req: Request, hit: PrefixHit) -> None: ...
+
+    def allocate(self, req: Request, start: int, tokens: int) -> bool:
+        """Room for sequence positions [start, start+tokens); all or nothing."""
+        ...
+
+    def open_block(self, req: Request) -> bool:
+        """A decode token that starts a new block."""
+        ...
+
+    def publish(self, req: Request, i: int) -> None:
+        """The request's block i became full: its content can now be hit."""
+        ...
+
+    def release(self, req: Request) -> None: ...
+
+    def check(self) -> None:
+        """Raise AssertionError if the pool's accounting is inconsistent."""
+        ...

@@ -1,0 +1,130 @@
+"""Reporting conventions: how a run's records become reported numbers.
+
+Two conventions share every metric function; the one in use is chosen once, at build time:
+* `Conventions` (native): every latency is what a client would measure. TTFT = first token -
+  arrival, E2E = last token - arrival, inter-token latency = gap between consecutive tokens;
+  every generated token counts once; the cache hit rate pools all instances' lookups.
+* `ReferenceConventions` (`compat: blis`): the reference's reporting (spec engine.md §9): the
+  output delay a2 is added to every ITL sample, each request gets one extra ITL sample (its
+  last step + a2) that E2E also counts (Q3), output tokens exclude each request's first token
+  (Q9), injected requests miss those still inside their queueing delay, and the cache hit rate
+  is the mean of the instances' rates.
+The reference's engine timing (idle from the start of the last step) and KV hash-map rules are
+engine behaviours, chosen with these conventions in `blis_simpy.sim.modes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from blis_simpy.core.records import InstanceRecord, RequestColumns
+from blis_simpy.metrics.gaps import TokenGaps
+from blis_simpy.metrics.summary import Samples
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLatencies:
+    """Per-request latencies (µs) in the chosen convention, aligned with the request columns."""
+
+    ttft: np.ndarray  # -1 where no first token
+    e2e: np.ndarray  # -1 where not completed
+    itl_mean: np.ndarray  # float; 0 where not completed or fewer than 2 tokens
+    scheduling_delay: np.ndarray  # -1 where never scheduled
+
+
+def durations(instances: Sequence[InstanceRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """Every instance's step durations end to end, and where each instance's steps start."""
+    flat = np.concatenate([t.duration for t in instances]) if instances else np.zeros(0,
+                                                                                    np.int64)
+    starts = np.concatenate(([0], np.cumsum([len(t.duration) for t in instances])))
+    return flat, starts.astype(np.int64)
+
+
+def last_step_durations(req: RequestColumns, rows: np.ndarray,
+                        instances: Sequence[InstanceRecord]) -> np.ndarray:
+    """Duration of the step that emitted each selected request's last token."""
+    flat, starts = durations(instances)
+    return flat[starts[req.instance_index[rows]] + req.last_emit_step[rows]]
+
+
+class Conventions:
+    """Native reporting: what a client would measure."""
+
+    name = "native"
+
+    def latencies(self, req: RequestColumns, instances: Sequence[InstanceRecord]
+                  ) -> RequestLatencies:
+        first, done_at = req.first_token_at, req.completed_at
+        ttft = np.where(first >= 0, first - req.arrival, -1)
+        done = done_at >= 0
+        span = done_at - first  # first token to last token
+        out = req.output_len
+        e2e = np.where(done, done_at - req.arrival, -1)
+        itl_mean = np.where(done & (out > 1), span / np.maximum(out - 1, 1), 0.0)
+        return RequestLatencies(ttft, e2e, itl_mean, self.scheduling_delay(req))
+
+    @staticmethod
+    def scheduling_delay(req: RequestColumns) -> np.ndarray:
+        scheduled = req.first_scheduled
+        return np.where(scheduled >= 0, scheduled - req.arrival, -1)
+
+    def itl(self, gaps: TokenGaps, req: RequestColumns, finished: np.ndarray,
+            instances: Sequence[InstanceRecord]) -> Samples:
+        return gaps.samples(instances)
+
+    def output_tokens(self, req: RequestColumns, chosen: np.ndarray) -> int:
+        return int(req.emitted[chosen].sum())
+
+    def injected(self, arrived: int, rejected: int, completed: int, queued: int,
+                 running: int) -> int:
+        return arrived - rejected
+
+    def hit_rate(self, instances: Sequence[InstanceRecord]) -> float:
+        """Prefix-cache hits over lookups."""
+        hits = sum(i.kv_hits for i in instances)
+        lookups = hits + sum(i.kv_misses for i in instances)
+        return hits / lookups if lookups else 0.0
+
+
+class ReferenceConventions(Conventions):
+    """The reference's reporting (compat mode); `output_delay` is its a2 (µs)."""
+
+    name = "blis"
+
+    def __init__(self, output_delay: int) -> None:
+        self.output_delay = output_delay
+
+    def latencies(self, req: RequestColumns, instances: Sequence[InstanceRecord]
+                  ) -> RequestLatencies:
+        first, done_at, out = req.first_token_at, req.completed_at, req.output_len
+        ttft = np.where(first >= 0, first - req.arrival, -1)
+        done = done_at >= 0
+        rows = np.flatnonzero(done)
+        last_step = np.zeros(len(req), dtype=np.int64)
+        last_step[rows] = last_step_durations(req, rows, instances)
+        itl_sum = done_at - first + np.maximum(out, 1) * self.output_delay + last_step
+        e2e = np.where(done, ttft + itl_sum, -1)
+        itl_mean = np.where(done & (out > 0), itl_sum / np.maximum(out - 1, 1), 0.0)
+        return RequestLatencies(ttft, e2e, itl_mean, self.scheduling_delay(req))
+
+    def itl(self, gaps: TokenGaps, req: RequestColumns, finished: np.ndarray,
+            instances: Sequence[InstanceRecord]) -> Samples:
+        a2 = self.output_delay
+        extra = last_step_durations(req, np.flatnonzero(finished), instances)
+        return gaps.samples(instances, a2, more=extra + a2)
+
+    def output_tokens(self, req: RequestColumns, chosen: np.ndarray) -> int:
+        return int(np.maximum(req.emitted[chosen] - 1, 0).sum())
+
+    def injected(self, arrived: int, rejected: int, completed: int, queued: int,
+                 running: int) -> int:
+        return completed + queued + running
+
+    def hit_rate(self, instances: Sequence[InstanceRecord]) -> float:
+        """The reference averages the instances' own rates."""
+        rates = [i.kv_hits / (i.kv_hits + i.kv_misses) if i.kv_hits + i.kv_misses else 0.0
+                 for i in instances]
+        return sum(rates) / len(rates)

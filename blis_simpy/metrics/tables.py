@@ -1,0 +1,163 @@
+"""A finished run's summary and tables, computed once, from its records, in the reporting
+conventions chosen for the run (`conventions.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from blis_simpy.core.records import Decision, Records, RequestColumns
+from blis_simpy.core.request import State
+from blis_simpy.core.units import US_PER_MS, US_PER_S
+from blis_simpy.metrics.conventions import Conventions, RequestLatencies
+from blis_simpy.metrics.gaps import token_gaps
+from blis_simpy.metrics.summary import summary_fields
+
+
+def summary(records: Records, lat: RequestLatencies, conventions: Conventions,
+            horizon_us: int | None) -> dict[str, Any]:
+    """The cluster summary; with several instances, each one's summary under `instances`."""
+    everyone = list(range(len(records.instances)))
+    out = scope_summary(records, lat, conventions, everyone, "cluster", horizon_us)
+    if len(everyone) > 1:
+        out["instances"] = [scope_summary(records, lat, conventions, [i],
+                                          records.instances[i].id, horizon_us)
+                            for i in everyone]
+    return out
+
+
+def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventions,
+                  members: list[int], instance_id: str, horizon_us: int | None
+                  ) -> dict[str, Any]:
+    """Summary over the requests routed to `members` (positions in `records.instances`; the
+    cluster also counts requests rejected before routing)."""
+    req = records.requests
+    instances = [records.instances[i] for i in members]
+    whole = len(members) == len(records.instances)
+    where = req.instance_index
+    chosen = np.isin(where, members) | (whole & (where < 0))
+    finished = chosen & req.in_state(State.COMPLETED)
+    queued = int((chosen & req.in_state(State.QUEUED)).sum())
+    running = int((chosen & req.in_state(State.RUNNING)).sum())
+    rejected = int((chosen & req.in_state(State.REJECTED)).sum())
+    completed = int(finished.sum())
+    gaps = token_gaps(req, finished, records.instances)
+    ended = max(i.last_event for i in instances)
+    e2e, ttft, delay = lat.e2e[chosen], lat.ttft[chosen], lat.scheduling_delay[chosen]
+    out = summary_fields(
+        instance_id=instance_id,
+        completed=completed,
+        still_queued=queued,
+        still_running=running,
+        injected=conventions.injected(int(chosen.sum()), rejected, completed, queued, running),
+        input_tokens=int(req.input_len[chosen & (req.queued_at >= 0)].sum()),
+        output_tokens=conventions.output_tokens(req, chosen),
+        duration_us=ended if horizon_us is None else min(ended, horizon_us),
+        e2e=e2e[e2e >= 0],
+        ttft=ttft[ttft >= 0],
+        itl=conventions.itl(gaps, req, finished, records.instances),
+        scheduling_delay=delay[delay >= 0],
+        preemptions=int(req.preemptions[chosen].sum()),
+    )
+    out["rejected_requests"] = rejected
+    out["cache_hit_rate"] = conventions.hit_rate(instances)
+    return out
+
+
+def ms(values: np.ndarray) -> np.ndarray:
+    """µs -> ms, NaN where the value is missing (-1)."""
+    return np.where(values >= 0, values / US_PER_MS, np.nan)
+
+
+def seconds(values: np.ndarray) -> np.ndarray:
+    return np.where(values >= 0, values / US_PER_S, np.nan)
+
+
+def request_table(req: RequestColumns, lat: RequestLatencies) -> pd.DataFrame:
+    """One row per request that arrived, in arrival order."""
+    return pd.DataFrame({
+        "id": req.id,
+        "arrival_s": seconds(req.arrival),
+        "admitted_s": seconds(req.admitted_at),
+        "routed_s": seconds(req.routed_at),
+        "queued_s": seconds(req.queued_at),
+        "scheduled_s": seconds(req.first_scheduled),
+        "first_token_s": seconds(req.first_token_at),
+        "completion_s": seconds(req.completed_at),
+        "ttft_ms": ms(lat.ttft),
+        "e2e_ms": ms(lat.e2e),
+        "itl_mean_ms": np.where(lat.e2e >= 0, lat.itl_mean / US_PER_MS, np.nan),
+        "scheduling_delay_ms": ms(lat.scheduling_delay),
+        "input_tokens": req.input_len,
+        "output_tokens": req.output_len,
+        "cached_tokens": np.maximum(req.cached_tokens, 0),
+        "generated_tokens": req.emitted,
+        "preemptions": req.preemptions,
+        "instance": req.instance,
+        "tenant": req.tenant,
+        "slo_class": req.slo_class,
+        "request_type": req.request_type,
+        "session": req.session,
+        "turn": req.turn,
+        "final_state": req.state,
+        "reject_reason": req.reject_reason,
+    })
+
+
+def step_table(records: Records) -> pd.DataFrame:
+    """One row per engine step and instance."""
+    frames = [pd.DataFrame({
+        "instance": inst.id,
+        "step": np.arange(len(inst.start)),
+        "start_s": inst.start / US_PER_S,
+        "duration_ms": inst.duration / US_PER_MS,
+        "prefill_tokens": inst.new_tokens,
+        "decode_requests": inst.decodes,
+        "batch_size": inst.batch_size,
+        "kv_blocks_used": inst.kv_used,
+        "queue_depth": inst.queue_depth,
+    }) for inst in records.instances]
+    return pd.concat(frames, ignore_index=True)
+
+
+def instance_series(records: Records) -> pd.DataFrame:
+    """Each instance's levels at every step start: queue depth, batch size, KV use."""
+    frames = [pd.DataFrame({
+        "instance": inst.id,
+        "time_s": inst.start / US_PER_S,
+        "queue_depth": inst.queue_depth,
+        "batch_size": inst.batch_size,
+        "kv_utilization": inst.kv_used / (inst.kv_total or 1),
+        "busy_s": inst.duration / US_PER_S,
+    }) for inst in records.instances]
+    frame = pd.concat(frames, ignore_index=True)
+    order = np.lexsort((frame.instance.to_numpy(), frame.time_s.to_numpy()))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def candidates_text(decision: Decision) -> str:
+    """`instance=score` per candidate, best first; a composite score's scorer shares follow
+    in brackets."""
+    parts = []
+    for c in decision.candidates:
+        text = f"{c.instance}={c.score:.6g}"
+        if c.breakdown:
+            text += "(" + ",".join(f"{name}={share:.6g}" for name, share in c.breakdown) + ")"
+        parts.append(text)
+    return ";".join(parts)
+
+
+def decision_table(decisions: Sequence[Decision]) -> pd.DataFrame:
+    """Every admission and routing decision, when `cluster.record_decisions` is on."""
+    return pd.DataFrame({
+        "time_s": [d.time / US_PER_S for d in decisions],
+        "request": [d.request for d in decisions],
+        "stage": [d.stage for d in decisions],
+        "outcome": [d.outcome for d in decisions],
+        "instance": [d.instance for d in decisions],
+        "reason": [d.reason for d in decisions],
+        "top_candidates": [candidates_text(d) for d in decisions],
+    })

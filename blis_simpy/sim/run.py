@@ -1,0 +1,65 @@
+"""Run a scenario and build its Result from the records: the same line the CLI follows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from blis_simpy.compat.results import ReferenceOutputs
+from blis_simpy.config.resolve import resolve
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.records import Recorder
+from blis_simpy.metrics.anomalies import anomaly_table
+from blis_simpy.metrics.evaluation import evaluate
+from blis_simpy.metrics.tables import (
+    decision_table,
+    instance_series,
+    request_table,
+    step_table,
+    summary,
+)
+from blis_simpy.sim.build import Progress, Simulation, build
+from blis_simpy.sim.result import Result
+
+
+def load(scenario: Scenario | str | Path) -> Scenario:
+    return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
+
+
+def prepare(scenario: Scenario | str | Path, *, recorder: Recorder | None = None,
+            checks: bool = False) -> Simulation:
+    """Resolve and build a simulation; every input error (including a bad trace) surfaces
+    here, before any event runs."""
+    return build(resolve(load(scenario)), recorder=recorder, checks=checks)
+
+
+def run(scenario: Scenario | str | Path, progress: Progress | None = None, *,
+        recorder: Recorder | None = None, checks: bool = False) -> Result:
+    """Simulate a scenario (object or YAML path) and return its Result."""
+    return simulate(prepare(scenario, recorder=recorder, checks=checks), progress)
+
+
+def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
+    """Run a prepared simulation to its end and build the Result from its records."""
+    wall = sim.run(progress)
+    records = sim.records()
+    scenario, conventions = sim.scenario, sim.conventions
+    lat = conventions.latencies(records.requests, records.instances)
+    stats = summary(records, lat, conventions, scenario.horizon_us)
+    requests = request_table(records.requests, lat)
+    metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
+                                              wall)
+    return Result(
+        scenario=scenario,
+        summary=stats,
+        requests=requests,
+        steps=step_table(records),
+        decisions=None if records.decisions is None else decision_table(records.decisions),
+        wall_time_s=wall,
+        metrics=metrics,
+        evaluation=evaluation,
+        anomalies=anomaly_table(anomalies),
+        instances=instance_series(records),
+        reference=ReferenceOutputs.of(stats, lat, records.requests)
+        if sim.mode.reference_reporting else None,
+        events=records.events,
+    )

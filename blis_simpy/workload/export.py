@@ -1,0 +1,76 @@
+"""Write requests as a trace CSV in the reference's format, replayable by `workload: {type: trace}`
+and by the reference itself. The five reference columns come first, because the reference's
+reader (and blis-simpy's) reads columns 0, 3 and 4 and ignores the rest; the tenant columns
+follow for analysis.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.request import Request
+from blis_simpy.core.units import US_PER_S
+
+REFERENCE_COLUMNS = ("arrival_time", "request_id", "model", "prefill_tokens", "decode_tokens")
+EXTRA_COLUMNS = ("tenant_id", "slo_class", "session_id", "turn", "request_type")
+
+def seconds_text(micros: int) -> str:
+    """µs as seconds with exactly 6 decimals, from the integer (no float rounding)."""
+    return f"{micros // US_PER_S}.{micros % US_PER_S:06d}"
+
+
+def csv_text(text: str) -> str:
+    """A CSV field, quoted only when it must be (as Go's encoding/csv and Python's do)."""
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def token_column(ids: Any) -> str:
+    """Token ids as a quoted JSON list without spaces, as the reference writes them."""
+    return '"[' + ",".join(map(str, ids.tolist())) + ']"'
+
+
+def trace_line(req: Request, tokens: np.ndarray, model: str) -> str:
+    prompt, output = tokens[: req.input_len], tokens[req.input_len:]
+    fields = [seconds_text(req.arrival), csv_text(req.name), csv_text(model),
+              token_column(prompt), token_column(output), csv_text(req.tenant_id),
+              csv_text(req.slo_class), csv_text(req.session_id), str(req.turn),
+              csv_text(req.request_type)]
+    return ",".join(fields) + "\n"
+
+
+def check_target(path: Path) -> None:
+    if path.is_dir():
+        raise ScenarioError("--out", f"{path} is a folder", "a file path, e.g. trace.csv")
+    if not path.parent.is_dir():
+        raise ScenarioError("--out", f"folder {path.parent} does not exist")
+
+
+def write_trace(requests: Iterable[tuple[Request, np.ndarray]], model: str, path: Path) -> int:
+    """Write the trace atomically (a temporary file beside it, then a rename), so a failure
+    never leaves a half-written file; returns the number of rows."""
+    path = Path(path)
+    check_target(path)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    count = 0
+    try:
+        with temp.open("x", newline="") as out:
+            out.write(",".join(REFERENCE_COLUMNS + EXTRA_COLUMNS) + "\n")
+            for req, tokens in requests:
+                out.write(trace_line(req, tokens, model))
+                count += 1
+        os.replace(temp, path)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise ScenarioError("--out", f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return count

@@ -1,0 +1,79 @@
+"""Request sources: each starts SimPy processes on an environment that hand every request to
+`deliver` (the gateway's cluster arrival) at its arrival time, and never before (BC-1).
+
+Synthetic and trace workloads are known in advance and are released by one process, lazily,
+in arrival order; the tenants workload runs processes per tenant, user and session that react
+to completions (`tenants.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Iterator
+
+import simpy
+
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
+from blis_simpy.core.hashing import hash_requests
+from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
+from blis_simpy.core.request import Request
+from blis_simpy.workload.synthetic import compat_requests, native_requests
+from blis_simpy.workload.tenants import TenantWorkload
+from blis_simpy.workload.trace import read_trace
+
+Deliver = Callable[[Request], None]
+
+
+def start(env: simpy.Environment, scenario: Scenario, deliver: Deliver, *,
+          reference_draws: bool, keep_tokens: bool = False) -> None:
+    """Start the scenario's source. `reference_draws`: draw synthetic requests with the
+    reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
+    A trace is read (and checked) here, before any event runs."""
+    workload = scenario.workload
+    if isinstance(workload, TenantsWorkload):
+        TenantWorkload(env, workload, scenario.seed, deliver)
+        return
+    requests = requests_of(scenario, reference_draws=reference_draws, prehash=not keep_tokens)
+    env.process(release(env, requests, deliver))
+
+
+def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = True
+                ) -> Iterable[Request]:
+    """A synthetic or trace workload's requests in arrival order (generated lazily where
+    possible), with their block hashes computed in vectorised chunks unless the token ids
+    are wanted."""
+    workload, horizon = scenario.workload, scenario.horizon_us
+    block_size = scenario.engine.block_size
+    if isinstance(workload, DistributionWorkload):
+        make = compat_requests if reference_draws else native_requests
+        requests: Iterable[Request] = make(workload, scenario.seed, horizon)
+        return hashed(requests, block_size) if prehash else requests
+    assert isinstance(workload, TraceWorkload)
+    trace = read_trace(workload.path, horizon, truncate=reference_draws)
+    if prehash:
+        hash_requests(trace, block_size)
+    return trace
+
+
+def hashed(requests: Iterable[Request], block_size: int, chunk: int = 256
+           ) -> Iterator[Request]:
+    """Requests with their block hashes computed a chunk at a time (vectorised)."""
+    batch: list[Request] = []
+    for req in requests:
+        batch.append(req)
+        if len(batch) == chunk:
+            hash_requests(batch, block_size)
+            yield from batch
+            batch = []
+    hash_requests(batch, block_size)
+    yield from batch
+
+
+def release(env: simpy.Environment, requests: Iterable[Request], deliver: Deliver
+            ) -> Generator[simpy.Event, None, None]:
+    """Hand each request over at its arrival time; it wakes with cluster-arrival priority,
+    ahead of instance events at that time."""
+    for req in requests:
+        if req.arrival > env.now:
+            yield StageEvent(env, req.arrival - env.now, CLUSTER_ARRIVAL)
+        deliver(req)
