@@ -20,6 +20,7 @@ class Fleet:
     def __init__(self) -> None:
         self.by_id: dict[str, Instance] = {}
         self.routable: list[Instance] = []
+        self.routable_ids: tuple[str, ...] = ()
 
     def add(self, instance: Instance) -> None:
         if instance.id in self.by_id:
@@ -27,6 +28,7 @@ class Fleet:
         self.by_id[instance.id] = instance
         if instance.state is Lifecycle.ACTIVE:
             self.routable.append(instance)
+            self.routable_ids = (*self.routable_ids, instance.id)
 
     def __iter__(self) -> Iterator[Instance]:
         return iter(self.by_id.values())

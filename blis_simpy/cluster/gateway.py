@@ -98,7 +98,9 @@ class Gateway:
     def _route(self, event: simpy.Event) -> None:
         req: Request = event.value
         now = self.env.now
-        self.state.clock = now
+        state = self.state
+        state.clock = now
+        state.instances = self.fleet.routable_ids
         routable = self.fleet.routable
         snapshots = Snapshots(self.snapshots, routable, now)
         decision = self.routing.route(req.view, req.priority, snapshots, self.state, now)
@@ -120,7 +122,7 @@ class Gateway:
     def _candidates(self, decision: RoutingDecision) -> tuple[Candidate, ...]:
         """The top-k instances by score (ties: fleet order), each with its scorer breakdown."""
         scores, breakdown = decision.scores, decision.breakdown or {}
-        ids = [inst.id for inst in self.fleet.routable]
+        ids = self.fleet.routable_ids
         ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         return tuple(
             Candidate(ids[i], scores[i], tuple((name, shares[i]) for name, shares in

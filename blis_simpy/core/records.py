@@ -119,11 +119,18 @@ class Recorder:
             self.events.append((time, kind, subject, where))
 
     def close(self, ended_at: int) -> Records:
-        """The records as columns; call once, after the last event ran."""
+        """The records as columns; call once, after the last event ran. The rows they were
+        made from are released (a long run's largest objects)."""
         index = {log.id: i for i, log in enumerate(self.instances)}
+        requests = RequestColumns.of(self.requests, index)
+        self.requests = []
+        instances = []
+        for log in self.instances:
+            instances.append(InstanceRecord.of(log))
+            log.steps.clear()
         return Records(
-            requests=RequestColumns.of(self.requests, index),
-            instances=tuple(InstanceRecord.of(log) for log in self.instances),
+            requests=requests,
+            instances=tuple(instances),
             anomalies=tuple(self.anomalies),
             preemptions=tuple(self.preemptions),
             rejections=tuple(self.rejections),

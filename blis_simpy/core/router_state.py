@@ -1,8 +1,9 @@
 """The gateway's own bookkeeping, which admission, priority and routing policies may read.
 
 Per tenant: requests seen, requests active (admitted, not yet finished or rejected) and the
-recent arrival rate; globally: in-flight requests and the recent request rate. Accessors
-return sorted sequences, never a dict's iteration order (determinism, seed L.2).
+recent arrival rate; globally: in-flight requests, the recent request rate and the ids of the
+routable instances (fleet order). Accessors return ordered sequences, never a dict's iteration
+order (determinism, seed L.2).
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ class RouterState:
         self.in_flight = 0
         self.arrivals: deque[int] = deque()
         self.clock = 0
+        self.instances: tuple[str, ...] = ()  # routable instance ids, in fleet order
+
+    def instance_ids(self) -> tuple[str, ...]:
+        """The routable instances' ids, in fleet order (routing ties go to the first)."""
+        return self.instances
 
     def tenant(self, tenant_id: str) -> TenantState:
         state = self.tenants.get(tenant_id)

@@ -1,1 +1,2 @@
-"""Bundled reference data: coefficient catalog, GPU figures, model configs, Go RNG tables."""
+"""Bundled data files (no code): the coefficient catalog, GPU figures, HuggingFace model
+configs for the roofline model, and Go's math/rand tables."""

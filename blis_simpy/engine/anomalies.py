@@ -49,7 +49,9 @@ class QueueWatch:
     def queued(self, req: Request) -> None:
         n = next(self.count)
         if self.static:
+            top_of(self.by_priority)  # drop entries of requests that left the queue
             heapq.heappush(self.by_priority, (-req.priority, n, req))
+        top_of(self.by_class)
         heapq.heappush(self.by_class, (self.ranks.get(req.slo_class, self.default_rank),
                                        req.arrival, n, req))
 

@@ -45,6 +45,17 @@ class InstanceObserver(Protocol):
     def finished(self, instance: str, req: Request) -> None: ...
 
 
+class Inbox(simpy.Store):
+    """An instance's inbox: an unbounded SimPy Store. A put can never wait, so it hands the
+    request over at once instead of through a put event of its own; a step loop waiting on
+    `get()` is woken exactly as by any Store."""
+
+    def put(self, item: Request) -> None:  # type: ignore[override]
+        self.items.append(item)
+        if self.get_queue:
+            self._trigger_get(None)
+
+
 def seq_of(req: Request) -> int:
     return req.seq
 
@@ -103,7 +114,7 @@ class Instance:
         # empty afterwards), so a request queued during that step starts a new one at once.
         # Compat mode keeps this timing; natively the engine is busy until the step ends.
         self.idle_from_last_step_start = idle_from_last_step_start
-        self.inbox = simpy.Store(env)  # requests whose queueing delay is over
+        self.inbox = Inbox(env)  # requests whose queueing delay is over
         self.wait_queue: deque[Request] = deque()
         self.running: list[Request] = []  # the batch, in admission order (Request.seq)
         # Running requests handled one by one each step; the rest decode implicitly (steady.py)

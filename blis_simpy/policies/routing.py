@@ -57,7 +57,8 @@ def argmax(scores: Sequence[float]) -> int:
 
 @ROUTING.register("round-robin")
 class RoundRobin(RoutingPolicy):
-    """The next routable instance in turn; its score is 1, every other's 0."""
+    """The next routable instance in turn; its score is 1, every other's 0. It reads only the
+    routable ids from the router state, never a snapshot."""
 
     def __init__(self, params: object = None) -> None:
         super().__init__(params)
@@ -65,13 +66,13 @@ class RoundRobin(RoutingPolicy):
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
-        n = len(snapshots)
+        ids = state.instance_ids()
+        n = len(ids)
         turn = self.count % n
         self.count += 1
         scores = [0.0] * n
         scores[turn] = 1.0
-        return RoutingDecision(snapshots[turn].id, f"round-robin[{self.count - 1}]",
-                               tuple(scores))
+        return RoutingDecision(ids[turn], f"round-robin[{self.count - 1}]", tuple(scores))
 
 
 @ROUTING.register("least-loaded")

@@ -11,7 +11,9 @@ from tests.policies.helpers import loads, routing, snap, view
 
 
 def route(policy, snapshots, hashes=(), clock=0):
-    return policy.route(view(hashes=hashes), 0.0, snapshots, RouterState(), clock)
+    state = RouterState()
+    state.instances = tuple(s.id for s in snapshots)
+    return policy.route(view(hashes=hashes), 0.0, snapshots, state, clock)
 
 
 def test_snapshot_effective_load_is_queue_plus_batch_plus_pending():
