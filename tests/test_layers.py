@@ -31,7 +31,7 @@ def imported_layers(path: Path) -> set[str]:
     """First-level subpackages (or root modules) of blis_simpy that `path` imports."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     rel = path.relative_to(PACKAGE.parent).with_suffix("")
-    package = list(rel.parts[:-1]) if path.name != "__init__.py" else list(rel.parts[:-1])
+    package = list(rel.parts[:-1])  # the package a relative import starts from
     found = set()
     for node in ast.walk(tree):
         names: list[str] = []
