@@ -2,8 +2,9 @@
 
 from blis_simpy.api import run
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.errors import InvariantError, ScenarioError
+from blis_simpy.core.records import Recorder
 from blis_simpy.sim.result import Result
 
-__all__ = ["Result", "Scenario", "ScenarioError", "run"]
+__all__ = ["InvariantError", "Recorder", "Result", "Scenario", "ScenarioError", "run"]
 __version__ = "0.1.0"
