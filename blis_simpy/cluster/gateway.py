@@ -13,11 +13,14 @@ instance id) that snapshots report, and writes admission and routing decisions t
 
 from __future__ import annotations
 
+from typing import cast
+
 import simpy
 
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
 from blis_simpy.config.scenario import ClusterConfig
+from blis_simpy.core.clock import Environment
 from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
 from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import Request, State
@@ -37,7 +40,7 @@ def settle(req: Request) -> None:
 class Gateway:
     """Admission, priority and routing for the fleet's routable instances."""
 
-    def __init__(self, env: simpy.Environment, fleet: Fleet, config: ClusterConfig,
+    def __init__(self, env: Environment, fleet: Fleet, config: ClusterConfig,
                  admission: AdmissionPolicy, priority: PriorityPolicy, routing: RoutingPolicy,
                  recorder: Recorder, block_size: int) -> None:
         self.env = env
@@ -69,7 +72,7 @@ class Gateway:
         StageEvent(self.env, self.config.admission_latency_us, ADMISSION, req, self._admit)
 
     def _admit(self, event: simpy.Event) -> None:
-        req: Request = event.value
+        req = cast(Request, event.value)
         now = self.env.now
         self.state.clock = now
         decision = self.admission.decide(req.view, self.state, now)
@@ -96,7 +99,7 @@ class Gateway:
             settle(req)
 
     def _route(self, event: simpy.Event) -> None:
-        req: Request = event.value
+        req = cast(Request, event.value)
         now = self.env.now
         state = self.state
         state.clock = now

@@ -7,7 +7,7 @@ size per (model, GPU, TP, version), exactly as the reference resolves them (engi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 from blis_simpy.config import catalog
 from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS
@@ -39,7 +39,8 @@ def resolve(scenario: Scenario) -> Scenario:
     engine = dataclasses.replace(engine, kv_blocks=kv_blocks or DEFAULT_KV_BLOCKS)
     workload = scenario.workload
     if isinstance(workload, DistributionWorkload) and workload.arrival is None:
-        arrival = "constant" if scenario.compat == "blis" else "poisson"
+        arrival: Literal["poisson", "constant"] = (
+            "constant" if scenario.compat == "blis" else "poisson")
         workload = dataclasses.replace(workload, arrival=arrival)
     return dataclasses.replace(scenario, model=model, latency=latency, engine=engine,
                                workload=workload)

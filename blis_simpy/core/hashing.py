@@ -50,16 +50,17 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     """`Request.hash_blocks` for many requests in one vectorised pass (same hashes): blocks of
     different requests never straddle, so one reshape sums them all, and each request's chain
     is the running sum since its first block."""
-    todo = [r for r in requests if r.hashes is None and r.tokens is not None]
+    todo = [r for r in requests if not r.hashed and r.tokens is not None]
     if not todo:
         return
-    fulls = np.array([len(r.tokens) // block_size for r in todo], dtype=np.int64)
+    tokens = [r.tokens for r in todo if r.tokens is not None]
+    fulls = np.array([len(t) // block_size for t in tokens], dtype=np.int64)
     lengths = fulls * block_size
     if lengths.sum() == 0:
         for req in todo:
-            req.hashes, req.tokens = [], None
+            req.hashes, req.tokens, req.hashed = [], None, True
         return
-    ids = np.concatenate([r.tokens[:n] for r, n in zip(todo, lengths.tolist(), strict=True)])
+    ids = np.concatenate([t[:n] for t, n in zip(tokens, lengths.tolist(), strict=True)])
     starts = np.cumsum(lengths) - lengths
     with np.errstate(over="ignore"):
         positions = (np.arange(1, len(ids) + 1, dtype=np.int64)
@@ -74,3 +75,4 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     for req, lo, n in zip(todo, first_block.tolist(), fulls.tolist(), strict=True):
         req.hashes = chains[lo: lo + n]
         req.tokens = None
+        req.hashed = True

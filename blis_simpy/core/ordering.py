@@ -13,16 +13,19 @@ from collections.abc import Callable
 from typing import Any
 
 import simpy
+from simpy.events import EventPriority
 
-CLUSTER_ARRIVAL = -3
-ADMISSION = -2
-ROUTING = -1
+from blis_simpy.core.clock import Environment
+
+CLUSTER_ARRIVAL = EventPriority(-3)
+ADMISSION = EventPriority(-2)
+ROUTING = EventPriority(-1)
 
 
 class StageEvent(simpy.Event):
     """An event that fires after `delay` with a given priority (a Timeout with a priority)."""
 
-    def __init__(self, env: simpy.Environment, delay: int, priority: int, value: Any = None,
+    def __init__(self, env: Environment, delay: int, priority: EventPriority, value: Any = None,
                  callback: Callable[[simpy.Event], None] | None = None) -> None:
         super().__init__(env)
         self._ok = True

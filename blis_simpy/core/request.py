@@ -30,6 +30,11 @@ class RequestView:
     prefix_hashes: tuple[int, ...]  # chained hashes of the prompt's full KV blocks
 
 
+# What a request's view is until the gateway observes it at cluster arrival; no policy ever
+# sees it.
+UNOBSERVED = RequestView("", -1, 0, "", "", ())
+
+
 class State(StrEnum):
     """Lifecycle: arriving -> queued -> running -> completed (preemption sends a running request
     back to queued); rejected at admission or on arrival at an instance. Every request ends in
@@ -58,6 +63,7 @@ class Request:
         "first_token_at",
         "first_token_step",
         "gaps",
+        "hashed",
         "hashes",
         "index",
         "input_len",
@@ -101,7 +107,7 @@ class Request:
         self.slo_class = slo_class
         self.admitted_at = -1
         self.routed_at = -1
-        self.view: RequestView | None = None  # what policies see; made at cluster arrival
+        self.view = UNOBSERVED  # what policies see; made at cluster arrival
         self.request_type = "completion"
         self.session_id = ""
         self.turn = 0
@@ -111,7 +117,8 @@ class Request:
         # The KV cache hashes the whole sequence (prompt, then output) block by block; the
         # token ids are dropped once hashed so a long run holds only hashes.
         self.tokens: np.ndarray | None = np.concatenate((input_tokens, output_tokens))
-        self.hashes: list[int] | None = None  # set by hash_blocks
+        self.hashes: list[int] = []  # set by hash_blocks (then `tokens` is None)
+        self.hashed = False
         self.state = State.ARRIVING
         self.instance = ""  # id of the instance it was routed to
         self.priority = 0.0
@@ -140,17 +147,17 @@ class Request:
     def hash_blocks(self, block_size: int, keep_tokens: bool = False) -> None:
         """Compute the block-hash chain once, on first use, then forget the token ids (unless
         they are wanted, e.g. to export the workload)."""
-        if self.hashes is None and self.tokens is not None:
+        if not self.hashed and self.tokens is not None:
             self.hashes = block_hashes(self.tokens, block_size)
+            self.hashed = True
             if not keep_tokens:
                 self.tokens = None
 
     def observe(self, block_size: int, keep_tokens: bool = False) -> RequestView:
         """Make the view policies get: at cluster arrival, once its block hashes exist."""
         self.hash_blocks(block_size, keep_tokens)
-        hashes = self.hashes or []
         self.view = RequestView(self.name, self.arrival, self.input_len, self.tenant_id,
-                                self.slo_class, tuple(hashes[: self.input_len // block_size]))
+                                self.slo_class, tuple(self.hashes[: self.input_len // block_size]))
         return self.view
 
     def __repr__(self) -> str:

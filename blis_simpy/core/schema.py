@@ -115,7 +115,7 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
         if min_len is not None and len(items) < min_len:
             raise ScenarioError(path, f"needs at least {min_len} items, got {len(items)}")
         return items
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return load(tp, value, path)
     if tp is dict or origin is dict:
         if value is None:
@@ -133,7 +133,7 @@ def tagged_union(options: tuple[Any, ...]) -> dict[str, type]:
     """Map `type` tag -> dataclass when every option is a dataclass with a Literal `type`."""
     tags: dict[str, type] = {}
     for option in options:
-        if not dataclasses.is_dataclass(option):
+        if not (isinstance(option, type) and dataclasses.is_dataclass(option)):
             return {}
         tag = typing.get_type_hints(option).get("type")
         if get_origin(tag) is not Literal:

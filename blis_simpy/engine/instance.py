@@ -18,11 +18,12 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Generator, Iterable
-from typing import Protocol
+from typing import Protocol, cast
 
 import simpy
 
 from blis_simpy.config.scenario import EngineConfig
+from blis_simpy.core.clock import Environment
 from blis_simpy.core.records import InstanceLog, Recorder
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
@@ -74,7 +75,7 @@ class Instance:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Environment,
         instance_id: str,
         latency: LatencyModel,
         engine: EngineConfig,
@@ -154,7 +155,7 @@ class Instance:
     def _arrive(self, event: simpy.Event) -> None:
         """The queueing delay is over: the request joins the wait queue (its accounting now,
         its place at the next step start) through the inbox."""
-        req: Request = event.value
+        req = cast(Request, event.value)
         now = self.env.now
         req.state = State.QUEUED
         req.queued_at = now

@@ -81,9 +81,13 @@ class RooflineLatency(Alpha):
 def latency_model(scenario: Scenario) -> LatencyModel:
     """The step-time model of a resolved scenario."""
     latency = scenario.latency
+    alpha = latency.alpha or [0.0, 0.0, 0.0]  # roofline's default; blackbox is resolved
     if latency.type == "blackbox":
-        return BlackboxLatency(latency.alpha, latency.beta)
-    return RooflineLatency(latency.alpha, roofline(scenario))
+        if latency.beta is None:
+            raise ScenarioError("latency.beta", "is needed by the blackbox model (resolve() "
+                                "fills it from the catalog)")
+        return BlackboxLatency(alpha, latency.beta)
+    return RooflineLatency(alpha, roofline(scenario))
 
 
 def roofline(scenario: Scenario) -> RooflineModel:

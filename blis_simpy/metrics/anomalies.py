@@ -42,14 +42,14 @@ def judged(records: Records, requests: pd.DataFrame, targets: list[SLOTargets | 
     """The anomalies judged from the run's records: SLO violations, preemption storms and
     rejection bursts."""
     found = []
-    with_targets = [i for i, t in enumerate(targets) if t is not None]
-    for row in requests.iloc[with_targets].itertuples():
-        target = targets[row.Index]
-        if target is not None and row.final_state == "completed":
+    done = requests.final_state.to_numpy() == "completed"
+    for i, target in enumerate(targets):
+        if target is not None and done[i]:
+            row = requests.iloc[i]
             missed = violated(row, target)
             if missed:
-                found.append(Anomaly("slo_violation", round(row.completion_s * US_PER_S),
-                                     row.instance, (row.id,), "; ".join(missed)))
+                found.append(Anomaly("slo_violation", round(float(row.completion_s) * US_PER_S),
+                                     str(row.instance), (str(row.id),), "; ".join(missed)))
     by_instance: dict[str, list[tuple[int, str, str]]] = {}
     for event in records.preemptions:
         by_instance.setdefault(event[1], []).append(event)

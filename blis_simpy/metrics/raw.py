@@ -123,9 +123,9 @@ def raw_metrics(requests: pd.DataFrame, targets: list[SLOTargets | None],
     })
     metrics["per_slo_class"] = {
         cls or "default": group_stats(frame, good, seconds)
-        for cls, frame in sorted(requests.groupby("slo_class"), key=lambda kv: kv[0])
+        for cls, frame in sorted(requests.groupby("slo_class"), key=lambda kv: str(kv[0]))
     }
-    tenants = sorted(requests.groupby("tenant"), key=lambda kv: kv[0])
+    tenants = sorted(requests.groupby("tenant"), key=lambda kv: str(kv[0]))
     metrics["per_tenant"] = {t or "default": group_stats(f, good, seconds) for t, f in tenants}
     metrics["jain_fairness"] = jain([group_stats(f, good, seconds)["slo_attainment"]
                                      for _, f in tenants])

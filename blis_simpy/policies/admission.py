@@ -82,6 +82,7 @@ class TokenBucket(AdmissionPolicy):
     deducts it, else rejects without consuming (BC-10). A cost above capacity never passes."""
 
     Params = TokenBucketParams
+    params: TokenBucketParams
 
     def __init__(self, params: TokenBucketParams) -> None:
         self.params = params
@@ -118,6 +119,7 @@ class RateLimit(AdmissionPolicy):
     """At most max_requests admissions in any sliding window of window_s."""
 
     Params = RateLimitParams
+    params: RateLimitParams
 
     def __init__(self, params: RateLimitParams) -> None:
         self.params = params
@@ -154,6 +156,7 @@ class TenantQuota(AdmissionPolicy):
     """Reject a tenant's request while it already has its quota of active requests."""
 
     Params = TenantQuotaParams
+    params: TenantQuotaParams
 
     def decide(self, req: RequestView, state: RouterState, clock: int) -> AdmissionDecision:
         quota = self.params.quotas.get(req.tenant_id, self.params.default_quota)

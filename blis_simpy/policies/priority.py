@@ -7,6 +7,7 @@ Templates: constant, slo-based, tenant-priority, deadline-aware, inverted-slo (p
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from blis_simpy.core.errors import ScenarioError
@@ -33,7 +34,7 @@ class PriorityPolicy:
 PRIORITY: Registry[PriorityPolicy] = Registry("priority", PriorityPolicy)
 
 
-def check_scores(scores: dict[str, object], path: str) -> None:
+def check_scores(scores: Mapping[str, object], path: str) -> None:
     for key, value in scores.items():
         if isinstance(value, bool) or not isinstance(value, int | float) \
                 or not math.isfinite(value):
@@ -48,6 +49,7 @@ class ConstantParams:
 @PRIORITY.register("constant")
 class Constant(PriorityPolicy):
     Params = ConstantParams
+    params: ConstantParams
     ages = False
 
     def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
@@ -69,6 +71,7 @@ class SLOBased(PriorityPolicy):
     """Class score plus age: with the defaults, the reference's 1e-6 * (clock - arrival)."""
 
     Params = SLOParams
+    params: SLOParams
 
     def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
         p = self.params
@@ -96,6 +99,7 @@ class TenantParams:
 @PRIORITY.register("tenant-priority")
 class TenantPriority(PriorityPolicy):
     Params = TenantParams
+    params: TenantParams
     ages = False
 
     def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
@@ -116,6 +120,7 @@ class DeadlineAware(PriorityPolicy):
     """Earliest deadline first: score = -(arrival + deadline) in seconds."""
 
     Params = DeadlineParams
+    params: DeadlineParams
     ages = False
 
     def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:

@@ -44,7 +44,7 @@ class Registry(Generic[P]):
     def register(self, name: str) -> Callable[[type], type]:
         def add(cls: type) -> type:
             self.templates[name] = cls
-            cls.name = name
+            setattr(cls, "name", name)  # noqa: B010 (every axis base declares `name`)
             return cls
         return add
 

@@ -197,6 +197,7 @@ class Weighted(RoutingPolicy):
     """Composite score: sum of weight * clamp01(scorer); the highest wins."""
 
     Params = WeightedParams
+    params: WeightedParams
 
     def __init__(self, params: WeightedParams) -> None:
         super().__init__(params)
@@ -232,6 +233,7 @@ class PrefixAffinity(RoutingPolicy):
     lowest index); least-loaded when no instance has seen its first block."""
 
     Params = PrefixAffinityParams
+    params: PrefixAffinityParams
 
     def __init__(self, params: PrefixAffinityParams) -> None:
         super().__init__(params)

@@ -11,11 +11,10 @@ import math
 import time
 from collections.abc import Callable
 
-import simpy
-
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.engine.instance import Instance
@@ -35,7 +34,7 @@ Progress = Callable[[int, int, float], None]  # (sim time µs, requests arrived,
 class Simulation:
     """One wired run of a resolved scenario."""
 
-    def __init__(self, scenario: Scenario, env: simpy.Environment, mode: Mode,
+    def __init__(self, scenario: Scenario, env: Environment, mode: Mode,
                  recorder: Recorder, fleet: Fleet, gateway: Gateway,
                  conventions: Conventions, checks: bool) -> None:
         self.scenario = scenario
@@ -87,7 +86,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     (default: decisions when `cluster.record_decisions`); `checks` verifies invariants while
     running (KV conservation after every block operation, clock monotonicity) and raises
     InvariantError; `keep_tokens` keeps every request's token ids (to export the workload)."""
-    env = simpy.Environment()
+    env = Environment()
     mode = mode_of(scenario)
     policies, cluster, engine = scenario.policies, scenario.cluster, scenario.engine
     if recorder is None:

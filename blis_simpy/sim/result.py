@@ -86,7 +86,7 @@ class Result:
 def table_format(tables: str) -> str:
     if tables == "auto":
         try:
-            import pyarrow  # noqa: F401
+            import pyarrow  # type: ignore[import-not-found]  # noqa: F401
         except ImportError:
             return "csv"
         return "parquet"

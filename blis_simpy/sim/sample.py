@@ -26,7 +26,7 @@ def sample_requests(scenario: Scenario) -> Sampled:
     sim.run()
     # stable: ties keep issue order
     ordered = sorted(sim.recorder.requests, key=lambda r: r.arrival)
-    return [(req, req.tokens) for req in ordered]
+    return [(req, req.tokens) for req in ordered if req.tokens is not None]
 
 
 

@@ -204,7 +204,7 @@ class Diurnal:
     amplitude: float
     phase: float
 
-    def angle(self, t: np.ndarray) -> np.ndarray:
+    def angle(self, t: np.ndarray | float) -> np.ndarray:
         return 2 * math.pi * (np.asarray(t, dtype=np.float64) - self.phase) / self.period
 
     def multiplier(self, t: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ import simpy
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
+from blis_simpy.core.clock import Environment
 from blis_simpy.core.hashing import hash_requests
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request
@@ -24,7 +25,7 @@ from blis_simpy.workload.trace import read_trace
 Deliver = Callable[[Request], None]
 
 
-def start(env: simpy.Environment, scenario: Scenario, deliver: Deliver, *,
+def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
           reference_draws: bool, keep_tokens: bool = False) -> None:
     """Start the scenario's source. `reference_draws`: draw synthetic requests with the
     reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
@@ -69,7 +70,7 @@ def hashed(requests: Iterable[Request], block_size: int, chunk: int = 256
     yield from batch
 
 
-def release(env: simpy.Environment, requests: Iterable[Request], deliver: Deliver
+def release(env: Environment, requests: Iterable[Request], deliver: Deliver
             ) -> Generator[simpy.Event, None, None]:
     """Hand each request over at its arrival time; it wakes with cluster-arrival priority,
     ahead of instance events at that time."""

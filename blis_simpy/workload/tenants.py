@@ -19,6 +19,7 @@ import simpy
 from blis_simpy.config.arrivals import ConstantProfile
 from blis_simpy.config.distributions import Distribution
 from blis_simpy.config.workload import TenantSpec, TenantsWorkload
+from blis_simpy.core.clock import Environment
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.units import US_PER_S, VOCAB
@@ -51,7 +52,7 @@ class TenantStreams:
 class TenantWorkload:
     """Starts one process per tenant (plus its users, sessions and bursts) on `env`."""
 
-    def __init__(self, env: simpy.Environment, workload: TenantsWorkload, seed: int,
+    def __init__(self, env: Environment, workload: TenantsWorkload, seed: int,
                  deliver: Callable[[Request], None]) -> None:
         self.env = env
         self.workload = workload
