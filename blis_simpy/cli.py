@@ -17,6 +17,7 @@ from blis_simpy.api import prepare, simulate
 from blis_simpy.config.fitness import FitnessConfig, parse_weights
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.units import US_PER_S
 from blis_simpy.sim.build import Simulation
 
 app = typer.Typer(
@@ -64,7 +65,7 @@ class ProgressBar:
             done = f"{arrived}/{self.total} requests arrived, "
         elif self.horizon:
             done = f"{100 * now_us / self.horizon:.0f}% of the horizon, "
-        sys.stderr.write(f"\r{done}simulated {now_us / 1e6:.1f} s in {wall_s:.1f} s wall ")
+        sys.stderr.write(f"\r{done}simulated {now_us / US_PER_S:.1f} s in {wall_s:.1f} s wall ")
         sys.stderr.flush()
 
     def close(self) -> None:

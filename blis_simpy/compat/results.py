@@ -9,6 +9,7 @@ import numpy as np
 
 from blis_simpy.compat import gojson
 from blis_simpy.core.records import RequestColumns
+from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.metrics.conventions import RequestLatencies
 
 SUMMARY_ONLY = ("rejected_requests", "cache_hit_rate", "instances")
@@ -85,13 +86,13 @@ class ReferenceOutputs:
         reference writes them (Q10)."""
         order = sorted(range(len(self.ids)), key=lambda i: (int(self.arrival[i]), self.ids[i]))
         rows = [{
-            "arrived_at": int(self.arrival[i]) / 1e6,
+            "arrived_at": int(self.arrival[i]) / US_PER_S,
             "requestID": self.ids[i],
             "num_prefill_tokens": int(self.input_len[i]),
             "num_decode_tokens": int(self.output_len[i]),
-            "ttft_ms": int(self.ttft[i]) / 1000,
+            "ttft_ms": int(self.ttft[i]) / US_PER_MS,
             "itl_ms": float(self.itl_mean[i]),
-            "e2e_ms": int(self.e2e[i]) / 1000,
+            "e2e_ms": int(self.e2e[i]) / US_PER_MS,
             "scheduling_delay_ms": int(self.scheduling_delay[i]),
             "handled_by": self.handled_by[i],
         } for i in order]

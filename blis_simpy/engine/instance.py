@@ -27,6 +27,7 @@ from blis_simpy.core.clock import Environment
 from blis_simpy.core.records import InstanceLog, Recorder
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
+from blis_simpy.core.units import US_PER_MS
 from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
@@ -520,15 +521,15 @@ class Instance:
 
     def recent_ttft_ms(self) -> float:
         recent = self.recent_ttft
-        return sum(recent) / len(recent) / 1000 if recent else 0.0
+        return sum(recent) / len(recent) / US_PER_MS if recent else 0.0
 
     def recent_tpot_ms(self) -> float:
         recent = self.recent_tpot
-        return sum(recent) / len(recent) / 1000 if recent else 0.0
+        return sum(recent) / len(recent) / US_PER_MS if recent else 0.0
 
     def estimated_wait_ms(self) -> float:
         """Steps needed to prefill everything waiting, at the last step's duration."""
         if not self.queued_tokens:
             return 0.0
         last = self.steps[-1][1] if self.steps else 0
-        return -(-self.queued_tokens // self.token_budget) * last / 1000
+        return -(-self.queued_tokens // self.token_budget) * last / US_PER_MS

@@ -16,6 +16,7 @@ import pandas as pd
 
 from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.records import InstanceRecord
+from blis_simpy.core.units import US_PER_S
 
 STATS = (("mean", None), ("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99), ("max", 100))
 
@@ -83,7 +84,7 @@ def group_stats(frame: pd.DataFrame, good: pd.Series, seconds: float) -> dict[st
 def time_weighted(instances: Sequence[InstanceRecord], seconds: float
                   ) -> dict[str, dict[str, float]]:
     """Per instance: busy fraction and time-averaged queue depth, batch size, KV use."""
-    span_us = seconds * 1e6
+    span_us = seconds * US_PER_S
     out = {}
     for table in instances:
         kv_total = table.kv_total

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from blis_simpy.core.units import US_PER_MS, US_PER_S
+
 PERCENTILES = (90, 95, 99)
 
 
@@ -46,7 +48,7 @@ class Samples:
     def mean_ms(self) -> float:
         # The reference sums the sorted values as float64; they are integers whose sum stays
         # below 2^53, so that sum is exact and equals this integer sum.
-        return self.total / self.count / 1000 if self.count else 0.0
+        return self.total / self.count / US_PER_MS if self.count else 0.0
 
     def percentile_ms(self, p: float) -> float:
         """Linear interpolation at rank p/100*(n-1), in the reference's operation order."""
@@ -57,8 +59,8 @@ class Samples:
         lo, hi = math.floor(rank), math.ceil(rank)
         low = self.at(lo)
         if lo == hi:
-            return low / 1000
-        return low / 1000 + (self.at(hi) - low) * (rank - lo) / 1000
+            return low / US_PER_MS
+        return low / US_PER_MS + (self.at(hi) - low) * (rank - lo) / US_PER_MS
 
 
 def distribution(name: str, samples: Samples) -> dict[str, float]:
@@ -90,7 +92,7 @@ def summary_fields(
     preemptions: int,
 ) -> dict[str, Any]:
     """The reference's summary object, fields in its order."""
-    seconds = duration_us / 1e6
+    seconds = duration_us / US_PER_S
     out: dict[str, Any] = {
         "instance_id": instance_id,
         "completed_requests": completed,

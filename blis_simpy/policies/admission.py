@@ -14,6 +14,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.schema import spec
+from blis_simpy.core.units import US_PER_S, us
 from blis_simpy.policies.registry import Registry
 
 
@@ -95,7 +96,7 @@ class TokenBucket(AdmissionPolicy):
             bucket = self.buckets[req.tenant_id if p.per_tenant else ""] = Bucket(p.capacity)
         elapsed = clock - bucket.last
         if elapsed > 0:
-            bucket.tokens = min(p.capacity, bucket.tokens + elapsed * p.refill_per_s / 1e6)
+            bucket.tokens = min(p.capacity, bucket.tokens + elapsed * p.refill_per_s / US_PER_S)
             bucket.last = clock
         cost = req.input_tokens if p.cost == "tokens" else 1
         if bucket.tokens >= cost:
@@ -123,7 +124,7 @@ class RateLimit(AdmissionPolicy):
 
     def __init__(self, params: RateLimitParams) -> None:
         self.params = params
-        self.window_us = round(params.window_s * 1e6)
+        self.window_us = us(params.window_s)
         self.admitted: dict[str, deque[int]] = {}
 
     def decide(self, req: RequestView, state: RouterState, clock: int) -> AdmissionDecision:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.units import US_PER_MS
 from blis_simpy.report import kv_blocks_total, read_table, run_folder
 
 if TYPE_CHECKING:
@@ -190,7 +191,7 @@ def run_end(done: pd.DataFrame, steps: pd.DataFrame) -> float:
     """The last completion or step end: where the time axis stops."""
     ends = [0.0, done["completion_s"].astype(float).max()]
     if not steps.empty:
-        ends.append((steps["start_s"] + steps["duration_ms"] / 1000).astype(float).max())
+        ends.append((steps["start_s"] + steps["duration_ms"] / US_PER_MS).astype(float).max())
     return float(np.nanmax(ends))
 
 
@@ -219,7 +220,7 @@ def tokens_per_bin(requests: pd.DataFrame, steps: pd.DataFrame, edges: np.ndarra
     over each request's lifetime, because decode speed changes with the batch."""
     first = requests["first_token_s"].to_numpy(dtype=float)
     step_end = (steps["start_s"].to_numpy(dtype=float)
-                + steps["duration_ms"].to_numpy(dtype=float) / 1000)
+                + steps["duration_ms"].to_numpy(dtype=float) / US_PER_MS)
     decoded = steps["decode_requests"].to_numpy(dtype=float)
     return (np.histogram(first[np.isfinite(first)], edges)[0]
             + np.histogram(step_end, edges, weights=decoded)[0])

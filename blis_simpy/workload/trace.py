@@ -17,6 +17,7 @@ import numpy as np
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
+from blis_simpy.core.units import US_PER_S
 
 PATH = "workload.path"
 
@@ -56,7 +57,7 @@ def parse_row(row: list[str], line: int, truncate: bool) -> tuple[int, np.ndarra
             from None
     if not seconds >= 0:
         raise ScenarioError(PATH, f"line {line}: arrival_time must be >= 0, got {row[0]}")
-    micros = seconds * 1e6
+    micros = seconds * US_PER_S
     arrival = int(micros) if truncate else round(micros)
     return arrival, token_list(row[3], line, "prefill_tokens"), \
         token_list(row[4], line, "decode_tokens")
