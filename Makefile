@@ -15,12 +15,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## run the quickstart scenario; results in out/quickstart/
 	$(BIN)/blis-simpy run scenarios/quickstart.yaml
 
-test: $(STAMP)  ## lint, then the whole test suite
+test: $(STAMP)  ## lint, type-check, then the whole test suite
 	$(BIN)/ruff check blis_simpy tests scripts notebooks
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check blis_simpy tests scripts notebooks
+	$(BIN)/mypy
 
 bench: $(STAMP)  ## timings of scenarios/bench/*.yaml
 	$(BIN)/python scripts/bench.py
