@@ -76,7 +76,8 @@ class Decision:
 class InstanceLog:
     """One instance's records: its step rows and, when the run ends, its final counters."""
 
-    __slots__ = ("id", "kv_hits", "kv_misses", "kv_total", "last_event", "role", "steps")
+    __slots__ = ("id", "kv_failures", "kv_hits", "kv_misses", "kv_total", "last_event", "role",
+                 "steps")
 
     def __init__(self, instance_id: str, role: Role, kv_total: int) -> None:
         self.id = instance_id
@@ -85,10 +86,12 @@ class InstanceLog:
         self.steps: list[StepRow] = []
         self.kv_hits = 0
         self.kv_misses = 0
+        self.kv_failures = 0
         self.last_event = 0
 
-    def close(self, kv_hits: int, kv_misses: int, last_event: int) -> None:
-        self.kv_hits, self.kv_misses, self.last_event = kv_hits, kv_misses, last_event
+    def close(self, kv_hits: int, kv_misses: int, kv_failures: int, last_event: int) -> None:
+        self.kv_hits, self.kv_misses = kv_hits, kv_misses
+        self.kv_failures, self.last_event = kv_failures, last_event
 
 
 class Recorder:
@@ -149,6 +152,7 @@ class InstanceRecord:
     kv_total: int
     kv_hits: int
     kv_misses: int
+    kv_failures: int  # the reference's allocation at completion found no block (compat)
     last_event: int
     start: np.ndarray
     duration: np.ndarray
@@ -165,7 +169,8 @@ class InstanceRecord:
     @classmethod
     def of(cls, log: InstanceLog) -> InstanceRecord:
         rows = np.array(log.steps, dtype=np.int64).reshape(-1, len(STEP_FIELDS))
-        return cls(log.id, log.role, log.kv_total, log.kv_hits, log.kv_misses, log.last_event,
+        return cls(log.id, log.role, log.kv_total, log.kv_hits, log.kv_misses, log.kv_failures,
+                   log.last_event,
                    *(rows[:, i].copy() for i in range(len(STEP_FIELDS))))
 
 

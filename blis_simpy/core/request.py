@@ -68,6 +68,7 @@ class Request:
         "index",
         "input_len",
         "instance",
+        "kv_phase",
         "last_emit_step",
         "lazy_base",
         "max_tokens",
@@ -128,6 +129,9 @@ class Request:
         self.prefill_target = self.input_len
         self.max_tokens = max(self.output_len, 1)
         self.blocks: list[int] = []
+        # Decode tokens at positions p with (p - kv_phase) % block_size == 0 open a KV block
+        # (always 0 natively; the reference's block layout can shift it: engine/kv/reference.py).
+        self.kv_phase = 0
         self.cached_tokens = -1
         self.chunk = 0  # prefill tokens scheduled this step, or -1 for one decode token
         self.seq = 0  # admission order into the running batch (the batch is sorted by it)

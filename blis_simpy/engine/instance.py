@@ -9,6 +9,9 @@ decode token from the token budget; then waiting requests from the head of the q
 slots, budget and KV last), charges the step time, and applies the progress. Work is never left
 stranded: the loop keeps stepping while anything is running or waiting.
 
+In compat mode the instance's events run in the order of the reference's event heap
+(`reference_order.py`) instead of from the step loop, with the same steps.
+
 What the instance does is written to the recorder: one row per step, preemptions, rejections,
 anomalies, and (when asked) ordered lifecycle events; its counters when the run ends.
 """
@@ -31,6 +34,7 @@ from blis_simpy.core.units import US_PER_MS
 from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
+from blis_simpy.engine.reference_order import ReferenceEventOrder
 from blis_simpy.engine.steady import SteadyDecoders
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
@@ -87,7 +91,7 @@ class Instance:
         *,
         class_ranks: dict[str, int],
         role: Role = Role.MONOLITHIC,
-        idle_from_last_step_start: bool = False,
+        reference_order: bool = False,
     ) -> None:
         self.env = env
         self.id = instance_id
@@ -112,10 +116,6 @@ class Instance:
         self.log: InstanceLog = recorder.instance(instance_id, role, pool.total)
         self.events = recorder.events
         self.watch = QueueWatch(instance_id, recorder, class_ranks, not priority.ages)
-        # The reference marks an instance idle when its last step *starts* (the batch will be
-        # empty afterwards), so a request queued during that step starts a new one at once.
-        # Compat mode keeps this timing; natively the engine is busy until the step ends.
-        self.idle_from_last_step_start = idle_from_last_step_start
         self.inbox = Inbox(env)  # requests whose queueing delay is over
         self.wait_queue: deque[Request] = deque()
         self.running: list[Request] = []  # the batch, in admission order (Request.seq)
@@ -132,7 +132,13 @@ class Instance:
         self.last_event = 0
         self._preempted = False
         self._load_us = 0  # KV load time of the prefix hits admitted this step
-        env.process(self._loop())
+        self.preemptions = self.admissions = self.completions = 0
+        # Compat: the reference's event order (which also makes the instance idle from the
+        # start of a step that empties its batch); natively the step loop, busy until a step
+        # ends.
+        self.order = ReferenceEventOrder(self) if reference_order else None
+        if self.order is None:
+            env.process(self._loop())
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -150,13 +156,18 @@ class Instance:
                 self.observer.finished(self.id, req)
             return
         req.state = State.ARRIVING
+        if self.order is not None:
+            self.order.arrive(req)
+            return
         delay = self.env.timeout(self.latency.queue_delay(req.input_len), req)
         delay.callbacks.append(self._arrive)
 
     def _arrive(self, event: simpy.Event) -> None:
+        self.join(cast(Request, event.value))
+
+    def join(self, req: Request) -> None:
         """The queueing delay is over: the request joins the wait queue (its accounting now,
         its place at the next step start) through the inbox."""
-        req = cast(Request, event.value)
         now = self.env.now
         req.state = State.QUEUED
         req.queued_at = now
@@ -182,21 +193,13 @@ class Instance:
         while True:
             if not self.running and not self.wait_queue and not inbox.items:
                 self.wait_queue.append((yield inbox.get()))  # type: ignore[arg-type]
-            duration = self._step()
+            duration = self.step()
             if duration is None:
                 continue
-            step_end = env.timeout(duration)
-            if (self.idle_from_last_step_start and not self.running and not self.wait_queue
-                    and not inbox.items):
-                step_end.callbacks.append(self._note_event)
-                continue
-            yield step_end
+            yield env.timeout(duration)
             self.last_event = env.now
 
-    def _note_event(self, event: simpy.Event) -> None:
-        self.last_event = self.env.now
-
-    def _step(self) -> int | None:
+    def step(self) -> int | None:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
         now = self.env.now
         self.last_event = now
@@ -262,11 +265,11 @@ class Instance:
                 n = prefill_chunk(n, threshold, n)
                 req.chunk = n
                 new_tokens += n
-                blocks += -(-(req.progress + n) // block_size) - len(req.blocks)
+                blocks += kv.prefill_blocks(req, req.progress, n)
             else:
                 n = 1
                 req.chunk = DECODE
-                if req.progress % block_size == 0:
+                if (req.progress - req.kv_phase) % block_size == 0:
                     blocks += 1
             demand += n
         if demand > self.token_budget:
@@ -275,7 +278,7 @@ class Instance:
         last_slot = block_size - 1
         touched = []
         for req in due:
-            slot = (req.progress + index - req.lazy_base) % block_size
+            slot = (req.progress + index - req.lazy_base - req.kv_phase) % block_size
             if slot == 0:
                 blocks += 1
                 touched.append(req)
@@ -305,14 +308,14 @@ class Instance:
         for req in explicit:
             if req.lazy_base >= 0:
                 position = req.progress + index - req.lazy_base
-                slot = position % block_size
+                slot = (position - req.kv_phase) % block_size
                 if slot == 0:
                     kv.open_block(req)
                 if slot == last_slot:
-                    kv.publish(req, position // block_size)
+                    kv.publish(req, position)
             elif req.chunk != DECODE:
                 kv.allocate(req, req.progress, req.chunk)
-            elif req.progress % block_size in (0, last_slot):
+            elif (req.progress - req.kv_phase) % block_size in (0, last_slot):
                 kv.allocate(req, req.progress, 1)
 
     def _advance_steady(self, explicit: list[Request], due: list[Request], index: int,
@@ -357,7 +360,7 @@ class Instance:
         """The run is over: write back implicit state and close this instance's records."""
         if self.steady is not None:
             self._materialize(len(self.steps))
-        self.log.close(self.kv.hits, self.kv.misses, self.last_event)
+        self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
 
     def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
         """Running requests in order: a prefill chunk or one decode token each, while budget
@@ -381,7 +384,7 @@ class Instance:
                 budget -= n
             else:
                 # A decode token touches the KV cache only when it opens a block or fills one.
-                slot = progress % block_size
+                slot = (progress - req.kv_phase) % block_size
                 if (slot == 0 or slot == last_slot) and not self._reserve(req, i, progress, 1):
                     break
                 req.chunk = DECODE
@@ -412,6 +415,7 @@ class Instance:
         now = self.env.now
         self._preempted = True
         self.kv.release(req)
+        self.preemptions += 1
         req.state = State.QUEUED
         req.progress = 0
         req.prefill_target = req.input_len + req.emitted
@@ -437,13 +441,11 @@ class Instance:
             hit = kv.lookup(req, req.prefill_target)
             start = len(hit.blocks) * block_size
             n = prefill_chunk(req.prefill_target - start, threshold, budget)
-            if not kv.can_admit(hit, start, n):
+            if not kv.admit(req, hit, start, n):
                 self._check_kv_blocking(req, budget)
                 break
             queue.popleft()
             self.queued_tokens -= req.prefill_target
-            kv.attach(req, hit)
-            kv.allocate(req, start, n)
             self._load_us += hit.load_us
             if req.cached_tokens < 0:
                 req.cached_tokens = start
@@ -454,6 +456,7 @@ class Instance:
             self._seq += 1
             req.state = State.RUNNING
             running.append(req)
+            self.admissions += 1
             admitted += 1
             tokens += n
             budget -= n
@@ -502,8 +505,9 @@ class Instance:
 
     def _complete(self, done: list[Request], at: int) -> None:
         observer, events = self.observer, self.events
+        self.completions += len(done)
         for req in done:
-            self.kv.release(req)
+            self.kv.complete(req)
             req.state = State.COMPLETED
             req.completed_at = at
             req.hashes = []  # its blocks keep their own hashes; free the request's copy

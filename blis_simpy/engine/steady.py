@@ -31,7 +31,7 @@ class SteadyDecoders:
         (slot 0) or fills (last slot) a block, or its last token."""
         ahead = step - req.lazy_base
         last = self.block_size - 1
-        slot = (req.progress + ahead) % self.block_size
+        slot = (req.progress + ahead - req.kv_phase) % self.block_size
         event = step + last - slot if 0 < slot < last else step
         done = step + req.max_tokens - 1 - req.emitted - ahead
         if done < event:

@@ -90,8 +90,10 @@ def summary_fields(
     itl: Samples,
     scheduling_delay: np.ndarray,
     preemptions: int,
+    kv_allocation_failures: int = 0,
 ) -> dict[str, Any]:
-    """The reference's summary object, fields in its order."""
+    """The reference's summary object, fields in its order (`kv_allocation_failures` only
+    when non-zero, as the reference omits it)."""
     seconds = duration_us / US_PER_S
     out: dict[str, Any] = {
         "instance_id": instance_id,
@@ -109,5 +111,7 @@ def summary_fields(
     out.update(distribution("ttft", Samples(ttft)))
     out.update(distribution("itl", itl))
     out["scheduling_delay_p99_ms"] = Samples(scheduling_delay).percentile_ms(99)
+    if kv_allocation_failures:
+        out["kv_allocation_failures"] = kv_allocation_failures
     out["preemption_count"] = preemptions
     return out

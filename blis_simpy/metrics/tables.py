@@ -61,6 +61,7 @@ def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventi
         itl=conventions.itl(gaps, req, finished, records.instances),
         scheduling_delay=delay[delay >= 0],
         preemptions=int(req.preemptions[chosen].sum()),
+        kv_allocation_failures=sum(i.kv_failures for i in instances),
     )
     out["rejected_requests"] = rejected
     out["cache_hit_rate"] = conventions.hit_rate(instances)

@@ -106,7 +106,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
             env, f"instance_{i}", latency, engine, pool_type(engine.kv_blocks or 0,
                                                              engine.block_size),
             SCHEDULER.create(policies.scheduler, "policies.scheduler"), priority, recorder,
-            class_ranks=ranks, idle_from_last_step_start=mode.idle_from_last_step_start)
+            class_ranks=ranks, reference_order=mode.reference_order)
         instance.observer = gateway
         fleet.add(instance)
     source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,

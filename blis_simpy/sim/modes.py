@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.engine.kv.cache import KVCache
+from blis_simpy.engine.kv.reference import ReferenceKVCache
 from blis_simpy.metrics.conventions import Conventions, ReferenceConventions
 
 
@@ -21,9 +22,12 @@ class Mode:
     # Synthetic requests drawn with the reference's generator (Go's math/rand), trace arrival
     # times truncated to µs as the reference converts them.
     reference_draws: bool
-    # The reference marks an instance idle when its last step starts, not when it ends.
-    idle_from_last_step_start: bool
-    # The KV block pool's type (the reference's hash-map rules differ from the exact ones).
+    # Each instance's events at one tick run in the order of the reference's event heap
+    # (engine/reference_order.py), which also makes an instance idle from the start of a step
+    # that empties its batch.
+    reference_order: bool
+    # The KV block pool's type: the reference's block accounting differs from the exact one
+    # (engine/kv/reference.py).
     pool: type[KVCache]
     # How records become reported numbers.
     reference_reporting: bool
@@ -32,9 +36,9 @@ class Mode:
         return ReferenceConventions(output_delay) if self.reference_reporting else Conventions()
 
 
-NATIVE = Mode("native", reference_draws=False, idle_from_last_step_start=False, pool=KVCache,
+NATIVE = Mode("native", reference_draws=False, reference_order=False, pool=KVCache,
               reference_reporting=False)
-REFERENCE = Mode("blis", reference_draws=True, idle_from_last_step_start=True, pool=KVCache,
+REFERENCE = Mode("blis", reference_draws=True, reference_order=True, pool=ReferenceKVCache,
                  reference_reporting=True)
 
 

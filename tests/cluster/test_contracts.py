@@ -21,7 +21,6 @@ from blis_simpy.core.records import Recorder
 from blis_simpy.core.request import Request, RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.engine.instance import Instance
-from blis_simpy.engine.kv.cache import KVCache
 from blis_simpy.engine.latency import latency_model
 from blis_simpy.policies.admission import ADMISSION as ADMISSION_POLICIES
 from blis_simpy.policies.priority import PRIORITY
@@ -245,11 +244,11 @@ def bare_run(s):
     recorder = Recorder()
     mode = mode_of(s)
     inst = Instance(env, "instance_0", latency_model(s), s.engine,
-                    KVCache(s.engine.kv_blocks, s.engine.block_size),
+                    mode.pool(s.engine.kv_blocks or 0, s.engine.block_size),
                     SCHEDULER.create(PolicyConfig("fcfs"), "s"),
                     PRIORITY.create(PolicyConfig("constant"), "p"), recorder,
                     class_ranks=s.evaluation.ranks(),
-                    idle_from_last_step_start=mode.idle_from_last_step_start)
+                    reference_order=mode.reference_order)
     requests = list(requests_of(s, reference_draws=mode.reference_draws))
     for req in requests:
         req.observe(s.engine.block_size)

@@ -4,7 +4,8 @@ Free blocks form one ordered list: allocation takes the head, release appends to
 freed block keeps its hash so a later request can revive it (a prefix hit). So the head is always
 the least recently freed block: LRU eviction of cached content, tail blocks of a request first.
 Every block a request owns holds tokens of that request's sequence in order; a block's hash is
-registered when the block becomes full.
+registered when the block becomes full. Compat mode uses `reference.ReferenceKVCache`, the
+reference's accounting, defects included.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from blis_simpy.engine.kv.pool import PrefixHit
 class KVCache:
     """Block accounting for one instance. `used + len(free) == total` after every operation."""
 
-    __slots__ = ("block_hash", "block_size", "free", "hits", "index", "misses", "refcount",
-                 "total", "used")
+    __slots__ = ("block_hash", "block_size", "failures", "free", "hits", "index", "misses",
+                 "refcount", "total", "used")
 
     def __init__(self, total_blocks: int, block_size: int) -> None:
         self.total = total_blocks
@@ -32,6 +33,7 @@ class KVCache:
         self.used = 0
         self.hits = 0
         self.misses = 0
+        self.failures = 0  # allocations at completion that found no block (the reference's)
 
     @property
     def free_blocks(self) -> int:
@@ -60,17 +62,28 @@ class KVCache:
             found.append(block)
         return PrefixHit(found)
 
-    def can_admit(self, hit: PrefixHit, start: int, tokens: int) -> bool:
+    def admit(self, req: Request, hit: PrefixHit, start: int, tokens: int) -> bool:
+        """Admit a waiting request: its cached prefix blocks plus room for positions
+        [start, start+tokens); all or nothing."""
+        if not self.can_admit(hit.blocks, start, tokens):
+            return False
+        self.attach(req, hit.blocks)
+        self.allocate(req, start, tokens)
+        return True
+
+    def prefill_blocks(self, req: Request, start: int, tokens: int) -> int:
+        """Free blocks a running request's prefill chunk [start, start+tokens) takes."""
+        return -(-(start + tokens) // self.block_size) - len(req.blocks)
+
+    def can_admit(self, cached: list[int], start: int, tokens: int) -> bool:
         """Whether cached blocks plus fresh ones for [start, start+tokens) fit right now."""
-        cached = hit.blocks
         revived = sum(1 for b in cached if self.refcount[b] == 0)
         need = self.blocks_for(start + tokens) - len(cached)
         return need + revived <= len(self.free)
 
-    def attach(self, req: Request, hit: PrefixHit) -> None:
+    def attach(self, req: Request, cached: list[int]) -> None:
         """Give a request the cached blocks of its prefix (a hit per block)."""
         refcount = self.refcount
-        cached = hit.blocks
         for block in cached:
             if refcount[block] == 0:
                 del self.free[block]
@@ -111,8 +124,10 @@ class KVCache:
         self.misses += 1
         return True
 
-    def publish(self, req: Request, i: int) -> None:
-        """The request's block i just became full: register its hash (a decode token)."""
+    def publish(self, req: Request, position: int) -> None:
+        """The decode token at `position` just filled the request's last block: register
+        its hash."""
+        i = position // self.block_size
         if i < len(req.hashes):
             block = req.blocks[i]
             if self.block_hash[block] is None:
@@ -143,6 +158,10 @@ class KVCache:
                 h = hashes[i]
                 block_hash[block] = h
                 index[h] = block
+
+    def complete(self, req: Request) -> None:
+        """The request finished: release its blocks."""
+        self.release(req)
 
     def release(self, req: Request) -> None:
         """Drop the request's references, last block first, so its tail is evicted first."""

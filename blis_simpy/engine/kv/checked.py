@@ -14,9 +14,10 @@ def checked(pool_type: type[KVCache]) -> type[KVCache]:
     """A subclass of `pool_type` that runs `check()` after every mutating operation."""
 
     class Checked(pool_type):  # type: ignore[misc, valid-type]
-        def attach(self, req: Request, hit: PrefixHit) -> None:
-            super().attach(req, hit)
+        def admit(self, req: Request, hit: PrefixHit, start: int, tokens: int) -> bool:
+            ok = super().admit(req, hit, start, tokens)
             self.check()
+            return ok
 
         def allocate(self, req: Request, start: int, tokens: int) -> bool:
             ok = super().allocate(req, start, tokens)
@@ -28,8 +29,12 @@ def checked(pool_type: type[KVCache]) -> type[KVCache]:
             self.check()
             return ok
 
-        def publish(self, req: Request, i: int) -> None:
-            super().publish(req, i)
+        def publish(self, req: Request, position: int) -> None:
+            super().publish(req, position)
+            self.check()
+
+        def complete(self, req: Request) -> None:
+            super().complete(req)
             self.check()
 
         def release(self, req: Request) -> None:

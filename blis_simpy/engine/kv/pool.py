@@ -1,10 +1,11 @@
 """The seam between an instance's step loop and its KV blocks.
 
 The engine uses a block pool only through this interface: look up the cached prefix of a
-request (a hit may carry a load cost, e.g. blocks reloaded from a lower tier), check and attach
-it, allocate room for new tokens, open and publish decode blocks, release a request's blocks,
-and read the counters snapshots and records need. The GPU cache with prefix caching
-(`cache.KVCache`) is today's pool; a tiered pool replaces it without touching the engine.
+request (a hit may carry a load cost, e.g. blocks reloaded from a lower tier), admit a request
+with it, allocate room for new tokens, open and publish decode blocks, free a request's blocks
+when it completes or is preempted, and read the counters snapshots and records need. The GPU
+cache with prefix caching (`cache.KVCache`) is today's pool (`reference.ReferenceKVCache` in
+compat mode); a tiered pool replaces it without touching the engine.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class BlockPool(Protocol):
     used: int
     hits: int
     misses: int
+    failures: int  # allocations at completion that found no block (the reference's rule)
 
     @property
     def free_blocks(self) -> int: ...
@@ -39,11 +41,14 @@ class BlockPool(Protocol):
         """The longest cached prefix of the request's first `tokens` tokens."""
         ...
 
-    def can_admit(self, hit: PrefixHit, start: int, tokens: int) -> bool:
-        """Whether the hit plus fresh blocks for [start, start+tokens) fit right now."""
+    def admit(self, req: Request, hit: PrefixHit, start: int, tokens: int) -> bool:
+        """Give a waiting request its cached prefix and room for positions
+        [start, start+tokens); all or nothing."""
         ...
 
-    def attach(self, req: Request, hit: PrefixHit) -> None: ...
+    def prefill_blocks(self, req: Request, start: int, tokens: int) -> int:
+        """Free blocks a running request's prefill chunk [start, start+tokens) would take."""
+        ...
 
     def allocate(self, req: Request, start: int, tokens: int) -> bool:
         """Room for sequence positions [start, start+tokens); all or nothing."""
@@ -53,11 +58,18 @@ class BlockPool(Protocol):
         """A decode token that starts a new block."""
         ...
 
-    def publish(self, req: Request, i: int) -> None:
-        """The request's block i became full: its content can now be hit."""
+    def publish(self, req: Request, position: int) -> None:
+        """The decode token at `position` filled the request's last block: its content can
+        now be hit."""
         ...
 
-    def release(self, req: Request) -> None: ...
+    def complete(self, req: Request) -> None:
+        """The request finished: free its blocks."""
+        ...
+
+    def release(self, req: Request) -> None:
+        """The request was preempted: free its blocks."""
+        ...
 
     def check(self) -> None:
         """Raise AssertionError if the pool's accounting is inconsistent."""

@@ -1,0 +1,212 @@
+"""The reference's KV block accounting, defects included, for compat mode (spec engine.md §4;
+Go `sim/kvcache.go` and the completion allocation in `sim/simulator.go`). Native runs use the
+exact `KVCache`; docs/differences-from-blis.md lists each rule next to the correct behaviour.
+"""
+
+from __future__ import annotations
+
+from blis_simpy.core.request import Request
+from blis_simpy.engine.kv.cache import KVCache
+from blis_simpy.engine.kv.pool import PrefixHit
+
+
+class ReferenceKVCache(KVCache):
+    """The reference's block accounting (spec engine.md §4, Go `sim/kvcache.go`), for compat
+    mode. Where it differs from `KVCache`:
+
+    * Taking a block from the free list deletes the block's old hash key from the index even
+      when that key now points to another block (a later registration of the same prefix),
+      so that prefix stops hitting.
+    * A prefill chunk always takes ceil(tokens / block size) new blocks, after topping up
+      the partial last block, so a chunk can leave a block partly filled or empty (Q7); the
+      blocks after it then do not start at multiples of the block size. A block's hash covers
+      the request's tokens up to its end; one ending off a block boundary never hits.
+      A decode token tops up the last block while it is partly filled, else takes a new one.
+    * A full prefix hit (nothing left to compute) takes no references and counts no hits
+      (Q8); the request's first decode token then takes a block whose content starts at its
+      output (those blocks' hashes are never looked up).
+    * Admitting a request references its cached blocks (reviving free ones) before taking
+      new blocks; if the free list runs out meanwhile, everything is rolled back: taken blocks
+      get their old hashes back and, like revived blocks, return to the free list's tail.
+    * At completion one more token is allocated (a failure counts in `failures`), then the
+      blocks are released.
+
+    `Request.kv_phase` tells the instance where the request's decode blocks start: a decode
+    token at position p opens a block when (p - kv_phase) % block size == 0.
+    """
+
+    __slots__ = ("fill", "hollow", "outputs_only")
+
+    def __init__(self, total_blocks: int, block_size: int) -> None:
+        super().__init__(total_blocks, block_size)
+        self.fill = [0] * total_blocks  # tokens in each block (kept up to date in prefill)
+        self.outputs_only: set[Request] = set()  # full prefix hits: their blocks hold output only
+        # Requests holding a cached block whose tokens a rollback dropped (its hash stays):
+        # the reference hashes a block filled by top-up over the tokens of all the request's
+        # blocks, so for these that hash misses the dropped tokens and never hits.
+        self.hollow: set[Request] = set()
+
+    def admit(self, req: Request, hit: PrefixHit, start: int, tokens: int) -> bool:
+        if tokens == 0:  # a full prefix hit: nothing to place (Q8)
+            self.outputs_only.add(req)
+            req.kv_phase = start % self.block_size
+            return True
+        return self._prefill(req, start, tokens, hit.blocks)
+
+    def prefill_blocks(self, req: Request, start: int, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def allocate(self, req: Request, start: int, tokens: int) -> bool:
+        if start < req.prefill_target:
+            return self._prefill(req, start, tokens, [])
+        return self._decode(req, start)
+
+    def open_block(self, req: Request) -> bool:
+        if not self.free:
+            return False
+        req.blocks.append(self._pop(1))
+        return True
+
+    def publish(self, req: Request, position: int) -> None:
+        self._top_up_full(req, req.blocks[-1], position + 1)
+
+    def complete(self, req: Request) -> None:
+        if req.output_len > 0 and not self._decode(req, req.progress):
+            self.failures += 1
+        self.release(req)
+
+    def release(self, req: Request) -> None:
+        self.outputs_only.discard(req)
+        self.hollow.discard(req)
+        super().release(req)
+
+    def _decode(self, req: Request, position: int) -> bool:
+        """One decode token: top up the last block, or take a new one."""
+        slot = (position - req.kv_phase) % self.block_size
+        if slot == 0 or not req.blocks:
+            if not self.free:
+                return False
+            req.blocks.append(self._pop(1))
+        elif slot == self.block_size - 1:
+            self._top_up_full(req, req.blocks[-1], position + 1)
+        return True
+
+    def _prefill(self, req: Request, start: int, tokens: int, cached: list[int]) -> bool:
+        bs = self.block_size
+        need = -(-tokens // bs)
+        if need > len(self.free):
+            return False
+        blocks, fill = req.blocks, self.fill
+        placed = 0
+        if not blocks:
+            self.attach(req, cached)
+            if any(fill[b] != bs for b in cached):
+                self.hollow.add(req)
+        else:
+            last = blocks[-1]
+            if 0 < fill[last] < bs:
+                placed = min(bs - fill[last], tokens)
+                fill[last] += placed
+                if fill[last] == bs:
+                    self._top_up_full(req, last, start + placed)
+        if placed < tokens:
+            if len(self.free) < need:  # reviving cached blocks used up the room: undo all
+                taken = []  # (block, its hash before it was taken)
+                while self.free:
+                    block = next(iter(self.free))
+                    taken.append((block, self.block_hash[block]))
+                    count = min(bs, tokens - placed)
+                    blocks.append(self._pop(count))
+                    placed += count
+                    if count == bs:
+                        self._name(block, self._key(req, start + placed))
+                self._rollback(req, cached, taken)
+                return False
+            free, block_hash, index = self.free, self.block_hash, self.index
+            refcount, hashes = self.refcount, req.hashes
+            for _ in range(need):
+                block = free.popitem(last=False)[0]
+                old = block_hash[block]
+                if old is not None:
+                    index.pop(old, None)
+                count = min(bs, tokens - placed)
+                placed += count
+                fill[block] = count
+                refcount[block] = 1
+                blocks.append(block)
+                end = start + placed
+                if count == bs and not end % bs:
+                    key = hashes[end // bs - 1]
+                    block_hash[block] = key
+                    index[key] = block
+                else:
+                    block_hash[block] = None
+            self.used += need
+            self.misses += need
+        last_fill = fill[blocks[-1]] if blocks else 0
+        end = start + tokens
+        req.kv_phase = (end - last_fill if 0 < last_fill < bs else end) % bs
+        return True
+
+    def _pop(self, count: int) -> int:
+        """Take the free list's head for `count` tokens; its old hash key leaves the index,
+        whichever block that key points to now."""
+        block = self.free.popitem(last=False)[0]
+        old = self.block_hash[block]
+        if old is not None:
+            self.index.pop(old, None)
+            self.block_hash[block] = None
+        self.fill[block] = count
+        self.refcount[block] = 1
+        self.used += 1
+        self.misses += 1
+        return block
+
+    def _key(self, req: Request, end: int) -> int | None:
+        """Hash key of the request's tokens up to sequence position `end`; None when no
+        prefix lookup can ever produce it (it ends off a block boundary)."""
+        if end % self.block_size:
+            return None
+        return req.hashes[end // self.block_size - 1]
+
+    def _top_up_full(self, req: Request, block: int, end: int) -> None:
+        """A top-up filled the request's last block, up to sequence position `end`: the
+        reference hashes the tokens of all the request's blocks. That is the prefix's key
+        unless the blocks' content does not start at the prompt (a full prefix hit's) or
+        lacks tokens (hollow); such a key is never looked up, so it is left out."""
+        bs = self.block_size
+        self.fill[block] = bs
+        if end % bs or req in self.outputs_only or req in self.hollow:
+            self.block_hash[block] = None
+            return
+        key = req.hashes[end // bs - 1]
+        self.block_hash[block] = key
+        self.index[key] = block
+
+    def _name(self, block: int, key: int | None) -> None:
+        self.block_hash[block] = key
+        if key is not None:
+            self.index[key] = block
+
+    def _rollback(self, req: Request, cached: list[int],
+                  taken: list[tuple[int, int | None]]) -> None:
+        """Undo a failed admission, in the reference's order: taken blocks last to first
+        (drop the key they got, restore the one they had), then the cached ones."""
+        for block, old in reversed(taken):
+            key = self.block_hash[block]
+            if key is not None:
+                self.index.pop(key, None)
+            self._name(block, old)
+            self.refcount[block] = 0
+            self.fill[block] = 0  # the reference drops the tokens but restores the hash
+            self.used -= 1
+            self.misses -= 1
+            self.free[block] = None
+        refcount = self.refcount
+        for block in cached:
+            refcount[block] -= 1
+            self.hits -= 1
+            if refcount[block] == 0:
+                self.used -= 1
+                self.free[block] = None
+        req.blocks = []

@@ -1,0 +1,142 @@
+"""Compat mode's same-time event order: the reference's per-instance event heap.
+
+The reference keeps each instance's events (arrival, queued, step, and no-op scheduled /
+preempted / request-left events) in a binary min-heap keyed on the timestamp alone, Go's
+`container/heap`. Events at one tick therefore run in the order that heap's sift-up and
+sift-down leave them, which depends on every push and pop before, no-op events included: it is
+neither first-in-first-out nor last-in-first-out. It decides, for example, whether a request
+whose queueing delay ends at the very tick a step starts joins that step.
+
+A compat instance is driven by `ReferenceEventOrder` instead of its SimPy step loop: it replays
+the reference's pushes and pops on a `TimestampHeap` and runs the instance's events in its
+order, from one SimPy event per tick that has instance events. SimPy still orders everything
+across instances and the gateway. The instance steps exactly as natively (the same batch
+formation); it is idle from the start of a step that empties its batch, as the reference is,
+but never leaves waiting requests stranded (Q2 stays fixed). docs/differences-from-blis.md,
+"event ties".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from blis_simpy.core.request import Request
+
+if TYPE_CHECKING:
+    from blis_simpy.engine.instance import Instance
+
+ARRIVAL, QUEUED, STEP, NO_OP = range(4)  # kinds of the reference's instance events
+
+
+class TimestampHeap:
+    """A binary min-heap on `time` with Go `container/heap`'s push (sift up from the new leaf)
+    and pop (swap root and last, sift the new root down over the rest, remove the last).
+    Only the timestamp is compared; a child replaces its parent only if strictly smaller,
+    and sift-down prefers the right child only if it is strictly smaller than the left."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, int, Any]] = []  # (time, kind, payload)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def next_time(self) -> int:
+        return self.items[0][0]
+
+    def push(self, time: int, kind: int, payload: Any = None) -> None:
+        h = self.items
+        h.append((time, kind, payload))
+        j = len(h) - 1
+        while j > 0:
+            i = (j - 1) // 2
+            if not time < h[i][0]:
+                break
+            h[i], h[j] = h[j], h[i]
+            j = i
+
+    def pop(self) -> tuple[int, int, Any]:
+        h = self.items
+        n = len(h) - 1
+        h[0], h[n] = h[n], h[0]
+        i = 0
+        while True:
+            j = 2 * i + 1
+            if j >= n:
+                break
+            right = j + 1
+            if right < n and h[right][0] < h[j][0]:
+                j = right
+            if not h[j][0] < h[i][0]:
+                break
+            h[i], h[j] = h[j], h[i]
+            i = j
+        return h.pop()
+
+
+class ReferenceEventOrder:
+    """Runs one instance's events in the order of the reference's event heap."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.env = instance.env
+        self.heap = TimestampHeap()
+        self.step_queued = False  # a Step event is in the heap
+        self.pumps: set[int] = set()  # times at which a SimPy event will run the heap
+
+    def arrive(self, req: Request) -> None:
+        """A request routed to the instance: its Arrival event, now."""
+        now = self.env.now
+        self.heap.push(now, ARRIVAL, req)
+        self._pump_at(now)
+
+    def _pump_at(self, time: int) -> None:
+        if time not in self.pumps:
+            self.pumps.add(time)
+            self.env.timeout(time - self.env.now).callbacks.append(self._pump)
+
+    def _pump(self, event: simpy.Event) -> None:
+        """Run every heap event due now, in heap order (events pushed meanwhile included)."""
+        now = self.env.now
+        self.pumps.discard(now)
+        heap, instance = self.heap, self.instance
+        while heap and heap.next_time() == now:
+            _, kind, req = heap.pop()
+            instance.last_event = now
+            if kind == STEP:
+                self._step(now)
+            elif kind == QUEUED:
+                instance.join(req)
+                if not self.step_queued:
+                    self.step_queued = True
+                    heap.push(now, STEP)
+            elif kind == ARRIVAL:
+                heap.push(now + instance.latency.queue_delay(req.input_len), QUEUED, req)
+        if heap:
+            self._pump_at(heap.next_time())
+
+    def _step(self, now: int) -> None:
+        """One step, then the events the reference pushes for it, in its order: preemptions
+        or admissions (now), completions (at the step's end), the next step."""
+        heap, instance = self.heap, self.instance
+        self.step_queued = False
+        before = (instance.preemptions, instance.admissions, instance.completions)
+        duration = instance.step()
+        if duration is None:
+            if instance.running:  # nothing could run (a preemption emptied the batch): retry
+                self.step_queued = True
+                heap.push(now, STEP)
+            return
+        for _ in range(instance.preemptions - before[0] + instance.admissions - before[1]):
+            heap.push(now, NO_OP)
+        end = now + duration
+        for _ in range(instance.completions - before[2]):
+            heap.push(end, NO_OP)
+        # The reference stops stepping when the batch empties (Q2); this keeps stepping while
+        # anything waits, and is otherwise idle from this step's start.
+        if instance.running or instance.queue_depth:
+            self.step_queued = True
+            heap.push(end, STEP)
