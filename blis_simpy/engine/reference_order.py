@@ -103,7 +103,8 @@ class ReferenceEventOrder:
         now = self.env.now
         self.pumps.discard(now)
         heap, instance = self.heap, self.instance
-        while heap and heap.next_time() == now:
+        items = heap.items
+        while items and items[0][0] == now:
             _, kind, req = heap.pop()
             instance.last_event = now
             if kind == STEP:
@@ -115,8 +116,8 @@ class ReferenceEventOrder:
                     heap.push(now, STEP)
             elif kind == ARRIVAL:
                 heap.push(now + instance.latency.queue_delay(req.input_len), QUEUED, req)
-        if heap:
-            self._pump_at(heap.next_time())
+        if items:
+            self._pump_at(items[0][0])
 
     def _step(self, now: int) -> None:
         """One step, then the events the reference pushes for it, in its order: preemptions

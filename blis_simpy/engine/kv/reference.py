@@ -62,13 +62,35 @@ class ReferenceKVCache(KVCache):
         return self._decode(req, start)
 
     def open_block(self, req: Request) -> bool:
-        if not self.free:
+        """`_pop(1)`, inlined: this runs for one decode token in every block size."""
+        free = self.free
+        if not free:
             return False
-        req.blocks.append(self._pop(1))
+        block = free.popitem(False)[0]
+        block_hash = self.block_hash
+        old = block_hash[block]
+        if old is not None:
+            self.index.pop(old, None)
+            block_hash[block] = None
+        self.fill[block] = 1
+        self.refcount[block] = 1
+        self.used += 1
+        self.misses += 1
+        req.blocks.append(block)
         return True
 
     def publish(self, req: Request, position: int) -> None:
-        self._top_up_full(req, req.blocks[-1], position + 1)
+        """`_top_up_full` of the last block, inlined: this runs as often as `open_block`."""
+        bs = self.block_size
+        block = req.blocks[-1]
+        self.fill[block] = bs
+        end = position + 1
+        if end % bs or req in self.outputs_only or req in self.hollow:
+            self.block_hash[block] = None
+            return
+        key = req.hashes[end // bs - 1]
+        self.block_hash[block] = key
+        self.index[key] = block
 
     def complete(self, req: Request) -> None:
         if req.output_len > 0 and not self._decode(req, req.progress):
@@ -122,31 +144,47 @@ class ReferenceKVCache(KVCache):
                         self._name(block, self._key(req, start + placed))
                 self._rollback(req, cached, taken)
                 return False
-            free, block_hash, index = self.free, self.block_hash, self.index
-            refcount, hashes = self.refcount, req.hashes
-            for _ in range(need):
-                block = free.popitem(last=False)[0]
-                old = block_hash[block]
-                if old is not None:
-                    index.pop(old, None)
-                count = min(bs, tokens - placed)
-                placed += count
-                fill[block] = count
-                refcount[block] = 1
-                blocks.append(block)
-                end = start + placed
-                if count == bs and not end % bs:
-                    key = hashes[end // bs - 1]
-                    block_hash[block] = key
-                    index[key] = block
-                else:
-                    block_hash[block] = None
-            self.used += need
-            self.misses += need
+            self._take(req, start + placed, tokens - placed, need)
         last_fill = fill[blocks[-1]] if blocks else 0
         end = start + tokens
         req.kv_phase = (end - last_fill if 0 < last_fill < bs else end) % bs
         return True
+
+    def _take(self, req: Request, at: int, rest: int, need: int) -> None:
+        """Take `need` blocks from the free head for the `rest` tokens from position `at`:
+        full blocks first, then the remainder, then empty ones (Q7). A full block is keyed
+        only when its content ends on a block boundary (else no lookup can ever hit it), and
+        each taken block's old key leaves the index as it is taken, key by key, as the
+        reference does."""
+        bs = self.block_size
+        popitem, block_hash, index = self.free.popitem, self.block_hash, self.index
+        forget = index.pop
+        refcount, fill, append = self.refcount, self.fill, req.blocks.append
+        full, remainder = divmod(rest, bs)
+        full = min(full, need)
+        keys = req.hashes[at // bs: at // bs + full] if at % bs == 0 else [None] * full
+        for key in keys:
+            block = popitem(False)[0]
+            old = block_hash[block]
+            if old is not None:
+                forget(old, None)
+            refcount[block] = 1
+            fill[block] = bs
+            block_hash[block] = key
+            if key is not None:
+                index[key] = block
+            append(block)
+        for k in range(full, need):
+            block = popitem(False)[0]
+            old = block_hash[block]
+            if old is not None:
+                forget(old, None)
+            refcount[block] = 1
+            fill[block] = remainder if k == full else 0
+            block_hash[block] = None
+            append(block)
+        self.used += need
+        self.misses += need
 
     def _pop(self, count: int) -> int:
         """Take the free list's head for `count` tokens; its old hash key leaves the index,
