@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from blis_simpy.compat.convert import blis_command, go_float, go_int, to_yaml
+from blis_simpy.compat.convert import blis_command, to_yaml
+from blis_simpy.compat.flags import go_float, go_int
 from blis_simpy.config import catalog
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TraceWorkload
@@ -118,7 +119,7 @@ def test_horizon_microseconds_become_seconds():
 def test_presets_take_lengths_from_the_catalog(name):
     _, scenario = convert("--model", LLAMA, *COEFFS, "--workload", name,
                           "--rate", "4", "--num-requests", "30")
-    preset = catalog.workload_preset(name)
+    preset = catalog.bundled().workload_preset(name)
     wl = scenario.workload
     assert (wl.num_requests, wl.rate_per_s) == (30, 4.0)
     assert wl.prefix_tokens == preset.get("prefix_tokens", 0)  # multidoc has none: 0
@@ -147,7 +148,7 @@ def test_catalog_lookup_fills_model_coefficients_and_kv_blocks():
     assert (scenario.model.tp, scenario.model.gpu, scenario.model.vllm_version) == (
         2, "H100", "vllm/vllm-openai:v0.8.4")
     assert scenario.engine.kv_blocks == 132139
-    entry = catalog.find(LLAMA, "H100", 2, "vllm/vllm-openai:v0.8.4")
+    entry = catalog.bundled().find(LLAMA, "H100", 2, "vllm/vllm-openai:v0.8.4")
     assert data["latency"] == {"type": "blackbox", "alpha": list(entry.alpha),
                                "beta": list(entry.beta)}
 

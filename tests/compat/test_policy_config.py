@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from blis_simpy.cli import app
-from blis_simpy.compat.convert import policy_config
+from blis_simpy.compat.policy_config import policy_config
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.policies.admission import ADMISSION, AlwaysAdmit
