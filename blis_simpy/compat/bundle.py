@@ -91,7 +91,10 @@ SECTION_KEYS = {
 }
 
 
-def node_kind(node: yaml.Node) -> str:
+def node_kind(node: yaml.Node | None) -> str:
+    """What a node is, for messages (callers have already ruled out a missing node)."""
+    if node is None:
+        return "nothing"
     if isinstance(node, yaml.MappingNode):
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
