@@ -176,13 +176,13 @@ def convert_policy_config(
     path: Annotated[Path, typer.Argument(help="reference PolicyBundle YAML (--policy-config)")],
 ) -> None:
     """Turn a reference `--policy-config` YAML into a blis-simpy `policies:` section."""
-    from blis_simpy.compat import convert
+    from blis_simpy.compat.policy_config import policies_yaml, policy_config
 
     try:
-        policies = convert.policy_config(path)
+        policies = policy_config(path)
     except ScenarioError as exc:
         raise fail(exc) from None
-    typer.echo(convert.policies_yaml(policies, path), nl=False)
+    typer.echo(policies_yaml(policies, path), nl=False)
 
 
 @workload_app.command("sample")

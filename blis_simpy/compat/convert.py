@@ -8,6 +8,10 @@ reference's command line: everything the reference resolves implicitly (coeffici
 preset lengths, policy precedence, default scorers) is written out, so the scenario says
 exactly what ran.
 
+This module builds the scenario's sections from parsed flags (`blis_simpy.compat.flags`); the
+`policies:` section comes from `blis_simpy.compat.policy_config`, and --workload-spec from
+`blis_simpy.compat.workload_spec`.
+
     >>> data = blis_command(["run", "--model", "meta-llama/llama-3.1-8b-instruct"])
     >>> data["latency"]["type"], data["engine"]["kv_blocks"]
     ('blackbox', 132139)
@@ -18,297 +22,34 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from blis_simpy.compat.flags import DEFAULTS_FILE, INT64_MAX, KEY_TO_FLAG, Args, parse_args
+from blis_simpy.compat.policy_config import build_policies, command_policies
 from blis_simpy.compat.workload_spec import workload_spec
-from blis_simpy.config import catalog
 from blis_simpy.config.catalog import (
-    DEFAULT_KV_BLOCKS,
+    Catalog,
+    bundled,
     bundled_hardware_config,
     bundled_model_config,
 )
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.schema import join
 from blis_simpy.workload.imported import Converted
 
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
-DEFAULTS_FILE = "defaults.yaml"
 LOG_LEVELS = ("panic", "fatal", "error", "warn", "warning", "info", "debug", "trace")
 PRESET_KEYS = ("prefix_tokens", "prompt_tokens", "prompt_tokens_stdev", "prompt_tokens_min",
                "prompt_tokens_max", "output_tokens", "output_tokens_stdev", "output_tokens_min",
                "output_tokens_max")
-# The reference's policy names per axis (cluster.md §3.5), sorted as its messages list them;
-# "" is also accepted and means the flag default.
-POLICY_NAMES = {
-    "admission": ("always-admit", "reject-all", "token-bucket"),
-    "routing": ("always-busiest", "least-loaded", "prefix-affinity", "round-robin", "weighted"),
-    "priority": ("constant", "inverted-slo", "slo-based"),
-    "scheduler": ("fcfs", "priority-fcfs", "reverse-priority", "sjf"),
-}
-SCORER_NAMES = ("kv-utilization", "load-balance", "prefix-affinity", "queue-depth")
-# What a weighted router uses when neither --routing-scorers nor the bundle names scorers.
-DEFAULT_SCORERS = {"prefix-affinity": 3.0, "queue-depth": 2.0, "kv-utilization": 2.0}
 TRACE_LEVELS = ("none", "decisions")
-# Flags of the reference's `run` that exist but are not converted.
-LATER_FLAGS = frozenset({
-    "fitness-weights", "kv-cpu-blocks", "kv-offload-threshold",
-    "kv-transfer-bandwidth", "kv-transfer-base-latency",
-})
-
-
-# ---------------------------------------------------------------- value parsing (Go rules)
-
-def go_int(text: str) -> int:
-    """strconv.ParseInt(text, 0, 64), which pflag uses for every integer flag.
-
-    Base 0 means 0x/0o/0b prefixes and a bare leading 0 (octal) are honoured."""
-    sign, body = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
-    if text != text.strip() or not body or body[0] == "_":
-        raise ValueError(text)
-    if len(body) > 1 and body[0] == "0" and body[1] not in "xXoObB":
-        body = "0o" + body[1:]
-    value = int(sign + body, 0)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise ValueError(f"{text} is out of the int64 range")
-    return value
-
-
-def go_float(text: str) -> float:
-    """strconv.ParseFloat(text, 64): no spaces or underscores; overflow is an error, not inf."""
-    body = text.lstrip("+-")
-    if text != text.strip() or "_" in text or not body:
-        raise ValueError(text)
-    if body[:2].lower() == "0x":
-        if "p" not in body.lower():
-            raise ValueError(text)
-        return float.fromhex(text)
-    value = float(text)
-    if math.isinf(value) and not body.lower().startswith("inf"):
-        raise ValueError(f"{text} is out of the float64 range")
-    return value
-
-
-def go_floats(text: str) -> list[float]:
-    """pflag's Float64Slice: comma-separated, each item parsed by ParseFloat."""
-    return [go_float(item) for item in text.split(",")]
-
-
-def go_bool(text: str) -> bool:
-    """strconv.ParseBool, which pflag uses for `--flag=value` on a bool flag."""
-    if text in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if text in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    raise ValueError(text)
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """How a flag's text becomes a value, and how to say what was expected."""
-    parse: Callable[[str], Any]
-    expected: str
-
-
-INT = Kind(go_int, "an integer")
-FLOAT = Kind(go_float, "a number")
-FLOATS = Kind(go_floats, "comma-separated numbers, e.g. 1,2,3")
-STR = Kind(str, "a string")
-BOOL = Kind(go_bool, "true or false (a bare --flag means true)")
-
-
-@dataclass(frozen=True, slots=True)
-class Flag:
-    kind: Kind
-    default: Any
-    key: str | None  # where the value lands in the scenario; None: it only steers conversion
-
-
-# engine.md §7, in the reference's order. `key` also maps schema errors back to flags.
-FLAGS: dict[str, Flag] = {
-    "model": Flag(STR, "", "model.name"),
-    "seed": Flag(INT, 42, "seed"),
-    "horizon": Flag(INT, INT64_MAX, "horizon_s"),
-    "log": Flag(STR, "warn", None),
-    "workload": Flag(STR, "distribution", "workload.type"),
-    "workload-traces-filepath": Flag(STR, "", "workload.path"),
-    "workload-spec": Flag(STR, "", None),
-    "rate": Flag(FLOAT, 1.0, "workload.rate_per_s"),
-    "num-requests": Flag(INT, 100, "workload.num_requests"),
-    "prefix-tokens": Flag(INT, 0, "workload.prefix_tokens"),
-    "prompt-tokens": Flag(INT, 512, "workload.prompt.mean"),
-    "prompt-tokens-stdev": Flag(INT, 256, "workload.prompt.stdev"),
-    "prompt-tokens-min": Flag(INT, 2, "workload.prompt.min"),
-    "prompt-tokens-max": Flag(INT, 7000, "workload.prompt.max"),
-    "output-tokens": Flag(INT, 512, "workload.output.mean"),
-    "output-tokens-stdev": Flag(INT, 256, "workload.output.stdev"),
-    "output-tokens-min": Flag(INT, 2, "workload.output.min"),
-    "output-tokens-max": Flag(INT, 7000, "workload.output.max"),
-    "total-kv-blocks": Flag(INT, DEFAULT_KV_BLOCKS, "engine.kv_blocks"),
-    "block-size-in-tokens": Flag(INT, 16, "engine.block_size"),
-    "max-num-running-reqs": Flag(INT, 256, "engine.max_running_requests"),
-    "max-num-scheduled-tokens": Flag(INT, 2048, "engine.max_scheduled_tokens"),
-    "long-prefill-token-threshold": Flag(INT, 0, "engine.long_prefill_threshold"),
-    "max-model-len": Flag(INT, 2048, "engine.max_model_len"),
-    "alpha-coeffs": Flag(FLOATS, [0.0, 0.0, 0.0], "latency.alpha"),
-    "beta-coeffs": Flag(FLOATS, [0.0, 0.0, 0.0], "latency.beta"),
-    "hardware": Flag(STR, "", "model.gpu"),
-    "tp": Flag(INT, 0, "model.tp"),
-    "vllm-version": Flag(STR, "", "model.vllm_version"),
-    "model-config-folder": Flag(STR, "", "latency.model_config"),
-    "hardware-config": Flag(STR, "", "latency.hardware_config"),
-    "defaults-filepath": Flag(STR, DEFAULTS_FILE, None),
-    "results-path": Flag(STR, "", None),
-    "num-instances": Flag(INT, 1, "cluster.instances"),
-    "admission-policy": Flag(STR, "always-admit", "policies.admission"),
-    "admission-latency": Flag(INT, 0, "cluster.admission_latency_us"),
-    "routing-latency": Flag(INT, 0, "cluster.routing_latency_us"),
-    "token-bucket-capacity": Flag(FLOAT, 10_000.0, "policies.admission.params.capacity"),
-    "token-bucket-refill-rate": Flag(FLOAT, 1_000.0, "policies.admission.params.refill_per_s"),
-    "routing-policy": Flag(STR, "round-robin", "policies.routing"),
-    "routing-scorers": Flag(STR, "", "policies.routing.params.scorers"),
-    "priority-policy": Flag(STR, "constant", "policies.priority"),
-    "scheduler": Flag(STR, "fcfs", "policies.scheduler"),
-    "policy-config": Flag(STR, "", None),
-    "snapshot-refresh-interval": Flag(INT, 0, "cluster.observability"),
-    "trace-level": Flag(STR, "none", "cluster.record_decisions"),
-    "counterfactual-k": Flag(INT, 0, "cluster.top_k"),
-    "summarize-trace": Flag(BOOL, False, None),
-}
-KEY_TO_FLAG = {f.key: f"--{name}" for name, f in FLAGS.items() if f.key}
-FLAG_LIST = ", ".join(f"--{name}" for name in FLAGS)
-
-
-# ---------------------------------------------------------------- command line
-
-@dataclass(slots=True)
-class Args:
-    """Parsed flag values (every flag present, defaults filled) and which were given."""
-    values: dict[str, Any]
-    given: set[str]
-    cwd: Path
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
-
-    def path(self, name: str) -> Path:
-        """A path flag resolved against the command's working directory, as the reference's
-        relative paths are."""
-        return (self.cwd / self.values[name]).resolve()
-
-
-def looks_like_flag(token: str) -> bool:
-    """`-x`/`--x` with a letter after the dashes; `-1` and `-1,2` are values."""
-    return bool(re.match(r"--?[A-Za-z]", token))
-
-
-def default_values() -> dict[str, Any]:
-    return {name: (list(f.default) if isinstance(f.default, list) else f.default)
-            for name, f in FLAGS.items()}
-
-
-def parse_args(argv: list[str], cwd: Path) -> Args:
-    """pflag's syntax: `--flag value`, `--flag=value`, one or two dashes, `--` ends flags.
-
-    Float64Slice flags append on repetition (the first use replaces the default); other
-    flags keep the last value, as pflag does. A bool flag takes no separate value: `--flag`
-    is true, `--flag=false` false."""
-    values = default_values()
-    given: set[str] = set()
-    positionals: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if token == "--":
-            positionals.extend(argv[i:])
-            break
-        if not looks_like_flag(token):
-            positionals.append(token)
-            continue
-        name, eq, raw = token.lstrip("-").partition("=")
-        flag = lookup_flag(name)
-        if not eq and flag.kind is BOOL:
-            raw = "true"
-        elif not eq:
-            if i >= len(argv) or looks_like_flag(argv[i]):
-                raise ScenarioError(f"--{name}", "needs a value", flag.kind.expected)
-            raw = argv[i]
-            i += 1
-        value = parse_value(name, flag, raw)
-        if flag.kind is FLOATS and name in given:
-            value = values[name] + value
-        values[name] = value
-        given.add(name)
-    check_positionals(positionals)
-    return Args(values, given, cwd)
-
-
-def lookup_flag(name: str) -> Flag:
-    flag = FLAGS.get(name)
-    if flag is not None:
-        return flag
-    if name in LATER_FLAGS:
-        raise ScenarioError(
-            f"--{name}", "is a reference flag that is not converted (the tiered KV cache, "
-            "and --fitness-weights have no conversion yet)", FLAG_LIST,
-        )
-    raise ScenarioError(f"--{name}", "unknown flag for `blis run`", FLAG_LIST)
-
-
-def parse_value(name: str, flag: Flag, raw: str) -> Any:
-    try:
-        return flag.kind.parse(raw)
-    except ValueError:
-        raise ScenarioError(f"--{name}", f"invalid value {raw!r}", flag.kind.expected) from None
-
-
-def check_positionals(positionals: list[str]) -> None:
-    if not positionals or positionals[0] != "run":
-        got = repr(positionals[0]) if positionals else "nothing"
-        raise ScenarioError(
-            "subcommand", f"expected the subcommand `run` first, got {got}", "run"
-        )
-    if len(positionals) > 1:
-        raise ScenarioError(positionals[1], "unexpected argument; `run` takes only flags")
 
 
 # ---------------------------------------------------------------- coefficient catalog
-
-@dataclass(frozen=True, slots=True)
-class Catalog:
-    """A defaults.yaml (bundled or --defaults-filepath) with the reference's lookup rules."""
-    data: Mapping[str, Any]
-    source: str
-
-    def model_defaults(self, model: str) -> Mapping[str, Any]:
-        return (self.data.get("defaults") or {}).get(model.lower()) or {}
-
-    def workload(self, name: str) -> Mapping[str, Any] | None:
-        return (self.data.get("workloads") or {}).get(name)
-
-    def workload_names(self) -> list[str]:
-        return list(self.data.get("workloads") or {})
-
-    def find(self, model: str, gpu: str, tp: int, version: str) -> Mapping[str, Any] | None:
-        """The first entry with equal (id, tp, GPU, vLLM version), as the reference picks it."""
-        for row in self.data.get("models") or []:
-            if (row.get("id"), row.get("tensor_parallelism"), row.get("GPU"),
-                    row.get("vllm_version")) == (model.lower(), tp, gpu, version):
-                return row
-        return None
-
-    def available(self, model: str) -> str:
-        rows = [r for r in self.data.get("models") or [] if r.get("id") == model.lower()]
-        return "; ".join(sorted(f"--hardware {r.get('GPU')} --tp {r.get('tensor_parallelism')} "
-                                f"--vllm-version {r.get('vllm_version')}" for r in rows))
-
 
 def load_catalog(args: Args) -> Catalog:
     """The bundled catalog unless --defaults-filepath names another file.
@@ -316,24 +57,19 @@ def load_catalog(args: Args) -> Catalog:
     Called only where the reference reads the file, so a bad path with explicit
     coefficients is not an error there either."""
     if args["defaults-filepath"] == DEFAULTS_FILE:
-        return Catalog(catalog.catalog(), "the bundled defaults.yaml")
-    path = args.path("defaults-filepath")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ScenarioError("--defaults-filepath", f"cannot read {path}: "
-                            f"{exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError("--defaults-filepath", f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise ScenarioError("--defaults-filepath", f"{path} is not a mapping with defaults, "
-                            "workloads and models sections")
-    return Catalog(data, str(path))
+        return bundled()
+    return Catalog.from_file(args.path("defaults-filepath"), "--defaults-filepath")
+
+
+def entry_flags(cat: Catalog, model: str) -> str:
+    """The catalog's entries for `model` as the flags that would select them."""
+    return "; ".join(sorted(f"--hardware {gpu} --tp {tp} --vllm-version {version}"
+                            for gpu, tp, version in cat.combinations(model)))
 
 
 # ---------------------------------------------------------------- sections
 
-def all_zero(values: list[float]) -> bool:
+def all_zero(values: Sequence[float]) -> bool:
     return all(v == 0 for v in values)
 
 
@@ -358,7 +94,8 @@ def resolve_latency(args: Args) -> Latency:
     return catalog_latency(args)
 
 
-def blackbox(alpha: list[float], beta: list[float], origin: str = "") -> dict[str, Any]:
+def blackbox(alpha: Sequence[float], beta: Sequence[float], origin: str = ""
+             ) -> dict[str, Any]:
     """Explicit coefficients; the reference reads only the first three of each."""
     for name, values in (("alpha-coeffs", alpha), ("beta-coeffs", beta)):
         if len(values) < 3:
@@ -400,12 +137,10 @@ def catalog_latency(args: Args) -> Latency:
     tp = args["tp"] or int(defaults.get("tensor_parallelism") or 0)
     gpu = args["hardware"] or str(defaults.get("GPU") or "")
     version = args["vllm-version"] or str(defaults.get("vllm_version") or "")
-    row = cat.find(model, gpu, tp, version)
-    alpha = [float(v) for v in (row or {}).get("alpha_coeffs") or []]
-    beta = [float(v) for v in (row or {}).get("beta_coeffs") or []]
-    if row is not None and not (all_zero(alpha) and all_zero(beta)):
-        section = blackbox(alpha, beta, f" in the catalog entry of {cat.source}")
-        return Latency(section, gpu, tp, version, int(row.get("total_kv_blocks") or 0))
+    entry = cat.find(model, gpu, tp, version)
+    if entry is not None and not (all_zero(entry.alpha) and all_zero(entry.beta)):
+        section = blackbox(entry.alpha, entry.beta, f" in the catalog entry of {cat.source}")
+        return Latency(section, gpu, tp, version, entry.kv_blocks)
     return Latency(bundled_roofline(model, gpu, tp, version, cat), gpu, tp, version, None)
 
 
@@ -421,7 +156,8 @@ def bundled_roofline(model: str, gpu: str, tp: int, version: str, cat: Catalog
         bundled_model_config(model)
     except ValueError as exc:
         raise ScenarioError("--model", f"no coefficients for {what} in {cat.source}, and "
-                            f"no roofline fallback: {exc}", cat.available(model) or hint) from None
+                            f"no roofline fallback: {exc}",
+                            entry_flags(cat, model) or hint) from None
     if not gpu or tp <= 0:
         missing = "--hardware" if not gpu else "--tp"
         raise ScenarioError(missing, f"no coefficients for {what} in {cat.source}; the "
@@ -477,7 +213,7 @@ def workload_section(args: Args) -> dict[str, Any]:
         check_lengths(lengths)
     else:
         cat = load_catalog(args)
-        preset = cat.workload(name)
+        preset = cat.workload_preset(name)
         if preset is None:
             valid = ", ".join(["distribution", "traces", *cat.workload_names()])
             raise ScenarioError("--workload", f"unknown workload {name!r}", valid)
@@ -549,7 +285,7 @@ def check_ignored(args: Args) -> None:
         raise ScenarioError("--log", f"invalid log level {args['log']!r}", ", ".join(LOG_LEVELS))
 
 
-# ---------------------------------------------------------------- cluster and policies
+# ---------------------------------------------------------------- cluster
 
 def cluster_section(args: Args) -> dict[str, Any]:
     """Replicas, control-plane latencies, snapshot freshness and decision recording.
@@ -586,305 +322,6 @@ def cluster_section(args: Args) -> dict[str, Any]:
     return section
 
 
-def parse_scorers(text: str, where: str = "--routing-scorers") -> dict[str, float]:
-    """`name:weight,...` as the reference's ParseScorerConfigs reads it: items and their
-    halves trimmed; malformed item, unknown name, repeated name or a weight that is not a
-    finite number > 0 is an error. Order is kept (it is the order scores are summed in)."""
-    scorers: dict[str, float] = {}
-    for item in text.split(","):
-        name, colon, raw = item.strip().partition(":")
-        if not colon:
-            raise ScenarioError(where, f"invalid scorer config {item.strip()!r}",
-                                "name:weight, e.g. prefix-affinity:3,queue-depth:2")
-        name = name.strip()
-        if name not in SCORER_NAMES:
-            raise ScenarioError(where, f"unknown scorer {name!r}", ", ".join(SCORER_NAMES))
-        if name in scorers:
-            raise ScenarioError(where, f"duplicate scorer {name!r}; each scorer may appear "
-                                "at most once")
-        try:
-            weight = go_float(raw.strip())
-        except ValueError:
-            raise ScenarioError(where, f"invalid weight for scorer {name!r}: {raw.strip()!r}",
-                                "a finite number > 0") from None
-        if not (math.isfinite(weight) and weight > 0):
-            raise ScenarioError(where, f"scorer {name!r} weight must be a finite positive "
-                                f"number, got {weight}")
-        scorers[name] = weight
-    return scorers
-
-
-# flag -> its key in the PolicyBundle YAML; the axes in the order the reference checks them.
-BUNDLE_KEYS = {
-    "admission-policy": "admission.policy",
-    "token-bucket-capacity": "admission.token_bucket_capacity",
-    "token-bucket-refill-rate": "admission.token_bucket_refill_rate",
-    "routing-policy": "routing.policy",
-    "priority-policy": "priority.policy",
-    "scheduler": "scheduler",
-}
-AXIS_FLAGS = {"admission": "admission-policy", "routing": "routing-policy",
-              "priority": "priority-policy", "scheduler": "scheduler"}
-
-
-@dataclass(slots=True)
-class Bundle:
-    """A validated PolicyBundle: the keys it sets (unset keys are absent) and its scorers."""
-    label: str  # how messages name the file
-    values: dict[str, Any]
-    scorers: dict[str, float]
-
-    def where(self, key: str) -> str:
-        return f"{self.label}: {key}"
-
-
-def setting(args: Args, bundle: Bundle | None, flag: str) -> tuple[Any, str]:
-    """A policy value and where it came from: an explicitly given flag beats the bundle,
-    which beats the flag's default (the reference's Changed() precedence)."""
-    if flag not in args.given and bundle is not None:
-        value = bundle.values.get(BUNDLE_KEYS[flag])
-        if value is not None and value != "":
-            return value, bundle.where(BUNDLE_KEYS[flag])
-    return args[flag], f"--{flag}"
-
-
-def policies_section(args: Args, bundle: Bundle | None) -> dict[str, Any]:
-    """The four policies after precedence, with the reference's checks in its order."""
-    chosen = {axis: setting(args, bundle, flag) for axis, flag in AXIS_FLAGS.items()}
-    bucket: dict[str, Any] = {}
-    if chosen["admission"][0] == "token-bucket":
-        for flag, param in (("token-bucket-capacity", "capacity"),
-                            ("token-bucket-refill-rate", "refill_per_s")):
-            value, where = setting(args, bundle, flag)
-            if not (math.isfinite(value) and value > 0):
-                raise ScenarioError(where, f"must be a finite value > 0 for token-bucket "
-                                    f"admission, got {value}")
-            bucket[param] = float(value)
-        bucket["cost"] = "tokens"  # the reference charges a request its input tokens
-    for axis, (name, where) in chosen.items():
-        if name != "" and name not in POLICY_NAMES[axis]:
-            what = "scheduler" if axis == "scheduler" else f"{axis} policy"
-            raise ScenarioError(where, f"unknown {what} {name!r}", ", ".join(POLICY_NAMES[axis]))
-    section: dict[str, Any] = {}
-    for axis in ("admission", "priority", "routing", "scheduler"):  # schema order
-        name = chosen[axis][0] or FLAGS[AXIS_FLAGS[axis]].default
-        section[axis] = {"type": name}
-    if bucket:
-        section["admission"]["params"] = bucket
-    if section["routing"]["type"] == "weighted":
-        if args["routing-scorers"] != "":
-            scorers = parse_scorers(args["routing-scorers"])
-        elif bundle is not None and bundle.scorers:
-            scorers = dict(bundle.scorers)
-        else:
-            scorers = dict(DEFAULT_SCORERS)
-        section["routing"]["params"] = {"scorers": scorers}
-    # Otherwise the reference ignores --routing-scorers (with a warning) without parsing it.
-    return section
-
-
-# ---------------------------------------------------------------- PolicyBundle YAML
-
-YAML_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
-YAML_SPECIAL = {**{t: math.inf for t in (".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF")},
-                **{t: -math.inf for t in ("-.inf", "-.Inf", "-.INF")},
-                **{t: math.nan for t in (".nan", ".NaN", ".NAN")}}
-YAML_NULLS = ("", "~", "null", "Null", "NULL")
-SECTION_KEYS = {
-    "": ("admission", "routing", "priority", "scheduler"),
-    "admission": ("policy", "token_bucket_capacity", "token_bucket_refill_rate"),
-    "routing": ("policy", "scorers"),
-    "priority": ("policy",),
-    "scorer": ("name", "weight"),
-}
-
-
-def node_kind(node: yaml.Node) -> str:
-    if isinstance(node, yaml.MappingNode):
-        return "a mapping"
-    if isinstance(node, yaml.SequenceNode):
-        return "a list"
-    return f"{node.value!r}"
-
-
-def line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
-class BundleReader:
-    """Go yaml.v3 decoding into the reference's PolicyBundle struct, strictly (KnownFields):
-    unknown or repeated keys and values of the wrong type are errors; null means unset."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-
-    def error(self, key: str, problem: str, valid: str | None = None) -> ScenarioError:
-        return ScenarioError(f"{self.label}: {key}" if key else self.label, problem, valid)
-
-    @staticmethod
-    def is_null(node: yaml.Node | None) -> bool:
-        return node is None or (isinstance(node, yaml.ScalarNode) and (
-            node.tag == "tag:yaml.org,2002:null" or (node.style is None
-                                                     and node.value in YAML_NULLS)))
-
-    def mapping(self, node: yaml.Node | None, key: str, fields: tuple[str, ...]
-                ) -> dict[str, yaml.Node]:
-        if self.is_null(node):
-            return {}
-        if not isinstance(node, yaml.MappingNode):
-            raise self.error(key, f"expected a mapping, got {node_kind(node)}",
-                             ", ".join(fields))
-        out: dict[str, yaml.Node] = {}
-        for key_node, value in node.value:
-            name = str(key_node.value)
-            path = join(key, name)
-            if name in out:
-                raise self.error(path, f"key {name!r} is repeated (line {line(key_node)})")
-            if name not in fields:
-                raise self.error(path, f"unknown key (line {line(key_node)})",
-                                 ", ".join(fields))
-            out[name] = value
-        return out
-
-    def text(self, node: yaml.Node | None, key: str) -> str:
-        if self.is_null(node):
-            return ""
-        if not isinstance(node, yaml.ScalarNode):
-            raise self.error(key, f"expected a name, got {node_kind(node)}")
-        return str(node.value)
-
-    def number(self, node: yaml.Node | None, key: str) -> float | None:
-        """A YAML 1.2 int or float (as yaml.v3 resolves plain scalars); quoted is a string."""
-        if self.is_null(node):
-            return None
-        if isinstance(node, yaml.ScalarNode) and node.style is None:
-            text = node.value
-            try:
-                return float(go_int(text))
-            except ValueError:
-                pass
-            if YAML_FLOAT.fullmatch(text):
-                return float(text)
-            if text in YAML_SPECIAL:
-                return YAML_SPECIAL[text]
-        raise self.error(key, f"expected a number, got {node_kind(node)}")
-
-    def read(self, root: yaml.Node) -> Bundle:
-        top = self.mapping(root, "", SECTION_KEYS[""])
-        admission = self.mapping(top.get("admission"), "admission", SECTION_KEYS["admission"])
-        routing = self.mapping(top.get("routing"), "routing", SECTION_KEYS["routing"])
-        priority = self.mapping(top.get("priority"), "priority", SECTION_KEYS["priority"])
-        values = {
-            "admission.policy": self.text(admission.get("policy"), "admission.policy"),
-            "admission.token_bucket_capacity": self.number(
-                admission.get("token_bucket_capacity"), "admission.token_bucket_capacity"),
-            "admission.token_bucket_refill_rate": self.number(
-                admission.get("token_bucket_refill_rate"),
-                "admission.token_bucket_refill_rate"),
-            "routing.policy": self.text(routing.get("policy"), "routing.policy"),
-            "priority.policy": self.text(priority.get("policy"), "priority.policy"),
-            "scheduler": self.text(top.get("scheduler"), "scheduler"),
-        }
-        scorers = self.scorer_list(routing.get("scorers"))
-        self.validate(values, scorers)
-        return Bundle(self.label, values, dict(scorers))
-
-    def scorer_list(self, node: yaml.Node | None) -> list[tuple[str, float]]:
-        if self.is_null(node):
-            return []
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.error("routing.scorers", f"expected a list, got {node_kind(node)}",
-                             "a list of {name, weight}")
-        out = []
-        for i, item in enumerate(node.value):
-            key = f"routing.scorers[{i}]"
-            fields = self.mapping(item, key, SECTION_KEYS["scorer"])
-            weight = self.number(fields.get("weight"), f"{key}.weight")
-            out.append((self.text(fields.get("name"), f"{key}.name"),
-                        0.0 if weight is None else weight))  # Go's zero value
-        return out
-
-    def validate(self, values: dict[str, Any], scorers: list[tuple[str, float]]) -> None:
-        """PolicyBundle.Validate: names, then bucket parameters, then scorers."""
-        for axis, flag in AXIS_FLAGS.items():
-            key = BUNDLE_KEYS[flag]
-            if values[key] != "" and values[key] not in POLICY_NAMES[axis]:
-                what = "scheduler" if axis == "scheduler" else f"{axis} policy"
-                raise self.error(key, f"unknown {what} {values[key]!r}",
-                                 ", ".join(POLICY_NAMES[axis]))
-        for key in ("admission.token_bucket_capacity", "admission.token_bucket_refill_rate"):
-            value = values[key]
-            if value is not None and not math.isfinite(value):
-                raise self.error(key, f"must be a finite number, got {value}")
-            if value is not None and value < 0:
-                raise self.error(key, f"must be non-negative, got {value}")
-        seen: set[str] = set()
-        for i, (name, weight) in enumerate(scorers):
-            if name not in SCORER_NAMES:
-                raise self.error(f"routing.scorers[{i}].name", f"unknown scorer {name!r}",
-                                 ", ".join(SCORER_NAMES))
-            if name in seen:
-                raise self.error(f"routing.scorers[{i}].name", f"duplicate scorer {name!r}; "
-                                 "each scorer may appear at most once")
-            seen.add(name)
-            if not (math.isfinite(weight) and weight > 0):
-                raise self.error(f"routing.scorers[{i}].weight", f"scorer {name!r}: weight "
-                                 f"must be a finite positive number, got {weight}")
-
-
-def load_bundle(path: Path, label: str | None = None) -> Bundle:
-    """Read and validate a PolicyBundle YAML as the reference's LoadPolicyBundle + Validate:
-    only the first YAML document is read, and a file without one is an error (EOF)."""
-    label = label or str(path)
-    try:
-        text = path.read_text()
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise ScenarioError(label, f"cannot read {path}: {reason}") from None
-    try:
-        root = next(yaml.compose_all(text, Loader=yaml.SafeLoader), None)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(label, f"not valid YAML{where}: {problem}") from None
-    if root is None:
-        raise ScenarioError(label, "has no YAML document (the reference fails with EOF)",
-                            "a mapping with admission, routing, priority and/or scheduler")
-    return BundleReader(label).read(root)
-
-
-def policy_config(path: Path) -> dict[str, Any]:
-    """The blis-simpy `policies:` section equivalent to `--policy-config path` with no
-    policy flags: what the file leaves unset takes the reference's flag defaults."""
-    bundle = load_bundle(Path(path))
-    section = policies_section(Args(default_values(), set(), Path.cwd()), bundle)
-    build_policies(section, "")
-    return section
-
-
-def build_policies(policies: dict[str, Any], prefix: str) -> None:
-    """Create each policy from its template, so bad parameters fail here, not at run time."""
-    from blis_simpy.config.scenario import PolicyConfig
-    from blis_simpy.policies.admission import ADMISSION
-    from blis_simpy.policies.priority import PRIORITY
-    from blis_simpy.policies.routing import ROUTING
-    from blis_simpy.policies.scheduler import SCHEDULER
-
-    for axis, registry in (("admission", ADMISSION), ("priority", PRIORITY),
-                           ("routing", ROUTING), ("scheduler", SCHEDULER)):
-        entry = policies[axis]
-        config = PolicyConfig(entry["type"], dict(entry.get("params") or {}))
-        registry.create(config, join(prefix, f"policies.{axis}"))
-
-
-def policies_yaml(policies: dict[str, Any], source: str | Path | None = None) -> str:
-    """A `policies:` section as YAML, headed by a comment naming the file it came from."""
-    header = (f"# Converted from the reference BLIS policy config {source}\n" if source
-              else "# Converted from a reference BLIS policy config.\n")
-    return header + yaml.safe_dump({"policies": policies}, sort_keys=False)
-
-
 # ---------------------------------------------------------------- entry points
 
 def blis_command(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
@@ -901,11 +338,7 @@ def blis_command(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
     spec = spec_workload(args)
     workload = spec.workload if spec is not None else workload_section(args)
     cluster = cluster_section(args)
-    bundle = None
-    if args["policy-config"]:
-        bundle = load_bundle(args.path("policy-config"),
-                             f"--policy-config {args['policy-config']}")
-    policies = policies_section(args, bundle)
+    policies = command_policies(args)
     data: dict[str, Any] = {
         "version": 1,
         "model": model_section(args, latency),

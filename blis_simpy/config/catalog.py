@@ -1,11 +1,16 @@
 """The bundled data: the coefficient catalog (the reference's defaults.yaml) and its lookup rules,
 the HuggingFace model configs and the GPU figures the roofline model reads, and the reading of a
-user's own JSON files in their place."""
+user's own files in their place (a defaults.yaml, JSON configs).
+
+The lookup rules exist once, on `Catalog`, because two callers need them: resolving a scenario
+(always the bundled catalog) and converting a reference command line, whose
+`--defaults-filepath` may name another file."""
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.abc import Traversable
@@ -14,13 +19,17 @@ from typing import Any
 
 import yaml
 
+from blis_simpy.core.errors import ScenarioError
+
 DEFAULT_KV_BLOCKS = 1_000_000
+BUNDLED_SOURCE = "the bundled defaults.yaml"
 
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True, slots=True)
 class CatalogEntry:
+    """One fitted row of the catalog: blackbox coefficients and KV size for a model on a GPU."""
     model: str
     gpu: str
     tp: int
@@ -29,48 +38,82 @@ class CatalogEntry:
     beta: tuple[float, ...]
     kv_blocks: int
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CatalogEntry:
+        return cls(
+            model=row["id"], gpu=row["GPU"], tp=row["tensor_parallelism"],
+            vllm_version=row["vllm_version"],
+            alpha=tuple(float(x) for x in row.get("alpha_coeffs") or ()),
+            beta=tuple(float(x) for x in row.get("beta_coeffs") or ()),
+            kv_blocks=int(row.get("total_kv_blocks") or 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """A coefficient catalog in the reference's defaults.yaml format, with its lookup rules.
+
+    Usually the bundled one (`bundled()`); the reference's `--defaults-filepath` can name a
+    user's file instead (`from_file`), so the rules live here once for both. A section the
+    file leaves out, or leaves empty, looks up as empty."""
+    data: Mapping[str, Any]
+    source: str  # how messages name the file
+
+    @classmethod
+    def from_file(cls, path: Path, where: str) -> Catalog:
+        """A user's defaults.yaml; a ScenarioError at `where` (the option that named it)
+        says what is wrong with the file."""
+        try:
+            data = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ScenarioError(where, f"cannot read {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ScenarioError(where, f"{path} is not valid YAML: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ScenarioError(where, f"{path} is not a mapping with defaults, workloads "
+                                "and models sections")
+        return cls(data, str(path))
+
+    def _section(self, name: str) -> Any:
+        return self.data.get(name) or {}
+
+    def _rows(self) -> list[Mapping[str, Any]]:
+        return self.data.get("models") or []
+
+    def model_defaults(self, model: str) -> Mapping[str, Any]:
+        """GPU, tensor parallelism and vLLM version to use when the model's are not given."""
+        return self._section("defaults").get(model.lower()) or {}
+
+    def workload_preset(self, name: str) -> Mapping[str, Any] | None:
+        return self._section("workloads").get(name)
+
+    def workload_names(self) -> list[str]:
+        return list(self._section("workloads"))
+
+    def find(self, model: str, gpu: str, tp: int, vllm_version: str) -> CatalogEntry | None:
+        """The first entry with equal (id, tp, GPU, vLLM version), as the reference picks it."""
+        for row in self._rows():
+            if (row.get("id"), row.get("tensor_parallelism"), row.get("GPU"),
+                    row.get("vllm_version")) == (model.lower(), tp, gpu, vllm_version):
+                return CatalogEntry.from_row(row)
+        return None
+
+    def models(self) -> list[str]:
+        """Every model id that has coefficients."""
+        return sorted({str(row.get("id")) for row in self._rows()})
+
+    def combinations(self, model: str) -> list[tuple[Any, Any, Any]]:
+        """(GPU, TP, vLLM version) of every entry for `model`, in file order; callers say them
+        in their own words (scenario keys or reference flags)."""
+        return [(row.get("GPU"), row.get("tensor_parallelism"), row.get("vllm_version"))
+                for row in self._rows() if row.get("id") == model.lower()]
+
 
 @functools.cache
-def catalog() -> dict[str, Any]:
-    """The parsed defaults.yaml; parsed once per process because it is read-only data."""
+def bundled() -> Catalog:
+    """The bundled defaults.yaml; parsed once per process because it is read-only data."""
     text = resources.files("blis_simpy.data").joinpath("defaults.yaml").read_text()
-    return yaml.load(text, Loader=Loader)
-
-
-def model_defaults(model: str) -> dict[str, Any]:
-    return catalog()["defaults"].get(model.lower(), {})
-
-
-def workload_preset(name: str) -> dict[str, Any] | None:
-    return catalog()["workloads"].get(name)
-
-
-def find(model: str, gpu: str, tp: int, vllm_version: str) -> CatalogEntry | None:
-    """The first entry with equal (id, tp, GPU, vLLM version), as the reference picks it."""
-    for row in catalog()["models"]:
-        if (row.get("id"), row.get("tensor_parallelism"), row.get("GPU"),
-                row.get("vllm_version")) == (model.lower(), tp, gpu, vllm_version):
-            return CatalogEntry(
-                model=row["id"], gpu=row["GPU"], tp=row["tensor_parallelism"],
-                vllm_version=row["vllm_version"],
-                alpha=tuple(float(x) for x in row.get("alpha_coeffs") or ()),
-                beta=tuple(float(x) for x in row.get("beta_coeffs") or ()),
-                kv_blocks=int(row.get("total_kv_blocks") or 0),
-            )
-    return None
-
-
-def models() -> list[str]:
-    """Every model id that has coefficients."""
-    return sorted({str(r["id"]) for r in catalog()["models"]})
-
-
-def available(model: str) -> list[str]:
-    """Human-readable (gpu, tp, vllm) combinations the catalog has for `model`."""
-    rows = [r for r in catalog()["models"] if r.get("id") == model.lower()]
-    return sorted(
-        f"{r['GPU']} tp={r['tensor_parallelism']} {r['vllm_version']}" for r in rows
-    )
+    return Catalog(yaml.load(text, Loader=Loader), BUNDLED_SOURCE)
 
 
 def _data_dir() -> Traversable:

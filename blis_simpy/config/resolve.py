@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from blis_simpy.config import catalog
-from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS
+from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS, CatalogEntry, bundled
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError
@@ -19,7 +18,7 @@ from blis_simpy.core.errors import ScenarioError
 def resolve(scenario: Scenario) -> Scenario:
     """The same scenario with every derived default made explicit."""
     model = scenario.model
-    defaults = catalog.model_defaults(model.name)
+    defaults = bundled().model_defaults(model.name)
     model = dataclasses.replace(
         model,
         gpu=model.gpu or defaults.get("GPU"),
@@ -46,7 +45,8 @@ def resolve(scenario: Scenario) -> Scenario:
                                workload=workload)
 
 
-def catalog_entry(model: Any) -> catalog.CatalogEntry:
+def catalog_entry(model: Any) -> CatalogEntry:
+    catalog = bundled()
     missing = [k for k in ("gpu", "tp", "vllm_version") if getattr(model, k) is None]
     if missing:
         raise ScenarioError(
@@ -57,7 +57,8 @@ def catalog_entry(model: Any) -> catalog.CatalogEntry:
         )
     entry = catalog.find(model.name, model.gpu, model.tp, model.vllm_version)
     if entry is None or len(entry.alpha) < 3 or len(entry.beta) < 3:
-        known = catalog.available(model.name)
+        known = sorted(f"{gpu} tp={tp} {version}"
+                       for gpu, tp, version in catalog.combinations(model.name))
         valid = "; ".join(known) if known else "models: " + ", ".join(catalog.models())
         raise ScenarioError(
             "model", f"no blackbox coefficients for {model.name!r} on {model.gpu} "

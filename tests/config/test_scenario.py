@@ -422,10 +422,10 @@ def test_resolve_fills_model_coefficients_and_kv_from_catalog():
 
 def test_resolve_uses_catalog_default_gpu_and_tp():
     resolved = resolve(Scenario.from_dict({"version": 1, "model": {"name": LLAMA}}))
-    defaults = catalog.model_defaults(LLAMA)
+    defaults = catalog.bundled().model_defaults(LLAMA)
     assert resolved.model.gpu == defaults["GPU"]
     assert resolved.model.tp == defaults["tensor_parallelism"]
-    entry = catalog.find(LLAMA, defaults["GPU"], defaults["tensor_parallelism"],
+    entry = catalog.bundled().find(LLAMA, defaults["GPU"], defaults["tensor_parallelism"],
                          defaults["vllm_version"])
     assert resolved.engine.kv_blocks == entry.kv_blocks
 

@@ -1,0 +1,247 @@
+"""The reference's `blis run` command line as values: its flag table and pflag's syntax.
+
+The reference reads ~45 cobra/pflag flags (engine.md §7, cluster.md §1-§3). This module knows
+only what each flag is called, what kind of value it takes, its default and where its value
+lands in a scenario; it parses numbers by Go's rules (strconv), so a command line the reference
+accepts is accepted here and one it rejects is rejected, naming the flag. What the values mean
+is decided in `blis_simpy.compat.convert` and `blis_simpy.compat.policy_config`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS
+from blis_simpy.core.errors import ScenarioError
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+DEFAULTS_FILE = "defaults.yaml"
+# Flags of the reference's `run` that exist but are not converted.
+LATER_FLAGS = frozenset({
+    "fitness-weights", "kv-cpu-blocks", "kv-offload-threshold",
+    "kv-transfer-bandwidth", "kv-transfer-base-latency",
+})
+
+
+# ---------------------------------------------------------------- value parsing (Go rules)
+
+def go_int(text: str) -> int:
+    """strconv.ParseInt(text, 0, 64), which pflag uses for every integer flag.
+
+    Base 0 means 0x/0o/0b prefixes and a bare leading 0 (octal) are honoured."""
+    sign, body = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    if text != text.strip() or not body or body[0] == "_":
+        raise ValueError(text)
+    if len(body) > 1 and body[0] == "0" and body[1] not in "xXoObB":
+        body = "0o" + body[1:]
+    value = int(sign + body, 0)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{text} is out of the int64 range")
+    return value
+
+
+def go_float(text: str) -> float:
+    """strconv.ParseFloat(text, 64): no spaces or underscores; overflow is an error, not inf."""
+    body = text.lstrip("+-")
+    if text != text.strip() or "_" in text or not body:
+        raise ValueError(text)
+    if body[:2].lower() == "0x":
+        if "p" not in body.lower():
+            raise ValueError(text)
+        return float.fromhex(text)
+    value = float(text)
+    if math.isinf(value) and not body.lower().startswith("inf"):
+        raise ValueError(f"{text} is out of the float64 range")
+    return value
+
+
+def go_floats(text: str) -> list[float]:
+    """pflag's Float64Slice: comma-separated, each item parsed by ParseFloat."""
+    return [go_float(item) for item in text.split(",")]
+
+
+def go_bool(text: str) -> bool:
+    """strconv.ParseBool, which pflag uses for `--flag=value` on a bool flag."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise ValueError(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """How a flag's text becomes a value, and how to say what was expected."""
+    parse: Callable[[str], Any]
+    expected: str
+
+
+INT = Kind(go_int, "an integer")
+FLOAT = Kind(go_float, "a number")
+FLOATS = Kind(go_floats, "comma-separated numbers, e.g. 1,2,3")
+STR = Kind(str, "a string")
+BOOL = Kind(go_bool, "true or false (a bare --flag means true)")
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One flag: how its text is parsed, its default, and the scenario key it sets."""
+    kind: Kind
+    default: Any
+    key: str | None  # where the value lands in the scenario; None: it only steers conversion
+
+
+# engine.md §7, in the reference's order. `key` also maps schema errors back to flags.
+FLAGS: dict[str, Flag] = {
+    "model": Flag(STR, "", "model.name"),
+    "seed": Flag(INT, 42, "seed"),
+    "horizon": Flag(INT, INT64_MAX, "horizon_s"),
+    "log": Flag(STR, "warn", None),
+    "workload": Flag(STR, "distribution", "workload.type"),
+    "workload-traces-filepath": Flag(STR, "", "workload.path"),
+    "workload-spec": Flag(STR, "", None),
+    "rate": Flag(FLOAT, 1.0, "workload.rate_per_s"),
+    "num-requests": Flag(INT, 100, "workload.num_requests"),
+    "prefix-tokens": Flag(INT, 0, "workload.prefix_tokens"),
+    "prompt-tokens": Flag(INT, 512, "workload.prompt.mean"),
+    "prompt-tokens-stdev": Flag(INT, 256, "workload.prompt.stdev"),
+    "prompt-tokens-min": Flag(INT, 2, "workload.prompt.min"),
+    "prompt-tokens-max": Flag(INT, 7000, "workload.prompt.max"),
+    "output-tokens": Flag(INT, 512, "workload.output.mean"),
+    "output-tokens-stdev": Flag(INT, 256, "workload.output.stdev"),
+    "output-tokens-min": Flag(INT, 2, "workload.output.min"),
+    "output-tokens-max": Flag(INT, 7000, "workload.output.max"),
+    "total-kv-blocks": Flag(INT, DEFAULT_KV_BLOCKS, "engine.kv_blocks"),
+    "block-size-in-tokens": Flag(INT, 16, "engine.block_size"),
+    "max-num-running-reqs": Flag(INT, 256, "engine.max_running_requests"),
+    "max-num-scheduled-tokens": Flag(INT, 2048, "engine.max_scheduled_tokens"),
+    "long-prefill-token-threshold": Flag(INT, 0, "engine.long_prefill_threshold"),
+    "max-model-len": Flag(INT, 2048, "engine.max_model_len"),
+    "alpha-coeffs": Flag(FLOATS, [0.0, 0.0, 0.0], "latency.alpha"),
+    "beta-coeffs": Flag(FLOATS, [0.0, 0.0, 0.0], "latency.beta"),
+    "hardware": Flag(STR, "", "model.gpu"),
+    "tp": Flag(INT, 0, "model.tp"),
+    "vllm-version": Flag(STR, "", "model.vllm_version"),
+    "model-config-folder": Flag(STR, "", "latency.model_config"),
+    "hardware-config": Flag(STR, "", "latency.hardware_config"),
+    "defaults-filepath": Flag(STR, DEFAULTS_FILE, None),
+    "results-path": Flag(STR, "", None),
+    "num-instances": Flag(INT, 1, "cluster.instances"),
+    "admission-policy": Flag(STR, "always-admit", "policies.admission"),
+    "admission-latency": Flag(INT, 0, "cluster.admission_latency_us"),
+    "routing-latency": Flag(INT, 0, "cluster.routing_latency_us"),
+    "token-bucket-capacity": Flag(FLOAT, 10_000.0, "policies.admission.params.capacity"),
+    "token-bucket-refill-rate": Flag(FLOAT, 1_000.0, "policies.admission.params.refill_per_s"),
+    "routing-policy": Flag(STR, "round-robin", "policies.routing"),
+    "routing-scorers": Flag(STR, "", "policies.routing.params.scorers"),
+    "priority-policy": Flag(STR, "constant", "policies.priority"),
+    "scheduler": Flag(STR, "fcfs", "policies.scheduler"),
+    "policy-config": Flag(STR, "", None),
+    "snapshot-refresh-interval": Flag(INT, 0, "cluster.observability"),
+    "trace-level": Flag(STR, "none", "cluster.record_decisions"),
+    "counterfactual-k": Flag(INT, 0, "cluster.top_k"),
+    "summarize-trace": Flag(BOOL, False, None),
+}
+KEY_TO_FLAG = {f.key: f"--{name}" for name, f in FLAGS.items() if f.key}
+FLAG_LIST = ", ".join(f"--{name}" for name in FLAGS)
+
+
+# ---------------------------------------------------------------- command line
+
+@dataclass(slots=True)
+class Args:
+    """Parsed flag values (every flag present, defaults filled) and which were given."""
+    values: dict[str, Any]
+    given: set[str]
+    cwd: Path
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def path(self, name: str) -> Path:
+        """A path flag resolved against the command's working directory, as the reference's
+        relative paths are."""
+        return (self.cwd / self.values[name]).resolve()
+
+
+def looks_like_flag(token: str) -> bool:
+    """`-x`/`--x` with a letter after the dashes; `-1` and `-1,2` are values."""
+    return bool(re.match(r"--?[A-Za-z]", token))
+
+
+def default_values() -> dict[str, Any]:
+    return {name: (list(f.default) if isinstance(f.default, list) else f.default)
+            for name, f in FLAGS.items()}
+
+
+def parse_args(argv: list[str], cwd: Path) -> Args:
+    """pflag's syntax: `--flag value`, `--flag=value`, one or two dashes, `--` ends flags.
+
+    Float64Slice flags append on repetition (the first use replaces the default); other
+    flags keep the last value, as pflag does. A bool flag takes no separate value: `--flag`
+    is true, `--flag=false` false."""
+    values = default_values()
+    given: set[str] = set()
+    positionals: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token == "--":
+            positionals.extend(argv[i:])
+            break
+        if not looks_like_flag(token):
+            positionals.append(token)
+            continue
+        name, eq, raw = token.lstrip("-").partition("=")
+        flag = lookup_flag(name)
+        if not eq and flag.kind is BOOL:
+            raw = "true"
+        elif not eq:
+            if i >= len(argv) or looks_like_flag(argv[i]):
+                raise ScenarioError(f"--{name}", "needs a value", flag.kind.expected)
+            raw = argv[i]
+            i += 1
+        value = parse_value(name, flag, raw)
+        if flag.kind is FLOATS and name in given:
+            value = values[name] + value
+        values[name] = value
+        given.add(name)
+    check_positionals(positionals)
+    return Args(values, given, cwd)
+
+
+def lookup_flag(name: str) -> Flag:
+    flag = FLAGS.get(name)
+    if flag is not None:
+        return flag
+    if name in LATER_FLAGS:
+        raise ScenarioError(
+            f"--{name}", "is a reference flag that is not converted (the tiered KV cache, "
+            "and --fitness-weights have no conversion yet)", FLAG_LIST,
+        )
+    raise ScenarioError(f"--{name}", "unknown flag for `blis run`", FLAG_LIST)
+
+
+def parse_value(name: str, flag: Flag, raw: str) -> Any:
+    try:
+        return flag.kind.parse(raw)
+    except ValueError:
+        raise ScenarioError(f"--{name}", f"invalid value {raw!r}", flag.kind.expected) from None
+
+
+def check_positionals(positionals: list[str]) -> None:
+    if not positionals or positionals[0] != "run":
+        got = repr(positionals[0]) if positionals else "nothing"
+        raise ScenarioError(
+            "subcommand", f"expected the subcommand `run` first, got {got}", "run"
+        )
+    if len(positionals) > 1:
+        raise ScenarioError(positionals[1], "unexpected argument; `run` takes only flags")
+
