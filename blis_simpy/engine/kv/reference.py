@@ -144,13 +144,13 @@ class ReferenceKVCache(KVCache):
                         self._name(block, self._key(req, start + placed))
                 self._rollback(req, cached, taken)
                 return False
-            self._take(req, start + placed, tokens - placed, need)
+            self._take_fresh(req, start + placed, tokens - placed, need)
         last_fill = fill[blocks[-1]] if blocks else 0
         end = start + tokens
         req.kv_phase = (end - last_fill if 0 < last_fill < bs else end) % bs
         return True
 
-    def _take(self, req: Request, at: int, rest: int, need: int) -> None:
+    def _take_fresh(self, req: Request, at: int, rest: int, need: int) -> None:
         """Take `need` blocks from the free head for the `rest` tokens from position `at`:
         full blocks first, then the remainder, then empty ones (Q7). A full block is keyed
         only when its content ends on a block boundary (else no lookup can ever hit it), and
