@@ -7,9 +7,11 @@ unusable latency model fails here, before any event runs (EC-1).
 
 from __future__ import annotations
 
+import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
@@ -56,14 +58,15 @@ class Simulation:
         started = time.perf_counter()
         count = 0
         last = 0.0
-        while (now := peek()) <= until and now != math.inf:
-            if self.checks and now < last:
-                raise InvariantError(f"the clock went back from {last} to {now}")
-            last = now
-            step()
-            count += 1
-            if progress is not None and count % every == 0:
-                progress(env.now, len(arrived), time.perf_counter() - started)
+        with sparse_collection():
+            while (now := peek()) <= until and now != math.inf:
+                if self.checks and now < last:
+                    raise InvariantError(f"the clock went back from {last} to {now}")
+                last = now
+                step()
+                count += 1
+                if progress is not None and count % every == 0:
+                    progress(env.now, len(arrived), time.perf_counter() - started)
         for instance in self.fleet:
             instance.finish()
         return time.perf_counter() - started
@@ -78,6 +81,23 @@ class Simulation:
     def records(self) -> Records:
         """The run's records as columns (after `run`)."""
         return self.recorder.close(self.ended_at)
+
+
+@contextmanager
+def sparse_collection() -> Iterator[None]:
+    """Fewer garbage collections while the event loop runs: what exists before it (modules,
+    the scenario, the workload) is frozen out of every collection, and the youngest
+    generation is collected every 50,000 allocations instead of 700. A run creates few
+    reference cycles; collecting them late costs little memory and saves several percent of
+    the run. The interpreter's settings are restored afterwards."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(50_000, threshold[1], threshold[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool = False,
