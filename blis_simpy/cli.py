@@ -46,7 +46,10 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
     if fitness_weights is not None:
         scenario = dataclasses.replace(
             scenario, fitness=FitnessConfig(weights=parse_weights(fitness_weights)))
-    return prepare(scenario)
+    try:
+        return prepare(scenario)
+    except ScenarioError as exc:
+        raise exc.in_file(path) from None
 
 
 class ProgressBar:

@@ -173,7 +173,7 @@ def test_bad_scenario_in_subprocess_exits_2_without_traceback(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: compat:")
+    assert proc.stderr.startswith(f"error: {path}: compat:")
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
     assert not (tmp_path / "o").exists()

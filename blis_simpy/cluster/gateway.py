@@ -23,7 +23,7 @@ from blis_simpy.config.scenario import ClusterConfig
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
 from blis_simpy.core.records import Candidate, Decision, Recorder
-from blis_simpy.core.request import Request, State
+from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.snapshot import Lifecycle
 from blis_simpy.policies.admission import AdmissionPolicy
@@ -93,6 +93,7 @@ class Gateway:
             StageEvent(self.env, decision.delay_us, ADMISSION, req, self._admit)
         else:
             req.state = State.REJECTED
+            req.reject_code = RejectCode.ADMISSION
             req.reject_reason = decision.reason or "rejected by admission"
             self.state.on_reject(req.tenant_id)
             self.recorder.rejections.append((now, "", req.name))

@@ -11,13 +11,12 @@ from blis_simpy.compat import gojson
 from blis_simpy.core.records import RequestColumns
 from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.metrics.conventions import RequestLatencies
-
-SUMMARY_ONLY = ("rejected_requests", "cache_hit_rate", "instances")
+from blis_simpy.metrics.summary import REFERENCE_KEYS
 
 
 def reference_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """Our summary without the fields the reference does not print."""
-    return {k: v for k, v in summary.items() if k not in SUMMARY_ONLY}
+    return {k: v for k, v in summary.items() if k in REFERENCE_KEYS}
 
 
 def stdout_text(summary: dict[str, Any]) -> str:

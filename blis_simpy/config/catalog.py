@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.yamlio import load_yaml
 
 DEFAULT_KV_BLOCKS = 1_000_000
 BUNDLED_SOURCE = "the bundled defaults.yaml"
@@ -64,11 +65,14 @@ class Catalog:
         """A user's defaults.yaml; a ScenarioError at `where` (the option that named it)
         says what is wrong with the file."""
         try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise ScenarioError(where, f"cannot read {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise ScenarioError(where, f"{path} is not valid YAML: {exc}") from None
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise ScenarioError(where, f"cannot read {path}: {reason}") from None
+        try:
+            data = load_yaml(text, str(path))
+        except ScenarioError as exc:
+            raise ScenarioError(where, str(exc)) from None
         if not isinstance(data, Mapping):
             raise ScenarioError(where, f"{path} is not a mapping with defaults, workloads "
                                 "and models sections")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS, CatalogEntry, bundled
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload
-from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.errors import ScenarioError, closest_first
 
 
 def resolve(scenario: Scenario) -> Scenario:
@@ -47,6 +47,11 @@ def resolve(scenario: Scenario) -> Scenario:
 
 def catalog_entry(model: Any) -> CatalogEntry:
     catalog = bundled()
+    if model.name.lower() not in catalog.models():
+        raise ScenarioError(
+            "model.name", f"{model.name!r} has no coefficients in the catalog (give "
+            "latency.alpha and latency.beta, or use latency.type: roofline)",
+            ", ".join(closest_first(model.name, catalog.models())))
     missing = [k for k in ("gpu", "tp", "vllm_version") if getattr(model, k) is None]
     if missing:
         raise ScenarioError(
@@ -57,11 +62,12 @@ def catalog_entry(model: Any) -> CatalogEntry:
         )
     entry = catalog.find(model.name, model.gpu, model.tp, model.vllm_version)
     if entry is None or len(entry.alpha) < 3 or len(entry.beta) < 3:
-        known = sorted(f"{gpu} tp={tp} {version}"
-                       for gpu, tp, version in catalog.combinations(model.name))
-        valid = "; ".join(known) if known else "models: " + ", ".join(catalog.models())
+        known = [f"{gpu} tp={tp} {version}"
+                 for gpu, tp, version in catalog.combinations(model.name)]
+        valid = "; ".join(closest_first(f"{model.gpu} tp={model.tp} {model.vllm_version}",
+                                        known))
         raise ScenarioError(
-            "model", f"no blackbox coefficients for {model.name!r} on {model.gpu} "
+            "model.gpu", f"no blackbox coefficients for {model.name!r} on {model.gpu} "
             f"tp={model.tp} {model.vllm_version} (or give latency.alpha and latency.beta, or "
             "use latency.type: roofline)", valid,
         )

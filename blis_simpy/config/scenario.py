@@ -21,6 +21,7 @@ from blis_simpy.config.workload import DistributionWorkload, SLOTargets, TraceWo
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, load, spec, to_plain
 from blis_simpy.core.units import US_PER_S
+from blis_simpy.core.yamlio import load_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,15 +228,21 @@ class Scenario:
         """Load a scenario file; `overrides` are dotted `key.path=value` settings."""
         path = Path(path)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ScenarioError("", f"cannot read {path}: {exc.strerror or exc}") from None
-        return cls.from_yaml_text(text, path.parent, overrides)
+        except UnicodeDecodeError as exc:
+            raise ScenarioError("", f"{path} is not UTF-8 text (byte {exc.start}): is it a "
+                                "scenario YAML file?") from None
+        try:
+            return cls.from_yaml_text(text, path.parent, overrides)
+        except ScenarioError as exc:
+            raise exc.in_file(path) from None
 
     @classmethod
     def from_yaml_text(cls, text: str, base_dir: Path | None = None,
                        overrides: Sequence[str] = ()) -> Scenario:
-        data = parse_yaml(text, "")
+        data = load_yaml(text, "")
         for override in overrides:
             data = apply_override(data, override)
         return cls.from_dict(data, base_dir)
@@ -247,23 +254,13 @@ class Scenario:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def parse_yaml(text: str, where: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(where, f"not valid YAML{at}: {problem}") from None
-
-
 def apply_override(data: Any, override: str) -> dict[str, Any]:
     """Set `a.b.c=value` (value parsed as YAML) in a copy of the scenario's data, creating
     missing sections; the usual validation then checks the result."""
     key, sep, raw = override.partition("=")
     if not sep or not key.strip():
         raise ScenarioError("--set", f"expected key.path=value, got {override!r}")
-    value = parse_yaml(raw, f"--set {key}")
+    value = load_yaml(raw, f"--set {key}")
     root = dict(data) if isinstance(data, dict) else {}
     node = root
     parts = key.strip().split(".")

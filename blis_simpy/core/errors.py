@@ -1,21 +1,46 @@
 """The package's error types: bad input (`ScenarioError`, which carries the YAML path so messages
 can say where) and broken invariants (`InvariantError`)."""
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
 
 class ScenarioError(ValueError):
     """A scenario (or command line) value is invalid; `path` is its dotted location."""
 
-    def __init__(self, path: str, problem: str, valid: str | None = None) -> None:
+    def __init__(self, path: str, problem: str, valid: str | None = None,
+                 file: str | None = None) -> None:
         self.path = path
         self.problem = problem
         self.valid = valid
+        self.file = file
         text = f"{path}: {problem}" if path else problem
         if valid:
             text += f" (valid: {valid})"
+        if file:
+            text = f"{file}: {text}"
         super().__init__(text)
+
+    def in_file(self, file: object) -> ScenarioError:
+        """The same error, saying which file it is in (unless it already names one)."""
+        if self.file:
+            return self
+        return ScenarioError(self.path, self.problem, self.valid, str(file))
 
 
 class InvariantError(RuntimeError):
     """A simulation invariant (KV conservation, clock monotonicity, request lifecycle) broke:
     a bug in the simulator or in a custom component, never bad input. Raised by the debug
     checks that `build(..., checks=True)` switches on."""
+
+
+def closest_first(name: str, options: Iterable[str]) -> list[str]:
+    """`options` with the ones that look most like `name` first (typos are the usual cause),
+    the rest in sorted order."""
+    pool = sorted(set(options))
+    lowered = {o.lower(): o for o in pool}
+    near = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3,
+                                                          cutoff=0.5)]
+    return near + [o for o in pool if o not in near]

@@ -205,6 +205,7 @@ class RequestColumns:
     session: list[str]
     turn: np.ndarray
     state: list[str]
+    reject_code: list[str]
     reject_reason: list[str]
     first_token_step: np.ndarray  # step (of its instance) that emitted the first token
     last_emit_step: np.ndarray
@@ -245,6 +246,7 @@ class RequestColumns:
             session=[r.session_id for r in requests],
             turn=ints(requests, "turn"),
             state=[str(r.state) for r in requests],
+            reject_code=[r.reject_code for r in requests],
             reject_reason=[r.reject_reason for r in requests],
             first_token_step=ints(requests, "first_token_step"),
             last_emit_step=ints(requests, "last_emit_step"),

@@ -47,6 +47,15 @@ class State(StrEnum):
     REJECTED = "rejected"
 
 
+class RejectCode(StrEnum):
+    """Why a request was rejected, as a stable code (the requests table's `reject_code`); the
+    free text (a policy's own reason, the limits involved) is `reject_reason`."""
+
+    ADMISSION = "admission"  # the admission policy said no
+    MAX_MODEL_LEN = "exceeds_max_model_len"  # prompt + output over engine.max_model_len
+    KV_CAPACITY = "exceeds_kv_capacity"  # prompt + output over the instance's whole KV pool
+
+
 class Request:
     """One inference request. Plain slotted class: the step loop touches it every step."""
 
@@ -79,6 +88,7 @@ class Request:
         "priority",
         "progress",
         "queued_at",
+        "reject_code",
         "reject_reason",
         "request_type",
         "routed_at",
@@ -143,6 +153,7 @@ class Request:
         self.first_token_step = -1
         self.last_emit_step = -1
         self.completed_at = -1
+        self.reject_code = ""  # a RejectCode when rejected
         self.reject_reason = ""
         # (previous step, step) for every token that did not follow its predecessor in the
         # very next step (preemption, budget): the inter-token gaps the step rows cannot show.

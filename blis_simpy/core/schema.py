@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
-from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.errors import ScenarioError, closest_first
 
 
 def spec(
@@ -58,7 +58,8 @@ def load(cls: type, data: Any, path: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(str(k) for k in data if k not in fields)
     if unknown:
-        raise ScenarioError(join(path, unknown[0]), "unknown key", ", ".join(sorted(fields)))
+        raise ScenarioError(join(path, unknown[0]), "unknown key",
+                            ", ".join(closest_first(unknown[0], fields)))
     values = {}
     for name, f in fields.items():
         if name in data:

@@ -28,7 +28,7 @@ import simpy
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.records import InstanceLog, Recorder
-from blis_simpy.core.request import Request, State
+from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
 from blis_simpy.core.units import US_PER_MS
 from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
@@ -102,9 +102,9 @@ class Instance:
         self.max_running = engine.max_running_requests
         self.token_budget = engine.max_scheduled_tokens
         self.threshold = engine.long_prefill_threshold
-        capacity = pool.total * pool.block_size
+        self.capacity = pool.total * pool.block_size  # tokens the whole KV pool holds
         limit = engine.max_model_len
-        self.max_len = capacity if limit is None else min(limit, capacity)
+        self.max_len = self.capacity if limit is None else min(limit, self.capacity)
         self.scheduler = scheduler
         # Priorities of waiting requests are recomputed each step when they change with time
         # (the scheduler may order by them; the inversion checks compare them). Running
@@ -150,7 +150,13 @@ class Instance:
         need = req.input_len + req.output_len
         if need > self.max_len:
             req.state = State.REJECTED
-            req.reject_reason = f"needs {need} tokens, max_model_len is {self.max_len}"
+            if need > self.capacity:
+                req.reject_code = RejectCode.KV_CAPACITY
+                req.reject_reason = (f"needs {need} tokens, the KV pool holds {self.capacity} "
+                                     f"({self.kv.total} blocks of {self.kv.block_size})")
+            else:
+                req.reject_code = RejectCode.MAX_MODEL_LEN
+                req.reject_reason = f"needs {need} tokens, max_model_len is {self.max_len}"
             self.recorder.rejections.append((now, self.id, req.name))
             if self.observer is not None:
                 self.observer.finished(self.id, req)

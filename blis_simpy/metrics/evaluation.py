@@ -47,8 +47,10 @@ def evaluate(records: Records, scenario: Scenario, requests: pd.DataFrame,
     metrics["anomalies"] = counts(anomalies)
     weights = scenario.fitness.weights
     values = objectives(metrics, weights)
+    completion = metrics["completion_rate"]
     result = EvaluationResult(
-        fitness=score(values, weights), objectives=values, weights=dict(weights),
+        fitness=score(values, weights, completion), completion=completion, objectives=values,
+        weights=dict(weights),
         metrics=metrics, summary=summary, policy_id=policy_id(scenario),
         workload_id=workload_id(scenario), simulated_s=seconds, wall_s=wall_s)
     return metrics, result, anomalies

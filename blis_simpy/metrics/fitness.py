@@ -1,8 +1,15 @@
 """Fitness: a weighted sum of normalised metrics, for policy search (GEPA, OpenEvolve).
 
-Every key maps a raw metric to [0, 1], higher is better, so weights compose. The score is
-sum(weight * normalised) (weights are not renormalised, as in the reference); the vector of
+Every key maps a raw metric to [0, 1], higher is better, so weights compose. The weighted sum
+is sum(weight * normalised) (weights are not renormalised, as in the reference); the vector of
 normalised values is reported too, for multi-objective search.
+
+The fitness is that sum times the completion rate (completed / arrived requests). A search
+maximises this number, and latency statistics describe only the requests that completed: a
+policy that rejects or strands most requests would otherwise look fast. So a run that
+completes nothing scores 0, the bottom, and every request that does not complete (rejected,
+still queued or running at the horizon) costs its share of the score. A latency key without
+samples normalises to 0, never to a perfect 1.
 """
 
 from __future__ import annotations
@@ -48,12 +55,15 @@ def objectives(metrics: Mapping[str, Any], weights: Mapping[str, float]) -> dict
     out = {}
     for key in weights:
         raw, normalise, _ = KEYS[key]
-        out[key] = normalise(float(metrics[raw]))
+        value = metrics[raw]
+        out[key] = 0.0 if value is None else normalise(float(value))
     return out
 
 
-def score(values: Mapping[str, float], weights: Mapping[str, float]) -> float:
-    return sum(weights[k] * values[k] for k in weights)
+def score(values: Mapping[str, float], weights: Mapping[str, float], completion: float
+          ) -> float:
+    """The fitness: the weighted sum scaled by the completion rate (module docstring)."""
+    return completion * sum(weights[k] * values[k] for k in weights)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class EvaluationResult:
     """One evaluation of a (policy, workload) pair, as a search framework consumes it."""
 
     fitness: float
+    completion: float  # completed / arrived: the factor the weighted sum was scaled by
     objectives: dict[str, float]
     weights: dict[str, float]
     metrics: dict[str, Any]

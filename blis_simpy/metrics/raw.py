@@ -21,13 +21,14 @@ from blis_simpy.core.units import US_PER_S
 STATS = (("mean", None), ("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99), ("max", 100))
 
 
-def distribution(prefix: str, values: pd.Series) -> dict[str, float]:
-    """mean, p50..p99 (linear interpolation at rank p/100*(n-1)) and max, in ms; 0 if empty."""
+def distribution(prefix: str, values: pd.Series) -> dict[str, float | None]:
+    """mean, p50..p99 (linear interpolation at rank p/100*(n-1)) and max, in ms; None (null in
+    metrics.json) without samples: no sample is no evidence of a good latency."""
     data = values.dropna().to_numpy(dtype=float)
-    out = {}
+    out: dict[str, float | None] = {}
     for name, p in STATS:
         if not len(data):
-            out[f"{prefix}_{name}_ms"] = 0.0
+            out[f"{prefix}_{name}_ms"] = None
         elif p is None:
             out[f"{prefix}_{name}_ms"] = float(data.mean())
         else:
@@ -70,6 +71,7 @@ def group_stats(frame: pd.DataFrame, good: pd.Series, seconds: float) -> dict[st
     out: dict[str, Any] = {
         "requests": len(frame),
         "completed": len(done),
+        "completion_rate": len(done) / len(frame) if len(frame) else 0.0,
         "rejected": int((frame.final_state == "rejected").sum()),
         "requests_per_s": len(done) / seconds if seconds > 0 else 0.0,
         "goodput_per_s": int(good.loc[done.index].sum()) / seconds if seconds > 0 else 0.0,

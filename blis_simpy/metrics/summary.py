@@ -14,7 +14,17 @@ import numpy as np
 
 from blis_simpy.core.units import US_PER_MS, US_PER_S
 
-PERCENTILES = (90, 95, 99)
+PERCENTILES = (50, 90, 95, 99)
+LATENCIES = ("e2e", "ttft", "itl")
+# What the reference prints for a run, in its order; the summary adds p50s and counts of its
+# own, which compat/results.py leaves out of the reference's files.
+REFERENCE_KEYS = frozenset((
+    "instance_id", "completed_requests", "still_queued", "still_running", "injected_requests",
+    "total_input_tokens", "total_output_tokens", "vllm_estimated_duration_s",
+    "responses_per_sec", "tokens_per_sec",
+    *(f"{name}_{stat}_ms" for name in LATENCIES for stat in ("mean", "p90", "p95", "p99")),
+    "scheduling_delay_p99_ms", "kv_allocation_failures", "preemption_count",
+))
 
 
 class Samples:
@@ -64,7 +74,7 @@ class Samples:
 
 
 def distribution(name: str, samples: Samples) -> dict[str, float]:
-    """`<name>_mean_ms` and `<name>_p90/95/99_ms`."""
+    """`<name>_mean_ms` and `<name>_p50/90/95/99_ms`."""
     out = {f"{name}_mean_ms": samples.mean_ms()}
     for p in PERCENTILES:
         out[f"{name}_p{p}_ms"] = samples.percentile_ms(p)
@@ -93,7 +103,7 @@ def summary_fields(
     kv_allocation_failures: int = 0,
 ) -> dict[str, Any]:
     """The reference's summary object, fields in its order (`kv_allocation_failures` only
-    when non-zero, as the reference omits it)."""
+    when non-zero, as the reference omits it), with a p50 next to every p90."""
     seconds = duration_us / US_PER_S
     out: dict[str, Any] = {
         "instance_id": instance_id,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from blis_simpy.core.records import Decision, Records, RequestColumns
-from blis_simpy.core.request import State
+from blis_simpy.core.request import RejectCode, State
 from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
@@ -63,8 +63,24 @@ def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventi
         preemptions=int(req.preemptions[chosen].sum()),
         kv_allocation_failures=sum(i.kv_failures for i in instances),
     )
-    out["rejected_requests"] = rejected
     out["cache_hit_rate"] = conventions.hit_rate(instances)
+    out.update(outcome_counts(req, chosen, whole))
+    return out
+
+
+def outcome_counts(req: RequestColumns, chosen: np.ndarray, whole: bool) -> dict[str, Any]:
+    """Where the requests went: every arrival is admitted or rejected by admission; every
+    admitted one is completed, rejected by an instance, or still in the system at the end.
+    Rejections by stable code (`reject_code` in the requests table)."""
+    codes = [c for c, keep in zip(req.reject_code, chosen, strict=True) if keep and c]
+    by_code = {code: codes.count(code) for code in sorted(set(codes))}
+    out: dict[str, Any] = {}
+    if whole:
+        arrived = int(chosen.sum())
+        out["arrived_requests"] = arrived
+        out["admitted_requests"] = arrived - by_code.get(RejectCode.ADMISSION, 0)
+    out["rejected_requests"] = len(codes)
+    out["rejected_by_reason"] = by_code
     return out
 
 
@@ -104,6 +120,7 @@ def request_table(req: RequestColumns, lat: RequestLatencies) -> pd.DataFrame:
         "session": req.session,
         "turn": req.turn,
         "final_state": req.state,
+        "reject_code": req.reject_code,
         "reject_reason": req.reject_reason,
     })
 

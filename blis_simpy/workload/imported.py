@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 
 from blis_simpy.config.distributions import parse_distribution
-from blis_simpy.config.scenario import parse_yaml
 from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import describe, join, load
+from blis_simpy.core.yamlio import load_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +100,7 @@ def read_yaml(path: Path, reader: Reader) -> Any:
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise reader.error("", f"cannot read {path}: {reason}") from None
-    return parse_yaml(text, reader.label)
+    return load_yaml(text, reader.label)
 
 
 @dataclass(slots=True)

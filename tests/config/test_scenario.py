@@ -350,7 +350,7 @@ def test_trace_path_is_relative_to_scenario_file(tmp_path):
 def test_unknown_gpu_for_catalog_lists_available_combinations():
     sc = scenario(model={"gpu": "B200"}, latency={"alpha": None, "beta": None})
     err = resolve_error(sc)
-    assert err.path == "model"
+    assert err.path == "model.gpu"
     assert "B200" in str(err)
     assert "H100 tp=1 vllm/vllm-openai:v0.8.4" in err.valid
     assert "A100-80 tp=1 vllm/vllm-openai:v0.8.4" in err.valid
@@ -371,8 +371,19 @@ def test_unknown_model_without_gpu_says_what_to_give():
     sc = scenario(model={"name": "acme/nonexistent-7b", "gpu": None, "tp": None},
                   latency={"alpha": None, "beta": None})
     err = resolve_error(sc)
-    assert err.path == "model.gpu"
+    assert err.path == "model.name"
     assert "latency.alpha" in str(err) and "roofline" in str(err) and LLAMA in err.valid
+
+
+def test_messages_that_blame_the_wrong_thing_unknown_model_names_the_model():
+    """A typo in the model name blamed `vllm_version`; now the message names the model and
+    lists the known ones, the closest first."""
+    sc = scenario(model={"name": "meta-llama/llama-3.1-8b-instrct", "gpu": None, "tp": None},
+                  latency={"alpha": None, "beta": None})
+    err = resolve_error(sc)
+    assert err.path == "model.name"
+    assert "meta-llama/llama-3.1-8b-instrct" in err.problem and "vllm" not in err.problem
+    assert err.valid.startswith(LLAMA + ",")
 
 
 def test_roofline_gpu_missing_from_hardware_config_lists_known_gpus():

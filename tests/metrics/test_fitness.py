@@ -9,8 +9,11 @@ Definitions checked:
   latencies (p99_ttft, p50_ttft, mean_ttft, p99_e2e, p50_e2e, mean_e2e, p99_tpot,
   mean_tpot): 1 / (1 + ms); slo_attainment, fairness (jain_fairness), cache_hit_rate: as is;
   rejection_rate: 1 - rate; preemption_rate: 1 / (1 + preemptions per completed request).
-* score = sum(weight * normalised) over the weighted keys (weights are not renormalised);
-  `objectives` holds the normalised value of each weighted key.
+* score = completion rate * sum(weight * normalised) over the weighted keys (weights are not
+  renormalised); the completion rate is completed / arrived requests (0 when nothing arrived),
+  so a run that completes nothing scores 0 and every request that does not complete costs its
+  share; `objectives` holds the normalised value of each weighted key, 0 for a latency key
+  without samples (null in metrics.json).
 * EvaluationResult: fitness, objectives, weights, metrics (= Result.metrics), summary
   (= Result.summary), policy_id ("admission=..,priority=..,routing=..,scheduler=..#hash of
   every policy parameter"), workload_id ("name:type:seed=N#hash of the workload"),
@@ -129,8 +132,16 @@ def test_score_is_the_weighted_sum_without_renormalising():
     weights = {"throughput": 0.5, "p99_ttft": 0.3, "slo_attainment": 2.0, "fairness": 0.0}
     values = objectives(RAW, weights)
     assert set(values) == set(weights)
-    assert score(values, weights) == pytest.approx(0.5 * 0.5 + 0.3 * 0.25 + 2.0 * 0.7)
-    assert score({}, {}) == 0.0
+    assert score(values, weights, 1.0) == pytest.approx(0.5 * 0.5 + 0.3 * 0.25 + 2.0 * 0.7)
+    assert score(values, weights, 0.25) == pytest.approx(
+        0.25 * (0.5 * 0.5 + 0.3 * 0.25 + 2.0 * 0.7))
+    assert score({}, {}, 1.0) == 0.0
+
+
+def test_a_latency_without_samples_normalises_to_zero():
+    empty = {**RAW, "ttft_p99_ms": None, "e2e_mean_ms": None}
+    assert objectives(empty, {"p99_ttft": 1.0, "mean_e2e": 1.0}) == {"p99_ttft": 0.0,
+                                                                     "mean_e2e": 0.0}
 
 
 def test_normalisations_at_their_limits():
@@ -169,6 +180,7 @@ def test_fitness_of_a_run_by_hand():
         "tokens_per_sec": m["output_tokens_per_s"] / (m["output_tokens_per_s"] + 10_000),
     }
     assert ev.objectives == pytest.approx(by_hand)
+    assert ev.completion == m["completion_rate"] == 1.0
     assert ev.fitness == pytest.approx(sum(WEIGHTS[k] * by_hand[k] for k in WEIGHTS))
     assert ev.weights == WEIGHTS
     assert ev.metrics == m
@@ -277,3 +289,41 @@ def test_cli_bad_fitness_weights_exit_2(tmp_path: Path, weights, needle):
     assert needle in result.stderr
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+# --- Defect: fitness rewarded doing nothing ---------------------------------------------------
+
+EVERY_KEY = dict.fromkeys(FITNESS_KEYS, 1.0)
+
+
+def test_fitness_rewards_doing_nothing_reject_all_scores_zero():
+    real = run(scenario(**merge(SMALL, {"fitness": {"weights": EVERY_KEY}}))).evaluation
+    nothing = run(scenario(**merge(SMALL, {"fitness": {"weights": EVERY_KEY},
+                                           "policies": {"admission": {"type": "reject-all"}}}))
+                  ).evaluation
+    assert real is not None and nothing is not None
+    assert nothing.completion == 0.0 and nothing.fitness == 0.0
+    assert real.fitness > nothing.fitness
+    assert nothing.objectives["p99_ttft"] == 0.0  # no samples is no evidence of speed
+
+
+def test_fitness_rewards_doing_nothing_a_kv_pool_of_one_block_scores_zero():
+    weights = {"fitness": {"weights": EVERY_KEY}}
+    real = run(scenario(**merge(SMALL, weights))).evaluation
+    tiny = run(scenario(**merge(merge(SMALL, weights), {"engine": {"kv_blocks": 1}}))
+               ).evaluation
+    assert real is not None and tiny is not None
+    assert tiny.completion == 0.0 and tiny.fitness == 0.0 < real.fitness
+
+
+def test_partial_completion_costs_in_proportion():
+    """A horizon that cuts the run short leaves requests unfinished: the weighted sum is scaled
+    by exactly the completed fraction."""
+    cut = run(scenario(**merge(SMALL, {"fitness": {"weights": WEIGHTS}, "horizon_s": 0.3})))
+    ev = cut.evaluation
+    assert ev is not None
+    done = (cut.requests.final_state == "completed").sum()
+    assert 0 < done < len(cut.requests)
+    assert ev.completion == pytest.approx(done / len(cut.requests))
+    assert ev.fitness == pytest.approx(
+        ev.completion * sum(WEIGHTS[k] * ev.objectives[k] for k in WEIGHTS))

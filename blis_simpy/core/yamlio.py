@@ -1,0 +1,65 @@
+"""Reading YAML that a user (or a search loop) wrote, with limits.
+
+YAML aliases let a few hundred bytes stand for billions of values (the "billion laughs"
+document): PyYAML shares the aliased objects, so parsing is quick, but anything that walks the
+result afterwards (validation, hashing, writing the resolved scenario) expands them. The
+expanded size is computed on the parsed node graph, before any Python object is built, and a
+document over the limits is refused with its size. Scenario files are a few kilobytes; the
+limits are far above any real one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from blis_simpy.core.errors import ScenarioError
+
+MAX_BYTES = 16 * 1024 * 1024  # characters in one document
+MAX_VALUES = 1_000_000  # values in the document with every alias expanded
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """Parse one YAML document safely; `where` names the file or option in errors."""
+    if len(text) > MAX_BYTES:
+        raise ScenarioError(where, f"the YAML document has {len(text):,} characters; the "
+                            f"limit is {MAX_BYTES:,}")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        values = expanded_size(node, {}, where)
+        if values > MAX_VALUES:
+            raise ScenarioError(where, f"the YAML document expands to {values:,} values through "
+                                f"its aliases (&anchor / *alias); the limit is {MAX_VALUES:,}",
+                                "write the values out, or use fewer nested aliases")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(where, f"not valid YAML{at}: {problem}") from None
+    except RecursionError:
+        raise ScenarioError(where, "the YAML document is nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def expanded_size(node: yaml.Node, seen: dict[int, int], where: str = "") -> int:
+    """Values under `node` counting every alias as a copy; shared nodes are sized once."""
+    key = id(node)
+    if key in seen:
+        if seen[key] < 0:
+            raise ScenarioError(where, "a YAML alias refers to a value that contains it")
+        return seen[key]
+    seen[key] = -1
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(expanded_size(child, seen, where) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(expanded_size(k, seen, where) + expanded_size(v, seen, where)
+                    for k, v in node.value)
+    seen[key] = size
+    return size
