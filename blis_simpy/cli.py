@@ -115,6 +115,8 @@ def run(
         raise fail(ScenarioError("--out", f"cannot write {target}: {exc.strerror or exc}")) \
             from None
     typer.echo(result.summary_json(), nl=False)
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if not quiet:
         evaluation = result.evaluation
         if evaluation is not None and evaluation.weights:

@@ -20,7 +20,13 @@ from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.workload import DistributionWorkload, SLOTargets, TraceWorkload, Workload
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, load, spec, to_plain
-from blis_simpy.core.units import US_PER_S
+from blis_simpy.core.units import (
+    MAX_INSTANCES,
+    MAX_KV_BLOCKS,
+    MAX_SIM_S,
+    MAX_TOKENS,
+    US_PER_S,
+)
 from blis_simpy.core.yamlio import load_yaml
 
 
@@ -64,11 +70,13 @@ class EngineConfig:
         0, help="cap on one request's prefill chunk per step; 0 = only the budget", ge=0
     )
     kv_blocks: int | None = spec(
-        None, help="KV cache size in blocks; default from the catalog, else 1000000", ge=1
+        None, help="KV cache size in blocks; default from the catalog, else 1000000", ge=1,
+        le=MAX_KV_BLOCKS,
     )
-    block_size: int = spec(16, help="tokens per KV block", ge=1)
+    block_size: int = spec(16, help="tokens per KV block", ge=1, le=4096)
     max_model_len: int | None = spec(
-        None, help="max prompt+output tokens; longer requests are rejected (null: KV size)", ge=1
+        None, help="max prompt+output tokens; longer requests are rejected (null: KV size)", ge=1,
+        le=MAX_TOKENS,
     )
 
 
@@ -112,7 +120,7 @@ class ObservabilityConfig:
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
-    instances: int = spec(1, help="number of identical replicas", ge=1)
+    instances: int = spec(1, help="number of identical replicas", ge=1, le=MAX_INSTANCES)
     admission_latency_us: int = spec(0, help="delay from arrival to the admission decision", ge=0)
     routing_latency_us: int = spec(0, help="delay from admission to the routing decision", ge=0)
     observability: ObservabilityConfig = spec(
@@ -191,7 +199,8 @@ class Scenario:
     compat: Literal["none", "blis"] = spec(
         "none", help="blis: reproduce the reference BLIS's reported numbers (see README)"
     )
-    horizon_s: float | None = spec(None, help="stop the simulation at this time (s)", gt=0)
+    horizon_s: float | None = spec(None, help="stop the simulation at this time (s)", gt=0,
+                                   le=MAX_SIM_S)
     latency: LatencyConfig = spec(factory=LatencyConfig, help="step-time model")
     engine: EngineConfig = spec(factory=EngineConfig, help="per-instance engine limits")
     cluster: ClusterConfig = spec(factory=ClusterConfig, help="replicas and the control plane")

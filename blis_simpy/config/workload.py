@@ -14,6 +14,7 @@ from blis_simpy.config.arrivals import ArrivalProcess, LoadProfile, PoissonProce
 from blis_simpy.config.distributions import Constant, Distribution, Exponential, Gaussian
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
+from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,8 @@ class ChatConfig:
         "linear", help="linear: the whole conversation is carried; sublinear: only the last "
         "ceil(sqrt(turn)) exchanges; bounded: the conversation, cut from the front to "
         "max_context_tokens")
-    max_context_tokens: int = spec(8192, help="bounded growth: longest carried history", ge=1)
+    max_context_tokens: int = spec(8192, help="bounded growth: longest carried history", ge=1,
+                                   le=MAX_TOKENS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,7 @@ class ReasoningConfig:
 @dataclass(frozen=True, slots=True)
 class ClosedLoop:
     users: int = spec(help="concurrent users: each waits for its response, thinks, sends again",
-                      ge=1)
+                      ge=1, le=100_000)
     think_time_s: Distribution = spec(factory=lambda: Exponential(mean=1.0),
                                       help="think time after each response")
 
@@ -120,8 +122,10 @@ class TenantsWorkload:
     type: Literal["tenants"] = spec(help="multi-tenant synthetic workload")
     tenants: list[TenantSpec] = spec(help="who sends traffic", min_len=1)
     rate_per_s: float = spec(10.0, help="total open-loop rate, shared by rate_fraction", gt=0)
-    duration_s: float = spec(60.0, help="arrivals (and session starts) in [0, duration_s)", gt=0)
-    max_requests: int | None = spec(None, help="stop generating after this many", ge=1)
+    duration_s: float = spec(60.0, help="arrivals (and session starts) in [0, duration_s)", gt=0,
+                             le=MAX_SIM_S)
+    max_requests: int | None = spec(None, help="stop generating after this many", ge=1,
+                                    le=MAX_REQUESTS)
     load_profile: LoadProfile | None = spec(None, help="time-varying rate multiplier")
     prefix_groups: list[PrefixGroup] = spec(factory=list, help="shared system prompts")
 
@@ -143,14 +147,26 @@ class TenantsWorkload:
         if sum(t.rate_fraction for t in self.tenants if t.closed_loop is None) <= 0 and all(
                 t.closed_loop is None for t in self.tenants):
             raise ScenarioError(join(path, "tenants"), "every rate_fraction is 0")
+        expected = self.rate_per_s * self.duration_s
+        if self.max_requests is None and expected > MAX_REQUESTS:
+            raise ScenarioError(join(path, "rate_per_s"), f"rate_per_s x duration_s is about "
+                                f"{expected:,.0f} requests (~{expected / 1e6:,.0f} GB of "
+                                f"memory); the limit is {MAX_REQUESTS:,}",
+                                "a lower rate or duration, or set max_requests")
+
+    @property
+    def open_fraction_total(self) -> float:
+        """Sum of the open-loop tenants' rate fractions; each tenant's rate is its fraction of
+        rate_per_s divided by this (warned about when it is not 1)."""
+        return sum(t.rate_fraction for t in self.tenants if t.closed_loop is None)
 
 
 @dataclass(frozen=True, slots=True)
 class LengthConfig:
     mean: float = spec(help="mean token count")
     stdev: float = spec(help="standard deviation (gaussian, clamped to [min, max])", ge=0)
-    min: int = spec(help="smallest token count", ge=1)
-    max: int = spec(help="largest token count", ge=1)
+    min: int = spec(help="smallest token count", ge=1, le=MAX_TOKENS)
+    max: int = spec(help="largest token count", ge=1, le=MAX_TOKENS)
 
     def validate(self, path: str) -> None:
         if self.min > self.max:
@@ -165,18 +181,26 @@ class LengthConfig:
 @dataclass(frozen=True, slots=True)
 class DistributionWorkload:
     type: Literal["distribution"] = spec("distribution", help="synthetic requests")
-    num_requests: int = spec(100, help="how many requests to generate", ge=1)
+    num_requests: int = spec(100, help="how many requests to generate", ge=1, le=MAX_REQUESTS)
     rate_per_s: float = spec(1.0, help="mean arrival rate, requests per second", gt=0)
     arrival: Literal["poisson", "constant"] | None = spec(
         None, help="inter-arrival process; default poisson (constant in compat mode)"
     )
-    prefix_tokens: int = spec(0, help="shared prefix (same tokens) prepended to every prompt", ge=0)
+    prefix_tokens: int = spec(0, help="shared prefix (same tokens) prepended to every prompt", ge=0,
+                              le=MAX_TOKENS)
     prompt: LengthConfig = spec(
         factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="prompt length (tokens)"
     )
     output: LengthConfig = spec(
         factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="output length (tokens)"
     )
+
+    def validate(self, path: str) -> None:
+        span = self.num_requests / self.rate_per_s
+        if span > MAX_SIM_S:
+            raise ScenarioError(join(path, "rate_per_s"), f"{self.num_requests:,} requests at "
+                                f"{self.rate_per_s:g}/s span {span:.3g} simulated seconds; "
+                                f"the limit is {MAX_SIM_S:g}", "a higher rate")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
 from blis_simpy.core.errors import ScenarioError, closest_first
+from blis_simpy.core.units import MAX_FLOAT, MAX_INT, MIN_POSITIVE
 
 
 def spec(
@@ -89,7 +90,7 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
         options = get_args(tp)
         if value is None and type(None) in options:
             return None
-        tagged = tagged_union(options)
+        tagged = tagged_union(tuple(o for o in options if o is not type(None)))
         if tagged:
             return load_tagged(tagged, value, path)
         errors = []
@@ -148,8 +149,8 @@ def load_tagged(tags: dict[str, type], value: Any, path: str) -> Any:
     if not isinstance(value, Mapping):
         raise ScenarioError(path, f"expected a mapping, got {describe(value)}")
     tag = value.get("type", next(iter(tags)))
-    if tag not in tags:
-        raise ScenarioError(join(path, "type"), f"got {tag!r}", ", ".join(tags))
+    if not isinstance(tag, str) or tag not in tags:
+        raise ScenarioError(join(path, "type"), f"got {describe(tag)}", ", ".join(tags))
     return load(tags[tag], value, path)
 
 
@@ -158,14 +159,19 @@ def scalar(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, bool):
             return value
     elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > MAX_INT:
+                raise ScenarioError(path, f"{value} is out of range", "|value| <= 2**53")
+            return value
     elif tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             if not math.isfinite(value):
                 raise ScenarioError(path, f"must be a finite number, got {value!r}")
+            if abs(value) > MAX_FLOAT:
+                raise ScenarioError(path, f"{value!r} is out of range",
+                                    f"|value| <= {MAX_FLOAT:g}")
             return float(value)
     elif tp is str and isinstance(value, str):
         return value
@@ -177,6 +183,8 @@ def bounded(value: Any, path: str, meta: Mapping[str, Any]) -> Any:
         raise ScenarioError(path, f"must be >= {meta['ge']}, got {value!r}")
     if "gt" in meta and value <= meta["gt"]:
         raise ScenarioError(path, f"must be > {meta['gt']}, got {value!r}")
+    if meta.get("gt") == 0 and isinstance(value, float) and value < MIN_POSITIVE:
+        raise ScenarioError(path, f"{value!r} is too small", f">= {MIN_POSITIVE:g}")
     if "le" in meta and value > meta["le"]:
         raise ScenarioError(path, f"must be <= {meta['le']}, got {value!r}")
     return value
@@ -188,4 +196,6 @@ def to_plain(obj: Any) -> Any:
         return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
     if isinstance(obj, list | tuple):
         return [to_plain(v) for v in obj]
+    if isinstance(obj, Mapping):
+        return {k: to_plain(v) for k, v in obj.items()}
     return obj

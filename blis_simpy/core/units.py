@@ -8,6 +8,17 @@ US_PER_S = 1_000_000
 US_PER_MS = 1_000
 VOCAB = 128_000  # token ids are drawn from [0, VOCAB), like the reference's generator
 
+# Limits on what a scenario may ask for (README, "Limits"): beyond them a run would overflow
+# the integer clock or exhaust memory long before it ends, so they are refused up front.
+MAX_INT = 2**53  # any integer in a scenario (exact as a float, as YAML may write it)
+MAX_FLOAT = 1e12  # magnitude of any number in a scenario
+MIN_POSITIVE = 1e-9  # smallest value of a number that must be > 0 (rates, scales, periods)
+MAX_SIM_S = 1e9  # simulated seconds (~32 years; µs stay exact in a float64)
+MAX_REQUESTS = 10_000_000  # requests one run may generate (~1 KB of memory each)
+MAX_TOKENS = 10_000_000  # tokens in one request
+MAX_KV_BLOCKS = 10_000_000  # KV blocks per instance
+MAX_INSTANCES = 4096
+
 
 def us(seconds: float) -> int:
     """Seconds -> µs, rounded to the nearest tick (config values; never a reference truncation)."""

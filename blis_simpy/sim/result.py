@@ -40,6 +40,12 @@ class Result:
         """File name -> text of the compat-mode outputs (results.json, blis_stdout.txt)."""
         return self.reference.files() if self.reference is not None else {}
 
+    @property
+    def warnings(self) -> list[str]:
+        """What makes this run degenerate (nothing arrived, nothing completed, ...); empty for
+        a healthy run. Also in summary.json."""
+        return list(self.summary["warnings"])
+
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2) + "\n"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from blis_simpy.compat.results import ReferenceOutputs
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.evaluation import evaluate
@@ -17,12 +18,20 @@ from blis_simpy.metrics.tables import (
     step_table,
     summary,
 )
+from blis_simpy.metrics.warnings import run_warnings
 from blis_simpy.sim.build import Progress, Simulation, build
 from blis_simpy.sim.result import Result
 
 
 def load(scenario: Scenario | str | Path) -> Scenario:
-    return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
+    """A scenario object is checked again, as thoroughly as a file: one built or changed in
+    Python (`dataclasses.replace`) has skipped the loader's validation."""
+    if isinstance(scenario, Scenario):
+        return Scenario.from_dict(scenario.to_dict())
+    if isinstance(scenario, str | Path):
+        return Scenario.from_yaml(scenario)
+    raise ScenarioError("scenario", f"expected a Scenario or a YAML path, got "
+                        f"{type(scenario).__name__}")
 
 
 def prepare(scenario: Scenario | str | Path, *, recorder: Recorder | None = None,
@@ -45,6 +54,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     scenario, conventions = sim.scenario, sim.conventions
     lat = conventions.latencies(records.requests, records.instances)
     stats = summary(records, lat, conventions, scenario.horizon_us)
+    stats["warnings"] = run_warnings(stats, records.requests, scenario)
     requests = request_table(records.requests, lat)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
                                               wall)

@@ -24,6 +24,7 @@ from blis_simpy.config.distributions import (
     bins_table,
     lognormal_mu,
 )
+from blis_simpy.core.units import MAX_TOKENS
 
 
 def draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -65,7 +66,7 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
 def sample_tokens(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
     """n token counts (int64): draw, round half away from zero, clamp to [max(min, 1), max]."""
     lo = math.ceil(max(dist.min if dist.min is not None else 1.0, 1.0))
-    hi = math.floor(dist.max) if dist.max is not None else 2**62
+    hi = min(math.floor(dist.max), MAX_TOKENS) if dist.max is not None else MAX_TOKENS
     if hi < lo:
         raise ValueError(f"no token count >= 1 lies in [{dist.min}, {dist.max}]")
     # Clip in float space first so huge draws cannot overflow int64, then round and re-clip

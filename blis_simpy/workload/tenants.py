@@ -68,7 +68,7 @@ class TenantWorkload:
             for g in workload.prefix_groups
         }
         self.popularity = {g.id: g.popularity for g in workload.prefix_groups}
-        open_total = sum(t.rate_fraction for t in workload.tenants if t.closed_loop is None)
+        open_total = workload.open_fraction_total
         for tenant in workload.tenants:
             streams = TenantStreams(seed, tenant.id)
             if tenant.closed_loop is not None:

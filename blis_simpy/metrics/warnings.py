@@ -1,0 +1,58 @@
+"""Warnings about a run that is valid but degenerate: it ran, and says what went wrong.
+
+They are computed from the summary and the records like every metric, listed in
+`summary.json` under `warnings`, and printed on stderr by the command line. The fitness
+already reflects them (metrics/fitness.py: scaled by the completion rate).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.workload import TenantsWorkload
+from blis_simpy.core.records import RequestColumns
+from blis_simpy.core.request import RejectCode
+
+LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
+
+
+def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenario) -> list[str]:
+    """Every degenerate condition the run shows, most fundamental first."""
+    arrived = summary["arrived_requests"]
+    if arrived == 0:
+        return ["no request arrived (an empty trace, or a horizon before the first arrival): "
+                "nothing was simulated"]
+    out = []
+    completed, rejected = summary["completed_requests"], summary["rejected_requests"]
+    by_reason = summary["rejected_by_reason"]
+    if rejected == arrived:
+        reasons = ", ".join(f"{n} {code}" for code, n in by_reason.items())
+        out.append(f"every request was rejected ({reasons})")
+    elif completed == 0:
+        out.append(f"no request completed ({arrived} arrived, {rejected} rejected, "
+                   f"{summary['still_queued']} still queued and {summary['still_running']} "
+                   "still running at the end)")
+    elif completed < LOW_COMPLETION * arrived:
+        out.append(f"only {completed} of {arrived} arrived requests completed "
+                   f"({completed / arrived:.0%}); the fitness is scaled by that fraction")
+    too_big = by_reason.get(RejectCode.KV_CAPACITY, 0)
+    if too_big:
+        out.append(f"{too_big} requests need more tokens than an instance's whole KV pool "
+                   f"holds (engine.kv_blocks x engine.block_size) and were rejected")
+    out.extend(silent_tenants(req, scenario))
+    return out
+
+
+def silent_tenants(req: RequestColumns, scenario: Scenario) -> list[str]:
+    workload = scenario.workload
+    if not isinstance(workload, TenantsWorkload):
+        return []
+    sent = set(req.tenant)
+    out = [f"tenant {t.id!r} sent no request within the run" for t in workload.tenants
+           if t.id not in sent]
+    total = workload.open_fraction_total
+    if total > 0 and abs(total - 1.0) > 1e-9:
+        out.append(f"the open-loop tenants' rate_fraction values sum to {total:g}, not 1: each "
+                   f"tenant sent its fraction / {total:g} of rate_per_s")
+    return out

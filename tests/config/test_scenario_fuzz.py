@@ -1,0 +1,122 @@
+"""Fuzzing the scenario boundary: a few hundred scenarios with one value made bad.
+
+Each generated scenario is a small library-like scenario with one leaf (any depth, any
+section) replaced by a hostile value: wrong types, out-of-domain numbers, NaN and infinities,
+huge and tiny magnitudes, strings that look like paths. The contract: loading raises
+ScenarioError naming the field's path, or the scenario is valid and runs to the end (bounded
+in wall time) with finite summary numbers. Anything else (a traceback from deep inside, a
+hang, an overflow) fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from blis_simpy.api import prepare, simulate
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
+from tests.conftest import BASE, merge
+
+TENANT = {"prompt": {"type": "gaussian", "mean": 200, "stdev": 50, "min": 8, "max": 800},
+          "output": {"type": "exponential", "mean": 20, "min": 1, "max": 100}}
+BASES: list[dict[str, Any]] = [
+    merge(BASE, {"workload": {"num_requests": 8}}),
+    merge(BASE, {"cluster": {"instances": 2},
+                 "policies": {"routing": {"type": "weighted"},
+                              "admission": {"type": "token-bucket"}},
+                 "workload": {"num_requests": 8}}),
+    {**{k: v for k, v in BASE.items() if k != "workload"},
+     "workload": {"type": "tenants", "rate_per_s": 8, "duration_s": 1,
+                  "load_profile": {"type": "step",
+                                   "steps": [{"at_s": 0.5, "multiplier": 2.0}]},
+                  "tenants": [{"id": "a", "rate_fraction": 0.5, "arrival": {"type": "gamma",
+                                                                            "cv": 2.0},
+                               **TENANT},
+                              {"id": "b", "rate_fraction": 0.5, "slo_class": "batch",
+                               "closed_loop": {"users": 2}, **TENANT}]}},
+]
+
+HOSTILE = st.sampled_from([
+    None, True, -1, 0, 1, -1.5, 1e-300, -1e-300, 1e300, 2**70, -(2**70), math.nan, math.inf,
+    -math.inf, "", "x", "../../etc", "1e3", [], [1, 2], {}, {"a": 1},
+])
+WALL_LIMIT_S = 20.0
+
+
+def leaves(tree: Any, path: tuple = ()) -> list[tuple]:
+    """Every path to a scalar or list in a plain scenario tree."""
+    if isinstance(tree, dict):
+        return [p for k, v in tree.items() for p in leaves(v, (*path, k))]
+    if isinstance(tree, list) and tree and isinstance(tree[0], dict):
+        return [p for i, v in enumerate(tree) for p in leaves(v, (*path, i))]
+    return [path]
+
+
+def replaced(tree: Any, path: tuple, value: Any) -> Any:
+    out = copy.deepcopy(tree)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+def dotted(path: tuple) -> str:
+    text = ""
+    for key in path:
+        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else key)
+    return text
+
+
+class Budget:
+    """A progress callback that stops a run taking too long: a fuzz case must never hang."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __call__(self, now_us: int, arrived: int, wall_s: float) -> None:
+        assert time.perf_counter() - self.started < WALL_LIMIT_S, "the run does not end"
+
+
+def check(data: dict[str, Any], path: tuple) -> None:
+    try:
+        sim = prepare(Scenario.from_dict(data))
+    except ScenarioError as exc:
+        top = dotted(path[:1])
+        assert exc.path.startswith(top) or top in str(exc), (dotted(path), str(exc))
+        return
+    result = simulate(sim, Budget())
+    for key, value in result.summary.items():
+        if isinstance(value, float):
+            assert math.isfinite(value), (dotted(path), key, value)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> tuple[dict[str, Any], tuple]:
+    base = draw(st.sampled_from(BASES))
+    path = draw(st.sampled_from(leaves(base)))
+    return replaced(base, path, draw(HOSTILE)), path
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_a_bad_value_anywhere_is_a_clear_error_or_a_bounded_run(case):
+    check(*case)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(BASES), st.lists(st.text(min_size=1, max_size=12), min_size=1,
+                                        max_size=3), HOSTILE)
+def test_an_unknown_key_anywhere_names_its_path(base, keys, value):
+    data = copy.deepcopy(base)
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {}) if isinstance(node.get(key), dict | None) else node
+    node[keys[-1]] = value
+    check(data, (keys[0],))

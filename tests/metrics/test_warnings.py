@@ -1,0 +1,84 @@
+"""Degenerate runs run, and say so (blis_simpy/metrics/warnings.py): `warnings` in the summary
+(summary.json) and `warning:` lines on stderr; a healthy run has none."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from blis_simpy.api import run
+from blis_simpy.cli import app
+from blis_simpy.config.scenario import Scenario
+from tests.conftest import BASE, merge, scenario
+
+SMALL = {"workload": {"num_requests": 12}}
+
+
+def small(**changes):
+    return scenario(**merge(SMALL, changes))
+
+
+def test_a_healthy_run_has_no_warnings():
+    assert run(small()).warnings == []
+
+
+def test_everything_rejected_is_warned_with_its_reason_codes():
+    result = run(small(policies={"admission": {"type": "reject-all"}}))
+    assert result.warnings == ["every request was rejected (12 admission)"]
+    assert result.summary["rejected_by_reason"] == {"admission": 12}
+    assert result.summary["admitted_requests"] == 0
+
+
+def test_a_kv_pool_that_cannot_hold_one_request_is_warned():
+    result = run(small(engine={"kv_blocks": 1}))
+    assert set(result.requests.reject_code) == {"exceeds_kv_capacity"}
+    assert any("whole KV pool" in w for w in result.warnings)
+    assert result.warnings[0].startswith("every request was rejected")
+
+
+def test_a_horizon_before_the_first_arrival_is_warned():
+    result = run(small(horizon_s=0.000001))
+    assert result.summary["arrived_requests"] == 0
+    assert result.warnings == ["no request arrived (an empty trace, or a horizon before the "
+                               "first arrival): nothing was simulated"]
+    assert result.evaluation is not None and result.evaluation.fitness == 0.0
+
+
+def test_an_empty_trace_runs_and_is_warned(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_time,request_id,model,prefill_tokens,decode_tokens\n")
+    data = {k: v for k, v in BASE.items() if k != "workload"}
+    result = run(Scenario.from_dict({**data, "workload": {"type": "trace", "path": str(trace)}}))
+    assert result.summary["completed_requests"] == 0
+    assert result.warnings[0].startswith("no request arrived")
+
+
+def test_low_completion_is_warned():
+    result = run(small(horizon_s=0.3))
+    done, arrived = result.summary["completed_requests"], result.summary["arrived_requests"]
+    assert done < arrived / 2
+    assert any(w.startswith(f"only {done} of {arrived}") for w in result.warnings)
+
+
+def test_a_tenant_that_never_sends_is_warned():
+    tenant = {"prompt": {"type": "constant", "value": 100},
+              "output": {"type": "constant", "value": 10}}
+    workload = {"type": "tenants", "rate_per_s": 5, "duration_s": 2,
+                "tenants": [{"id": "busy", "rate_fraction": 1.0, **tenant},
+                            {"id": "quiet", "rate_fraction": 0.0, **tenant}]}
+    data = {k: v for k, v in BASE.items() if k != "workload"}
+    result = run(Scenario.from_dict({**data, "workload": workload}))
+    assert result.warnings == ["tenant 'quiet' sent no request within the run"]
+
+
+def test_warnings_are_printed_on_stderr_and_written_to_summary_json(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(merge(BASE, {
+        "workload": {"num_requests": 5}, "policies": {"admission": {"type": "reject-all"}}})))
+    out = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "o"), "--quiet"])
+    assert out.exit_code == 0
+    assert "warning: every request was rejected (5 admission)" in out.stderr
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["warnings"] == ["every request was rejected (5 admission)"]
