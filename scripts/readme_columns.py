@@ -1,7 +1,7 @@
 """The README's table of output columns, generated from a real run so it cannot drift.
 
     python scripts/readme_columns.py          # rewrite the block in README.md
-    python scripts/readme_columns.py --check  # exit 1 if README.md is out of date (a test runs this)
+    python scripts/readme_columns.py --check  # exit 1 if README.md is out of date (tested)
 """
 
 from __future__ import annotations
