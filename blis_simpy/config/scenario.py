@@ -269,7 +269,12 @@ def apply_override(data: Any, override: str) -> dict[str, Any]:
     key, sep, raw = override.partition("=")
     if not sep or not key.strip():
         raise ScenarioError("--set", f"expected key.path=value, got {override!r}")
-    value = load_yaml(raw, f"--set {key}")
+    return set_path(data, key, load_yaml(raw, f"--set {key}"))
+
+
+def set_path(data: Any, key: str, value: Any) -> dict[str, Any]:
+    """A copy of the scenario's data with dotted `key` set to `value`, creating missing
+    sections."""
     root = dict(data) if isinstance(data, dict) else {}
     node = root
     parts = key.strip().split(".")

@@ -179,3 +179,21 @@ def decision_table(decisions: Sequence[Decision]) -> pd.DataFrame:
         "reason": [d.reason for d in decisions],
         "top_candidates": [candidates_text(d) for d in decisions],
     })
+
+
+def group_table(requests: pd.DataFrame, column: str) -> pd.DataFrame:
+    """One row per value of `column` (tenant, slo_class, instance): request counts by outcome
+    and TTFT / E2E / ITL statistics in ms over its completed requests."""
+    rows = []
+    for key, frame in requests.groupby(column, sort=True):
+        done = frame[frame.final_state == "completed"]
+        row: dict[str, Any] = {column: key, "requests": len(frame), "completed": len(done),
+                               "rejected": int((frame.final_state == "rejected").sum())}
+        for metric in ("ttft_ms", "e2e_ms", "itl_mean_ms"):
+            values = done[metric].dropna()
+            name = metric.removesuffix("_ms")
+            row[f"{name}_mean_ms"] = values.mean() if len(values) else np.nan
+            for p in (50, 90, 99):
+                row[f"{name}_p{p}_ms"] = values.quantile(p / 100) if len(values) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)

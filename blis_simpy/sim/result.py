@@ -15,6 +15,7 @@ import pandas as pd
 from blis_simpy.compat.results import ReferenceOutputs
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.metrics.fitness import EvaluationResult
+from blis_simpy.metrics.tables import group_table
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,18 @@ class Result:
     def extra_files(self) -> dict[str, str]:
         """File name -> text of the compat-mode outputs (results.json, blis_stdout.txt)."""
         return self.reference.files() if self.reference is not None else {}
+
+    def by_tenant(self) -> pd.DataFrame:
+        """One row per tenant: counts by outcome, latency statistics of its completed requests."""
+        return group_table(self.requests, "tenant")
+
+    def by_slo_class(self) -> pd.DataFrame:
+        """One row per SLO class, as `by_tenant`."""
+        return group_table(self.requests, "slo_class")
+
+    def by_instance(self) -> pd.DataFrame:
+        """One row per instance that requests were routed to, as `by_tenant`."""
+        return group_table(self.requests[self.requests.instance != ""], "instance")
 
     @property
     def warnings(self) -> list[str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from blis_simpy.compat.results import ReferenceOutputs
 from blis_simpy.config.resolve import resolve
-from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.scenario import Scenario, set_path
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder
 from blis_simpy.metrics.anomalies import anomaly_table
@@ -23,28 +25,42 @@ from blis_simpy.sim.build import Progress, Simulation, build
 from blis_simpy.sim.result import Result
 
 
-def load(scenario: Scenario | str | Path) -> Scenario:
-    """A scenario object is checked again, as thoroughly as a file: one built or changed in
-    Python (`dataclasses.replace`) has skipped the loader's validation."""
-    if isinstance(scenario, Scenario):
-        return Scenario.from_dict(scenario.to_dict())
+def load(scenario: Scenario | str | Path, *, seed: int | None = None,
+         overrides: Mapping[str, Any] | None = None) -> Scenario:
+    """The scenario, with `seed` and dotted `overrides` ({"policies.routing.type":
+    "least-loaded"}) applied, validated as thoroughly as a file: an object built or changed
+    in Python (`dataclasses.replace`) has skipped the loader's checks."""
     if isinstance(scenario, str | Path):
-        return Scenario.from_yaml(scenario)
-    raise ScenarioError("scenario", f"expected a Scenario or a YAML path, got "
-                        f"{type(scenario).__name__}")
+        scenario = Scenario.from_yaml(scenario)
+    if not isinstance(scenario, Scenario):
+        raise ScenarioError("scenario", f"expected a Scenario or a YAML path, got "
+                            f"{type(scenario).__name__}")
+    data = scenario.to_dict()
+    for key, value in (overrides or {}).items():
+        if not isinstance(key, str) or not key.strip():
+            raise ScenarioError("overrides", f"keys are dotted paths, got {key!r}")
+        data = set_path(data, key, value)
+    if seed is not None:
+        data["seed"] = seed
+    return Scenario.from_dict(data)
 
 
-def prepare(scenario: Scenario | str | Path, *, recorder: Recorder | None = None,
+def prepare(scenario: Scenario | str | Path, *, seed: int | None = None,
+            overrides: Mapping[str, Any] | None = None, recorder: Recorder | None = None,
             checks: bool = False) -> Simulation:
     """Resolve and build a simulation; every input error (including a bad trace) surfaces
     here, before any event runs."""
-    return build(resolve(load(scenario)), recorder=recorder, checks=checks)
+    return build(resolve(load(scenario, seed=seed, overrides=overrides)), recorder=recorder,
+                 checks=checks)
 
 
 def run(scenario: Scenario | str | Path, progress: Progress | None = None, *,
+        seed: int | None = None, overrides: Mapping[str, Any] | None = None,
         recorder: Recorder | None = None, checks: bool = False) -> Result:
-    """Simulate a scenario (object or YAML path) and return its Result."""
-    return simulate(prepare(scenario, recorder=recorder, checks=checks), progress)
+    """Simulate a scenario (object or YAML path), optionally with another seed and dotted
+    overrides, and return its Result."""
+    return simulate(prepare(scenario, seed=seed, overrides=overrides, recorder=recorder,
+                            checks=checks), progress)
 
 
 def simulate(sim: Simulation, progress: Progress | None = None) -> Result:

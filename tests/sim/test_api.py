@@ -1,0 +1,43 @@
+"""The Python API's conveniences: `run(scenario, seed=..., overrides={...})`, and DataFrames
+per tenant, SLO class and instance next to the request and step tables."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from blis_simpy.api import run
+from blis_simpy.core.errors import ScenarioError
+from tests.conftest import scenario
+
+BASE = scenario(workload={"num_requests": 12})
+
+
+def test_seed_and_overrides_change_the_run_as_the_cli_set_does():
+    result = run(BASE, seed=11, overrides={"cluster.instances": 2,
+                                           "policies.routing.type": "least-loaded"})
+    assert result.scenario.seed == 11
+    assert result.scenario.cluster.instances == 2
+    assert set(result.requests.instance) == {"instance_0", "instance_1"}
+    assert result.summary == run(BASE, seed=11, overrides={
+        "cluster.instances": 2, "policies.routing.type": "least-loaded"}).summary
+
+
+def test_a_bad_override_is_an_error_naming_its_path():
+    with pytest.raises(ScenarioError, match=r"^engine\.max_scheduled_tokens"):
+        run(BASE, overrides={"engine.max_scheduled_tokens": 0})
+    with pytest.raises(ScenarioError, match="dotted paths"):
+        run(BASE, overrides={"": 1})
+
+
+def test_group_tables_count_every_request_once():
+    result = run(BASE, overrides={"cluster.instances": 2})
+    for table, column in ((result.by_tenant(), "tenant"), (result.by_slo_class(), "slo_class"),
+                          (result.by_instance(), "instance")):
+        assert isinstance(table, pd.DataFrame) and column in table.columns
+        assert table.requests.sum() == len(result.requests)
+        assert table.completed.sum() == result.summary["completed_requests"]
+    by_instance = result.by_instance().set_index("instance")
+    for instance in result.summary["instances"]:
+        assert by_instance.loc[instance["instance_id"], "completed"] == \
+            instance["completed_requests"]
