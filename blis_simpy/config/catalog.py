@@ -23,6 +23,8 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.yamlio import load_yaml
 
 DEFAULT_KV_BLOCKS = 1_000_000
+# The catalog's `total_kv_blocks` were measured with vLLM's default block of 16 tokens.
+CATALOG_BLOCK_SIZE = 16
 BUNDLED_SOURCE = "the bundled defaults.yaml"
 
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

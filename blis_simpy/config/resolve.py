@@ -9,7 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from blis_simpy.config.catalog import DEFAULT_KV_BLOCKS, CatalogEntry, bundled
+from blis_simpy.config.catalog import (
+    CATALOG_BLOCK_SIZE,
+    DEFAULT_KV_BLOCKS,
+    CatalogEntry,
+    bundled,
+)
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError, closest_first
@@ -32,7 +37,7 @@ def resolve(scenario: Scenario) -> Scenario:
         latency = dataclasses.replace(
             latency, alpha=latency.alpha or list(entry.alpha), beta=latency.beta or list(entry.beta)
         )
-        kv_blocks = kv_blocks or entry.kv_blocks
+        kv_blocks = kv_blocks or catalog_kv_blocks(entry, engine.block_size, scenario.compat)
     if latency.type == "roofline":
         latency = dataclasses.replace(latency, alpha=latency.alpha or [0.0, 0.0, 0.0])
     engine = dataclasses.replace(engine, kv_blocks=kv_blocks or DEFAULT_KV_BLOCKS)
@@ -43,6 +48,16 @@ def resolve(scenario: Scenario) -> Scenario:
         workload = dataclasses.replace(workload, arrival=arrival)
     return dataclasses.replace(scenario, model=model, latency=latency, engine=engine,
                                workload=workload)
+
+
+def catalog_kv_blocks(entry: CatalogEntry, block_size: int, compat: str) -> int:
+    """The catalog's KV size, measured in blocks of `CATALOG_BLOCK_SIZE` tokens, converted to
+    blocks of this engine's size so that a different `block_size` keeps the GPU's capacity in
+    tokens. The reference takes the block count as is (its capacity in tokens grows with the
+    block size); compat keeps that, and the run warns about it."""
+    if compat == "blis":
+        return entry.kv_blocks
+    return max(1, entry.kv_blocks * CATALOG_BLOCK_SIZE // block_size)
 
 
 def catalog_entry(model: Any) -> CatalogEntry:

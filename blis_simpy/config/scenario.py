@@ -70,7 +70,8 @@ class EngineConfig:
         0, help="cap on one request's prefill chunk per step; 0 = only the budget", ge=0
     )
     kv_blocks: int | None = spec(
-        None, help="KV cache size in blocks; default from the catalog, else 1000000", ge=1,
+        None, help="KV cache size in blocks; default from the catalog (converted from its 16-token "
+        "blocks to block_size, so the capacity in tokens stays), else 1000000", ge=1,
         le=MAX_KV_BLOCKS,
     )
     block_size: int = spec(16, help="tokens per KV block", ge=1, le=4096)

@@ -441,6 +441,18 @@ def test_resolve_uses_catalog_default_gpu_and_tp():
     assert resolved.engine.kv_blocks == entry.kv_blocks
 
 
+def test_block_size_without_kv_blocks_keeps_the_capacity_in_tokens():
+    """Defect 4: the catalog's KV size is in 16-token blocks; a larger block must not grow the
+    GPU's memory. Compat keeps the reference's block count (documented difference)."""
+    for block_size in (8, 16, 32, 48):
+        resolved = resolve(catalog_scenario(engine={"block_size": block_size}))
+        assert resolved.engine.kv_blocks == 29205 * 16 // block_size
+    compat = resolve(catalog_scenario(engine={"block_size": 32}, compat="blis"))
+    assert compat.engine.kv_blocks == 29205
+    explicit = resolve(catalog_scenario(engine={"block_size": 32, "kv_blocks": 500}))
+    assert explicit.engine.kv_blocks == 500
+
+
 def test_resolve_model_name_is_case_insensitive():
     resolved = resolve(catalog_scenario(model={"name": "Meta-Llama/Llama-3.1-8B-Instruct"}))
     assert resolved.engine.kv_blocks == 29205
