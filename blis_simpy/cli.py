@@ -18,7 +18,8 @@ from blis_simpy.config.fitness import FitnessConfig, parse_weights
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.units import US_PER_S
-from blis_simpy.sim.build import Simulation
+from blis_simpy.sim.build import RunProgress, Simulation
+from blis_simpy.sim.output import OutputFolder
 
 app = typer.Typer(
     add_completion=False,
@@ -53,35 +54,82 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
 
 
 class ProgressBar:
-    """A one-line progress report on stderr, shown only after the run has taken a second."""
+    """One line on stderr, rewritten in place: requests finished of the total (when known),
+    simulated time, events/s and an ETA; then the drain (every request has arrived, some still
+    run) and the writing of the outputs. Shown after the run has taken a second, or at once
+    when forced."""
 
-    def __init__(self, total: int | None, horizon_us: int | None) -> None:
-        self.total, self.horizon = total, horizon_us
+    def __init__(self, total: int | None, arrivals_end_us: int | None,
+                 horizon_us: int | None, forced: bool) -> None:
+        self.total, self.arrivals_end, self.horizon = total, arrivals_end_us, horizon_us
+        self.forced = forced
         self.shown = False
 
-    def __call__(self, now_us: int, arrived: int, wall_s: float) -> None:
-        if wall_s < 1.0:
+    def __call__(self, p: RunProgress) -> None:
+        if not (self.forced or p.wall_s >= 1.0):
             return
         self.shown = True
-        done = ""
-        if self.total:
-            done = f"{arrived}/{self.total} requests arrived, "
-        elif self.horizon:
-            done = f"{100 * now_us / self.horizon:.0f}% of the horizon, "
-        sys.stderr.write(f"\r{done}simulated {now_us / US_PER_S:.1f} s in {wall_s:.1f} s wall ")
+        self.show(self.line(p))
+
+    def line(self, p: RunProgress) -> str:
+        rate = p.events / p.wall_s if p.wall_s > 0 else 0.0
+        sim = f"sim {p.now_us / US_PER_S:,.1f} s, {rate:,.0f} events/s"
+        if p.done:
+            return (f"[done] {p.finished:,} of {p.arrived:,} requests finished, {sim}, "
+                    f"{p.wall_s:.1f} s")
+        draining = (self.total is not None and p.arrived >= self.total) or (
+            self.arrivals_end is not None and p.now_us >= self.arrivals_end)
+        phase = "[drain] all arrived; " if draining else "[run] "
+        of = f"/{self.total:,}" if self.total else ""
+        return (f"{phase}{p.finished:,}{of} requests finished ({p.arrived:,} arrived), {sim}"
+                f"{self.eta(p)}")
+
+    def eta(self, p: RunProgress) -> str:
+        """Wall time left, from the share of the work done: requests finished of the total,
+        else simulated time of the horizon (or of the arrival window)."""
+        end = self.horizon or self.arrivals_end
+        if self.total and p.finished:
+            share = p.finished / self.total
+        elif end and p.now_us:
+            share = min(1.0, p.now_us / end)
+        else:
+            return ""
+        return f", ETA {p.wall_s * (1 - share) / share:,.0f} s" if share > 0 else ""
+
+    def show(self, text: str) -> None:
+        sys.stderr.write(f"\r{text:<100}")
         sys.stderr.flush()
+
+    def writing(self, target: Path) -> None:
+        if self.shown:
+            self.show(f"[write] {target}")
 
     def close(self) -> None:
         if self.shown:
             sys.stderr.write("\n")
 
 
+def progress_bar(scenario: Scenario, forced: bool) -> ProgressBar:
+    """What the bar can know in advance: the request count and when arrivals stop."""
+    workload = scenario.workload
+    total = getattr(workload, "num_requests", None) or getattr(workload, "max_requests", None)
+    window = getattr(workload, "duration_s", None)
+    end = None if window is None else round(window * US_PER_S)
+    return ProgressBar(total, end, scenario.horizon_us, forced)
+
+
 @app.command()
 def run(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
-    out: Annotated[Path | None, typer.Option(help="output folder")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="output folder (default out/<name>); must be new or empty unless --force")] = None,
+    force: Annotated[bool, typer.Option(
+        help="replace an existing output folder whole (the old one stays if the run fails)")
+    ] = False,
     seed: Annotated[int | None, typer.Option(help="override the scenario's seed")] = None,
-    quiet: Annotated[bool, typer.Option(help="no progress report")] = False,
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--quiet", help="progress report on stderr (default: on a terminal, after "
+        "a second); --quiet also drops the closing lines")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="override a scenario value: --set policies.routing.type=least-loaded")
     ] = None,
@@ -91,29 +139,31 @@ def run(
     """Run a scenario: print the summary JSON and write the results folder."""
     try:
         sim = prepared(scenario, seed, set_, fitness_weights)
+        resolved = sim.scenario
+        target = out or Path(resolved.outputs.dir or Path("out") / resolved.name)
+        folder = OutputFolder(target, resolved.outputs.tables, force,
+                              "--out" if out else "outputs.dir")
     except ScenarioError as exc:
         raise fail(exc) from None
-    resolved = sim.scenario
-    target = out or Path(resolved.outputs.dir or Path("out") / resolved.name)
-    if target.exists() and not target.is_dir():
-        raise fail(ScenarioError("--out", f"{target} exists and is not a folder"))
+    quiet = progress is False
     bar = None
-    if not quiet and sys.stderr.isatty():
-        workload = resolved.workload
-        bar = ProgressBar(getattr(workload, "num_requests", None), resolved.horizon_us)
+    if progress or (progress is None and sys.stderr.isatty()):
+        bar = progress_bar(resolved, forced=bool(progress))
     started = time.perf_counter()
     try:
         result = simulate(sim, progress=bar)
+        if bar is not None:
+            bar.writing(target)
+        result.save(folder)
     except ScenarioError as exc:
         raise fail(exc) from None
-    finally:
-        if bar is not None:
-            bar.close()
-    try:
-        result.save(target, resolved.outputs.tables)
     except OSError as exc:
         raise fail(ScenarioError("--out", f"cannot write {target}: {exc.strerror or exc}")) \
             from None
+    finally:
+        folder.discard()
+        if bar is not None:
+            bar.close()
     typer.echo(result.summary_json(), nl=False)
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)

@@ -260,3 +260,159 @@ def test_run_refuses_an_output_path_that_is_a_file(tmp_path):
     blocker.write_text("keep me")
     assert_clean_usage_error(cli("run", scenario_file, "--out", blocker, "--quiet"), "--out")
     assert blocker.read_text() == "keep me"
+
+
+# --- outputs (robustness defect 5) --------------------------------------------------------------
+
+
+def folder_state(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())} if path.is_dir() else {}
+
+
+def test_reused_output_folder_is_refused_without_force(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.csv").write_text("from an earlier run")
+    result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet")
+    assert_clean_usage_error(result, "--out", "already holds files", "--force")
+    assert folder_state(out) == {"stale.csv": b"from an earlier run"}
+
+
+def test_force_replaces_the_output_folder_whole(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.csv").write_text("from an earlier run")
+    result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet", "--force")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in out.iterdir()} == NATIVE_FILES
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_force_keeps_the_old_folder_when_writing_fails(tmp_path, monkeypatch):
+    from blis_simpy.sim import result as result_module
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.csv").write_text("keep me")
+
+    def broken(frame, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(result_module, "write_table", broken)
+    result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet", "--force")
+    assert_clean_usage_error(result, "No space left on device")
+    assert folder_state(out) == {"old.csv": b"keep me"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
+
+
+def test_out_on_another_file_system_is_staged_there(tmp_path, monkeypatch):
+    """EXDEV: a rename across file systems fails; the files are staged beside the target, so
+    the final rename never crosses one (simulated: any rename between folders fails)."""
+    real = os.rename
+
+    def same_folder_only(src, dst):
+        if Path(src).parent != Path(dst).parent:
+            raise OSError(18, "Invalid cross-device link")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "rename", same_folder_only)
+    monkeypatch.setattr(os, "replace", same_folder_only)
+    out = tmp_path / "mnt" / "other" / "run1"
+    result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in out.iterdir()} == NATIVE_FILES
+
+
+def test_unwritable_out_fails_before_the_run(tmp_path, monkeypatch):
+    from blis_simpy import cli as cli_module
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the simulation ran before the output folder was checked")
+
+    monkeypatch.setattr(cli_module, "simulate", must_not_run)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = cli("run", write_scenario(tmp_path), "--out", blocker / "run", "--quiet")
+    assert_clean_usage_error(result, "--out", "cannot write")
+    result = cli("run", write_scenario(tmp_path), "--out", blocker, "--quiet")
+    assert_clean_usage_error(result, "--out", "not a folder")
+
+
+def test_scenario_name_cannot_leave_the_output_folder(tmp_path):
+    for name in ("../x", "/tmp/x", "a/b", ".hidden", ""):
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump(merge(merge(BASE, SMALL), {"name": name})))
+        result = cli("run", path, "--quiet")
+        assert_clean_usage_error(result, "name", "letters, digits")
+    assert not (tmp_path / "x").exists()
+
+
+def test_default_output_name_is_the_file_stem(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = merge(BASE, SMALL)
+    del data["name"]
+    path = tmp_path / "my capacity plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = cli("run", path, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "my-capacity-plan" / "summary.json").is_file()
+
+
+def test_parquet_without_pyarrow_fails_before_the_run(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow -> ImportError
+    out = tmp_path / "out"
+    result = cli("run", write_scenario(tmp_path, outputs={"tables": "parquet"}), "--out", out,
+                 "--quiet")
+    assert_clean_usage_error(result, "outputs.tables", "pyarrow", "pip install")
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_result_save_refuses_a_used_folder_through_the_api(tmp_path):
+    import blis_simpy
+    from blis_simpy.core.errors import ScenarioError
+
+    result = blis_simpy.run(Scenario.from_yaml(write_scenario(tmp_path)))
+    result.save(tmp_path / "o", "csv")
+    try:
+        result.save(tmp_path / "o", "csv")
+    except ScenarioError as exc:
+        assert exc.path == "out_dir"
+    else:
+        raise AssertionError("a second save into a used folder was accepted")
+    assert len(result.save(tmp_path / "o", "csv", force=True)) == len(NATIVE_FILES)
+
+
+# --- progress -----------------------------------------------------------------------------------
+
+
+def test_progress_shows_finished_requests_events_and_phases(tmp_path):
+    out = tmp_path / "out"
+    result = cli("run", write_scenario(tmp_path), "--out", out, "--progress")
+    assert result.exit_code == 0, result.output
+    err = result.stderr
+    assert "[done] 20 of 20 requests finished" in err
+    assert "events/s" in err
+    assert f"[write] {out}" in err
+    assert json.loads(result.stdout)["completed_requests"] == 20
+
+
+def test_progress_bar_reports_drain_and_eta():
+    from blis_simpy.cli import ProgressBar
+    from blis_simpy.sim.build import RunProgress
+
+    bar = ProgressBar(total=100, arrivals_end_us=None, horizon_us=None, forced=True)
+    running = bar.line(RunProgress(now_us=5_000_000, arrived=60, finished=25, events=1000,
+                                   wall_s=2.0))
+    assert running.startswith("[run] 25/100 requests finished (60 arrived)")
+    assert "500 events/s" in running and "ETA 6 s" in running
+    draining = bar.line(RunProgress(9_000_000, 100, 80, 4000, 4.0))
+    assert draining.startswith("[drain] all arrived; 80/100")
+    window = ProgressBar(total=None, arrivals_end_us=10_000_000, horizon_us=None, forced=True)
+    assert "ETA 3 s" in window.line(RunProgress(2_500_000, 7, 5, 100, 1.0))
+
+
+def test_quiet_prints_only_the_summary(tmp_path):
+    result = cli("run", write_scenario(tmp_path), "--out", tmp_path / "o", "--quiet")
+    assert result.exit_code == 0
+    assert result.stderr == ""

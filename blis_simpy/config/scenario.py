@@ -9,6 +9,7 @@ says exactly what ran.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,11 @@ class EvaluationConfig:
         return ranks
 
 
+MAX_NAME = 100
+# A name is one path component that stays inside out/: no separators, no leading dot.
+NAME_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_NAME - 1}}}")
+
+
 @dataclass(frozen=True, slots=True)
 class OutputsConfig:
     dir: str | None = spec(None, help="output folder; default out/<scenario name>")
@@ -195,7 +201,8 @@ class OutputsConfig:
 class Scenario:
     version: Literal[1] = spec(help="scenario format version")
     model: ModelConfig = spec(help="the served model")
-    name: str = spec("scenario", help="short name, used for the default output folder")
+    name: str = spec("scenario", help="short name, used for the default output folder "
+                     "out/<name>; default: the YAML file's name without .yaml")
     seed: int = spec(42, help="master seed; every random stream derives from it")
     compat: Literal["none", "blis"] = spec(
         "none", help="blis: reproduce the reference BLIS's reported numbers (see README)"
@@ -217,6 +224,11 @@ class Scenario:
         return None if self.horizon_s is None else round(self.horizon_s * US_PER_S)
 
     def validate(self, path: str) -> None:
+        if not NAME_PATTERN.fullmatch(self.name):
+            raise ScenarioError(
+                join(path, "name"), f"{self.name!r} cannot name an output folder (it would be "
+                "written outside out/ or be hidden)", "letters, digits, '.', '_' and '-', "
+                f"starting with a letter or digit, at most {MAX_NAME} characters")
         if self.compat == "blis" and getattr(self.workload, "arrival", None) == "poisson":
             raise ScenarioError(
                 join(path, "workload.arrival"), "compat: blis replays the reference's "
@@ -245,16 +257,19 @@ class Scenario:
             raise ScenarioError("", f"{path} is not UTF-8 text (byte {exc.start}): is it a "
                                 "scenario YAML file?") from None
         try:
-            return cls.from_yaml_text(text, path.parent, overrides)
+            return cls.from_yaml_text(text, path.parent, overrides, default_name(path))
         except ScenarioError as exc:
             raise exc.in_file(path) from None
 
     @classmethod
     def from_yaml_text(cls, text: str, base_dir: Path | None = None,
-                       overrides: Sequence[str] = ()) -> Scenario:
+                       overrides: Sequence[str] = (), name: str = "scenario") -> Scenario:
+        """`name` is used when the text gives none (from_yaml passes the file's stem)."""
         data = load_yaml(text, "")
         for override in overrides:
             data = apply_override(data, override)
+        if isinstance(data, dict) and "name" not in data:
+            data = {**data, "name": name}
         return cls.from_dict(data, base_dir)
 
     def to_dict(self) -> dict[str, Any]:
@@ -262,6 +277,12 @@ class Scenario:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def default_name(path: Path) -> str:
+    """The file's stem made into a valid name: other characters become '-'."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem).lstrip("._-")[:MAX_NAME]
+    return name or "scenario"
 
 
 def apply_override(data: Any, override: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
@@ -30,7 +31,21 @@ from blis_simpy.policies.scheduler import SCHEDULER
 from blis_simpy.sim.modes import Mode, mode_of
 from blis_simpy.workload import source
 
-Progress = Callable[[int, int, float], None]  # (sim time µs, requests arrived, wall seconds)
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """How far a run is, for a progress report: read every few thousand events and once at
+    the end (`done`)."""
+
+    now_us: int
+    arrived: int
+    finished: int  # completed or rejected
+    events: int
+    wall_s: float
+    done: bool = False
+
+
+Progress = Callable[[RunProgress], None]
 
 
 class Simulation:
@@ -54,7 +69,6 @@ class Simulation:
         horizon = self.scenario.horizon_us
         until = math.inf if horizon is None else horizon
         step, peek = env.step, env.peek
-        arrived = self.recorder.requests
         started = time.perf_counter()
         count = 0
         last = 0.0
@@ -66,10 +80,18 @@ class Simulation:
                 step()
                 count += 1
                 if progress is not None and count % every == 0:
-                    progress(env.now, len(arrived), time.perf_counter() - started)
+                    progress(self.progress(count, started))
         for instance in self.fleet:
             instance.finish()
+        if progress is not None:
+            progress(self.progress(count, started, done=True))
         return time.perf_counter() - started
+
+    def progress(self, events: int, started: float, done: bool = False) -> RunProgress:
+        recorder = self.recorder
+        finished = sum(inst.completions for inst in self.fleet) + len(recorder.rejections)
+        return RunProgress(self.env.now, len(recorder.requests), finished, events,
+                           time.perf_counter() - started, done)
 
     @property
     def ended_at(self) -> int:

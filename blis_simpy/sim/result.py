@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +13,7 @@ from blis_simpy.compat.results import ReferenceOutputs
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.metrics.fitness import EvaluationResult
 from blis_simpy.metrics.tables import group_table
+from blis_simpy.sim.output import OutputFolder
 
 
 @dataclass(frozen=True)
@@ -62,54 +60,35 @@ class Result:
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2) + "\n"
 
-    def to_csv(self, out_dir: str | Path) -> list[Path]:
-        return self.save(out_dir, "csv")
+    def to_csv(self, out_dir: str | Path, force: bool = False) -> list[Path]:
+        return self.save(out_dir, "csv", force)
 
-    def to_parquet(self, out_dir: str | Path) -> list[Path]:
-        return self.save(out_dir, "parquet")
+    def to_parquet(self, out_dir: str | Path, force: bool = False) -> list[Path]:
+        return self.save(out_dir, "parquet", force)
 
-    def save(self, out_dir: str | Path, tables: str = "auto") -> list[Path]:
-        """Write every output into `out_dir`, atomically: files appear only when all are done."""
-        out = Path(out_dir)
-        fmt = table_format(tables)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
-            (staging / "summary.json").write_text(self.summary_json())
-            (staging / "scenario.yaml").write_text(self.scenario.to_yaml())
-            write_table(self.requests, staging / f"requests.{fmt}")
-            write_table(self.steps, staging / f"steps.{fmt}")
-            (staging / "metrics.json").write_text(json.dumps(self.metrics, indent=2) + "\n")
-            if self.evaluation is not None:
-                (staging / "evaluation.json").write_text(
-                    json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
-            for name in ("anomalies", "instances"):
-                table = getattr(self, name)
-                if table is not None:
-                    write_table(table, staging / f"{name}.{fmt}")
-            if self.decisions is not None:
-                write_table(self.decisions, staging / f"decisions.{fmt}")
-            for name, text in self.extra_files.items():
-                (staging / name).write_text(text)
-            out.mkdir(exist_ok=True)
-            written = []
-            for item in sorted(staging.iterdir()):
-                target = out / item.name
-                os.replace(item, target)
-                written.append(target)
-            return written
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    def save(self, out_dir: str | Path | OutputFolder, tables: str = "auto",
+             force: bool = False) -> list[Path]:
+        """Write every output into `out_dir`, which must be new or empty (or `force`: replaced
+        whole); the folder appears only when every file is written."""
+        folder = out_dir if isinstance(out_dir, OutputFolder) else OutputFolder(
+            out_dir, tables, force)
+        return folder.commit(self.write_files)
 
-
-def table_format(tables: str) -> str:
-    if tables == "auto":
-        try:
-            import pyarrow  # type: ignore[import-not-found]  # noqa: F401
-        except ImportError:
-            return "csv"
-        return "parquet"
-    return tables
+    def write_files(self, folder: Path, fmt: str) -> None:
+        (folder / "summary.json").write_text(self.summary_json())
+        (folder / "scenario.yaml").write_text(self.scenario.to_yaml())
+        write_table(self.requests, folder / f"requests.{fmt}")
+        write_table(self.steps, folder / f"steps.{fmt}")
+        (folder / "metrics.json").write_text(json.dumps(self.metrics, indent=2) + "\n")
+        if self.evaluation is not None:
+            (folder / "evaluation.json").write_text(
+                json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
+        for name in ("anomalies", "instances", "decisions"):
+            table = getattr(self, name)
+            if table is not None:
+                write_table(table, folder / f"{name}.{fmt}")
+        for name, text in self.extra_files.items():
+            (folder / name).write_text(text)
 
 
 def write_table(frame: pd.DataFrame, path: Path) -> None:
