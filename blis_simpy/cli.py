@@ -41,6 +41,7 @@ def fail(exc: ScenarioError) -> typer.Exit:
 def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None,
              fitness_weights: str | None = None) -> Simulation:
     """Load, apply overrides and build, so every input error surfaces before running."""
+    user_code_importable(path)
     scenario = Scenario.from_yaml(path, overrides or ())
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
@@ -51,6 +52,14 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
         return prepare(scenario)
     except ScenarioError as exc:
         raise exc.in_file(path) from None
+
+
+def user_code_importable(scenario: Path) -> None:
+    """Let `module:Class` policies be found as with `python -m`: the current folder, then the
+    scenario file's folder, are searched after the installed packages (never shadowing them)."""
+    for folder in (Path.cwd(), scenario.parent.resolve()):
+        if str(folder) not in sys.path:
+            sys.path.append(str(folder))
 
 
 class ProgressBar:

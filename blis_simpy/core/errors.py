@@ -1,5 +1,6 @@
 """The package's error types: bad input (`ScenarioError`, which carries the YAML path so messages
-can say where) and broken invariants (`InvariantError`)."""
+can say where; `PolicyError` when it is a user policy's code), and broken invariants
+(`InvariantError`)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,24 @@ class ScenarioError(ValueError):
             text += f" (valid: {valid})"
         if file:
             text = f"{file}: {text}"
-        super().__init__(text)
+        self.text = text
+        # args rebuild the error (SimPy re-raises a failed process's error as
+        # type(e)(*e.args); pickling across processes does the same)
+        super().__init__(path, problem, valid, file)
+
+    def __str__(self) -> str:
+        return self.text
 
     def in_file(self, file: object) -> ScenarioError:
         """The same error, saying which file it is in (unless it already names one)."""
         if self.file:
             return self
         return ScenarioError(self.path, self.problem, self.valid, str(file))
+
+
+class PolicyError(ScenarioError):
+    """A user policy (`module:Class`) raised or returned something unusable during a run;
+    `path` is its place in the scenario (`policies.routing`)."""
 
 
 class InvariantError(RuntimeError):

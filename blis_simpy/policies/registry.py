@@ -33,6 +33,11 @@ class NoParams:
     """A template without parameters."""
 
 
+def shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 class Registry(Generic[P]):
     """The templates of one axis (admission, priority, routing, scheduler)."""
 
@@ -57,8 +62,20 @@ class Registry(Generic[P]):
         cls = self.resolve(config.type, f"{path}.type")
         params_cls = getattr(cls, "Params", NoParams if config.type in self.templates else None)
         if params_cls is None:  # a user policy without a Params dataclass gets the mapping
-            return cls(dict(config.params))
-        return cls(load(params_cls, config.params, f"{path}.params"))
+            params: Any = dict(config.params)
+        else:
+            params = load(params_cls, config.params, f"{path}.params")
+        if config.type in self.templates:
+            return cls(params)
+        try:
+            return cls(params)
+        except Exception as exc:  # the user's constructor: reported before the run
+            raise ScenarioError(f"{path}.params", f"{config.type}({shown(params)}) raised "
+                                f"{type(exc).__name__}: {exc}") from None
+
+    def is_user(self, config: PolicySpec) -> bool:
+        """A `module:Class` policy (guarded during the run), not a template."""
+        return config.type not in self.templates
 
     def resolve(self, name: str, path: str) -> type:
         if name in self.templates:
@@ -69,11 +86,18 @@ class Registry(Generic[P]):
                             ", ".join(self.names) + ", or module:Class")
 
     def load_user_class(self, name: str, path: str) -> type:
+        """Import `module:Class`; the module is looked up on sys.path (the command line adds
+        the current folder and the scenario's folder)."""
         module_name, _, class_name = name.partition(":")
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise ScenarioError(path, f"cannot import {module_name!r}: {exc}") from None
+            raise ScenarioError(path, f"cannot import {module_name!r}: {exc}",
+                                "a module on the Python path, in the current folder or next "
+                                "to the scenario file") from None
+        except Exception as exc:  # the user's module failed while importing
+            raise ScenarioError(path, f"importing {module_name!r} raised "
+                                f"{type(exc).__name__}: {exc}") from None
         cls = getattr(module, class_name, None)
         if not isinstance(cls, type) or not issubclass(cls, self.base):
             raise ScenarioError(path, f"{name!r} is not a {self.base.__name__} subclass",

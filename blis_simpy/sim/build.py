@@ -25,7 +25,9 @@ from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.latency import latency_model
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.policies.admission import ADMISSION
+from blis_simpy.policies.guard import guarded
 from blis_simpy.policies.priority import PRIORITY
+from blis_simpy.policies.registry import P, PolicySpec, Registry
 from blis_simpy.policies.routing import ROUTING
 from blis_simpy.policies.scheduler import SCHEDULER
 from blis_simpy.sim.modes import Mode, mode_of
@@ -105,6 +107,15 @@ class Simulation:
         return self.recorder.close(self.ended_at)
 
 
+def policy(registry: Registry[P], config: PolicySpec, path: str) -> P:
+    """One policy object; a user's `module:Class` behind a guard that checks what it returns
+    and names it in any error (templates are trusted and run bare)."""
+    created = registry.create(config, path)
+    if registry.is_user(config):
+        return guarded(created, registry.base, path, config.type)
+    return created
+
+
 @contextmanager
 def sparse_collection() -> Iterator[None]:
     """Fewer garbage collections while the event loop runs: what exists before it (modules,
@@ -133,9 +144,9 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     policies, cluster, engine = scenario.policies, scenario.cluster, scenario.engine
     if recorder is None:
         recorder = Recorder(decisions=cluster.record_decisions)
-    priority = PRIORITY.create(policies.priority, "policies.priority")
-    admission = ADMISSION.create(policies.admission, "policies.admission")
-    routing = ROUTING.create(policies.routing, "policies.routing")
+    priority = policy(PRIORITY, policies.priority, "policies.priority")
+    admission = policy(ADMISSION, policies.admission, "policies.admission")
+    routing = policy(ROUTING, policies.routing, "policies.routing")
     latency = latency_model(scenario)
     pool_type = checked(mode.pool) if checks else mode.pool
     ranks = scenario.evaluation.ranks()
@@ -147,7 +158,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
         instance = Instance(
             env, f"instance_{i}", latency, engine, pool_type(engine.kv_blocks or 0,
                                                              engine.block_size),
-            SCHEDULER.create(policies.scheduler, "policies.scheduler"), priority, recorder,
+            policy(SCHEDULER, policies.scheduler, "policies.scheduler"), priority, recorder,
             class_ranks=ranks, reference_order=mode.reference_order)
         instance.observer = gateway
         fleet.add(instance)

@@ -43,10 +43,14 @@ class OutputFolder:
         """Create the staging folder beside the target: proves the place is writable and on
         the target's own file system."""
         staging = self.path.parent / f".{self.path.name}.staging-{secrets.token_hex(4)}"
+        # folders this claim creates, deepest last: removed again if the run never writes
+        self.created = [p for p in reversed(self.path.parents) if not p.exists()]
+        self.staging = staging
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             staging.mkdir()
         except OSError as exc:
+            self.discard()
             raise ScenarioError(self.field, f"cannot write {self.path}: "
                                 f"{exc.strerror or exc}") from None
         return staging
@@ -79,8 +83,14 @@ class OutputFolder:
         return old
 
     def discard(self) -> None:
-        """Drop the staging folder (a run that failed or was interrupted)."""
+        """Drop the staging folder, and the folders made for it that stayed empty (a run that
+        failed or was interrupted leaves nothing behind)."""
         shutil.rmtree(self.staging, ignore_errors=True)
+        for folder in reversed(self.created):
+            try:
+                folder.rmdir()
+            except OSError:  # holds the finished output, or something else: keep it
+                return
 
 
 def table_format(tables: str) -> str:

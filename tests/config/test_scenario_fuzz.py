@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from blis_simpy.api import prepare, simulate
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.sim.build import RunProgress
 from tests.conftest import BASE, merge
 
 TENANT = {"prompt": {"type": "gaussian", "mean": 200, "stdev": 50, "min": 8, "max": 800},
@@ -80,7 +81,7 @@ class Budget:
     def __init__(self) -> None:
         self.started = time.perf_counter()
 
-    def __call__(self, now_us: int, arrived: int, wall_s: float) -> None:
+    def __call__(self, progress: RunProgress) -> None:
         assert time.perf_counter() - self.started < WALL_LIMIT_S, "the run does not end"
 
 

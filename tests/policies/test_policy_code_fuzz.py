@@ -1,0 +1,216 @@
+"""User policy code that misbehaves (robustness defect 3), generated: every axis, every way of
+raising or returning garbage, at a random call. The run must stop with a PolicyError naming the
+policy's place, its class, the call and the request; through the CLI, exit 2 with that one line
+and nothing written."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import blis_simpy
+from blis_simpy.api import prepare
+from blis_simpy.core.errors import PolicyError, ScenarioError
+from blis_simpy.policies.admission import ADMIT, AdmissionDecision, AdmissionPolicy
+from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
+from blis_simpy.policies.scheduler import InstanceScheduler
+from tests.conftest import BASE, merge, scenario
+
+_modules = itertools.count()
+
+# A burst on a small KV pool: queues form (order_key is used) and running requests are
+# preempted (victim is called).
+PRESSURE: dict[str, Any] = {
+    "engine": {"kv_blocks": 120},
+    "workload": {"num_requests": 24, "rate_per_s": 400,
+                 "prompt": {"mean": 300, "stdev": 0, "min": 300, "max": 300},
+                 "output": {"mean": 150, "stdev": 0, "min": 150, "max": 150}},
+}
+
+EXCEPTIONS = (ValueError, KeyError, ZeroDivisionError, RuntimeError, TypeError, IndexError,
+              AttributeError, AssertionError, NotImplementedError, OverflowError)
+
+GARBAGE: list[Any] = [None, "instance_0", 3, 2.5, True, [], {}, math.nan, math.inf, -math.inf,
+                      object(), ("a", None)]
+
+
+def bad_return(axis: str, kind: str, value: Any) -> Any:
+    """A result that the guard must refuse on `axis`."""
+    if kind == "garbage":
+        return value
+    if axis == "admission":
+        return AdmissionDecision("delay", "later", delay_us=0) if kind == "out-of-range" \
+            else AdmissionDecision("maybe")  # type: ignore[arg-type]
+    if axis == "routing":
+        return RoutingDecision("instance_99", "nowhere", (1.0,)) if kind == "out-of-range" \
+            else RoutingDecision("instance_0", "bad scores", (math.nan,))
+    if axis == "priority":
+        return math.nan if kind == "out-of-range" else "high"
+    if axis == "order_key":
+        return math.nan if kind == "out-of-range" else (1, None)
+    return 10_000 if kind == "out-of-range" else -1  # victim position
+
+
+def misbehaving(axis: str, method: str, after: int, failure: Any) -> type:
+    """A user class of `axis` whose `method` works `after` times, then fails as `failure`
+    (an exception type to raise, or a value to return)."""
+    calls = itertools.count()
+
+    def fail_or(good: Any) -> Any:
+        if next(calls) < after:
+            return good
+        if isinstance(failure, type) and issubclass(failure, BaseException):
+            raise failure("user bug")
+        return failure
+
+    if axis == "admission":
+        return type("Gate", (AdmissionPolicy,), {
+            "decide": lambda self, req, state, clock: fail_or(ADMIT)})
+    if axis == "priority":
+        return type("Rank", (PriorityPolicy,), {
+            "compute": lambda self, req, state, clock: fail_or(float(req.arrival_us))})
+    if axis == "routing":
+        def route(self, req, priority, snapshots, state, clock):
+            scores = tuple(1.0 if i == 0 else 0.0 for i in range(len(snapshots)))
+            return fail_or(RoutingDecision(snapshots[0].id, "first", scores))
+        return type("Router", (RoutingPolicy,), {"route": route})
+    if method == "order_key":
+        return type("Sched", (InstanceScheduler,), {
+            "order_key": staticmethod(lambda view, priority: fail_or(view.arrival_us))})
+    return type("Sched", (InstanceScheduler,), {
+        "victim": lambda self, candidates, priorities: fail_or(len(candidates) - 1)})
+
+
+def install(cls: type) -> str:
+    """Put `cls` in a fresh importable module; its `module:Class` name."""
+    name = f"fuzz_user_policies_{next(_modules)}"
+    module = types.ModuleType(name)
+    setattr(module, cls.__name__, cls)
+    sys.modules[name] = module
+    return f"{name}:{cls.__name__}"
+
+
+AXES = {"admission": ["decide"], "priority": ["compute"], "routing": ["route"],
+        "scheduler": ["order_key", "victim"]}
+
+
+@st.composite
+def failures(draw: st.DrawFn) -> tuple[str, str, int, Any]:
+    axis = draw(st.sampled_from(sorted(AXES)))
+    method = draw(st.sampled_from(AXES[axis]))
+    after = draw(st.integers(0, 6))
+    kind = draw(st.sampled_from(["raise", "garbage", "out-of-range", "wrong-shape"]))
+    if kind == "raise":
+        failure: Any = draw(st.sampled_from(EXCEPTIONS))
+    else:
+        garbage = draw(st.sampled_from([g for g in GARBAGE if not valid(method, g)]))
+        failure = bad_return(method if axis == "scheduler" else axis, kind, garbage)
+    return axis, method, after, failure
+
+
+def valid(method: str, value: Any) -> bool:
+    """Garbage that happens to be a valid answer of `method` (a number is a priority...)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if method == "compute":
+        return number and math.isfinite(value)
+    if method == "order_key":
+        return (number and math.isfinite(value)) or isinstance(value, str)
+    return method == "victim" and number and isinstance(value, int)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(failures())
+def test_misbehaving_user_policy_names_policy_call_and_request(case):
+    axis, method, after, failure = case
+    type_name = install(misbehaving(axis, method, after, failure))
+    sc = scenario(**merge(PRESSURE, {"cluster": {"instances": 2},
+                                     "policies": {axis: {"type": type_name}}}))
+    with pytest.raises(PolicyError) as err:
+        blis_simpy.run(sc)
+    text = str(err.value)
+    assert err.value.path == f"policies.{axis}"
+    assert f"{type_name}.{method}" in text
+    assert "for request request_" in text
+    assert ("raised" in text) if isinstance(failure, type) else ("returned" in text)
+
+
+def test_user_constructor_that_raises_fails_before_the_run():
+    cls = type("Broken", (RoutingPolicy,), {"__init__": lambda self, params: 1 / 0})
+    with pytest.raises(ScenarioError) as err:
+        prepare(scenario(policies={"routing": {"type": install(cls)}}))
+    assert err.value.path == "policies.routing.params"
+    assert "ZeroDivisionError" in str(err.value)
+
+
+def test_user_module_that_fails_to_import_is_reported(tmp_path, monkeypatch):
+    (tmp_path / "explodes_on_import.py").write_text("raise RuntimeError('half-written file')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ScenarioError) as err:
+        prepare(scenario(policies={"routing": {"type": "explodes_on_import:R"}}))
+    assert err.value.path == "policies.routing.type"
+    assert "RuntimeError: half-written file" in str(err.value)
+
+
+def test_templates_run_unguarded():
+    from blis_simpy.policies.guard import GuardedRouting
+
+    sim = prepare(scenario())
+    assert not isinstance(sim.gateway.routing, GuardedRouting)
+
+
+# --- through the console script ----------------------------------------------------------------
+
+USER_POLICY = """
+    from blis_simpy.policies.routing import RoutingPolicy
+
+    class Picky(RoutingPolicy):
+        def route(self, req, priority, snapshots, state, clock):
+            return None
+"""
+
+
+def console_script() -> str:
+    return str(Path(sys.executable).parent / "blis-simpy")
+
+
+def test_user_policy_is_importable_from_the_current_folder_through_the_console_script(
+        tmp_path):
+    """Defect 3: `module:Class` next to the user, run by the installed `blis-simpy` (whose
+    sys.path[0] is its bin folder, not the current one)."""
+    (tmp_path / "mypolicies.py").write_text(textwrap.dedent(USER_POLICY).replace(
+        "return None", "return RoutingDecision(snapshots[0].id, 'first', "
+        "tuple(0.0 for _ in snapshots))").replace(
+        "import RoutingPolicy", "import RoutingDecision, RoutingPolicy"))
+    data = merge(BASE, {"workload": {"num_requests": 5}, "outputs": {"tables": "csv"},
+                        "policies": {"routing": {"type": "mypolicies:Picky"}}})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    done = subprocess.run([console_script(), "run", "s.yaml", "--quiet"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "test" / "summary.json").is_file()
+
+
+def test_user_policy_returning_none_exits_2_naming_it(tmp_path):
+    (tmp_path / "mypolicies.py").write_text(textwrap.dedent(USER_POLICY))
+    data = merge(BASE, {"workload": {"num_requests": 5},
+                        "policies": {"routing": {"type": "mypolicies:Picky"}}})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    done = subprocess.run([console_script(), "run", "s.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: policies.routing: mypolicies:Picky.route for "
+                                  "request request_0 returned None; expected a RoutingDecision")
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "out").exists()
