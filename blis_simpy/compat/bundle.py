@@ -22,6 +22,7 @@ import yaml
 from blis_simpy.compat.flags import go_int
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join
+from blis_simpy.core.yamlio import first_node
 
 # The reference's policy names per axis (cluster.md §3.5), sorted as its messages list them;
 # "" is also accepted and means the flag default.
@@ -227,17 +228,14 @@ def load_bundle(path: Path, label: str | None = None) -> Bundle:
     only the first YAML document is read, and a file without one is an error (EOF)."""
     label = label or str(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(label, f"{path} is not UTF-8 text (byte {exc.start}): is it a "
+                            "policy bundle YAML file?") from None
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise ScenarioError(label, f"cannot read {path}: {reason}") from None
-    try:
-        root = next(yaml.compose_all(text, Loader=yaml.SafeLoader), None)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(label, f"not valid YAML{where}: {problem}") from None
+    root = first_node(text, label)
     if root is None:
         raise ScenarioError(label, "has no YAML document (the reference fails with EOF)",
                             "a mapping with admission, routing, priority and/or scheduler")

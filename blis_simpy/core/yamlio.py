@@ -22,29 +22,59 @@ MAX_VALUES = 1_000_000  # values in the document with every alias expanded
 
 def load_yaml(text: str, where: str) -> Any:
     """Parse one YAML document safely; `where` names the file or option in errors."""
-    if len(text) > MAX_BYTES:
-        raise ScenarioError(where, f"the YAML document has {len(text):,} characters; the "
-                            f"limit is {MAX_BYTES:,}")
+    check_length(text, where)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        values = expanded_size(node, {}, where)
-        if values > MAX_VALUES:
-            raise ScenarioError(where, f"the YAML document expands to {values:,} values through "
-                                f"its aliases (&anchor / *alias); the limit is {MAX_VALUES:,}",
-                                "write the values out, or use fewer nested aliases")
+        check_expansion(node, where)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(where, f"not valid YAML{at}: {problem}") from None
+        raise yaml_error(exc, where) from None
     except RecursionError:
         raise ScenarioError(where, "the YAML document is nested too deeply") from None
     finally:
         loader.dispose()
+
+
+def first_node(text: str, where: str) -> yaml.Node | None:
+    """The node tree of the first YAML document (later ones are not read), under the same
+    limits as `load_yaml`; for readers that walk nodes themselves."""
+    check_length(text, where)
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_node() if loader.check_node() else None
+        if node is not None:
+            check_expansion(node, where)
+        return node
+    except yaml.YAMLError as exc:
+        raise yaml_error(exc, where) from None
+    except RecursionError:
+        raise ScenarioError(where, "the YAML document is nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def check_length(text: str, where: str) -> None:
+    if len(text) > MAX_BYTES:
+        raise ScenarioError(where, f"the YAML document has {len(text):,} characters; the "
+                            f"limit is {MAX_BYTES:,}")
+
+
+def check_expansion(node: yaml.Node, where: str) -> None:
+    values = expanded_size(node, {}, where)
+    if values > MAX_VALUES:
+        raise ScenarioError(where, f"the YAML document expands to {values:,} values through "
+                            f"its aliases (&anchor / *alias); the limit is {MAX_VALUES:,}",
+                            "write the values out, or use fewer nested aliases")
+
+
+def yaml_error(exc: yaml.YAMLError, where: str) -> ScenarioError:
+    mark = getattr(exc, "problem_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    return ScenarioError(where, f"not valid YAML{at}: {problem}")
 
 
 def expanded_size(node: yaml.Node, seen: dict[int, int], where: str = "") -> int:
