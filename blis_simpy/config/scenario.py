@@ -9,6 +9,7 @@ says exactly what ran.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from blis_simpy.config.workload import DistributionWorkload, SLOTargets, TraceWo
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, load, spec, to_plain
 from blis_simpy.core.units import (
+    MAX_FLOAT,
     MAX_INSTANCES,
     MAX_KV_BLOCKS,
     MAX_SIM_S,
@@ -61,6 +63,12 @@ class LatencyConfig:
     def validate(self, path: str) -> None:
         if self.type == "roofline" and self.beta is not None:
             raise ScenarioError(join(path, "beta"), "is not used by the roofline model")
+        for name in ("alpha", "beta"):
+            for i, value in enumerate(getattr(self, name) or ()):
+                if not (math.isfinite(value) and 0 <= value <= MAX_FLOAT):
+                    raise ScenarioError(
+                        join(path, f"{name}[{i}]"), f"got {value}: a delay or step time made "
+                        "of it could be negative or unbounded", f"a number in [0, {MAX_FLOAT:g}]")
 
 
 @dataclass(frozen=True, slots=True)

@@ -526,3 +526,15 @@ def test_scenario_is_frozen():
     sc = scenario()
     with pytest.raises(dataclasses.FrozenInstanceError):
         sc.seed = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("latency, path", [
+    ({"alpha": [-1, 0, 0]}, "latency.alpha[0]"),
+    ({"beta": [6910.0, -17.0, 2.8]}, "latency.beta[1]"),
+    ({"alpha": [0, 0, float("inf")]}, "latency.alpha[2]"),
+    ({"beta": [float("nan"), 0, 0]}, "latency.beta[0]"),
+])
+def test_negative_or_non_finite_coefficients_are_refused(latency, path):
+    """Defect 4: a negative coefficient reached SimPy as a negative delay (ValueError from
+    deep in the engine); found again by tests/test_cli_fuzz.py."""
+    assert load_error(latency=latency).path == path
