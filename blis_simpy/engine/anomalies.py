@@ -9,8 +9,7 @@ with the ones served:
 * `slo_class_inversion`: a request was admitted while one of a more urgent SLO class (or the
   same class and an earlier arrival) waits: the SLO view, independent of the priority policy;
 * `kv_hol_blocking`: the queue head does not fit in the free KV blocks while a request behind
-  it would (head-of-line blocking caused by the strict admission order); one row per episode
-  (the same head blocked at consecutive checks), at its start, with its end and step count.
+  it would (head-of-line blocking caused by the strict admission order).
 
 Priorities that never change (a policy that does not age) are indexed in a heap, so a step
 pays a heap look-up, not a scan of the queue; aging priorities are rescored every step anyway,
@@ -25,7 +24,6 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.request import Request, State
-from blis_simpy.core.units import US_PER_S
 
 HOL_LOOKAHEAD = 33  # requests behind the head checked for KV head-of-line blocking
 
@@ -47,7 +45,6 @@ class QueueWatch:
         self.count = itertools.count()
         self.by_priority: list[tuple[float, int, Request]] = []  # (-priority, n, request)
         self.by_class: list[tuple[int, int, int, Request]] = []  # (rank, arrival, n, request)
-        self.episode: Episode | None = None  # KV head-of-line blocking still going on
 
     def queued(self, req: Request) -> None:
         n = next(self.count)
@@ -99,36 +96,9 @@ class QueueWatch:
                    "is served")
 
     def kv_blocked(self, now: int, head: Request, behind: Request) -> None:
-        """The head is KV-blocked at this step: extends its episode, or opens one."""
-        episode = self.episode
-        if episode is not None and episode.head is head:
-            episode.end, episode.steps = now, episode.steps + 1
-            return
-        self.close()
-        self.episode = Episode(head, behind, now)
-
-    def close(self) -> None:
-        """Record the open KV head-of-line blocking episode (its head moved on, or the run
-        ended)."""
-        episode, self.episode = self.episode, None
-        if episode is None:
-            return
-        head, behind = episode.head.name, episode.behind.name
-        self.recorder.anomaly(
-            "kv_hol_blocking", episode.start, self.instance_id, [head, behind],
-            f"{head} waited for KV blocks while {behind} fit, until "
-            f"{episode.end / US_PER_S:.6f} s ({episode.steps} steps)")
-
-
-class Episode:
-    """A KV head-of-line blocking episode in progress."""
-
-    __slots__ = ("behind", "end", "head", "start", "steps")
-
-    def __init__(self, head: Request, behind: Request, start: int) -> None:
-        self.head, self.behind = head, behind
-        self.start = self.end = start
-        self.steps = 1
+        self.recorder.anomaly("kv_hol_blocking", now, self.instance_id,
+                              [head.name, behind.name],
+                              f"{head.name} waits for KV blocks; {behind.name} fits")
 
 
 def top_of(heap: list) -> Request | None:

@@ -366,7 +366,6 @@ class Instance:
         """The run is over: write back implicit state and close this instance's records."""
         if self.steady is not None:
             self._materialize(len(self.steps))
-        self.watch.close()
         self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
 
     def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:

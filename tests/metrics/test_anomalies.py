@@ -328,18 +328,16 @@ def hol_trace(tmp_path: Path, behind_len: int) -> Path:
 def test_kv_hol_blocking_when_a_short_request_waits_behind_a_long_head(tmp_path: Path):
     result = run(trace_run_scenario(hol_trace(tmp_path, 32), engine={"kv_blocks": 20}))
     hol = of_type(result, "kv_hol_blocking")
-    assert len(hol) == 1 == count(result, "kv_hol_blocking")  # one episode, not one per step
+    assert len(hol) > 0 and len(hol) == count(result, "kv_hol_blocking")
     assert set(hol.requests) == {"request_1;request_2"}
     assert set(hol.instance) == {"instance_0"}
-    # Blocked at every step from request_2's arrival in the queue until request_0's last step
-    # ends (its completion time less the output delay a2): the episode's start and length.
+    # Once per step from request_2's arrival in the queue until request_0's last step ends
+    # (its completion time less the output delay a2).
     first = 2000 + queue_delay(32)
     last_end = result.requests.completion_s[0] * 1e6 - OUT_DELAY
     start_us = result.steps.start_s * 1e6
     blocked = result.steps[(start_us >= first - 0.5) & (start_us < last_end - 0.5)]
-    assert hol.time_s.iloc[0] == pytest.approx(blocked.start_s.iloc[0])
-    assert hol.detail.iloc[0].endswith(
-        f"until {blocked.start_s.iloc[-1]:.6f} s ({len(blocked)} steps)")
+    assert len(hol) == len(blocked)
     req = result.requests
     assert req.scheduled_s[2] >= req.scheduled_s[1]  # strict head-of-line order
 
