@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.request import Request, State
-from blis_simpy.core.units import US_PER_S
 
 HOL_LOOKAHEAD = 33  # requests behind the head checked for KV head-of-line blocking
 
@@ -140,9 +139,8 @@ class QueueWatch:
         blocked = episode.blocked.name
         self.recorder.anomaly(
             "hol_blocking", episode.start, self.instance_id, [blocked, *episode.by],
-            f"{blocked} waited {seconds(end - episode.start)} while {len(episode.passers)} "
-            f"lower-priority requests behind it in line were served, at {episode.steps} "
-            f"steps{suffix}", end)
+            f"{blocked} passed over by {len(episode.passers)} lower-priority requests behind "
+            f"it, at {episode.steps} steps{suffix}", end)
 
     def kv_blocked(self, now: int, head: Request, behind: Request) -> None:
         """The head `head` does not fit in the free KV blocks while `behind` would."""
@@ -166,8 +164,7 @@ class QueueWatch:
         head = episode.blocked.name
         self.recorder.anomaly(
             "kv_hol_blocking", episode.start, self.instance_id, [head, *episode.by],
-            f"{head} waited for KV blocks at the head of the queue for "
-            f"{seconds(end - episode.start)} while {episode.by[0]} behind it would fit, at "
+            f"{head} waits at the head for KV blocks while {episode.by[0]} behind it fits, at "
             f"{episode.steps} steps{suffix}", end)
 
     def finish(self, now: int) -> None:
@@ -179,10 +176,6 @@ class QueueWatch:
         for episode in self.passed_over.values():
             self._record_passed_over(episode, now, suffix)
         self.passed_over.clear()
-
-
-def seconds(us: int) -> str:
-    return f"{us / US_PER_S:.3f} s"
 
 
 def top_of(heap: list) -> Request | None:

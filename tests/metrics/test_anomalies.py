@@ -260,7 +260,7 @@ def test_hol_blocking_when_a_lower_priority_request_behind_is_served_first():
     assert hol.end_s[0] == pytest.approx(req.scheduled_s["long"])
     assert hol.duration_s[0] == pytest.approx(hol.end_s[0] - hol.time_s[0])
     assert hol.duration_s[0] > 0
-    assert "1 lower-priority requests" in hol.detail[0] and "at 1 steps" in hol.detail[0]
+    assert "by 1 lower-priority requests" in hol.detail[0] and "at 1 steps" in hol.detail[0]
     assert of_type(result, "priority_inversion").requests.tolist() == [
         f"{req.id['short']};{req.id['long']}"]
     # FCFS serves them in line: neither anomaly.
@@ -290,7 +290,7 @@ def test_hol_blocking_is_one_episode_however_often_the_request_is_passed_over():
     assert row.requests.split(";")[0] == long.id
     assert row.time_s == pytest.approx(shorts.scheduled_s.min())
     assert row.end_s == pytest.approx(long.scheduled_s)
-    assert "3 lower-priority requests" in row.detail and "at 3 steps" in row.detail
+    assert "by 3 lower-priority requests" in row.detail and "at 3 steps" in row.detail
     assert count(result, "priority_inversion") == 3  # one per admission: still instants
 
 
