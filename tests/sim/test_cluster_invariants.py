@@ -294,7 +294,9 @@ def test_no_token_is_counted_twice(scenario):
     """Output tokens in the summary are the requests' generated tokens (compat: the
     reference's count, one fewer per request); the steps' decode tokens are the generated
     tokens less one per completed prefill; the steps' prefill tokens cover each prompt's
-    uncached part, exactly once without preemption."""
+    uncached part (whole cached blocks, never the whole prompt), exactly once without
+    preemption; natively a request's inter-token gaps add up to its last token less its
+    first; the instances' summaries add up to the cluster's."""
     run = simulated(scenario)
     req, steps, summary = run.result.requests, run.result.steps, run.result.summary
     generated = req.generated_tokens.to_numpy()
@@ -306,6 +308,9 @@ def test_no_token_is_counted_twice(scenario):
     prefills_done = int(generated.sum()) - decodes
     preemptions = int(req.preemptions.sum())
     assert len(started) <= prefills_done <= len(started) + preemptions
+    scheduled = req[req.scheduled_s.notna()]
+    assert (scheduled.cached_tokens % scenario.engine.block_size == 0).all()  # whole blocks
+    assert (scheduled.cached_tokens < scheduled.input_tokens).all()  # one token computed
     uncached = (req.input_tokens - req.cached_tokens)
     prefill = int(steps.prefill_tokens.sum())
     if preemptions == 0:
@@ -315,6 +320,10 @@ def test_no_token_is_counted_twice(scenario):
         assert prefill <= uncached[req.scheduled_s.notna()].sum()
     else:
         assert prefill >= uncached[(req.generated_tokens > 0) & (req.preemptions == 0)].sum()
+    if not run.compat:  # natively the gaps between a request's tokens add up to its span
+        many = req[(req.final_state == "completed") & (req.output_tokens > 1)]
+        spans = many.e2e_ms - many.ttft_ms
+        assert np.allclose(many.itl_mean_ms * (many.output_tokens - 1), spans, atol=1e-6)
     if "instances" in summary:
         per = summary["instances"]
         assert sum(s["completed_requests"] for s in per) == summary["completed_requests"]
