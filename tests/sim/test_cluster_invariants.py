@@ -92,11 +92,10 @@ def tenant(draw: st.DrawFn, tid: str, prefixes: bool, kinds: tuple[str, ...] = K
 
 
 @st.composite
-def tenants_workload(draw: st.DrawFn, sessions: bool = False) -> dict[str, Any]:
-    """1-3 tenants; with `sessions`, the first one runs chat or agentic sessions."""
+def tenants_workload(draw: st.DrawFn, first: tuple[str, ...] = KINDS) -> dict[str, Any]:
+    """1-3 tenants, the first of one of the kinds `first`."""
     prefixes = draw(st.booleans())
     count = draw(st.integers(1, 3))
-    first = ("chat", "agentic") if sessions else KINDS
     workload: dict[str, Any] = {
         "type": "tenants", "rate_per_s": draw(st.sampled_from([20, 60, 150])),
         "duration_s": draw(st.sampled_from([0.2, 0.4])),
@@ -171,9 +170,9 @@ def engine(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def clusters(draw: st.DrawFn, sessions: bool = False) -> Scenario:
-    """A random small cluster scenario (a few dozen requests at most); with `sessions`, a
-    tenants workload whose first tenant runs sessions."""
+def clusters(draw: st.DrawFn, first: tuple[str, ...] | None = None) -> Scenario:
+    """A random small cluster scenario (a few dozen requests at most); with `first`, a
+    tenants workload whose first tenant is of one of those kinds."""
     compat = draw(st.sampled_from(["none", "none", "blis"]))
     data = merge(BASE, {
         "seed": draw(st.integers(0, 2**31)),
@@ -187,7 +186,7 @@ def clusters(draw: st.DrawFn, sessions: bool = False) -> Scenario:
                      "routing": draw(routing), "scheduler": draw(scheduler)},
         "evaluation": {"preemption_storm": {"count": 3, "window_s": 0.1}},
     })
-    data["workload"] = draw(tenants_workload(sessions=True) if sessions else
+    data["workload"] = draw(tenants_workload(first) if first else
                             st.one_of(tenants_workload(), distribution_workload))
     if compat == "blis" and data["workload"]["type"] == "distribution":
         data["workload"]["arrival"] = "constant"
@@ -408,7 +407,7 @@ def test_every_step_respects_the_engine_limits(scenario):
 
 
 @SETTINGS
-@given(scenario=clusters(sessions=True))
+@given(scenario=clusters(first=("chat", "agentic")))
 def test_sessions_send_each_turn_after_the_previous_response(scenario):
     """A chat or agentic session's turns are numbered 0, 1, ...; each is sent only after the
     previous one completed (its last token delivered), and none follows a turn that did not
@@ -430,3 +429,23 @@ def test_sessions_send_each_turn_after_the_previous_response(scenario):
         carried = turns.input_tokens.to_numpy()[:-1] + turns.output_tokens.to_numpy()[:-1]
         assert (turns.input_tokens.to_numpy()[1:] > carried).all()
     event(f"sessions with several turns: {bool((sessions.turn > 0).any())}")
+
+
+@SETTINGS
+@given(scenario=clusters(first=("closed-loop",)))
+def test_closed_loop_users_wait_for_their_response(scenario):
+    """A closed-loop tenant never has more requests in flight (arrived, not yet completed,
+    rejected or cut off) than it has users."""
+    run = simulated(scenario)
+    req = run.result.requests
+    rejected_at = {name: t / 1e6 for t, _, name in run.sim.recorder.rejections}
+    ends = np.where(req.final_state == "completed", req.completion_s,
+                    req.id.map(rejected_at).fillna(np.inf))
+    for spec in getattr(scenario.workload, "tenants", []):
+        if spec.closed_loop is None:
+            continue
+        mine = (req.tenant == spec.id).to_numpy()
+        arrivals, finished = req.arrival_s.to_numpy()[mine], ends[mine]
+        most = max((int(((arrivals <= t) & (finished > t)).sum()) for t in arrivals), default=0)
+        assert most <= spec.closed_loop.users
+        event(f"closed loop at its user limit: {most == spec.closed_loop.users}")
