@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-long lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ test: $(STAMP)  ## lint, type-check, then the whole test suite
 	$(BIN)/ruff check blis_simpy tests scripts notebooks
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+test-long: $(STAMP)  ## the invariant properties with 1,000 examples each (nightly)
+	BLIS_TEST_PROFILE=long $(BIN)/pytest tests/sim/test_cluster_invariants.py \
+		tests/engine/test_invariants.py --hypothesis-show-statistics
 
 lint: $(STAMP)
 	$(BIN)/ruff check blis_simpy tests scripts notebooks

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from blis_simpy.config.scenario import Scenario
 
 DATA = Path(__file__).parent / "data"
+
+# Hypothesis profiles. `make test` runs each property's own count (100 unless it sets one);
+# `make test-long` selects `long` through BLIS_TEST_PROFILE: the invariant properties, which
+# leave their count to the profile, then run 1,000 examples each.
+settings.register_profile("long", max_examples=1000)
+if os.environ.get("BLIS_TEST_PROFILE"):
+    settings.load_profile(os.environ["BLIS_TEST_PROFILE"])
 
 LLAMA_ALPHA = [232.46191091038054, 1.752360364195244, 3357.4400353290152]
 LLAMA_BETA = [5752.705191348184, 17.25086436834028, 5.999143920128404]

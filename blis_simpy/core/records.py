@@ -11,7 +11,7 @@ Channels:
   timestamps; `close()` reads them into columns when they are final);
 * steps: one row per engine step and instance (`STEP_FIELDS`);
 * preemptions and rejections: (time, instance id, request id) per occurrence;
-* anomalies detected while running (`Anomaly`);
+* anomalies detected while running (`Anomaly`: an instant or an episode);
 * decisions (optional): one row per admission or routing decision, with its candidates;
 * events (optional): (time, kind, subject, where) in the order they happened, for tracing and
   for tests that check same-time ordering.
@@ -30,8 +30,8 @@ from blis_simpy.core.snapshot import Role
 # Anomaly types recorded while running or judged from the records at the end (seed D.8).
 ANOMALY_TYPES = (
     "priority_inversion",  # admitted while a higher-priority request waits in the same queue
-    "hol_blocking",  # ... and that request had queued before it (it was ahead in the line)
-    "kv_hol_blocking",  # the queue head does not fit in free KV while one behind it would
+    "hol_blocking",  # ... and that request had queued before it: one episode per passed-over one
+    "kv_hol_blocking",  # the head does not fit in free KV while one behind would: an episode
     "slo_class_inversion",  # admitted while a more urgent SLO class (or older) request waits
     "slo_violation",
     "preemption_storm",
@@ -45,11 +45,15 @@ StepRow = tuple[int, int, int, int, int, int, int]
 
 @dataclass(frozen=True, slots=True)
 class Anomaly:
+    """One occurrence, or one episode from `time` to `end` (head-of-line blocking lasts while
+    the blocked request waits; storms and bursts span their first to last event)."""
+
     type: str
-    time: int  # µs
+    time: int  # µs, when it happened or began
     instance: str  # "" when cluster-wide
     requests: tuple[str, ...]
     detail: str
+    end: int  # µs, when it ended; `time` for an instant
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +116,12 @@ class Recorder:
         return log
 
     def anomaly(self, kind: str, time: int, instance: str, requests: Sequence[str],
-                detail: str = "") -> None:
+                detail: str = "", end: int | None = None) -> None:
+        """An anomaly at `time`, or an episode from `time` to `end`."""
         if kind not in ANOMALY_TYPES:
             raise ValueError(f"unknown anomaly type {kind!r}; valid: {', '.join(ANOMALY_TYPES)}")
-        self.anomalies.append(Anomaly(kind, time, instance, tuple(requests), detail))
+        self.anomalies.append(Anomaly(kind, time, instance, tuple(requests), detail,
+                                      time if end is None else end))
 
     def event(self, time: int, kind: str, subject: str, where: str = "") -> None:
         if self.events is not None:

@@ -363,9 +363,11 @@ class Instance:
         self.explicit = list(self.running)
 
     def finish(self) -> None:
-        """The run is over: write back implicit state and close this instance's records."""
+        """The run is over: write back implicit state, end the anomaly episodes still open
+        and close this instance's records."""
         if self.steady is not None:
             self._materialize(len(self.steps))
+        self.watch.finish(self.last_event)
         self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
 
     def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
@@ -436,8 +438,13 @@ class Instance:
     def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
         """Admit from the queue head while slots, budget and KV allow; strict head-of-line
         order, and nothing new is admitted in a step that preempted."""
-        if self._preempted:
-            return 0, 0
+        admitted, tokens = (0, 0) if self._preempted else self._admit(running, budget)
+        watch, queue = self.watch, self.wait_queue
+        if watch.kv_head is not None:
+            watch.head_is(self.env.now, queue[0] if queue else None)
+        return admitted, tokens
+
+    def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
         queue, kv = self.wait_queue, self.kv
         block_size, threshold, now = kv.block_size, self.threshold, self.env.now
         admitted = tokens = 0
@@ -466,7 +473,7 @@ class Instance:
             admitted += 1
             tokens += n
             budget -= n
-        if admitted and queue:
+        if admitted:
             self.watch.admitted(now, running[len(running) - admitted:], queue)
         return admitted, tokens
 

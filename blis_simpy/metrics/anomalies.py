@@ -3,6 +3,8 @@
 The engine records the ones it sees while running (priority inversions, head-of-line blocking,
 SLO-class inversions, KV head-of-line blocking: `blis_simpy.engine.anomalies`); the ones judged
 from the records at the end (SLO violations, preemption storms, rejection bursts) are here.
+Head-of-line blockings, storms and bursts are episodes with a start and an end; the counts
+(`metrics["anomalies"]`) count records, so episodes for those.
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ def judged(records: Records, requests: pd.DataFrame, targets: list[SLOTargets | 
             row = requests.iloc[i]
             missed = violated(row, target)
             if missed:
-                found.append(Anomaly("slo_violation", round(float(row.completion_s) * US_PER_S),
-                                     str(row.instance), (str(row.id),), "; ".join(missed)))
+                at = round(float(row.completion_s) * US_PER_S)
+                found.append(Anomaly("slo_violation", at, str(row.instance), (str(row.id),),
+                                     "; ".join(missed), at))
     by_instance: dict[str, list[tuple[int, str, str]]] = {}
     for event in records.preemptions:
         by_instance.setdefault(event[1], []).append(event)
@@ -57,18 +60,23 @@ def judged(records: Records, requests: pd.DataFrame, targets: list[SLOTargets | 
     for name in sorted(by_instance):
         for start, end, reqs in bursts(by_instance[name], storm.count, us(storm.window_s)):
             found.append(Anomaly("preemption_storm", start, name, tuple(reqs),
-                                 f"{len(reqs)} preemptions in {(end - start) / US_PER_S:.3f} s"))
+                                 f"{len(reqs)} preemptions in {(end - start) / US_PER_S:.3f} s",
+                                 end))
     for start, end, reqs in bursts(sorted(records.rejections), burst.count,
                                    us(burst.window_s)):
         found.append(Anomaly("rejection_burst", start, "", tuple(reqs),
-                             f"{len(reqs)} rejections in {(end - start) / US_PER_S:.3f} s"))
+                             f"{len(reqs)} rejections in {(end - start) / US_PER_S:.3f} s", end))
     return found
 
 
 def anomaly_table(anomalies: Sequence[Anomaly]) -> pd.DataFrame:
+    """One row per anomaly, by start time: an instant has `end_s` = `time_s` and duration 0;
+    an episode (head-of-line blocking, a storm, a burst) spans `time_s` to `end_s`."""
     records = sorted(anomalies, key=lambda a: (a.time, a.type, a.instance, a.requests))
     return pd.DataFrame({
         "time_s": [a.time / US_PER_S for a in records],
+        "end_s": [a.end / US_PER_S for a in records],
+        "duration_s": [(a.end - a.time) / US_PER_S for a in records],
         "type": [a.type for a in records],
         "instance": [a.instance for a in records],
         "requests": [";".join(a.requests) for a in records],

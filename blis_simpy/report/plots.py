@@ -8,6 +8,7 @@ backend switch and no user matplotlibrc, so the same run gives the same bytes.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,12 @@ STEP_COLUMNS = ("instance", "start_s", "duration_ms", "decode_requests", "batch_
 TARGET_BINS = 30  # short runs: aim for about this many throughput bins
 # PNG metadata otherwise names the matplotlib version; leave it out so files depend on data.
 PNG_METADATA: dict[str, Any] = {"Software": None}
+# Instance lines: the ten qualitative colours, then again dashed, dotted, dash-dotted: 40
+# distinguishable (colour, style) pairs, so a 16-instance legend has no two alike.
+COLOURS = tuple(f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown",
+                                     "pink", "gray", "olive", "cyan"))
+LINE_STYLES = ("-", "--", ":", "-.")
+MAX_LEGEND = 16  # instances named in the legend; more would bury the plot
 
 
 def render(run_dir: Path, out_dir: Path) -> list[Path]:
@@ -138,13 +145,17 @@ def instances(steps: pd.DataFrame, kv_total: int | None) -> Figure:
     panels = (("queue_depth", "Queue depth", "waiting requests"),
               ("batch_size", "Batch size", "running requests"),
               ("kv_blocks_used", "KV cache use", kv_label))
+    groups = dict(list(steps.groupby(steps["instance"].astype(str), sort=False)))
+    names = sorted(groups, key=natural_key)
     for ax, (column, title, ylabel) in zip(axes, panels, strict=True):
-        for name, frame in steps.groupby(steps["instance"].astype(str), sort=True):
+        for i, name in enumerate(names):
+            frame = groups[name]
             y = frame[column].to_numpy(dtype=float)
             if column == "kv_blocks_used" and kv_total:
                 y = 100 * y / kv_total
+            colour, style = line_style(i)
             ax.step(frame["start_s"].to_numpy(dtype=float), y, where="post", label=name,
-                    linewidth=0.9)
+                    linewidth=0.9, color=colour, linestyle=style)
         ax.set(title=title, ylabel=ylabel)
         top = 100 if column == "kv_blocks_used" and kv_total else max(ax.get_ylim()[1], 1)
         ax.set_ylim(-0.02 * top, top)  # a line at 0 stays visible above the axis spine
@@ -153,11 +164,24 @@ def instances(steps: pd.DataFrame, kv_total: int | None) -> Figure:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # request counts
     if steps.empty:
         note_empty(axes[0], "no engine steps")
-    elif steps["instance"].nunique() <= 16:
-        axes[0].legend(title="instance", loc="upper left", bbox_to_anchor=(1.01, 1))
+    elif len(names) <= MAX_LEGEND:
+        # Beside all three panels (the lines are the same in each), not stretching the first.
+        figure.legend(*axes[0].get_legend_handles_labels(), title="instance",
+                      loc="outside right upper")
     axes[-1].set_xlabel("simulated time (s)")
     figure.suptitle("Instance state at each engine step")
     return figure
+
+
+def natural_key(name: str) -> list[tuple[int, int | str]]:
+    """Sort key that orders the numbers inside names by value: instance_2 before instance_10."""
+    return [(0, int(part)) if part.isdigit() else (1, part)
+            for part in re.split(r"(\d+)", name) if part]
+
+
+def line_style(i: int) -> tuple[str, str]:
+    """The i-th instance's (colour, line style): each colour solid first, then dashed, ..."""
+    return COLOURS[i % len(COLOURS)], LINE_STYLES[(i // len(COLOURS)) % len(LINE_STYLES)]
 
 
 # --- throughput over time -----------------------------------------------------------------

@@ -52,7 +52,7 @@ def build_trace(rows, engine, folder: Path, checks: bool = True) -> Simulation:
     return build(scenario, recorder=Recorder(events=True), checks=checks)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=request_rows, engine=engines)
 def test_invariants_hold_under_random_load_and_kv_pressure(rows, engine):
     with tempfile.TemporaryDirectory() as folder:
@@ -96,7 +96,7 @@ def test_debug_checks_catch_a_kv_pool_that_loses_blocks(tmp_path):
         sim.run()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=request_rows, engine=engines)
 def test_summary_counts_each_token_and_request_once(rows, engine):
     with tempfile.TemporaryDirectory() as folder:

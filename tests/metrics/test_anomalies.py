@@ -7,16 +7,20 @@ Definitions (blis_simpy/engine/anomalies.py while running; metrics/anomalies.py 
   at that time) stays waiting in the same queue. Recorded once per admitted request, naming
   (admitted, highest-priority waiting).
 * hol_blocking (seed D.8): ... and that higher-priority request had queued before the admitted
-  one: it was ahead in line and a lower-priority request behind it was served. Naming
-  (the waiting request queued first among those, admitted).
+  one: it was ahead in line and a lower-priority request behind it was served. One episode per
+  passed-over request (the waiting request queued first among those), from the first step it
+  is passed over to the step it is admitted (or the end of the run), naming (it, the requests
+  served past it at that first step).
 * slo_class_inversion: the same judgement by SLO class instead of priority: a request admitted
   while a more urgent one waits. Urgency = (SLO class rank, arrival time), smaller = more
   urgent; ranks default to realtime/critical 0, interactive/standard 1, "" (and unknown
   classes) 2, batch/sheddable 3, background 4, and `evaluation.class_ranks` overrides them.
   Equal urgency is never an inversion. Naming (admitted, most urgent waiting).
 * kv_hol_blocking: the queue head cannot be admitted for lack of free KV blocks while a
-  request behind it (within the next 32) would fit. Recorded at every such step, naming
-  (head, the first request behind it that fits).
+  request behind it (within the next 32) would fit. One episode per blocked head, from the
+  first step it is seen to the step it stops being the head (admitted, or another request put
+  before it) or the end of the run, naming (head, the first request behind it that fit then).
+  The detail says at how many steps it was seen (the count of the old one-row-per-step form).
 * slo_violation: a completed request whose TTFT / TPOT (itl_mean_ms) / E2E exceeds its targets
   (the tenant's own `slo`, else `evaluation.slo_targets[class]`); one record per request, at
   its completion, the detail listing each missed target.
@@ -245,18 +249,49 @@ def passed_over(scheduler: str) -> Scenario:
 def test_hol_blocking_when_a_lower_priority_request_behind_is_served_first():
     """Shortest-job-first serves the short, lower-priority request that queued behind the
     long one: the long one is blocked at the head of the line (seed D.8), and that is also a
-    priority inversion."""
+    priority inversion. The episode lasts from the short one's admission to the long one's."""
     result = run(passed_over("sjf"))
     req = result.requests.set_index("tenant")
     assert req.queued_s["long"] < req.queued_s["short"]
     assert req.scheduled_s["short"] < req.scheduled_s["long"]
     hol = of_type(result, "hol_blocking")
     assert hol.requests.tolist() == [f"{req.id['long']};{req.id['short']}"]
+    assert hol.time_s[0] == pytest.approx(req.scheduled_s["short"])
+    assert hol.end_s[0] == pytest.approx(req.scheduled_s["long"])
+    assert hol.duration_s[0] == pytest.approx(hol.end_s[0] - hol.time_s[0])
+    assert hol.duration_s[0] > 0
+    assert "by 1 lower-priority requests" in hol.detail[0] and "at 1 steps" in hol.detail[0]
     assert of_type(result, "priority_inversion").requests.tolist() == [
         f"{req.id['short']};{req.id['long']}"]
     # FCFS serves them in line: neither anomaly.
     fcfs = run(passed_over("fcfs"))
     assert count(fcfs, "hol_blocking") == 0 == count(fcfs, "priority_inversion")
+
+
+def test_hol_blocking_is_one_episode_however_often_the_request_is_passed_over():
+    """Reverse-priority admits the lowest priority first, one at a time: the long request
+    (priority 5) is passed over by each of three short ones (priority 1), at three steps:
+    one episode, ending when it is finally admitted."""
+    result = run(tenants_scenario([
+        tenant("blocker", "", 1, "constant", 32, 20),
+        tenant("long", "", 1, "constant", 512, 4),  # at 0, queued after the blocker
+        tenant("short", "", 150, "periodic", 64, 4),  # at 1/300, 3/300, 5/300 s
+    ], rate_per_s=152, duration_s=0.02, engine={"max_running_requests": 1},
+        policies={"priority": {"type": "tenant-priority",
+                               "params": {"tenants": {"long": 5, "short": 1}}},
+                  "scheduler": {"type": "reverse-priority"}}))
+    req = result.requests
+    long = req[req.tenant == "long"].iloc[0]
+    shorts = req[(req.tenant == "short") & (req.queued_s > long.queued_s)]
+    assert len(shorts) == 3 and (shorts.scheduled_s < long.scheduled_s).all()
+    hol = of_type(result, "hol_blocking")
+    assert len(hol) == 1 == count(result, "hol_blocking")
+    row = hol.iloc[0]
+    assert row.requests.split(";")[0] == long.id
+    assert row.time_s == pytest.approx(shorts.scheduled_s.min())
+    assert row.end_s == pytest.approx(long.scheduled_s)
+    assert "by 3 lower-priority requests" in row.detail and "at 3 steps" in row.detail
+    assert count(result, "priority_inversion") == 3  # one per admission: still instants
 
 
 def same_arrival(**changes: Any) -> Scenario:
@@ -326,20 +361,41 @@ def hol_trace(tmp_path: Path, behind_len: int) -> Path:
 
 
 def test_kv_hol_blocking_when_a_short_request_waits_behind_a_long_head(tmp_path: Path):
+    """One episode: from the first step after request_2 joins the queue (it fits, the head
+    does not) to the step that admits the head, request_1, once request_0 has finished;
+    seen at every step in between."""
     result = run(trace_run_scenario(hol_trace(tmp_path, 32), engine={"kv_blocks": 20}))
     hol = of_type(result, "kv_hol_blocking")
-    assert len(hol) > 0 and len(hol) == count(result, "kv_hol_blocking")
-    assert set(hol.requests) == {"request_1;request_2"}
-    assert set(hol.instance) == {"instance_0"}
-    # Once per step from request_2's arrival in the queue until request_0's last step ends
-    # (its completion time less the output delay a2).
+    assert len(hol) == 1 == count(result, "kv_hol_blocking")
+    row = hol.iloc[0]
+    assert row.requests == "request_1;request_2"
+    assert row.instance == "instance_0"
     first = 2000 + queue_delay(32)
-    last_end = result.requests.completion_s[0] * 1e6 - OUT_DELAY
+    last_end = result.requests.completion_s[0] * 1e6 - OUT_DELAY  # request_0's last step end
     start_us = result.steps.start_s * 1e6
     blocked = result.steps[(start_us >= first - 0.5) & (start_us < last_end - 0.5)]
-    assert len(hol) == len(blocked)
+    assert row.time_s == pytest.approx(blocked.start_s.min())
     req = result.requests
+    assert row.end_s == pytest.approx(req.scheduled_s[1])  # the head's admission
+    assert row.duration_s == pytest.approx(row.end_s - row.time_s)
+    assert row.duration_s > 0.25
+    assert f"at {len(blocked)} steps" in row.detail
+    assert "still blocked" not in row.detail
     assert req.scheduled_s[2] >= req.scheduled_s[1]  # strict head-of-line order
+
+
+def test_kv_hol_blocking_still_open_at_the_horizon_ends_with_the_run(tmp_path: Path):
+    """A horizon before request_0 finishes: the head never gets in; its episode ends at the
+    instance's last event (the start of its last step: that step's end is past the horizon)
+    and says so."""
+    result = run(trace_run_scenario(hol_trace(tmp_path, 32), engine={"kv_blocks": 20},
+                                    horizon_s=0.1))
+    hol = of_type(result, "kv_hol_blocking")
+    assert len(hol) == 1
+    assert hol.end_s[0] <= 0.1
+    assert hol.end_s[0] == pytest.approx(result.steps.start_s.max())
+    assert hol.detail[0].endswith("still blocked when the run ended")
+    assert result.requests.final_state[1] != "completed"
 
 
 def test_no_kv_hol_blocking_when_the_request_behind_does_not_fit_either(tmp_path: Path):
@@ -512,7 +568,12 @@ def test_anomaly_table_columns_order_and_counts(tmp_path: Path):
     result = run(storm_scenario(tmp_path, 24, 3))
     table = result.anomalies
     assert table is not None
-    assert list(table.columns) == ["time_s", "type", "instance", "requests", "detail"]
+    assert list(table.columns) == ["time_s", "end_s", "duration_s", "type", "instance",
+                                   "requests", "detail"]
     assert table.time_s.is_monotonic_increasing
+    assert (table.end_s >= table.time_s).all()
+    assert (table.duration_s - (table.end_s - table.time_s)).abs().max() < 1e-9
+    storms = table[table.type == "preemption_storm"]
+    assert (storms.duration_s > 0).all()  # first to last preemption
     assert result.metrics["anomalies"] == table.type.value_counts().sort_index().to_dict()
     assert set(table.type) <= set(ANOMALY_TYPES)

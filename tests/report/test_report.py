@@ -115,6 +115,46 @@ def test_kv_utilisation_falls_back_to_blocks_without_scenario(runs, tmp_path):
     assert with_total.get_ylim() == (-2, 100)
 
 
+def sixteen_instances() -> pd.DataFrame:
+    """Two steps on each of 16 instances, listed in the csv's (string) order."""
+    names = sorted(f"instance_{i}" for i in range(16))  # instance_0, instance_1, instance_10...
+    return pd.DataFrame([
+        {"instance": name, "start_s": t, "duration_ms": 5.0, "decode_requests": 1,
+         "batch_size": 1 + i % 3, "kv_blocks_used": 10 * i, "queue_depth": i % 4}
+        for i, name in enumerate(names) for t in (0.0, 0.01)])
+
+
+def test_instance_legend_is_in_numeric_order():
+    axes = plots.instances(sixteen_instances(), 2000).axes
+    legend = axes[0].figure.legends[0]
+    assert legend is not None
+    assert [t.get_text() for t in legend.get_texts()] == [f"instance_{i}" for i in range(16)]
+    for ax in axes:
+        assert [line.get_label() for line in ax.get_lines()] == [
+            f"instance_{i}" for i in range(16)]
+
+
+def test_sixteen_instances_get_sixteen_distinct_colour_and_style_pairs():
+    from matplotlib.colors import to_hex
+
+    for ax in plots.instances(sixteen_instances(), 2000).axes:
+        pairs = {(to_hex(line.get_color()), line.get_linestyle()) for line in ax.get_lines()}
+        assert len(pairs) == 16
+    # The same instance has the same look in every panel.
+    looks = [[(to_hex(line.get_color()), line.get_linestyle()) for line in ax.get_lines()]
+             for ax in plots.instances(sixteen_instances(), None).axes]
+    assert looks[0] == looks[1] == looks[2]
+
+
+@pytest.mark.parametrize(("names", "ordered"), [
+    (["instance_10", "instance_2", "instance_1"], ["instance_1", "instance_2", "instance_10"]),
+    (["b2", "a10", "a9", "a"], ["a", "a9", "a10", "b2"]),
+    (["x_1_10", "x_1_9", "x_0_20"], ["x_0_20", "x_1_9", "x_1_10"]),
+])
+def test_natural_key_orders_numbers_by_value(names, ordered):
+    assert sorted(names, key=plots.natural_key) == ordered
+
+
 def test_throughput_counts_every_output_token_once(runs):
     requests = pd.read_csv(runs[0] / "requests.csv")
     steps = pd.read_csv(runs[0] / "steps.csv")
