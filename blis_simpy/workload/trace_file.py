@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -175,9 +176,10 @@ class TraceColumns:
     lines: TraceLines
     horizon: int | None
     models: list[str]  # keep only rows naming one of these (all when empty)
-    arrival: list[int] = field(default_factory=list)
-    input_len: list[int] = field(default_factory=list)
-    output_len: list[int] = field(default_factory=list)
+    # 8 bytes a value (a list of Python ints would take 36): traces can be millions of rows
+    arrival: array[int] = field(default_factory=lambda: array("q"))
+    input_len: array[int] = field(default_factory=lambda: array("q"))
+    output_len: array[int] = field(default_factory=lambda: array("q"))
     labels: list[RowLabels] = field(default_factory=list)
     names: dict[str, int] = field(default_factory=dict)  # request name -> its line
     skipped: Counter[str] = field(default_factory=Counter)  # why -> rows
@@ -219,9 +221,9 @@ class TraceColumns:
         self.skipped[why] += 1
 
     def trace(self, tokens: TokenSource) -> Trace:
-        return Trace(np.array(self.arrival, dtype=np.int64),
-                     np.array(self.input_len, dtype=np.int64),
-                     np.array(self.output_len, dtype=np.int64),
+        return Trace(np.asarray(self.arrival, dtype=np.int64),
+                     np.asarray(self.input_len, dtype=np.int64),
+                     np.asarray(self.output_len, dtype=np.int64),
                      self.labels, tokens, self.notes())
 
     def notes(self) -> list[str]:

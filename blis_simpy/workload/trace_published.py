@@ -1,8 +1,8 @@
 """Published production traces, read as published: lengths, not token ids (docs/traces.md).
 
 * `azure`: the Azure LLM inference traces 2023 and 2024, `TIMESTAMP,ContextTokens,
-  GeneratedTokens`, timestamps like `2023-11-16 18:17:03.9799600`; arrival is the offset from
-  the first row.
+  GeneratedTokens`, timestamps like `2023-11-16 18:17:03.9799600` (2024: with a UTC offset,
+  `2024-05-10 00:00:00.009930+00:00`); arrival is the offset from the first row.
 * `burstgpt`: BurstGPT, `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`,
   seconds from the start; rows with 0 response tokens are failed requests and are skipped
   (counted in the run's warnings).
@@ -37,9 +37,12 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 MOONCAKE_BLOCK = 512  # prompt tokens per hash id
 NS_PER_US = 1000
 
-AZURE_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
-AZURE_TIME_TEXT = "YYYY-MM-DD hh:mm:ss with up to 9 fractional digits, e.g. 2023-11-16 " \
-                  "18:17:03.9799600"
+# 2023: `2023-11-16 18:17:03.9799600`; 2024: `2024-05-10 00:00:00.009930+00:00`, or without
+# the fraction when it is 0.
+AZURE_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+                        r"(Z|[+-]\d{2}:?\d{2})?")
+AZURE_TIME_TEXT = ("YYYY-MM-DD hh:mm:ss, up to 9 fractional digits and an optional UTC offset, "
+                   "e.g. 2023-11-16 18:17:03.9799600 or 2024-05-10 00:00:00.009930+00:00")
 
 
 def locate(lines: TraceLines, header: list[str], wanted: Sequence[str], fmt: str
@@ -80,7 +83,7 @@ def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
 
 
 def azure_ns(lines: TraceLines, text: str) -> int:
-    """An Azure timestamp as nanoseconds since year 1 (only differences matter)."""
+    """An Azure timestamp as UTC nanoseconds since year 1 (only differences matter)."""
     match = AZURE_TIME.fullmatch(text.strip())
     if match is None:
         raise lines.error(f"TIMESTAMP {text!r} is not a date and time", AZURE_TIME_TEXT)
@@ -91,8 +94,17 @@ def azure_ns(lines: TraceLines, text: str) -> int:
         days = -1
     if days < 0 or hour > 23 or minute > 59 or second > 59:
         raise lines.error(f"TIMESTAMP {text!r} is not a valid date and time", AZURE_TIME_TEXT)
-    whole = ((days * 24 + hour) * 60 + minute) * 60 + second
+    whole = ((days * 24 + hour) * 60 + minute) * 60 + second - utc_offset_s(match.group(8))
     return whole * 10**9 + int((match.group(7) or "").ljust(9, "0"))
+
+
+def utc_offset_s(text: str | None) -> int:
+    """`+01:00`, `-0530` or `Z` as seconds east of UTC (0 when absent)."""
+    if not text or text == "Z":
+        return 0
+    digits = text[1:].replace(":", "")
+    seconds = int(digits[:2]) * 3600 + int(digits[2:]) * 60
+    return seconds if text[0] == "+" else -seconds
 
 
 def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,

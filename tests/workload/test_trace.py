@@ -300,14 +300,18 @@ def test_azure_arrivals_are_offsets_from_the_first_row_to_the_microsecond(tmp_pa
 
 
 def test_an_azure_2024_trace_replays_with_unique_synthesised_tokens(tmp_path):
-    """The 2024 week-long traces have the same columns as 2023's."""
-    stamps = [f"2024-05-10 00:00:{s:02d}.{f:07d}" for s, f in
-              [(0, 95240), (0, 4583110), (1, 1002), (2, 9999999), (3, 0)]]
+    """The 2024 week-long traces have 2023's columns; their timestamps carry a UTC offset and
+    drop a zero fraction."""
+    stamps = ["2024-05-10 00:00:00.009930+00:00", "2024-05-10 00:00:00.457+00:00",
+              "2024-05-10 00:00:01+00:00", "2024-05-10 02:00:02.999999+02:00",
+              "2024-05-10 00:00:03.000001Z"]
     lengths = [(1200, 20), (3800, 5), (64, 300), (16, 16), (2048, 1)]
     path = write(tmp_path / "code_1week.csv",
                  azure_text([(t, c, g) for t, (c, g) in zip(stamps, lengths, strict=True)]))
     result = run(trace_scenario(path))
     req = result.requests
+    assert (req.arrival_s * 1e6).round().astype(int).tolist() == [
+        0, 447070, 990070, 2990069, 2990071]
     assert req.input_tokens.tolist() == [c for c, _ in lengths]
     assert req.output_tokens.tolist() == [g for _, g in lengths]
     assert req.id.tolist() == [f"request_{i}" for i in range(5)]
@@ -316,7 +320,8 @@ def test_an_azure_2024_trace_replays_with_unique_synthesised_tokens(tmp_path):
 
 @pytest.mark.parametrize("stamp", ["2023-11-16", "2023-11-16 25:00:00", "2023-02-30 01:00:00",
                                    "16/11/2023 18:17:03", "2023-11-16 18:17:03.1234567890",
-                                   "1700000000"])
+                                   "1700000000", "2023-11-16 18:17:04+1:00",
+                                   "2023-11-16 18:17:04 UTC"])
 def test_bad_azure_timestamps_name_the_line(tmp_path, stamp):
     path = write(tmp_path / "t.csv", azure_text([("2023-11-16 18:17:03.9799600", 10, 5),
                                                  (stamp, 10, 5)]))
@@ -382,6 +387,18 @@ def test_equal_hash_ids_give_equal_engine_blocks_at_any_block_size(block_size):
     ha, hb = block_hashes(a[:1024], block_size), block_hashes(b[:1024], block_size)
     shared = 512 // block_size
     assert ha[:shared] == hb[:shared] and ha[shared] != hb[shared]
+
+
+def test_a_sampled_mooncake_replay_replays_the_same_as_a_token_id_trace(tmp_path):
+    """`workload sample` writes the synthesised ids; replaying them caches the same tokens."""
+    records = [{"timestamp": 700 * i, "input_length": 900 + 37 * i, "output_length": 9,
+                "hash_ids": [1, 2] if i % 2 else [1, 3 + i]} for i in range(8)]
+    path = write(tmp_path / "m.jsonl", mooncake_text(records))
+    sampled = tmp_path / "sampled.csv"
+    assert sample(trace_scenario(path), sampled) == 8
+    before, after = run(trace_scenario(path)), run(trace_scenario(sampled))
+    assert after.requests.cached_tokens.tolist() == before.requests.cached_tokens.tolist()
+    assert sum(before.requests.cached_tokens) > 0
 
 
 def test_length_only_tokens_follow_the_seed_and_are_never_shared(tmp_path):
