@@ -24,6 +24,7 @@ from blis_simpy.workload.trace_file import (
     TraceColumns,
     TraceLines,
     field_limit,
+    shown,
 )
 from blis_simpy.workload.trace_published import (
     AZURE_COLUMNS,
@@ -95,8 +96,6 @@ def detect(lines: TraceLines, first: str) -> str:
             return fmt
     if names[:len(REFERENCE_COLUMNS)] == list(REFERENCE_COLUMNS):
         return "blis"
-    shown = first.strip()
-    shown = shown if len(shown) <= 60 else shown[:55] + "..."
-    raise lines.error(f"the first line {shown!r} is no known trace header; set "
+    raise lines.error(f"the first line {shown(first.strip(), 60)} is no known trace header; set "
                       "workload.format to read it as one",
                       "; ".join(f"{fmt}: {text}" for fmt, text in SIGNATURES.items()))

@@ -20,7 +20,8 @@ from blis_simpy.workload.trace_file import (
     RowLabels,
     TraceColumns,
     TraceLines,
-    seconds_value,
+    shown,
+    time_value,
     token_count,
 )
 from blis_simpy.workload.trace_tokens import GivenTokens
@@ -39,7 +40,7 @@ def read_blis(lines: TraceLines, header: list[str], columns: TraceColumns, *,
         if len(row) < len(REFERENCE_COLUMNS):
             raise lines.error(f"{len(row)} columns", f"at least {len(REFERENCE_COLUMNS)}: "
                               + ",".join(REFERENCE_COLUMNS))
-        seconds = seconds_value(lines, row[0], "arrival_time")
+        seconds = time_value(lines, row[0], "arrival_time")
         micros = seconds * US_PER_S
         arrival = int(micros) if truncate else round(micros)
         if columns.past_horizon(arrival):
@@ -61,7 +62,7 @@ def labels(lines: TraceLines, row: list[str], extra: dict[str, int]) -> RowLabel
     turn = column("turn")
     return RowLabels(id=row[1], model=row[2], tenant=column("tenant_id"),
                      slo_class=column("slo_class"), session=column("session_id"),
-                     turn=token_count(lines, turn, "turn") if turn.strip() else 0,
+                     turn=token_count(lines, turn, "turn", "a turn number") if turn.strip() else 0,
                      request_type=column("request_type") or "completion")
 
 
@@ -70,7 +71,7 @@ def token_ids(lines: TraceLines, text: str, column: str) -> np.ndarray:
     directly; anything else goes through the JSON parser."""
     body = text.strip()
     if not (body.startswith("[") and body.endswith("]")):
-        raise lines.error(f"{column} {clip(text)} is not a list", TOKEN_IDS)
+        raise lines.error(f"{column} {shown(text)} is not a list", TOKEN_IDS)
     inner = body[1:-1]
     digits = inner.replace(",", "")
     if inner and digits.isascii() and digits.isdigit():
@@ -79,7 +80,7 @@ def token_ids(lines: TraceLines, text: str, column: str) -> np.ndarray:
         except ValueError:
             ids = None
         if ids is None or len(ids) != inner.count(",") + 1:
-            raise lines.error(f"{column} {clip(text)} is not a list of integers", TOKEN_IDS)
+            raise lines.error(f"{column} {shown(text)} is not a list of integers", TOKEN_IDS)
     else:
         ids = json_ids(lines, body, column)
     if len(ids) > MAX_TOKENS or (len(ids) and not 0 <= ids.min() <= ids.max() <= MAX_INT):
@@ -94,7 +95,7 @@ def json_ids(lines: TraceLines, body: str, column: str) -> np.ndarray:
     except (ValueError, RecursionError):  # JSONDecodeError, or an int of > 4300 digits
         ids = None
     if not isinstance(ids, list) or not all(type(t) is int for t in ids):
-        raise lines.error(f"{column} {clip(body)} is not a list of integers", TOKEN_IDS)
+        raise lines.error(f"{column} {shown(body)} is not a list of integers", TOKEN_IDS)
     if ids and not 0 <= min(ids) <= max(ids) <= MAX_INT:
         raise lines.error(f"{column} has ids from {min(ids)} to {max(ids)}", TOKEN_IDS)
     return np.array(ids, dtype=np.int64)
@@ -105,9 +106,3 @@ def compact(tokens: np.ndarray) -> np.ndarray:
     if len(tokens) == 0 or tokens.max() < 2**32:
         return tokens.astype(np.uint32)
     return tokens
-
-
-def clip(text: str, width: int = 40) -> str:
-    """A value for a message: its repr, shortened."""
-    shown = repr(text)
-    return shown if len(shown) <= width else shown[: width - 5] + "...'"

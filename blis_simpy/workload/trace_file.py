@@ -87,28 +87,40 @@ def field_limit(limit: int) -> Iterator[None]:
         csv.field_size_limit(old)
 
 
-def token_count(lines: TraceLines, text: object, column: str) -> int:
-    """A token count: an integer in [0, MAX_TOKENS], given as text or a JSON number."""
+def shown(value: object, width: int = 40) -> str:
+    """A value for a message: its repr, shortened (a bad field can be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 4] + "..." + text[-1]
+
+
+def token_count(lines: TraceLines, text: object, column: str, what: str = "a token count"
+                ) -> int:
+    """A count: an integer in [0, MAX_TOKENS], given as text or a JSON number."""
     value: object = text
     if isinstance(text, str):
-        stripped = text.strip()
-        value = int(stripped) if stripped.isascii() and stripped.isdigit() else text
+        digits = text.strip()
+        if digits.isascii() and digits.isdigit() and len(digits) <= len(str(MAX_TOKENS)):
+            value = int(digits)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOKENS:
-        raise lines.error(f"{column} {text!r} is not a token count",
+        raise lines.error(f"{column} {shown(text)} is not {what}",
                           f"an integer from 0 to {MAX_TOKENS:,}")
     return value
 
 
-def seconds_value(lines: TraceLines, text: object, column: str, unit: str = "seconds") -> float:
-    """A finite, non-negative time in `unit`, given as text or a JSON number."""
-    try:
-        value = float(text) if isinstance(text, str | int | float) and \
-            not isinstance(text, bool) else math.nan
-    except ValueError:
-        value = math.nan
-    limit = MAX_SIM_S * (1000 if unit == "milliseconds" else 1)
+def time_value(lines: TraceLines, text: object, column: str, unit: str = "seconds",
+               per_second: int = 1) -> float:
+    """A finite, non-negative time in `unit` (`per_second` of them to a second), given as
+    text or a JSON number."""
+    value = math.nan
+    if isinstance(text, str | int | float) and not isinstance(text, bool):
+        try:
+            value = float(text)
+        except (ValueError, OverflowError):  # not a number; an integer beyond floats
+            value = math.nan
+    limit = MAX_SIM_S * per_second
     if not 0 <= value <= limit:
-        raise lines.error(f"{column} {text!r} is not a time", f"{unit} from 0 to {limit:g}")
+        raise lines.error(f"{column} {shown(text)} is not a time",
+                          f"{unit} from 0 to {limit:g}")
     return value
 
 
@@ -214,7 +226,7 @@ class TraceColumns:
     def check_name(self, name: str) -> None:
         first = self.names.setdefault(name, self.lines.number)
         if first != self.lines.number:
-            raise self.lines.error(f"request id {name!r} is also on line {first}",
+            raise self.lines.error(f"request id {shown(name)} is also on line {first}",
                                    "a unique request_id per row (or an empty one)")
 
     def skip(self, why: str) -> None:
@@ -230,7 +242,9 @@ class TraceColumns:
         """Rows skipped, and models of the filter that no row replayed names."""
         notes = [f"skipped {n:,} rows of {self.lines.path}: {why}"
                  for why, n in sorted(self.skipped.items())]
-        seen = ", ".join(sorted(self.seen_models)) or "none"
+        models = sorted(self.seen_models)
+        seen = ", ".join(models[:10]) + (f" and {len(models) - 10:,} more" if len(models) > 10
+                                         else "") or "none"
         notes += [f"workload.models: no row of {self.lines.path} names {model!r} (rows "
                   f"name: {seen})" for model in self.models if model not in self.seen_models]
         return notes

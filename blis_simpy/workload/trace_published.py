@@ -26,7 +26,8 @@ from blis_simpy.workload.trace_file import (
     RowLabels,
     TraceColumns,
     TraceLines,
-    seconds_value,
+    shown,
+    time_value,
     token_count,
 )
 from blis_simpy.workload.trace_tokens import HashBlockTokens, TokenMaker, UniqueTokens
@@ -73,7 +74,7 @@ def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
         first = ns if first is None else first
         arrival = (ns - first + NS_PER_US // 2) // NS_PER_US  # nearest µs
         if arrival > MAX_SIM_S * US_PER_S:
-            raise lines.error(f"TIMESTAMP {stamp!r} is more than {MAX_SIM_S:g} s after the "
+            raise lines.error(f"TIMESTAMP {shown(stamp)} is more than {MAX_SIM_S:g} s after the "
                               "first row's", "a trace spanning less time")
         if columns.past_horizon(arrival):
             break
@@ -86,14 +87,15 @@ def azure_ns(lines: TraceLines, text: str) -> int:
     """An Azure timestamp as UTC nanoseconds since year 1 (only differences matter)."""
     match = AZURE_TIME.fullmatch(text.strip())
     if match is None:
-        raise lines.error(f"TIMESTAMP {text!r} is not a date and time", AZURE_TIME_TEXT)
+        raise lines.error(f"TIMESTAMP {shown(text)} is not a date and time", AZURE_TIME_TEXT)
     year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
     try:
         days = datetime.date(year, month, day).toordinal()
     except ValueError:
         days = -1
     if days < 0 or hour > 23 or minute > 59 or second > 59:
-        raise lines.error(f"TIMESTAMP {text!r} is not a valid date and time", AZURE_TIME_TEXT)
+        raise lines.error(f"TIMESTAMP {shown(text)} is not a valid date and time",
+                          AZURE_TIME_TEXT)
     whole = ((days * 24 + hour) * 60 + minute) * 60 + second - utc_offset_s(match.group(8))
     return whole * 10**9 + int((match.group(7) or "").ljust(9, "0"))
 
@@ -112,7 +114,7 @@ def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,
     at = locate(lines, header, BURSTGPT_COLUMNS, "burstgpt")
     for row in lines.csv_rows():
         stamp, model, request, response = fields(lines, row, at)
-        arrival = round(seconds_value(lines, stamp, "Timestamp") * US_PER_S)
+        arrival = round(time_value(lines, stamp, "Timestamp") * US_PER_S)
         if columns.past_horizon(arrival):
             break
         prompt = token_count(lines, request, "Request tokens")
@@ -134,7 +136,7 @@ def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns,
         if not text.strip():
             continue
         record = json_record(lines, text)
-        stamp = seconds_value(lines, record["timestamp"], "timestamp", "milliseconds")
+        stamp = time_value(lines, record["timestamp"], "timestamp", "milliseconds", 1000)
         arrival = round(stamp * 1000)
         if columns.past_horizon(arrival):
             break
@@ -154,15 +156,13 @@ def json_record(lines: TraceLines, text: str) -> dict[str, object]:
     except (ValueError, RecursionError):  # JSONDecodeError, or an int of > 4300 digits
         record = None
     if not isinstance(record, dict):
-        shown = text.strip()
-        shown = shown if len(shown) <= 40 else shown[:35] + "..."
-        raise lines.error(f"{shown!r} is not a JSON object", valid)
+        raise lines.error(f"{shown(text.strip())} is not a JSON object", valid)
     for key in MOONCAKE_KEYS:
         if key not in record:
             raise lines.error(f"no {key!r}", valid)
         value = record[key]
         if not isinstance(value, int | float) or isinstance(value, bool):
-            raise lines.error(f"{key} {value!r} is not a number", valid)
+            raise lines.error(f"{key} {shown(value)} is not a number", valid)
     return record
 
 
@@ -172,9 +172,7 @@ def block_ids(lines: TraceLines, ids: object, prompt: int) -> np.ndarray:
     valid = (f"a list of at most ceil(input_length / {MOONCAKE_BLOCK}) = {most} integers "
              "from 0 to 2**64 - 1")
     if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < 2**64 for i in ids):
-        shown = repr(ids)
-        raise lines.error(f"hash_ids {shown if len(shown) <= 40 else shown[:35] + '...'} "
-                          "is not a list of hash ids", valid)
+        raise lines.error(f"hash_ids {shown(ids)} is not a list of hash ids", valid)
     if len(ids) > most:
         raise lines.error(f"{len(ids)} hash_ids for an input_length of {prompt}", valid)
     return np.array(ids, dtype=np.uint64)

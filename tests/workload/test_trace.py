@@ -165,7 +165,8 @@ def test_an_empty_trace_samples_to_a_header_only_trace(tmp_path):
     ('0.1,r,m,"[1]","[99999999999999999999]"', 2, ("decode_tokens",)),
     ('0.1,r,m,"1,2","[2]"', 2, ("not a list",)),
     ("0.1,r,m", 2, ("3 columns", "at least 5")),
-    ('0.1,r,m,"[1]","[2]",t,c,s,-1,chat', 2, ("turn '-1'",)),
+    ('0.1,r,m,"[1]","[2]",t,c,s,-1,chat', 2, ("turn '-1' is not a turn number",)),
+    ('0.1,r,m,"[1]","[2]",t,c,s,' + "9" * 5000 + ",chat", 2, ("turn '999",)),
     ('0.1,r,m,"[1]","[2', 2, ("decode_tokens",)),
 ])
 def test_bad_reference_rows_name_the_line_and_the_value(tmp_path, row, line, needles):
@@ -414,6 +415,16 @@ def test_length_only_tokens_follow_the_seed_and_are_never_shared(tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert not any(np.array_equal(a, b) for a, b in zip(first, other, strict=True))
     assert len({tuple(t[:16].tolist()) for t in first}) == 40  # no shared first block
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("timestamp", 10**400, "timestamp 1000"), ("timestamp", "12", "not a number"),
+    ("input_length", 2.0, "not a token count"), ("output_length", True, "not a number"),
+])
+def test_bad_mooncake_values_name_the_line(tmp_path, key, value, needle):
+    good = {"timestamp": 0, "input_length": 8, "output_length": 1}
+    path = write(tmp_path / "m.jsonl", mooncake_text([good, {**good, key: value}]))
+    assert_trace_error(refused(path), path, 2, key, needle)
 
 
 def test_mooncake_hash_ids_beyond_the_prompt_are_refused(tmp_path):

@@ -44,13 +44,14 @@ SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.function_sco
 AZURE_START = datetime.datetime(2023, 11, 16, 18, 10)
 BAD_SECONDS = ["inf", "-inf", "nan", "NaN", "-1", "-0.001", "abc", "", "1e400", "1e10", "0x10",
                "1,5"]
-BAD_COUNTS = ["-1", "1.5", "abc", "", "10000001", "1e3", "99999999999999999999", "+-3", "٣"]
+BAD_COUNTS = ["-1", "1.5", "abc", "", "10000001", "1e3", "99999999999999999999", "+-3", "٣",
+              "9" * 5000]  # more digits than int() converts
 BAD_TOKENS = ['[1,"a"]', "[1.5]", "[-1]", "1,2", "[1,,2]", "[", "{}", "[99999999999999999999]",
               "[true]", "[1 2]", "[,]", "[1,]", "null", "[[1]]", ""]
 BAD_STAMPS = ["2023-13-01 00:00:00", "2023-11-16T", "yesterday", "", "2023-11-16 24:00:00",
               "2023-11-16 18:17:03.1234567890", "2023-02-29 10:00:00", "18:17:03", "nan"]
 BAD_JSON_VALUES: dict[str, list[Any]] = {
-    "timestamp": [-1, "5", None, math.nan, math.inf, 1e20, True, [1]],
+    "timestamp": [-1, "5", None, math.nan, math.inf, 1e20, True, [1], 10**400],
     "input_length": [-1, 1.5, "3", None, 10_000_001, True, {}],
     "output_length": [-2, 2.5, "x", None, 10**30, False],
     "hash_ids": ["abc", [-1], [1.5], ["a"], [2**64], [None], 7, list(range(1, 400))],
