@@ -60,11 +60,12 @@ def make_scenario():
 
 
 def write_trace(path: Path, rows: list[tuple[float, list[int], int]]) -> Path:
-    """A trace CSV in the reference's format: (arrival seconds, prompt token ids, output length)."""
+    """A trace CSV in the reference's format: (arrival seconds, prompt token ids, output length).
+    Request ids are `request_<row>`, the names the reference gives trace rows."""
     lines = ["arrival_time,request_id,model,prefill_tokens,decode_tokens"]
     for i, (arrival, prompt, out_len) in enumerate(rows):
         output = list(range(1, out_len + 1))
-        lines.append(f'{arrival},req_{i},m,"{prompt}","{output}"')
+        lines.append(f'{arrival},request_{i},m,"{prompt}","{output}"')
     path.write_text("\n".join(lines) + "\n")
     return path
 

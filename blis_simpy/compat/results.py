@@ -59,13 +59,14 @@ class ReferenceOutputs:
     @classmethod
     def of(cls, summary: dict[str, Any], lat: RequestLatencies, req: RequestColumns
            ) -> ReferenceOutputs:
-        """Rows for every request that reached an instance (the reference's injected ones)."""
+        """Rows for every request that reached an instance (the reference's injected ones),
+        named as the reference names them, `request_<n>` (a trace's own ids are ignored)."""
         keep = np.array([bool(i) and not reason for i, reason in
                          zip(req.instance, req.reject_reason, strict=True)], dtype=bool)
         rows = np.flatnonzero(keep)
         return cls(
             summary=summary,
-            ids=[req.id[i] for i in rows],
+            ids=[f"request_{n}" for n in req.index[keep].tolist()],
             handled_by=[req.instance[i] for i in rows],
             arrival=req.arrival[keep],
             input_len=req.input_len[keep],

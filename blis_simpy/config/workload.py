@@ -203,10 +203,19 @@ class DistributionWorkload:
                                 f"the limit is {MAX_SIM_S:g}", "a higher rate")
 
 
+TraceFormat = Literal["auto", "blis", "azure", "burstgpt", "mooncake"]
+
+
 @dataclass(frozen=True, slots=True)
 class TraceWorkload:
-    type: Literal["trace"] = spec(help="replay a trace CSV (the reference's format)")
-    path: str = spec(help="CSV path, relative to the scenario file")
+    type: Literal["trace"] = spec(help="replay a trace file (docs/traces.md)")
+    path: str = spec(help="trace file, relative to the scenario file")
+    format: TraceFormat = spec(
+        "auto", help="auto: from the file's header; blis: the reference's CSV of token ids; "
+        "azure: Azure LLM inference trace 2023/2024; burstgpt: BurstGPT; mooncake: "
+        "Mooncake / FAST'25 JSON lines")
+    models: list[str] = spec(factory=list, help="replay only the rows naming one of these "
+                             "models (blis and burstgpt traces name one per row); all if empty")
 
 
 Workload = DistributionWorkload | TraceWorkload | TenantsWorkload

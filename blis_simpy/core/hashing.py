@@ -22,7 +22,7 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64 finaliser: a bijection on 64-bit words with full avalanche."""
     x = x ^ (x >> np.uint64(30))
     x = x * _M1
@@ -40,7 +40,7 @@ def block_hashes(tokens: np.ndarray, block_size: int) -> list[int]:
     with np.errstate(over="ignore"):
         ids = tokens[:n].astype(np.uint64)
         positions = np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
-        words = _mix(ids ^ positions)
+        words = mix64(ids ^ positions)
         chain = np.cumsum(words.reshape(full, block_size).sum(axis=1, dtype=np.uint64),
                           dtype=np.uint64)
     return chain.tolist()
@@ -65,7 +65,7 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     with np.errstate(over="ignore"):
         positions = (np.arange(1, len(ids) + 1, dtype=np.int64)
                      - np.repeat(starts, lengths)).astype(np.uint64) * _GOLDEN
-        words = _mix(ids.astype(np.uint64) ^ positions)
+        words = mix64(ids.astype(np.uint64) ^ positions)
         sums = words.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
         running = np.cumsum(sums, dtype=np.uint64)
         first_block = np.cumsum(fulls) - fulls

@@ -191,6 +191,7 @@ class RequestColumns:
     and -1 where the event did not happen."""
 
     id: list[str]
+    index: np.ndarray  # the request's number in its workload (the reference names it by it)
     arrival: np.ndarray
     admitted_at: np.ndarray
     routed_at: np.ndarray
@@ -207,6 +208,7 @@ class RequestColumns:
     instance_index: np.ndarray  # position in Records.instances, -1 where never routed
     tenant: list[str]
     slo_class: list[str]
+    model: list[str]
     request_type: list[str]
     session: list[str]
     turn: np.ndarray
@@ -231,6 +233,7 @@ class RequestColumns:
         gap_cols = np.array(gaps, dtype=np.int64).reshape(-1, 3)
         return cls(
             id=[r.name for r in requests],
+            index=ints(requests, "index"),
             arrival=ints(requests, "arrival"),
             admitted_at=ints(requests, "admitted_at"),
             routed_at=ints(requests, "routed_at"),
@@ -248,6 +251,7 @@ class RequestColumns:
                                        dtype=np.int64, count=len(requests)),
             tenant=[r.tenant_id for r in requests],
             slo_class=[r.slo_class for r in requests],
+            model=[r.model for r in requests],
             request_type=[r.request_type for r in requests],
             session=[r.session_id for r in requests],
             turn=ints(requests, "turn"),

@@ -81,6 +81,7 @@ class Request:
         "last_emit_step",
         "lazy_base",
         "max_tokens",
+        "model",
         "name",
         "output_len",
         "preemptions",
@@ -122,6 +123,7 @@ class Request:
         self.request_type = "completion"
         self.session_id = ""
         self.turn = 0
+        self.model = ""  # the model a trace row names (informational: one model is served)
         self.done: Any = None  # a SimPy event a session waits on, triggered when it ends
         self.input_len = len(input_tokens)
         self.output_len = len(output_tokens)

@@ -116,6 +116,7 @@ def request_table(req: RequestColumns, lat: RequestLatencies) -> pd.DataFrame:
         "instance": req.instance,
         "tenant": req.tenant,
         "slo_class": req.slo_class,
+        "model": req.model,
         "request_type": req.request_type,
         "session": req.session,
         "turn": req.turn,

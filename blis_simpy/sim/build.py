@@ -55,7 +55,7 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, env: Environment, mode: Mode,
                  recorder: Recorder, fleet: Fleet, gateway: Gateway,
-                 conventions: Conventions, checks: bool) -> None:
+                 conventions: Conventions, checks: bool, input_notes: list[str]) -> None:
         self.scenario = scenario
         self.env = env
         self.mode = mode
@@ -64,6 +64,7 @@ class Simulation:
         self.gateway = gateway
         self.conventions = conventions
         self.checks = checks
+        self.input_notes = input_notes  # what the source noted (trace rows skipped)
 
     def run(self, progress: Progress | None = None, every: int = 8192) -> float:
         """Process every event up to the horizon; returns the wall time spent (s)."""
@@ -162,7 +163,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
             class_ranks=ranks, reference_order=mode.reference_order)
         instance.observer = gateway
         fleet.add(instance)
-    source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
-                 keep_tokens=keep_tokens)
+    notes = source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
+                         keep_tokens=keep_tokens)
     return Simulation(scenario, env, mode, recorder, fleet, gateway,
-                      mode.conventions(latency.output_delay), checks)
+                      mode.conventions(latency.output_delay), checks, notes)

@@ -70,7 +70,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     scenario, conventions = sim.scenario, sim.conventions
     lat = conventions.latencies(records.requests, records.instances)
     stats = summary(records, lat, conventions, scenario.horizon_us)
-    stats["warnings"] = run_warnings(stats, records.requests, scenario)
+    stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
     requests = request_table(records.requests, lat)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
                                               wall)

@@ -38,8 +38,10 @@ def token_column(ids: Any) -> str:
 
 
 def trace_line(req: Request, tokens: np.ndarray, model: str) -> str:
+    """One row; the model column is the one the request's own trace row named, if any, else
+    the served `model`."""
     prompt, output = tokens[: req.input_len], tokens[req.input_len:]
-    fields = [seconds_text(req.arrival), csv_text(req.name), csv_text(model),
+    fields = [seconds_text(req.arrival), csv_text(req.name), csv_text(req.model or model),
               token_column(prompt), token_column(output), csv_text(req.tenant_id),
               csv_text(req.slo_class), csv_text(req.session_id), str(req.turn),
               csv_text(req.request_type)]

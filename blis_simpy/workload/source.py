@@ -20,40 +20,44 @@ from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request
 from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
-from blis_simpy.workload.trace import read_trace
+from blis_simpy.workload.trace import load_trace
 
 Deliver = Callable[[Request], None]
 
 
 def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
-          reference_draws: bool, keep_tokens: bool = False) -> None:
+          reference_draws: bool, keep_tokens: bool = False) -> list[str]:
     """Start the scenario's source. `reference_draws`: draw synthetic requests with the
     reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
-    A trace is read (and checked) here, before any event runs."""
+    A trace is read (and checked) here, before any event runs. Returns what the source noted
+    about its input (trace rows it skipped), for the run's warnings."""
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
         TenantWorkload(env, workload, scenario.seed, deliver)
-        return
-    requests = requests_of(scenario, reference_draws=reference_draws, prehash=not keep_tokens)
+        return []
+    requests, notes = requests_of(scenario, reference_draws=reference_draws,
+                                  prehash=not keep_tokens)
     env.process(release(env, requests, deliver))
+    return notes
 
 
 def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = True
-                ) -> Iterable[Request]:
-    """A synthetic or trace workload's requests in arrival order (generated lazily where
-    possible), with their block hashes computed in vectorised chunks unless the token ids
-    are wanted."""
+                ) -> tuple[Iterable[Request], list[str]]:
+    """A synthetic or trace workload's requests in arrival order, made lazily, with their
+    block hashes computed in vectorised chunks unless the token ids are wanted; and the
+    trace's notes about rows it skipped."""
     workload, horizon = scenario.workload, scenario.horizon_us
-    block_size = scenario.engine.block_size
+    requests: Iterable[Request]
+    notes: list[str] = []
     if isinstance(workload, DistributionWorkload):
         make = compat_requests if reference_draws else native_requests
-        requests: Iterable[Request] = make(workload, scenario.seed, horizon)
-        return hashed(requests, block_size) if prehash else requests
-    assert isinstance(workload, TraceWorkload)
-    trace = read_trace(workload.path, horizon, truncate=reference_draws)
-    if prehash:
-        hash_requests(trace, block_size)
-    return trace
+        requests = make(workload, scenario.seed, horizon)
+    else:
+        assert isinstance(workload, TraceWorkload)
+        trace = load_trace(workload, seed=scenario.seed, horizon=horizon,
+                           truncate=reference_draws)
+        requests, notes = trace.requests(), trace.notes
+    return (hashed(requests, scenario.engine.block_size) if prehash else requests), notes
 
 
 def hashed(requests: Iterable[Request], block_size: int, chunk: int = 256

@@ -1,112 +1,101 @@
-"""Trace replay in the reference's CSV format.
+"""Trace replay: which format a file is in, and reading it into a checked `Trace`.
 
-Header row, then `arrival_time,request_id,model,prefill_tokens,decode_tokens` where the token
-columns are JSON arrays of ids. Requests are renamed `request_<row>`; reading stops at the first
-arrival past the horizon. The reference converts seconds with int64(s*1e6), which truncates
-(1.001 s becomes 1000999 µs); compat mode keeps that, the default rounds.
+`workload.format: auto` (the default) tells the formats apart by the first line: a JSON object
+is Mooncake's, a header naming Azure's or BurstGPT's columns is theirs, and the reference's
+header (`arrival_time,request_id,model,prefill_tokens,decode_tokens`) is the reference's CSV of
+token ids. Any other first line is an error listing the formats; a file written for the
+reference with another header is read with `format: blis` (the reference ignores its header).
+docs/traces.md describes each format and how lengths become token ids.
 """
 
 from __future__ import annotations
 
 import csv
-import io
-import json
-from collections.abc import Iterator
-from pathlib import Path
+import itertools
 
-import numpy as np
-
+from blis_simpy.config.workload import TraceWorkload
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.request import Request
-from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, US_PER_S
+from blis_simpy.workload.export import REFERENCE_COLUMNS
+from blis_simpy.workload.trace_csv import read_blis
+from blis_simpy.workload.trace_file import (
+    MAX_LINE_BYTES,
+    PATH,
+    Trace,
+    TraceColumns,
+    TraceLines,
+    field_limit,
+    shown,
+)
+from blis_simpy.workload.trace_published import (
+    AZURE_COLUMNS,
+    BURSTGPT_COLUMNS,
+    read_azure,
+    read_burstgpt,
+    read_mooncake,
+)
+from blis_simpy.workload.trace_tokens import TokenMaker, UniqueTokens
 
-PATH = "workload.path"
-HEADER = "arrival_time,request_id,model,prefill_tokens,decode_tokens"
-# A token column holds up to MAX_TOKENS ids of up to 11 characters each ("2147483647, ").
-MAX_FIELD = MAX_TOKENS * 12
-MAX_TOKEN_ID = 2**31 - 1
+# What each format's first line looks like, for detection and for the error that lists them.
+SIGNATURES = {
+    "blis": ",".join(REFERENCE_COLUMNS),
+    "azure": ",".join(AZURE_COLUMNS),
+    "burstgpt": ",".join(BURSTGPT_COLUMNS) + ",Total tokens,Log Type",
+    "mooncake": '{"timestamp": ..., "input_length": ..., "output_length": ..., "hash_ids": '
+                '[...]} (JSON lines)',
+}
+WITH_MODELS = ("blis", "burstgpt")  # formats whose rows name a model
 
 
-def read_trace(path: str, horizon: int | None, truncate: bool) -> list[Request]:
-    """The trace's requests in file order (which must be arrival order). Read whole, up front,
-    so a bad row fails before the simulation starts; an empty trace (header only) is valid."""
-    text = trace_text(path)
-    limit = csv.field_size_limit()
-    csv.field_size_limit(MAX_FIELD)  # the default (131,072) is ~20k tokens of JSON
+def load_trace(workload: TraceWorkload, *, seed: int, horizon: int | None,
+               truncate: bool) -> Trace:
+    """Read and check the whole trace (up to the first row after `horizon`, µs). `truncate`:
+    convert the reference CSV's seconds to µs as the reference does (compat mode)."""
+    path = workload.path
     try:
-        return parse_rows(csv.reader(io.StringIO(text, newline="")), horizon, truncate)
-    finally:
-        csv.field_size_limit(limit)
-
-
-def trace_text(path: str) -> str:
-    try:
-        data = Path(path).read_bytes()
+        handle = open(path, "rb")  # noqa: SIM115 (closed below; opening is what may fail)
     except OSError as exc:
         raise ScenarioError(PATH, f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ScenarioError(PATH, f"{path} line {line}: not UTF-8 text (byte {exc.start}); "
-                            "is it a trace CSV?", HEADER) from None
+    with handle:
+        lines = TraceLines(path, handle)
+        maker = TokenMaker(seed)
+        columns = TraceColumns(lines, horizon, workload.models)
+        first = next((line for line in lines if line.strip()), None)
+        if first is None:  # nothing but blank lines, if anything: an empty trace
+            return columns.trace(UniqueTokens(maker))
+        fmt = detect(lines, first) if workload.format == "auto" else workload.format
+        if workload.models and fmt not in WITH_MODELS:
+            raise ScenarioError("workload.models", f"a {fmt} trace names no model per row",
+                                f"no models (only {' and '.join(WITH_MODELS)} traces name "
+                                "models)", file=path)
+        if fmt == "mooncake":
+            return columns.trace(read_mooncake(lines, itertools.chain([first], lines),
+                                               columns, maker))
+        header = header_cells(lines, first)
+        if fmt == "azure":
+            return columns.trace(read_azure(lines, header, columns, maker))
+        if fmt == "burstgpt":
+            return columns.trace(read_burstgpt(lines, header, columns, maker))
+        return columns.trace(read_blis(lines, header, columns, truncate=truncate))
 
 
-def parse_rows(rows: Iterator[list[str]], horizon: int | None, truncate: bool
-               ) -> list[Request]:
-    requests: list[Request] = []
-    last = 0
-    line = 1
-    try:
-        next(rows, None)
-        for index, row in enumerate(rows):
-            line = index + 2
-            if len(requests) >= MAX_REQUESTS:
-                raise ScenarioError(PATH, f"line {line}: more than {MAX_REQUESTS:,} requests "
-                                    "(the limit per run)")
-            arrival, prompt, output = parse_row(row, line, truncate)
-            if horizon is not None and arrival > horizon:
-                break
-            if arrival < last:
-                raise ScenarioError(PATH, f"line {line}: arrival {row[0]} is before the "
-                                    "previous row's; the trace must be sorted by arrival time")
-            last = arrival
-            requests.append(Request(index, arrival, prompt, output))
-    except csv.Error as exc:
-        raise ScenarioError(PATH, f"line {line + 1}: not a valid CSV row ({exc})", HEADER) \
-            from None
-    return requests
+def header_cells(lines: TraceLines, first: str) -> list[str]:
+    with field_limit(MAX_LINE_BYTES):
+        try:
+            return next(csv.reader([first]), [])
+        except csv.Error as exc:
+            raise lines.error(f"the header is not valid CSV: {exc}") from None
 
 
-def parse_row(row: list[str], line: int, truncate: bool) -> tuple[int, np.ndarray, np.ndarray]:
-    if len(row) < 5:
-        raise ScenarioError(PATH, f"line {line}: expected 5 columns, got {len(row)}", HEADER)
-    try:
-        seconds = float(row[0])
-    except ValueError:
-        raise ScenarioError(PATH, f"line {line}: arrival_time {row[0]!r} is not a number",
-                            "seconds from the start, a finite number >= 0") from None
-    if not 0 <= seconds <= MAX_SIM_S:
-        raise ScenarioError(PATH, f"line {line}: arrival_time {row[0]!r} is out of range",
-                            f"seconds from the start, a finite number in [0, {MAX_SIM_S:g}]")
-    micros = seconds * US_PER_S
-    arrival = int(micros) if truncate else round(micros)
-    return arrival, token_list(row[3], line, "prefill_tokens"), \
-        token_list(row[4], line, "decode_tokens")
-
-
-def token_list(text: str, line: int, column: str) -> np.ndarray:
-    try:
-        ids = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        ids = None
-    if not isinstance(ids, list) or not ids or len(ids) > MAX_TOKENS \
-            or not all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in ids):
-        raise ScenarioError(PATH, f"line {line}: {column} {shorten(text)} is not a token list",
-                            f"a JSON list of 1 to {MAX_TOKENS:,} token ids in "
-                            f"[0, {MAX_TOKEN_ID}]")
-    return np.array(ids, dtype=np.int64)
-
-
-def shorten(text: str) -> str:
-    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+def detect(lines: TraceLines, first: str) -> str:
+    """The format whose first line `first` is."""
+    if first.lstrip().startswith("{"):
+        return "mooncake"
+    names = [name.strip().lower() for name in header_cells(lines, first)]
+    for fmt, wanted in (("azure", AZURE_COLUMNS), ("burstgpt", BURSTGPT_COLUMNS)):
+        if {name.lower() for name in wanted} <= set(names):
+            return fmt
+    if names[:len(REFERENCE_COLUMNS)] == list(REFERENCE_COLUMNS):
+        return "blis"
+    raise lines.error(f"the first line {shown(first.strip(), 60)} is no known trace header; set "
+                      "workload.format to read it as one",
+                      "; ".join(f"{fmt}: {text}" for fmt, text in SIGNATURES.items()))

@@ -249,7 +249,7 @@ def bare_run(s):
                     PRIORITY.create(PolicyConfig("constant"), "p"), recorder,
                     class_ranks=s.evaluation.ranks(),
                     reference_order=mode.reference_order)
-    requests = list(requests_of(s, reference_draws=mode.reference_draws))
+    requests = list(requests_of(s, reference_draws=mode.reference_draws)[0])
     for req in requests:
         req.observe(s.engine.block_size)
 

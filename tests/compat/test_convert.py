@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from blis_simpy.api import prepare
 from blis_simpy.compat.convert import blis_command, to_yaml
 from blis_simpy.config import catalog
 from blis_simpy.config.scenario import Scenario
@@ -112,8 +113,10 @@ def test_traces_path_resolves_against_cwd(tmp_path):
     (tmp_path / "t.csv").write_text("arrival_time,a,b,c,d\n")
     data, scenario = convert("--model", LLAMA, *COEFFS, "--workload", "traces",
                              "--workload-traces-filepath", "t.csv", "--rate", "0", cwd=tmp_path)
-    assert data["workload"] == {"type": "trace", "path": str(tmp_path / "t.csv")}
+    assert data["workload"] == {"type": "trace", "path": str(tmp_path / "t.csv"),
+                                "format": "blis"}
     assert isinstance(scenario.workload, TraceWorkload)
+    assert prepare(scenario).input_notes == []  # not the reference's header: read by position
 
 
 def test_catalog_lookup_fills_model_coefficients_and_kv_blocks():

@@ -1,0 +1,178 @@
+"""Published production traces, read as published: lengths, not token ids (docs/traces.md).
+
+* `azure`: the Azure LLM inference traces 2023 and 2024, `TIMESTAMP,ContextTokens,
+  GeneratedTokens`, timestamps like `2023-11-16 18:17:03.9799600` (2024: with a UTC offset,
+  `2024-05-10 00:00:00.009930+00:00`); arrival is the offset from the first row.
+* `burstgpt`: BurstGPT, `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`,
+  seconds from the start; rows with 0 response tokens are failed requests and are skipped
+  (counted in the run's warnings).
+* `mooncake`: Mooncake / FAST'25 JSON lines, `{"timestamp": ms, "input_length",
+  "output_length", "hash_ids": [...]}` with one hash id per 512-token prompt block.
+
+Token ids are synthesised from the scenario seed (`trace_tokens.py`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from blis_simpy.core.units import MAX_SIM_S, US_PER_S
+from blis_simpy.workload.trace_file import (
+    RowLabels,
+    TraceColumns,
+    TraceLines,
+    shown,
+    time_value,
+    token_count,
+)
+from blis_simpy.workload.trace_tokens import HashBlockTokens, TokenMaker, UniqueTokens
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+MOONCAKE_BLOCK = 512  # prompt tokens per hash id
+NS_PER_US = 1000
+
+# 2023: `2023-11-16 18:17:03.9799600`; 2024: `2024-05-10 00:00:00.009930+00:00`, or without
+# the fraction when it is 0.
+AZURE_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+                        r"(Z|[+-]\d{2}:?\d{2})?")
+AZURE_TIME_TEXT = ("YYYY-MM-DD hh:mm:ss, up to 9 fractional digits and an optional UTC offset, "
+                   "e.g. 2023-11-16 18:17:03.9799600 or 2024-05-10 00:00:00.009930+00:00")
+
+
+def locate(lines: TraceLines, header: list[str], wanted: Sequence[str], fmt: str
+           ) -> list[int]:
+    """The positions of the `wanted` columns in the header (names compared ignoring case and
+    surrounding spaces)."""
+    names = [name.strip().lower() for name in header]
+    missing = [name for name in wanted if name.lower() not in names]
+    if missing:
+        raise lines.error(f"the header has no {missing[0]!r} column",
+                          f"a {fmt} header: {','.join(wanted)}")
+    return [names.index(name.lower()) for name in wanted]
+
+
+def fields(lines: TraceLines, row: list[str], at: list[int]) -> list[str]:
+    if len(row) <= max(at):
+        raise lines.error(f"{len(row)} columns", f"at least {max(at) + 1}, as in the header")
+    return [row[i] for i in at]
+
+
+def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
+               maker: TokenMaker) -> UniqueTokens:
+    at = locate(lines, header, AZURE_COLUMNS, "azure")
+    first: int | None = None
+    for row in lines.csv_rows():
+        stamp, context, generated = fields(lines, row, at)
+        ns = azure_ns(lines, stamp)
+        first = ns if first is None else first
+        arrival = (ns - first + NS_PER_US // 2) // NS_PER_US  # nearest µs
+        if arrival > MAX_SIM_S * US_PER_S:
+            raise lines.error(f"TIMESTAMP {shown(stamp)} is more than {MAX_SIM_S:g} s after the "
+                              "first row's", "a trace spanning less time")
+        if columns.past_horizon(arrival):
+            break
+        columns.add(arrival, token_count(lines, context, "ContextTokens"),
+                    token_count(lines, generated, "GeneratedTokens"))
+    return UniqueTokens(maker)
+
+
+def azure_ns(lines: TraceLines, text: str) -> int:
+    """An Azure timestamp as UTC nanoseconds since year 1 (only differences matter)."""
+    match = AZURE_TIME.fullmatch(text.strip())
+    if match is None:
+        raise lines.error(f"TIMESTAMP {shown(text)} is not a date and time", AZURE_TIME_TEXT)
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    try:
+        days = datetime.date(year, month, day).toordinal()
+    except ValueError:
+        days = -1
+    if days < 0 or hour > 23 or minute > 59 or second > 59:
+        raise lines.error(f"TIMESTAMP {shown(text)} is not a valid date and time",
+                          AZURE_TIME_TEXT)
+    whole = ((days * 24 + hour) * 60 + minute) * 60 + second - utc_offset_s(match.group(8))
+    return whole * 10**9 + int((match.group(7) or "").ljust(9, "0"))
+
+
+def utc_offset_s(text: str | None) -> int:
+    """`+01:00`, `-0530` or `Z` as seconds east of UTC (0 when absent)."""
+    if not text or text == "Z":
+        return 0
+    digits = text[1:].replace(":", "")
+    seconds = int(digits[:2]) * 3600 + int(digits[2:]) * 60
+    return seconds if text[0] == "+" else -seconds
+
+
+def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,
+                  maker: TokenMaker) -> UniqueTokens:
+    at = locate(lines, header, BURSTGPT_COLUMNS, "burstgpt")
+    for row in lines.csv_rows():
+        stamp, model, request, response = fields(lines, row, at)
+        arrival = round(time_value(lines, stamp, "Timestamp") * US_PER_S)
+        if columns.past_horizon(arrival):
+            break
+        prompt = token_count(lines, request, "Request tokens")
+        output = token_count(lines, response, "Response tokens")
+        if not columns.wanted(model):
+            continue
+        if output == 0:
+            columns.skip("0 response tokens (failed requests)")
+            continue
+        columns.add(arrival, prompt, output, RowLabels(model=model))
+    return UniqueTokens(maker)
+
+
+def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns,
+                  maker: TokenMaker) -> HashBlockTokens:
+    """`rows`: the file's lines from the first (which detection may have read already)."""
+    hash_ids: list[np.ndarray] = []
+    for text in rows:
+        if not text.strip():
+            continue
+        record = json_record(lines, text)
+        stamp = time_value(lines, record["timestamp"], "timestamp", "milliseconds", 1000)
+        arrival = round(stamp * 1000)
+        if columns.past_horizon(arrival):
+            break
+        prompt = token_count(lines, record["input_length"], "input_length")
+        output = token_count(lines, record["output_length"], "output_length")
+        blocks = block_ids(lines, record.get("hash_ids", []), prompt)
+        columns.add(arrival, prompt, output)
+        hash_ids.append(blocks)
+    return HashBlockTokens(maker, hash_ids, MOONCAKE_BLOCK)
+
+
+def json_record(lines: TraceLines, text: str) -> dict[str, object]:
+    valid = ('one JSON object per line: {"timestamp": ms, "input_length": n, '
+             '"output_length": n, "hash_ids": [...]}')
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):  # JSONDecodeError, or an int of > 4300 digits
+        record = None
+    if not isinstance(record, dict):
+        raise lines.error(f"{shown(text.strip())} is not a JSON object", valid)
+    for key in MOONCAKE_KEYS:
+        if key not in record:
+            raise lines.error(f"no {key!r}", valid)
+        value = record[key]
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise lines.error(f"{key} {shown(value)} is not a number", valid)
+    return record
+
+
+def block_ids(lines: TraceLines, ids: object, prompt: int) -> np.ndarray:
+    """The prompt's hash ids: non-negative 64-bit integers, at most one per 512 tokens."""
+    most = -(-prompt // MOONCAKE_BLOCK)
+    valid = (f"a list of at most ceil(input_length / {MOONCAKE_BLOCK}) = {most} integers "
+             "from 0 to 2**64 - 1")
+    if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < 2**64 for i in ids):
+        raise lines.error(f"hash_ids {shown(ids)} is not a list of hash ids", valid)
+    if len(ids) > most:
+        raise lines.error(f"{len(ids)} hash_ids for an input_length of {prompt}", valid)
+    return np.array(ids, dtype=np.uint64)
