@@ -16,7 +16,7 @@ import typer
 from blis_simpy.api import prepare, simulate
 from blis_simpy.config.fitness import FitnessConfig, parse_weights
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.errors import ScenarioError, closest_first
 from blis_simpy.core.units import US_PER_S
 from blis_simpy.sim.build import RunProgress, Simulation
 from blis_simpy.sim.output import OutputFolder
@@ -41,6 +41,7 @@ def fail(exc: ScenarioError) -> typer.Exit:
 def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None,
              fitness_weights: str | None = None) -> Simulation:
     """Load, apply overrides and build, so every input error surfaces before running."""
+    path = scenario_file(path)
     user_code_importable(path)
     scenario = Scenario.from_yaml(path, overrides or ())
     if seed is not None:
@@ -52,6 +53,25 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
         return prepare(scenario)
     except ScenarioError as exc:
         raise exc.in_file(path) from None
+
+
+LIBRARY = Path(__file__).resolve().parent / "scenarios"  # shipped with the package
+
+
+def library_names() -> list[str]:
+    return sorted(p.stem for p in LIBRARY.glob("*.yaml"))
+
+
+def scenario_file(arg: Path) -> Path:
+    """A path that exists wins; else a bare name is looked up in the scenario library, from
+    any folder (`blis-simpy run quickstart`)."""
+    if arg.exists() or arg.suffix or len(arg.parts) != 1:
+        return arg
+    shipped = LIBRARY / f"{arg}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ScenarioError("", f"{arg} is neither a file nor a library scenario",
+                        ", ".join(closest_first(str(arg), library_names())))
 
 
 def user_code_importable(scenario: Path) -> None:
@@ -129,7 +149,8 @@ def progress_bar(scenario: Scenario, forced: bool) -> ProgressBar:
 
 @app.command()
 def run(
-    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    scenario: Annotated[Path, typer.Argument(
+        help="scenario YAML, or a library name (blis-simpy scenarios)")],
     out: Annotated[Path | None, typer.Option(
         help="output folder (default out/<name>); must be new or empty unless --force")] = None,
     force: Annotated[bool, typer.Option(
@@ -185,7 +206,8 @@ def run(
 
 @app.command()
 def validate(
-    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    scenario: Annotated[Path, typer.Argument(
+        help="scenario YAML, or a library name (blis-simpy scenarios)")],
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a value")] = None,
 ) -> None:
     """Check a scenario file without running it."""
@@ -205,10 +227,12 @@ def scenario_description(path: Path) -> str:
 
 @app.command("scenarios")
 def list_scenarios(
-    dir_: Annotated[Path, typer.Option("--dir", help="folder of scenario YAML files")] = Path(
-        "scenarios"),
+    dir_: Annotated[Path, typer.Option(
+        "--dir", help="folder of scenario YAML files (default: the library shipped with the "
+        "package)")] = LIBRARY,
 ) -> None:
-    """List the bundled scenarios (scenarios/*.yaml): name and one-line description."""
+    """List the scenario library: name and one-line description; run one by name with
+    `blis-simpy run NAME`."""
     files = sorted(dir_.glob("*.yaml")) if dir_.is_dir() else []
     if not files:
         raise fail(ScenarioError("--dir", f"no scenario files (*.yaml) in {dir_}"))
@@ -251,7 +275,8 @@ def convert_policy_config(
 
 @workload_app.command("sample")
 def workload_sample(
-    scenario: Annotated[Path, typer.Argument(help="scenario YAML")],
+    scenario: Annotated[Path, typer.Argument(
+        help="scenario YAML, or a library name (blis-simpy scenarios)")],
     out: Annotated[Path, typer.Option(help="trace CSV to write (the reference's format)")],
     seed: Annotated[int | None, typer.Option(help="override the scenario's seed")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a value")] = None,
@@ -261,7 +286,7 @@ def workload_sample(
     from blis_simpy.sim.sample import sample
 
     try:
-        loaded = Scenario.from_yaml(scenario, set_ or ())
+        loaded = Scenario.from_yaml(scenario_file(scenario), set_ or ())
         if seed is not None:
             loaded = dataclasses.replace(loaded, seed=seed)
         count = sample(loaded, out)

@@ -416,3 +416,36 @@ def test_quiet_prints_only_the_summary(tmp_path):
     result = cli("run", write_scenario(tmp_path), "--out", tmp_path / "o", "--quiet")
     assert result.exit_code == 0
     assert result.stderr == ""
+
+
+# --- the scenario library, from anywhere --------------------------------------------------------
+
+
+def test_library_scenario_runs_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", "sanity", "--quiet", "--set", "workload.max_requests=5")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "sanity" / "summary.json").is_file()
+
+
+def test_an_existing_path_wins_over_a_library_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = merge(BASE, merge(SMALL, {"name": "mine"}))
+    (tmp_path / "sanity").write_text(yaml.safe_dump(data))
+    result = cli("run", "sanity", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "mine").is_dir()
+
+
+def test_unknown_library_name_lists_the_library_closest_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", "quickstar")
+    assert_clean_usage_error(result, "neither a file nor a library scenario", "valid: quickstart")
+
+
+def test_scenarios_lists_the_shipped_library_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("scenarios")
+    assert result.exit_code == 0, result.output
+    names = [line.split()[0] for line in result.stdout.splitlines()]
+    assert "quickstart" in names and "trace-mooncake" in names
