@@ -9,7 +9,7 @@ costs nothing on the usual hot path.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from blis_simpy.core.errors import PolicyError
@@ -55,9 +55,13 @@ def shown(value: object) -> str:
 
 
 def real(value: object) -> bool:
-    """A finite int or float (bool is not a number here)."""
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
+    """A finite int or float that fits a float (bool is not a number here)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond the float range: no score or priority is that big
+        return False
 
 
 class GuardedAdmission(AdmissionPolicy):
@@ -102,20 +106,35 @@ class GuardedRouting(RoutingPolicy):
         if not isinstance(out, RoutingDecision) or out.target not in routable:
             raise self.caller.bad("route", req.id, out, "a RoutingDecision whose target is "
                                   "a routable instance id: " + ", ".join(routable))
-        scores = out.scores
-        if not isinstance(scores, tuple | list) or len(scores) != len(snapshots) \
-                or not all(real(s) for s in scores):
+        if not finite_numbers(out.scores, len(snapshots)):
             raise self.caller.bad("route", req.id, out, f"scores: {len(snapshots)} finite "
                                   "numbers, one per snapshot")
+        breakdown = out.breakdown
+        if breakdown is not None and not (isinstance(breakdown, Mapping) and all(
+                isinstance(k, str) and finite_numbers(v, len(snapshots))
+                for k, v in breakdown.items())):
+            raise self.caller.bad("route", req.id, out, f"breakdown: None, or scorer name -> "
+                                  f"{len(snapshots)} finite numbers, one per snapshot")
         return out
 
 
+def finite_numbers(values: object, count: int) -> bool:
+    """`count` finite numbers in a tuple or list."""
+    return isinstance(values, tuple | list) and len(values) == count \
+        and all(real(v) for v in values)
+
+
 class GuardedScheduler(InstanceScheduler):
+    """Besides each key's type, checks that every queue-sort key compares with every other
+    (a number where earlier keys had a number, a string where they had a string): otherwise
+    the sort fails inside the instance's step, far from the policy."""
+
     def __init__(self, inner: InstanceScheduler, caller: Caller) -> None:
         self.inner, self.caller = inner, caller
         self.params, self.name = inner.params, inner.name
         self.uses_priority = inner.uses_priority
         self.order_key = None if inner.order_key is None else self.checked_key
+        self.key_shape: Shape | None = None  # every key seen so far, merged
 
     def checked_key(self, view: RequestView, priority: float) -> Any:
         key = self.inner.order_key
@@ -125,6 +144,13 @@ class GuardedScheduler(InstanceScheduler):
         if not items or not all(real(v) or isinstance(v, str) for v in items):
             raise self.caller.bad("order_key", view.id, out, "a finite number, or a tuple "
                                   "of finite numbers and strings (smaller runs first)")
+        shape = shape_of(out)
+        merged = shape if self.key_shape is None else merge_shapes(self.key_shape, shape)
+        if merged is None:
+            raise self.caller.bad("order_key", view.id, out, "keys that compare with the "
+                                  f"earlier ones, shaped like {self.key_shape} (a number "
+                                  "and a string do not compare)")
+        self.key_shape = merged
         return out
 
     def victim(self, candidates: Sequence[RequestView], priorities: Sequence[float]) -> int:
@@ -133,6 +159,32 @@ class GuardedScheduler(InstanceScheduler):
         if isinstance(out, bool) or not isinstance(out, int) or not 0 <= out < len(candidates):
             raise self.caller.bad("victim", who, out, f"a position in 0..{len(candidates) - 1}")
         return out
+
+
+Shape = str | tuple[Any, ...]  # "number", "str", or a tuple of shapes
+
+
+def shape_of(key: object) -> Shape:
+    """What a sort key compares as: "number", "str", or a tuple of those."""
+    if isinstance(key, tuple):
+        return tuple(shape_of(v) for v in key)
+    return "str" if isinstance(key, str) else "number"
+
+
+def merge_shapes(known: Shape, shape: Shape) -> Shape | None:
+    """The shape of keys compatible with both, None if two such keys may fail to compare.
+    Tuples compare item by item, so only the common positions must agree; the longer tuple's
+    tail is kept so a later key is checked against it too."""
+    if isinstance(known, tuple) and isinstance(shape, tuple):
+        merged = []
+        for a, b in zip(known, shape, strict=False):
+            both = merge_shapes(a, b)
+            if both is None:
+                return None
+            merged.append(both)
+        longer = known if len(known) >= len(shape) else shape
+        return (*merged, *longer[len(merged):])
+    return known if known == shape else None
 
 
 GUARDS: dict[type, Callable[[Any, Caller], Any]] = {

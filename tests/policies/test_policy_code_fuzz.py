@@ -43,7 +43,7 @@ EXCEPTIONS = (ValueError, KeyError, ZeroDivisionError, RuntimeError, TypeError, 
               AttributeError, AssertionError, NotImplementedError, OverflowError)
 
 GARBAGE: list[Any] = [None, "instance_0", 3, 2.5, True, [], {}, math.nan, math.inf, -math.inf,
-                      object(), ("a", None)]
+                      object(), ("a", None), 10**400]  # the last: an int no float can hold
 
 
 def bad_return(axis: str, kind: str, value: Any) -> Any:
@@ -54,11 +54,15 @@ def bad_return(axis: str, kind: str, value: Any) -> Any:
         return AdmissionDecision("delay", "later", delay_us=0) if kind == "out-of-range" \
             else AdmissionDecision("maybe")  # type: ignore[arg-type]
     if axis == "routing":
+        if kind == "mixed":  # scores fine, the breakdown one short
+            return RoutingDecision("instance_0", "", (1.0, 0.0), {"queue-depth": (1.0,)})
         return RoutingDecision("instance_99", "nowhere", (1.0,)) if kind == "out-of-range" \
             else RoutingDecision("instance_0", "bad scores", (math.nan,))
     if axis == "priority":
         return math.nan if kind == "out-of-range" else "high"
     if axis == "order_key":
+        if kind == "mixed":  # a string where the earlier keys were numbers: they cannot sort
+            return "late"
         return math.nan if kind == "out-of-range" else (1, None)
     return 10_000 if kind == "out-of-range" else -1  # victim position
 
@@ -110,8 +114,11 @@ AXES = {"admission": ["decide"], "priority": ["compute"], "routing": ["route"],
 def failures(draw: st.DrawFn) -> tuple[str, str, int, Any]:
     axis = draw(st.sampled_from(sorted(AXES)))
     method = draw(st.sampled_from(AXES[axis]))
-    after = draw(st.integers(0, 6))
-    kind = draw(st.sampled_from(["raise", "garbage", "out-of-range", "wrong-shape"]))
+    kinds = ["raise", "garbage", "out-of-range", "wrong-shape"]
+    if method in ("route", "order_key"):
+        kinds.append("mixed")  # valid alone, wrong with the others (needs a good call first)
+    kind = draw(st.sampled_from(kinds))
+    after = draw(st.integers(1 if kind == "mixed" else 0, 6))
     if kind == "raise":
         failure: Any = draw(st.sampled_from(EXCEPTIONS))
     else:
@@ -123,11 +130,19 @@ def failures(draw: st.DrawFn) -> tuple[str, str, int, Any]:
 def valid(method: str, value: Any) -> bool:
     """Garbage that happens to be a valid answer of `method` (a number is a priority...)."""
     number = isinstance(value, int | float) and not isinstance(value, bool)
+    finite = number and fits_a_float(value)
     if method == "compute":
-        return number and math.isfinite(value)
+        return finite
     if method == "order_key":
-        return (number and math.isfinite(value)) or isinstance(value, str)
+        return finite or isinstance(value, str)
     return method == "victim" and number and isinstance(value, int)
+
+
+def fits_a_float(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # 10**400
+        return False
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -144,6 +159,56 @@ def test_misbehaving_user_policy_names_policy_call_and_request(case):
     assert f"{type_name}.{method}" in text
     assert "for request request_" in text
     assert ("raised" in text) if isinstance(failure, type) else ("returned" in text)
+
+
+def run_with(axis: str, cls: type, instances: int = 1) -> str:
+    """Run the pressure scenario with `cls` on `axis`; the PolicyError's text."""
+    type_name = install(cls)
+    with pytest.raises(PolicyError) as err:
+        blis_simpy.run(scenario(**merge(PRESSURE, {
+            "cluster": {"instances": instances, "record_decisions": True},
+            "policies": {axis: {"type": type_name}}})))
+    assert err.value.path == f"policies.{axis}"
+    return str(err.value)
+
+
+def test_user_priority_beyond_the_float_range_is_a_policy_error():
+    """An int no float can hold used to escape the guard as an OverflowError traceback."""
+    cls = type("Huge", (PriorityPolicy,), {"compute": lambda self, req, state, clock: 10**400})
+    assert "Huge.compute for request request_0 returned 1000" in run_with("priority", cls)
+
+
+def test_user_sort_keys_that_do_not_compare_are_a_policy_error():
+    """Numbers for some requests and strings for others: each key alone is fine, but the
+    queue sort used to fail inside the instance with a TypeError traceback."""
+    def key(view, priority):
+        return view.id if view.id.endswith(("1", "3", "5", "7", "9")) else view.arrival_us
+
+    cls = type("Mixed", (InstanceScheduler,), {"order_key": staticmethod(key)})
+    text = run_with("scheduler", cls)
+    assert "Mixed.order_key for request request_" in text
+    assert "compare with the earlier ones" in text
+
+
+def test_user_sort_keys_of_different_lengths_that_compare_are_accepted():
+    """Tuples compare item by item: (1,) and (1, "x") are fine together."""
+    def key(view, priority):
+        return (0,) if view.id.endswith("0") else (0, view.id)
+
+    cls = type("Ragged", (InstanceScheduler,), {"order_key": staticmethod(key)})
+    result = blis_simpy.run(scenario(**merge(PRESSURE, {
+        "policies": {"scheduler": {"type": install(cls)}}})))
+    assert result.summary["completed_requests"] == 24
+
+
+def test_user_routing_breakdown_of_the_wrong_length_is_a_policy_error():
+    """Recorded decisions index the breakdown per instance: a short one used to fail in the
+    gateway with an IndexError traceback."""
+    def route(self, req, priority, snapshots, state, clock):
+        return RoutingDecision(snapshots[0].id, "", (1.0, 0.0), {"queue-depth": (1.0,)})
+
+    cls = type("Short", (RoutingPolicy,), {"route": route})
+    assert "breakdown: None, or scorer name -> 2 finite numbers" in run_with("routing", cls, 2)
 
 
 def test_user_constructor_that_raises_fails_before_the_run():
