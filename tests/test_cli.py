@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -278,10 +280,17 @@ def test_reused_output_folder_is_refused_without_force(tmp_path):
     assert folder_state(out) == {"stale.csv": b"from an earlier run"}
 
 
-def test_force_replaces_the_output_folder_whole(tmp_path):
-    out = tmp_path / "out"
+def earlier_run(out: Path, **files: str) -> Path:
+    """A folder that looks like an earlier run's output (it has a summary.json)."""
     out.mkdir()
-    (out / "stale.csv").write_text("from an earlier run")
+    (out / "summary.json").write_text("{}")
+    for name, text in files.items():
+        (out / name).write_text(text)
+    return out
+
+
+def test_force_replaces_the_output_folder_whole(tmp_path):
+    out = earlier_run(tmp_path / "out", **{"stale.csv": "from an earlier run"})
     result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet", "--force")
     assert result.exit_code == 0, result.output
     assert {p.name for p in out.iterdir()} == NATIVE_FILES
@@ -291,9 +300,7 @@ def test_force_replaces_the_output_folder_whole(tmp_path):
 def test_force_keeps_the_old_folder_when_writing_fails(tmp_path, monkeypatch):
     from blis_simpy.sim import result as result_module
 
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "old.csv").write_text("keep me")
+    out = earlier_run(tmp_path / "out", **{"old.csv": "keep me"})
 
     def broken(frame, path):
         raise OSError(28, "No space left on device")
@@ -301,7 +308,7 @@ def test_force_keeps_the_old_folder_when_writing_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(result_module, "write_table", broken)
     result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet", "--force")
     assert_clean_usage_error(result, "No space left on device")
-    assert folder_state(out) == {"old.csv": b"keep me"}
+    assert folder_state(out) == {"old.csv": b"keep me", "summary.json": b"{}"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
 
 
@@ -319,6 +326,73 @@ def test_out_on_another_file_system_is_staged_there(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", same_folder_only)
     out = tmp_path / "mnt" / "other" / "run1"
     result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in out.iterdir()} == NATIVE_FILES
+
+
+def test_force_does_not_replace_a_folder_that_is_not_a_run(tmp_path):
+    """--force replaces the folder whole: never a home or project folder given by mistake."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine")
+    result = cli("run", write_scenario(tmp_path), "--out", project, "--force")
+    assert_clean_usage_error(result, "--out", "no summary.json", "not an earlier run's")
+    assert folder_state(project) == {"notes.txt": b"mine"}
+
+
+def test_force_does_not_replace_the_current_folder(tmp_path, monkeypatch):
+    out = earlier_run(tmp_path / "out")
+    monkeypatch.chdir(out)
+    result = cli("run", write_scenario(tmp_path), "--out", ".", "--force")
+    assert_clean_usage_error(result, "--out", "holds the current folder")
+    assert folder_state(out) == {"summary.json": b"{}"}
+
+
+def test_out_symlink_to_another_file_system_keeps_the_link(tmp_path):
+    """`--out` a link to a folder on another file system (/dev/shm, a tmpfs, where there is
+    one): the files are staged and land where the link points, and the link stays. (The
+    link used to be renamed aside and left behind, and the files written beside it.)"""
+    shm = Path("/dev/shm")
+    elsewhere = Path(tempfile.mkdtemp(dir=shm if shm.is_dir() else tmp_path))
+    try:
+        link = tmp_path / "out"
+        link.symlink_to(elsewhere, target_is_directory=True)
+        result = cli("run", write_scenario(tmp_path), "--out", link, "--quiet")
+        assert result.exit_code == 0, result.output
+        assert link.is_symlink() and link.resolve() == elsewhere.resolve()
+        assert {p.name for p in elsewhere.iterdir()} == NATIVE_FILES
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
+        assert not list(elsewhere.parent.glob(f".{elsewhere.name}.*"))
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+def test_out_mount_point_is_replaced_in_place(tmp_path, monkeypatch):
+    """A mount point cannot be renamed (EBUSY, which used to come after the whole run): its
+    files are staged inside it and swapped in, the old ones kept until every new one is
+    written."""
+    from blis_simpy.sim import output
+    from blis_simpy.sim import result as result_module
+
+    out = earlier_run(tmp_path / "volume", **{"stale.csv": "old"})
+    monkeypatch.setattr(output, "mount_point", lambda folder: folder == out.resolve())
+    real_rename, real_write = os.rename, result_module.write_table
+
+    def busy_mount(src, dst):
+        if Path(src) == out.resolve():
+            raise OSError(16, "Device or resource busy")
+        real_rename(src, dst)
+
+    def disk_full(frame, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "rename", busy_mount)
+    monkeypatch.setattr(result_module, "write_table", disk_full)
+    failed = cli("run", write_scenario(tmp_path), "--out", out, "--force")
+    assert_clean_usage_error(failed, "No space left on device")
+    assert folder_state(out) == {"stale.csv": b"old", "summary.json": b"{}"}
+    monkeypatch.setattr(result_module, "write_table", real_write)
+    result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet", "--force")
     assert result.exit_code == 0, result.output
     assert {p.name for p in out.iterdir()} == NATIVE_FILES
 

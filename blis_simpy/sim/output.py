@@ -1,11 +1,16 @@
 """A run's output folder, claimed before the run and replaced whole after it.
 
 Everything that can make writing fail is checked before a simulation starts: the target is not
-a file, it holds no earlier run's files (unless `force`), its parent can be created and written,
-and the table format's library is installed. The files are staged in a hidden folder next to
-the target, so the final rename never crosses a file system (no EXDEV after a long run), and
-the target appears whole or not at all; an earlier folder replaced with `force` survives until
-the new one is complete.
+a file, it holds no earlier run's files (unless `force`, and then only an earlier run's folder),
+its parent can be created and written, and the table format's library is installed. The files
+are staged in a hidden folder next to the target, so the final rename never crosses a file
+system (no EXDEV after a long run), and the target appears whole or not at all; an earlier
+folder replaced with `force` survives until the new one is complete.
+
+A symlinked target is followed: the files go where the link points, staged on that file
+system, and the link stays. A target that is a mount point cannot be renamed (EBUSY): its
+files are staged inside it and moved into place one by one, the old ones deleted only once
+every new one is written.
 """
 
 from __future__ import annotations
@@ -27,27 +32,43 @@ class OutputFolder:
         self.path, self.field = Path(path), field
         self.format = table_format(tables)
         self.check_target(force)
+        self.target = self.path.resolve()  # the real folder, a symlink followed
+        self.in_place = self.target.is_dir() and mount_point(self.target)
         self.staging = self.claim()
 
     def check_target(self, force: bool) -> None:
         path = self.path
         if path.exists() and not path.is_dir():
             raise ScenarioError(self.field, f"{path} exists and is not a folder")
-        if path.is_dir() and not force and any(path.iterdir()):
+        if not (path.is_dir() and any(path.iterdir())):
+            return
+        if not force:
             raise ScenarioError(
                 self.field, f"{path} already holds files (from an earlier run?); they would "
                 "be mixed with this run's", "an empty or new folder, or --force (force=True) "
                 "to replace the folder whole")
+        # `force` deletes the folder: only an earlier run's, never a home or project folder
+        if not (path / "summary.json").is_file():
+            raise ScenarioError(
+                self.field, f"{path} holds files but no summary.json: it is not an earlier "
+                "run's output folder, so --force (force=True) does not replace it",
+                "a new or empty folder, or an earlier run's output folder")
+        if Path.cwd().resolve().is_relative_to(path.resolve()):
+            raise ScenarioError(self.field, f"{path} holds the current folder, so --force "
+                                "(force=True) does not replace it")
 
     def claim(self) -> Path:
-        """Create the staging folder beside the target: proves the place is writable and on
-        the target's own file system."""
-        staging = self.path.parent / f".{self.path.name}.staging-{secrets.token_hex(4)}"
+        """Create the staging folder beside the target (inside it for a mount point): proves
+        the place is writable and on the target's own file system."""
+        target = self.target
+        token = secrets.token_hex(4)
+        staging = target / f".staging-{token}" if self.in_place \
+            else target.parent / f".{target.name}.staging-{token}"
         # folders this claim creates, deepest last: removed again if the run never writes
-        self.created = [p for p in reversed(self.path.parents) if not p.exists()]
+        self.created = [p for p in reversed(target.parents) if not p.exists()]
         self.staging = staging
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
             staging.mkdir()
         except OSError as exc:
             self.discard()
@@ -60,15 +81,18 @@ class OutputFolder:
         the target, keeping any earlier folder until the new one is there."""
         try:
             write(self.staging, self.format)
+            if self.in_place:
+                self.replace_entries()
+                return sorted(self.path.iterdir())
             old = self.set_aside()
         except BaseException:
             self.discard()
             raise
         try:
-            os.rename(self.staging, self.path)
+            os.rename(self.staging, self.target)
         except BaseException:
             if old is not None:
-                os.rename(old, self.path)
+                os.rename(old, self.target)
             self.discard()
             raise
         if old is not None:
@@ -76,11 +100,25 @@ class OutputFolder:
         return sorted(self.path.iterdir())
 
     def set_aside(self) -> Path | None:
-        if not self.path.exists():
+        if not self.target.exists():
             return None
-        old = self.path.parent / f".{self.path.name}.old-{secrets.token_hex(4)}"
-        os.rename(self.path, old)
+        old = self.target.parent / f".{self.target.name}.old-{secrets.token_hex(4)}"
+        os.rename(self.target, old)
         return old
+
+    def replace_entries(self) -> None:
+        """A mount point's old entries deleted, the staged files moved in, the staging
+        folder removed: renames inside one file system."""
+        for entry in self.target.iterdir():
+            if entry == self.staging:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        for item in self.staging.iterdir():
+            os.rename(item, self.target / item.name)
+        self.staging.rmdir()
 
     def discard(self) -> None:
         """Drop the staging folder, and the folders made for it that stayed empty (a run that
@@ -91,6 +129,11 @@ class OutputFolder:
                 folder.rmdir()
             except OSError:  # holds the finished output, or something else: keep it
                 return
+
+
+def mount_point(folder: Path) -> bool:
+    """A folder another file system is mounted on (or the root): it cannot be renamed."""
+    return os.path.ismount(folder)
 
 
 def table_format(tables: str) -> str:
