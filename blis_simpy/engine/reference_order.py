@@ -127,7 +127,9 @@ class ReferenceEventOrder:
         before = (instance.preemptions, instance.admissions, instance.completions)
         duration = instance.step()
         if duration is None:
-            if instance.running:  # nothing could run (a preemption emptied the batch): retry
+            # Nothing ran: a preemption emptied the batch or barred admissions this step.
+            # Retry now while anything runs or waits, or the waiting would be stranded.
+            if instance.running or instance.queue_depth:
                 self.step_queued = True
                 heap.push(now, STEP)
             return

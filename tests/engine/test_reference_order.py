@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from blis_simpy.api import prepare, simulate
 from blis_simpy.engine.reference_order import TimestampHeap
+from tests.conftest import scenario
 
 CASES = json.loads((Path(__file__).parent / "data" / "go_heap_vectors.json").read_text())
 
@@ -52,3 +54,24 @@ def test_queued_event_pushed_after_a_step_can_pop_before_it():
     heap.push(5, 0, "step")
     heap.push(5, 0, "queued")
     assert [heap.pop()[2] for _ in range(3)] == ["request left", "queued", "step"]
+
+
+def test_q2_a_preemption_that_empties_the_batch_does_not_strand_the_queue():
+    """A compat step whose only running request preempts itself runs nothing and leaves the
+    batch empty with that request waiting. The instance steps again at once rather than go
+    idle with a queue: every request completes or is rejected, nothing is left queued.
+    (Found by the cluster invariants; before the fix request_24 stayed queued forever.)"""
+    result = simulate(prepare(scenario(
+        compat="blis", seed=731260805, cluster={"instances": 2},
+        engine={"kv_blocks": 8, "block_size": 16, "max_running_requests": 2,
+                "max_scheduled_tokens": 16},
+        policies={"routing": {"type": "round-robin"},
+                  "scheduler": {"type": "sjf", "params": {"preemption": "lifo"}}},
+        workload={"type": "distribution", "num_requests": 33, "rate_per_s": 80,
+                  "prefix_tokens": 40, "arrival": "constant",
+                  "prompt": {"mean": 60, "stdev": 40, "min": 1, "max": 250},
+                  "output": {"mean": 40, "stdev": 30, "min": 1, "max": 150}}), checks=True))
+    states = result.requests.final_state
+    assert result.requests.preemptions.sum() > 0
+    assert set(states) == {"completed", "rejected"}, states.value_counts().to_dict()
+    assert result.summary["still_queued"] == 0
