@@ -9,6 +9,10 @@ that does involve waiting, into an instance, goes through the instance's inbox S
 
 The gateway owns the router state and the per-instance pending and in-flight counters (keyed by
 instance id) that snapshots report, and writes admission and routing decisions to the recorder.
+
+Client timeouts: a request whose client has a timeout gets one more event, at its deadline; a
+request still unfinished then is abandoned wherever it is (in a gateway stage, inside an
+instance's queueing delay, waiting, or running: its KV blocks freed) and ends `timed_out`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import simpy
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
 from blis_simpy.config.scenario import ClusterConfig
+from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
 from blis_simpy.core.records import Candidate, Decision, Recorder
@@ -42,7 +47,8 @@ class Gateway:
 
     def __init__(self, env: Environment, fleet: Fleet, config: ClusterConfig,
                  admission: AdmissionPolicy, priority: PriorityPolicy, routing: RoutingPolicy,
-                 recorder: Recorder, block_size: int) -> None:
+                 recorder: Recorder, block_size: int,
+                 timeouts: ClientTimeouts | None = None) -> None:
         self.env = env
         self.fleet = fleet
         self.config = config
@@ -58,6 +64,8 @@ class Gateway:
         self.in_flight: dict[str, int] = {}  # routed, not yet finished
         self.snapshots = SnapshotProvider(config.observability, self.pending, self.in_flight)
         self.keep_tokens = False  # set to export the requests' token ids
+        self.timeouts = timeouts if timeouts else None
+        self.timed_out = 0
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -70,9 +78,16 @@ class Gateway:
         if self.events is not None:
             self.events.append((now, "arrival", req.name, ""))
         StageEvent(self.env, self.config.admission_latency_us, ADMISSION, req, self._admit)
+        if self.timeouts is not None:
+            wait = self.timeouts.for_tenant(req.tenant_id)
+            if wait is not None:
+                req.deadline = now + wait
+                self.env.timeout(wait, req).callbacks.append(self._give_up)
 
     def _admit(self, event: simpy.Event) -> None:
         req = cast(Request, event.value)
+        if req.state is State.TIMED_OUT:
+            return
         now = self.env.now
         self.state.clock = now
         decision = self.admission.decide(req.view, self.state, now)
@@ -101,6 +116,8 @@ class Gateway:
 
     def _route(self, event: simpy.Event) -> None:
         req = cast(Request, event.value)
+        if req.state is State.TIMED_OUT:
+            return
         now = self.env.now
         state = self.state
         state.clock = now
@@ -132,6 +149,36 @@ class Gateway:
             Candidate(ids[i], scores[i], tuple((name, shares[i]) for name, shares in
                                                breakdown.items()))
             for i in ranked[: self.config.top_k])
+
+    def _give_up(self, event: simpy.Event) -> None:
+        """The request's client timeout has passed: abandon it unless it has ended. A request
+        the engine has finished whose last token is still on its way (output delay) times out
+        too: its client never sees it complete."""
+        req = cast(Request, event.value)
+        state = req.state
+        if state is State.REJECTED or (state is State.COMPLETED
+                                        and req.completed_at <= self.env.now):
+            return
+        if state is not State.COMPLETED:
+            instance = self.fleet.get(req.instance) if req.instance else None
+            if instance is not None:
+                instance.abandon(req)  # it reports back through `finished`
+            else:  # in an admission or routing stage
+                if req.admitted_at >= 0:
+                    self.state.on_finish(req.tenant_id)
+                settle(req)
+        self._time_out(req)
+
+    def _time_out(self, req: Request) -> None:
+        now = self.env.now
+        req.state = State.TIMED_OUT
+        req.timed_out_at = now
+        req.completed_at = -1
+        if req.first_token_at > now:  # emitted after the client left
+            req.first_token_at = -1
+        self.timed_out += 1
+        if self.events is not None:
+            self.events.append((now, "timed_out", req.name, req.instance))
 
     # -- instance observer --------------------------------------------------------------------
 

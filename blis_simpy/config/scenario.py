@@ -19,7 +19,13 @@ from typing import Any, Literal
 import yaml
 
 from blis_simpy.config.fitness import FitnessConfig
-from blis_simpy.config.workload import DistributionWorkload, SLOTargets, TraceWorkload, Workload
+from blis_simpy.config.workload import (
+    ClientTimeouts,
+    DistributionWorkload,
+    SLOTargets,
+    TraceWorkload,
+    Workload,
+)
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, load, spec, to_plain
 from blis_simpy.core.units import (
@@ -242,6 +248,10 @@ class Scenario:
                 join(path, "workload.arrival"), "compat: blis replays the reference's "
                 "constant spacing", "constant",
             )
+        if self.compat == "blis" and ClientTimeouts.of(self.workload):
+            raise ScenarioError(join(path, "workload.timeout_s"), "client timeouts are not in "
+                                "the reference BLIS; compat: blis cannot reproduce them",
+                                "no timeout_s, or compat: none")
 
     @classmethod
     def from_dict(cls, data: Any, base_dir: Path | None = None) -> Scenario:

@@ -7,14 +7,14 @@ closed-loop users and behaviours). The sources that generate the requests are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from blis_simpy.config.arrivals import ArrivalProcess, LoadProfile, PoissonProcess
 from blis_simpy.config.distributions import Constant, Distribution, Exponential, Gaussian
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
-from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS
+from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, us
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +115,9 @@ class TenantSpec:
     reasoning: ReasoningConfig = spec(factory=ReasoningConfig, help="request_type reasoning")
     closed_loop: ClosedLoop | None = spec(None, help="fixed users instead of an arrival process")
     behavior: Behavior = spec(factory=Behavior, help="misbehaviour, for robustness studies")
+    timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
+                                   "which a request is abandoned wherever it is; default: "
+                                   "the workload's timeout_s", gt=0, le=MAX_SIM_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,10 @@ class TenantsWorkload:
                                     le=MAX_REQUESTS)
     load_profile: LoadProfile | None = spec(None, help="time-varying rate multiplier")
     prefix_groups: list[PrefixGroup] = spec(factory=list, help="shared system prompts")
+    timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
+                                   "which a request is abandoned wherever it is (gateway, "
+                                   "queue or batch; terminal state timed_out); tenants may "
+                                   "set their own", gt=0, le=MAX_SIM_S)
 
     def validate(self, path: str) -> None:
         ids = [t.id for t in self.tenants]
@@ -194,6 +201,10 @@ class DistributionWorkload:
     output: LengthConfig = spec(
         factory=lambda: LengthConfig(512.0, 256.0, 2, 7000), help="output length (tokens)"
     )
+    timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
+                                   "which a request is abandoned wherever it is (gateway, "
+                                   "queue or batch; terminal state timed_out); none if unset",
+                                   gt=0, le=MAX_SIM_S)
 
     def validate(self, path: str) -> None:
         span = self.num_requests / self.rate_per_s
@@ -216,6 +227,32 @@ class TraceWorkload:
         "Mooncake / FAST'25 JSON lines")
     models: list[str] = spec(factory=list, help="replay only the rows naming one of these "
                              "models (blis and burstgpt traces name one per row); all if empty")
+    timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
+                                   "which a request is abandoned wherever it is (gateway, "
+                                   "queue or batch; terminal state timed_out); none if unset",
+                                   gt=0, le=MAX_SIM_S)
 
 
 Workload = DistributionWorkload | TraceWorkload | TenantsWorkload
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTimeouts:
+    """How long clients wait for their responses, in µs: per tenant, else the default."""
+
+    default_us: int | None = None
+    by_tenant: dict[str, int | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, workload: Workload) -> ClientTimeouts:
+        default = None if workload.timeout_s is None else us(workload.timeout_s)
+        if not isinstance(workload, TenantsWorkload):
+            return cls(default)
+        return cls(default, {t.id: us(t.timeout_s) for t in workload.tenants
+                             if t.timeout_s is not None})
+
+    def __bool__(self) -> bool:
+        return self.default_us is not None or bool(self.by_tenant)
+
+    def for_tenant(self, tenant_id: str) -> int | None:
+        return self.by_tenant.get(tenant_id, self.default_us)

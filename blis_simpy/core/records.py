@@ -199,6 +199,7 @@ class RequestColumns:
     first_scheduled: np.ndarray
     first_token_at: np.ndarray
     completed_at: np.ndarray
+    timed_out_at: np.ndarray
     input_len: np.ndarray
     output_len: np.ndarray
     cached_tokens: np.ndarray  # -1 where never scheduled
@@ -241,6 +242,7 @@ class RequestColumns:
             first_scheduled=ints(requests, "first_scheduled"),
             first_token_at=ints(requests, "first_token_at"),
             completed_at=ints(requests, "completed_at"),
+            timed_out_at=ints(requests, "timed_out_at"),
             input_len=ints(requests, "input_len"),
             output_len=ints(requests, "output_len"),
             cached_tokens=ints(requests, "cached_tokens"),

@@ -37,14 +37,17 @@ UNOBSERVED = RequestView("", -1, 0, "", "", ())
 
 class State(StrEnum):
     """Lifecycle: arriving -> queued -> running -> completed (preemption sends a running request
-    back to queued); rejected at admission or on arrival at an instance. Every request ends in
-    exactly one terminal state (completed, rejected) or is reported unfinished at the horizon."""
+    back to queued); rejected at admission or on arrival at an instance; timed out from any
+    unfinished state when its client's timeout passes. Every request ends in exactly one
+    terminal state (completed, rejected, timed_out) or is reported unfinished at the
+    horizon."""
 
     ARRIVING = "arriving"  # routed to an instance, inside its queueing delay
     QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
     REJECTED = "rejected"
+    TIMED_OUT = "timed_out"  # its client gave up before the last token reached it
 
 
 class RejectCode(StrEnum):
@@ -66,6 +69,7 @@ class Request:
         "cached_tokens",
         "chunk",
         "completed_at",
+        "deadline",
         "done",
         "emitted",
         "first_scheduled",
@@ -98,6 +102,7 @@ class Request:
         "slo_class",
         "state",
         "tenant_id",
+        "timed_out_at",
         "tokens",
         "turn",
         "view",
@@ -155,6 +160,8 @@ class Request:
         self.first_token_step = -1
         self.last_emit_step = -1
         self.completed_at = -1
+        self.deadline = -1  # when its client gives up (µs), -1 if it never does
+        self.timed_out_at = -1
         self.reject_code = ""  # a RejectCode when rejected
         self.reject_reason = ""
         # (previous step, step) for every token that did not follow its predecessor in the

@@ -169,7 +169,9 @@ class Instance:
         delay.callbacks.append(self._arrive)
 
     def _arrive(self, event: simpy.Event) -> None:
-        self.join(cast(Request, event.value))
+        req = cast(Request, event.value)
+        if req.state is State.ARRIVING:  # not abandoned during its queueing delay
+            self.join(req)
 
     def join(self, req: Request) -> None:
         """The queueing delay is over: the request joins the wait queue (its accounting now,
@@ -185,6 +187,28 @@ class Instance:
         if self.observer is not None:
             self.observer.queued(self.id, req)
         self.inbox.put(req)
+
+    def abandon(self, req: Request) -> None:
+        """Its client gave up: the request leaves wherever it is here (inside its queueing
+        delay, waiting, or in the batch, its KV blocks freed) and is reported finished. A
+        step already under way keeps the time it was charged with the request in it."""
+        state = req.state
+        if state is State.QUEUED:
+            if req in self.inbox.items:
+                self.inbox.items.remove(req)
+            else:
+                self.wait_queue.remove(req)
+            self.queued_tokens -= req.prefill_target
+        elif state is State.RUNNING:
+            if req.lazy_base >= 0:  # an implicit decoder: write every decoder's state back
+                self._materialize(len(self.steps))
+            self.kv.release(req)
+            self.running.remove(req)
+            if req in self.explicit:
+                self.explicit.remove(req)
+        # ARRIVING: `_arrive` drops it when its queueing delay ends
+        if self.observer is not None:
+            self.observer.finished(self.id, req)
 
     @property
     def queue_depth(self) -> int:

@@ -67,12 +67,13 @@ def jain(values: Sequence[float]) -> float:
 
 def group_stats(frame: pd.DataFrame, good: pd.Series, seconds: float) -> dict[str, Any]:
     done = frame[frame.final_state == "completed"]
-    ended = frame[frame.final_state.isin(["completed", "rejected"])]
+    ended = frame[frame.final_state.isin(["completed", "rejected", "timed_out"])]
     out: dict[str, Any] = {
         "requests": len(frame),
         "completed": len(done),
         "completion_rate": len(done) / len(frame) if len(frame) else 0.0,
         "rejected": int((frame.final_state == "rejected").sum()),
+        "timed_out": int((frame.final_state == "timed_out").sum()),
         "requests_per_s": len(done) / seconds if seconds > 0 else 0.0,
         "goodput_per_s": int(good.loc[done.index].sum()) / seconds if seconds > 0 else 0.0,
         "slo_attainment": float(good.loc[ended.index].mean()) if len(ended) else 0.0,

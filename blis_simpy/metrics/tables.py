@@ -81,6 +81,7 @@ def outcome_counts(req: RequestColumns, chosen: np.ndarray, whole: bool) -> dict
         out["admitted_requests"] = arrived - by_code.get(RejectCode.ADMISSION, 0)
     out["rejected_requests"] = len(codes)
     out["rejected_by_reason"] = by_code
+    out["timed_out_requests"] = int((chosen & req.in_state(State.TIMED_OUT)).sum())
     return out
 
 
@@ -104,6 +105,7 @@ def request_table(req: RequestColumns, lat: RequestLatencies) -> pd.DataFrame:
         "scheduled_s": seconds(req.first_scheduled),
         "first_token_s": seconds(req.first_token_at),
         "completion_s": seconds(req.completed_at),
+        "timed_out_s": seconds(req.timed_out_at),
         "ttft_ms": ms(lat.ttft),
         "e2e_ms": ms(lat.e2e),
         "itl_mean_ms": np.where(lat.e2e >= 0, lat.itl_mean / US_PER_MS, np.nan),
@@ -189,7 +191,8 @@ def group_table(requests: pd.DataFrame, column: str) -> pd.DataFrame:
     for key, frame in requests.groupby(column, sort=True):
         done = frame[frame.final_state == "completed"]
         row: dict[str, Any] = {column: key, "requests": len(frame), "completed": len(done),
-                               "rejected": int((frame.final_state == "rejected").sum())}
+                               "rejected": int((frame.final_state == "rejected").sum()),
+                               "timed_out": int((frame.final_state == "timed_out").sum())}
         for metric in ("ttft_ms", "e2e_ms", "itl_mean_ms"):
             values = done[metric].dropna()
             name = metric.removesuffix("_ms")

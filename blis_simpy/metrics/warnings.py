@@ -31,8 +31,8 @@ def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenari
         out.append(f"every request was rejected ({reasons})")
     elif completed == 0:
         out.append(f"no request completed ({arrived} arrived, {rejected} rejected, "
-                   f"{summary['still_queued']} still queued and {summary['still_running']} "
-                   "still running at the end)")
+                   f"{summary['timed_out_requests']} timed out, {summary['still_queued']} "
+                   f"still queued and {summary['still_running']} still running at the end)")
     elif completed < LOW_COMPLETION * arrived:
         out.append(f"only {completed} of {arrived} arrived requests completed "
                    f"({completed / arrived:.0%}); the fitness is scaled by that fraction")
@@ -40,6 +40,10 @@ def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenari
     if too_big:
         out.append(f"{too_big} requests need more tokens than an instance's whole KV pool "
                    f"holds (engine.kv_blocks x engine.block_size) and were rejected")
+    timed_out = summary["timed_out_requests"]
+    if timed_out:
+        out.append(f"{timed_out} of {arrived} requests timed out: their clients gave up "
+                   "(workload timeout_s) before the last token arrived")
     out.extend(silent_tenants(req, scenario))
     return out
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.records import Recorder, Records
@@ -41,7 +42,7 @@ class RunProgress:
 
     now_us: int
     arrived: int
-    finished: int  # completed or rejected
+    finished: int  # completed, rejected or timed out
     events: int
     wall_s: float
     done: bool = False
@@ -92,7 +93,8 @@ class Simulation:
 
     def progress(self, events: int, started: float, done: bool = False) -> RunProgress:
         recorder = self.recorder
-        finished = sum(inst.completions for inst in self.fleet) + len(recorder.rejections)
+        finished = (sum(inst.completions for inst in self.fleet) + len(recorder.rejections)
+                    + self.gateway.timed_out)
         return RunProgress(self.env.now, len(recorder.requests), finished, events,
                            time.perf_counter() - started, done)
 
@@ -153,7 +155,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     ranks = scenario.evaluation.ranks()
     fleet = Fleet()
     gateway = Gateway(env, fleet, cluster, admission, priority, routing, recorder,
-                      engine.block_size)
+                      engine.block_size, ClientTimeouts.of(scenario.workload))
     gateway.keep_tokens = keep_tokens
     for i in range(cluster.instances):
         instance = Instance(

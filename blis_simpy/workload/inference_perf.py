@@ -48,7 +48,8 @@ def inference_perf(path: Path, label: str | None = None) -> Converted:
     multiplier = rate / highest from its start, duration_s = the stages' total; load.type
     constant|poisson -> the tenant's arrival process; lengths -> gaussian (normal), uniform,
     constant (fixed) or lognormal (only with min 0, the one case without a shift);
-    shared_prefix -> num_groups prefix groups every request draws one of, uniformly."""
+    shared_prefix -> num_groups prefix groups every request draws one of, uniformly;
+    load.request_timeout -> the workload's client timeout_s."""
     reader = Reader(label or str(path))
     top = read_yaml(path, reader)
     if not isinstance(top, Mapping):
@@ -62,6 +63,9 @@ def inference_perf(path: Path, label: str | None = None) -> Converted:
     workload.update(ip_stages(reader, load_cfg))
     if groups:
         workload["prefix_groups"] = groups
+    if load_cfg.get("request_timeout") is not None:  # the client's per-request timeout
+        workload["timeout_s"] = reader.positive(load_cfg["request_timeout"],
+                                                "load.request_timeout")
     seed = load_cfg.get("base_seed")
     return Converted(checked(workload, reader),
                      None if seed is None else reader.whole(seed, "load.base_seed"), None, notes)

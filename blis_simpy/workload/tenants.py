@@ -147,12 +147,20 @@ class TenantWorkload:
             output = np.concatenate((streams.ids(thinking), output))
         return self._issue(tenant, prompt, output, kind)
 
-    def _respond(self, req: Request) -> Process:
-        """Wait until the response is complete (its last token delivered) or rejected."""
+    def _respond(self, req: Request) -> Generator[simpy.Event, object, bool]:
+        """Wait until the response is complete (its last token delivered), rejected or given
+        up on (the client's timeout); True if it was delivered."""
         req.done = self.env.event()
         yield req.done
-        if req.state is State.COMPLETED and req.completed_at > self.env.now:
-            yield self.env.timeout(req.completed_at - self.env.now)
+        if req.state is not State.COMPLETED:
+            return False
+        end = req.completed_at
+        delivered = req.deadline < 0 or end <= req.deadline
+        if not delivered:
+            end = req.deadline
+        if end > self.env.now:
+            yield self.env.timeout(end - self.env.now)
+        return delivered
 
     def _chat(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
         chat = tenant.chat
@@ -166,8 +174,7 @@ class TenantWorkload:
                                                       chat.max_context_tokens, turn), message])
             output = self._output(tenant, streams)
             req = self._issue(tenant, prompt, output, "chat", session, turn)
-            yield from self._respond(req)
-            if req.state is not State.COMPLETED:
+            if not (yield from self._respond(req)):
                 return
             exchanges.append(np.concatenate((message, output)))
             yield from self._wait_until(self.env.now + round(
@@ -181,8 +188,8 @@ class TenantWorkload:
         while not self.exhausted:
             output = self._output(tenant, streams)
             req = self._issue(tenant, context, output, "agentic", session, step)
-            yield from self._respond(req)
-            if (req.state is not State.COMPLETED or calls_left <= 0 or self.exhausted
+            delivered = yield from self._respond(req)
+            if (not delivered or calls_left <= 0 or self.exhausted
                     or streams.choices.random() >= agent.tool_call_probability):
                 return
             calls_left -= 1

@@ -135,7 +135,7 @@ def test_unknown_key_in_trace_workload_lists_trace_keys():
     data["workload"] = {"type": "trace", "path": "t.csv", "num_requests": 3}
     err = dict_error(data)
     assert err.path == "workload.num_requests"
-    assert err.valid == "format, models, path, type"
+    assert err.valid == "format, models, path, timeout_s, type"
 
 
 # --- wrong types --------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from blis_simpy.core.records import Recorder
 from blis_simpy.sim.result import Result
 from tests.conftest import BASE, merge
 
-TERMINAL = {"completed", "rejected"}
+TERMINAL = {"completed", "rejected", "timed_out"}
 UNFINISHED = {"arriving", "queued", "running"}  # only when a horizon cut the run
 STAMPS = ("arrival_s", "admitted_s", "routed_s", "queued_s", "scheduled_s", "first_token_s",
           "completion_s")
@@ -190,6 +190,8 @@ def clusters(draw: st.DrawFn, first: tuple[str, ...] | None = None) -> Scenario:
                             st.one_of(tenants_workload(), distribution_workload))
     if compat == "blis" and data["workload"]["type"] == "distribution":
         data["workload"]["arrival"] = "constant"
+    if compat == "none":  # client timeouts: natively only (the reference has none)
+        data["workload"]["timeout_s"] = draw(st.sampled_from([None, None, 0.02, 0.2]))
     horizon = draw(st.sampled_from([None, None, None, 0.03, 0.3]))
     if horizon is not None:
         data["horizon_s"] = horizon
@@ -240,6 +242,9 @@ def test_every_request_ends_in_exactly_one_terminal_state(scenario):
     assert (done.generated_tokens == done.output_tokens).all()
     rejected = req[req.final_state == "rejected"]
     assert (rejected.reject_code != "").all() and (rejected.reject_reason != "").all()
+    timed_out = req[req.final_state == "timed_out"]
+    assert timed_out.completion_s.isna().all() and timed_out.timed_out_s.notna().all()
+    assert summary["timed_out_requests"] == len(timed_out)
     assert (req[req.final_state != "rejected"].reject_code == "").all()
     in_flight = int(req.final_state.isin(UNFINISHED).sum())
     assert summary["arrived_requests"] == len(req)
@@ -247,7 +252,7 @@ def test_every_request_ends_in_exactly_one_terminal_state(scenario):
     assert summary["rejected_requests"] == len(rejected)
     assert summary["still_queued"] == int((req.final_state == "queued").sum())
     assert summary["still_running"] == int((req.final_state == "running").sum())
-    assert len(done) + len(rejected) + in_flight == len(req)
+    assert len(done) + len(rejected) + len(timed_out) + in_flight == len(req)
     if not run.cut:
         for instance in run.sim.fleet:
             assert not instance.running and not instance.wait_queue and not instance.inbox.items
@@ -435,12 +440,13 @@ def test_sessions_send_each_turn_after_the_previous_response(scenario):
 @given(scenario=clusters(first=("closed-loop",)))
 def test_closed_loop_users_wait_for_their_response(scenario):
     """A closed-loop tenant never has more requests in flight (arrived, not yet completed,
-    rejected or cut off) than it has users."""
+    rejected, timed out or cut off) than it has users."""
     run = simulated(scenario)
     req = run.result.requests
     rejected_at = {name: t / 1e6 for t, _, name in run.sim.recorder.rejections}
     ends = np.where(req.final_state == "completed", req.completion_s,
-                    req.id.map(rejected_at).fillna(np.inf))
+                    np.where(req.final_state == "timed_out", req.timed_out_s,
+                             req.id.map(rejected_at).fillna(np.inf)))
     for spec in getattr(scenario.workload, "tenants", []):
         if spec.closed_loop is None:
             continue

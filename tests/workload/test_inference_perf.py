@@ -109,3 +109,16 @@ def test_unsupported_inference_perf_exits_2_naming_the_key(tmp_path, config, key
     assert err.value.path == f"{path}: {key}"
     assert_usage_error(cli("convert", "inference-perf", path), key)
 
+
+
+def test_inference_perf_request_timeout_becomes_the_client_timeout(tmp_path):
+    """load.request_timeout is the client's per-request timeout: the workload's timeout_s."""
+    config = merge(IP, {"load": {"request_timeout": 300}})
+    w = inference_perf(write_yaml(tmp_path / "ip.yaml", config)).workload
+    assert w["timeout_s"] == 300.0
+    assert Scenario.from_dict(scenario_dict(w)).workload.timeout_s == 300.0
+    assert "timeout_s" not in inference_perf(write_yaml(tmp_path / "ip2.yaml", IP)).workload
+    with pytest.raises(ScenarioError) as err:
+        inference_perf(write_yaml(tmp_path / "ip3.yaml",
+                                  merge(IP, {"load": {"request_timeout": -1}})))
+    assert "load.request_timeout" in str(err.value)
