@@ -9,7 +9,9 @@ costs nothing on the usual hot path.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from blis_simpy.core.errors import PolicyError
@@ -55,13 +57,19 @@ def shown(value: object) -> str:
 
 
 def real(value: object) -> bool:
-    """A finite int or float that fits a float (bool is not a number here)."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
+    """A finite real number that fits a float: Python's or numpy's (a policy computing with
+    numpy returns numpy scalars); bool is not a number here."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
         return False
     try:
         return math.isfinite(value)
     except OverflowError:  # an int beyond the float range: no score or priority is that big
         return False
+
+
+def whole(value: object) -> bool:
+    """An integer, Python's or numpy's (bool is not one here)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 class GuardedAdmission(AdmissionPolicy):
@@ -74,9 +82,11 @@ class GuardedAdmission(AdmissionPolicy):
         if not isinstance(out, AdmissionDecision) or out.action not in ACTIONS:
             raise self.caller.bad("decide", req.id, out, "an AdmissionDecision with action "
                                   "admit, reject or delay")
-        if out.action == "delay" and not (isinstance(out.delay_us, int) and out.delay_us > 0):
-            raise self.caller.bad("decide", req.id, out, "a delay with delay_us > 0 (an "
-                                  "integer number of µs)")
+        if out.action == "delay":
+            if not (whole(out.delay_us) and out.delay_us > 0):
+                raise self.caller.bad("decide", req.id, out, "a delay with delay_us > 0 (an "
+                                      "integer number of µs)")
+            return replace(out, delay_us=int(out.delay_us))
         return out
 
 
@@ -90,7 +100,7 @@ class GuardedPriority(PriorityPolicy):
         out = self.caller.call("compute", req.id, self.inner.compute, req, state, clock)
         if not real(out):
             raise self.caller.bad("compute", req.id, out, "a finite number")
-        return out
+        return float(out)
 
 
 class GuardedRouting(RoutingPolicy):
@@ -156,9 +166,9 @@ class GuardedScheduler(InstanceScheduler):
     def victim(self, candidates: Sequence[RequestView], priorities: Sequence[float]) -> int:
         who = candidates[-1].id if candidates else ""
         out = self.caller.call("victim", who, self.inner.victim, candidates, priorities)
-        if isinstance(out, bool) or not isinstance(out, int) or not 0 <= out < len(candidates):
+        if not (whole(out) and 0 <= out < len(candidates)):
             raise self.caller.bad("victim", who, out, f"a position in 0..{len(candidates) - 1}")
-        return out
+        return int(out)
 
 
 Shape = str | tuple[Any, ...]  # "number", "str", or a tuple of shapes
@@ -195,7 +205,22 @@ GUARDS: dict[type, Callable[[Any, Caller], Any]] = {
 }
 
 
+# The method a user class of each axis must write itself (the base only raises).
+REQUIRED: dict[type, str] = {
+    AdmissionPolicy: "decide(req, state, clock)",
+    PriorityPolicy: "compute(req, state, clock)",
+    RoutingPolicy: "route(req, priority, snapshots, state, clock)",
+}
+
+
 def guarded(policy: T, base: type, path: str, type_name: str) -> T:
-    """`policy` (a user class instance of axis `base`) behind its axis's guard."""
+    """`policy` (a user class instance of axis `base`) behind its axis's guard; a class that
+    does not write its axis's method is refused now, before the run, not at its first call."""
+    required = REQUIRED.get(base)
+    if required is not None:
+        method = required.partition("(")[0]
+        if getattr(type(policy), method, None) is getattr(base, method):
+            raise PolicyError(path, f"{type_name} does not define {required}, which a "
+                              f"{base.__name__} must")
     guard: Callable[[Any, Caller], T] = GUARDS[base]
     return guard(policy, Caller(path, type_name))

@@ -228,6 +228,33 @@ def test_user_module_that_fails_to_import_is_reported(tmp_path, monkeypatch):
     assert "RuntimeError: half-written file" in str(err.value)
 
 
+def test_numpy_numbers_from_user_policies_are_accepted():
+    """A policy computing with numpy returns numpy scalars: they are numbers, used as Python
+    ones (they were refused as the wrong type)."""
+    import numpy as np
+
+    rank = type("NpRank", (PriorityPolicy,), {
+        "compute": lambda self, req, state, clock: np.float64(req.input_tokens)})
+    victim = type("NpVictim", (InstanceScheduler,), {
+        "victim": lambda self, candidates, priorities: np.int64(len(candidates) - 1)})
+    result = blis_simpy.run(scenario(**merge(PRESSURE, {"policies": {
+        "priority": {"type": install(rank)}, "scheduler": {"type": install(victim)}}})))
+    assert result.summary["completed_requests"] == 24
+    assert result.summary["preemption_count"] > 0
+
+
+@pytest.mark.parametrize("axis, base, method", [
+    ("admission", AdmissionPolicy, "decide"), ("priority", PriorityPolicy, "compute"),
+    ("routing", RoutingPolicy, "route")])
+def test_user_class_without_its_method_fails_before_the_run(axis, base, method):
+    """It used to fail only at its first call, possibly minutes into a run."""
+    cls = type("Empty", (base,), {})
+    with pytest.raises(ScenarioError) as err:
+        prepare(scenario(policies={axis: {"type": install(cls)}}))
+    assert err.value.path == f"policies.{axis}"
+    assert f"does not define {method}(" in str(err.value)
+
+
 def test_templates_run_unguarded():
     from blis_simpy.policies.guard import GuardedRouting
 
