@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO, Protocol
 
 import numpy as np
@@ -239,12 +240,15 @@ class TraceColumns:
                      self.labels, tokens, self.notes())
 
     def notes(self) -> list[str]:
-        """Rows skipped, and models of the filter that no row replayed names."""
-        notes = [f"skipped {n:,} rows of {self.lines.path}: {why}"
+        """Rows skipped, and models of the filter that no row replayed names. The file is named
+        without its folder: warnings land in summary.json, which must not depend on where the
+        scenario was run from."""
+        name = Path(self.lines.path).name
+        notes = [f"skipped {n:,} rows of {name}: {why}"
                  for why, n in sorted(self.skipped.items())]
         models = sorted(self.seen_models)
         seen = ", ".join(models[:10]) + (f" and {len(models) - 10:,} more" if len(models) > 10
                                          else "") or "none"
-        notes += [f"workload.models: no row of {self.lines.path} names {model!r} (rows "
+        notes += [f"workload.models: no row of {name} names {model!r} (rows "
                   f"name: {seen})" for model in self.models if model not in self.seen_models]
         return notes
