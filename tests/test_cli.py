@@ -312,6 +312,25 @@ def test_force_keeps_the_old_folder_when_writing_fails(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
 
 
+def test_staging_left_by_a_killed_run_is_removed_by_the_next_run(tmp_path):
+    """SIGKILL gives a run no chance to clean up: its staging folder (named after its process
+    id) stays beside the target. The next claim of that target removes it; a living
+    process's staging folder, and anything not named like one, are left alone."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    orphan = tmp_path / f".out.staging-{dead}-0badf00d"
+    (orphan / "requests.csv").parent.mkdir()
+    (orphan / "requests.csv").write_text("half")
+    busy = tmp_path / f".out.staging-{os.getpid()}-12345678"
+    busy.mkdir()
+    mine = tmp_path / ".out.staging-notes"
+    mine.mkdir()
+    result = cli("run", write_scenario(tmp_path), "--out", tmp_path / "out", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert not orphan.exists() and busy.exists() and mine.exists()
+    assert (tmp_path / "out" / "summary.json").is_file()
+
+
 def test_out_on_another_file_system_is_staged_there(tmp_path, monkeypatch):
     """EXDEV: a rename across file systems fails; the files are staged beside the target, so
     the final rename never crosses one (simulated: any rename between folders fails)."""

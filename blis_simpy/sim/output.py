@@ -11,6 +11,10 @@ A symlinked target is followed: the files go where the link points, staged on th
 system, and the link stays. A target that is a mount point cannot be renamed (EBUSY): its
 files are staged inside it and moved into place one by one, the old ones deleted only once
 every new one is written.
+
+A staging folder's name holds the writing process's id: one left behind by a process that was
+killed outright (SIGKILL, power loss: no chance to clean up) is removed by the next claim of
+the same target.
 """
 
 from __future__ import annotations
@@ -61,9 +65,10 @@ class OutputFolder:
         """Create the staging folder beside the target (inside it for a mount point): proves
         the place is writable and on the target's own file system."""
         target = self.target
-        token = secrets.token_hex(4)
-        staging = target / f".staging-{token}" if self.in_place \
-            else target.parent / f".{target.name}.staging-{token}"
+        token = f"{os.getpid()}-{secrets.token_hex(4)}"
+        prefix = ".staging-" if self.in_place else f".{target.name}.staging-"
+        staging = (target if self.in_place else target.parent) / f"{prefix}{token}"
+        remove_orphans(staging.parent, prefix)
         # folders this claim creates, deepest last: removed again if the run never writes
         self.created = [p for p in reversed(target.parents) if not p.exists()]
         self.staging = staging
@@ -129,6 +134,27 @@ class OutputFolder:
                 folder.rmdir()
             except OSError:  # holds the finished output, or something else: keep it
                 return
+
+
+def remove_orphans(folder: Path, prefix: str) -> None:
+    """Delete the staging folders `prefix<pid>-<token>` in `folder` whose process is gone."""
+    if not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        pid = entry.name.removeprefix(prefix).partition("-")[0]
+        if entry.name.startswith(prefix) and pid.isdigit() and not alive(int(pid)) \
+                and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def mount_point(folder: Path) -> bool:
