@@ -163,7 +163,8 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
             class_ranks=ranks, reference_order=mode.reference_order)
         instance.observer = gateway
         fleet.add(instance)
-    notes = source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
-                         keep_tokens=keep_tokens)
+    notes = latency.notes + source.start(env, scenario, gateway.arrive,
+                                         reference_draws=mode.reference_draws,
+                                         keep_tokens=keep_tokens)
     return Simulation(scenario, env, mode, recorder, fleet, gateway,
                       mode.conventions(latency.output_delay), checks, notes)
