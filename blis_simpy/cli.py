@@ -365,6 +365,33 @@ def compare(
     typer.echo(show(rows, run_a, run_b), nl=False)
 
 
+@app.command("validate-real")
+def validate_real(
+    ground_truth: Annotated[Path, typer.Argument(
+        help="folder of experiment folders in the inference-sim/training layout "
+             "(default_args/): exp-config.yaml, profile.yaml, results/")],
+    only: Annotated[str | None, typer.Option(
+        help="run only the stages whose name (experiment/stage) contains this text")] = None,
+    seed: Annotated[int, typer.Option(help="the scenarios' seed")] = 42,
+) -> None:
+    """Simulate every measured stage of real vLLM runs and print measured vs simulated (mean
+    E2E, ITL, TTFT, throughput), the signed errors and their median / mean |error|."""
+    from blis_simpy.validate.ground_truth import read_experiments
+    from blis_simpy.validate.harness import Latency
+    from blis_simpy.validate.harness import report as validation_report
+    from blis_simpy.validate.harness import validate as validate_stages
+
+    latency = Latency.roofline()
+    try:
+        experiments = read_experiments(ground_truth)
+        rows = validate_stages(experiments, latency, seed=seed, only=only,
+                               progress=lambda stage: typer.echo(f"simulating {stage.name}",
+                                                                 err=True))
+    except ScenarioError as exc:
+        raise fail(exc) from None
+    typer.echo(validation_report(rows, latency), nl=False)
+
+
 def main() -> None:
     app()
 
