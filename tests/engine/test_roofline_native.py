@@ -15,11 +15,7 @@ from blis_simpy.engine.roofline_native import (
 )
 
 CODELLAMA = "codellama/CodeLlama-34b-Instruct-hf"
-# Mixtral-8x7B-v0.1's config.json on the HuggingFace hub (the cost-relevant keys).
-MIXTRAL = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-           "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
-           "num_experts_per_tok": 2, "vocab_size": 32000, "sliding_window": None,
-           "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}
+MIXTRAL = bundled_model_config("mistralai/Mixtral-8x7B-v0.1")
 
 
 def h100() -> NativeGpu:
