@@ -32,10 +32,11 @@ from blis_simpy.core.units import US_PER_S
 from blis_simpy.engine.physical import TERMS, PhysicalLatency, batch_shape
 from blis_simpy.sim.run import prepare, simulate
 from blis_simpy.validate.ground_truth import Experiment, Stage
-from blis_simpy.validate.harness import KEPT_UP, Latency, stage_scenario
+from blis_simpy.validate.harness import Latency, fell_behind, stage_scenario
 
 ROUNDS = 8
 QUEUEING = 2.0
+FIT_SECONDS = 120.0  # of each stage's arrivals simulated while fitting (the report runs all)
 SETTLED = 0.01  # stop when no coefficient moved by more than 1 % of the step-time scale
 
 
@@ -113,8 +114,9 @@ def stage_rows(exp: Experiment, stage: Stage, model: Fitted, seed: int,
     queued = accrued(done["queued_s"].to_numpy())
     first = accrued(done["first_token_s"].to_numpy())
     end = accrued(done["completion_s"].to_numpy())
-    span = float(done["completion_s"].max() - result.requests["arrival_s"].min())
-    kept_up = len(done) >= KEPT_UP * stage.measured.requests_per_s * span
+    arrivals = result.requests["arrival_s"]
+    kept_up = not fell_behind(stage, float(arrivals.max() - arrivals.min()),
+                              float(done["completion_s"].max() - arrivals.max()))
     return StageRows(stage, (first - queued).mean(axis=0),
                      (end - first).mean(axis=0) / max(stage.output_len - 1, 1), kept_up)
 
@@ -179,3 +181,15 @@ def equations(rows: Sequence[StageRows], model: Fitted) -> tuple[np.ndarray, int
     if not out:
         raise ScenarioError("--fit", "no fitted stage kept up in the simulation")
     return np.array(out), len(out)
+
+
+def catalog_entry(model: Fitted, fitted_on: Sequence[str], source: str) -> str:
+    """The YAML catalog entry: a `latency:` section any scenario can use, with its origin."""
+    names = ", ".join(TERMS)
+    beta = ", ".join(f"{b:.6g}" for b in model.beta)
+    workloads = ", ".join(fitted_on)
+    return (f"# blis-simpy calibrate: the physical step-time model fitted to the {workloads}"
+            f" stages of {source}.\n"
+            f"# alpha[0]: fixed per-request delay before the engine queue (µs); beta: {names}\n"
+            "latency:\n  type: physical\n"
+            f"  alpha: [{model.a0:.6g}, 0, 0]\n  beta: [{beta}]\n")
