@@ -111,6 +111,9 @@ def latency_model(scenario: Scenario) -> LatencyModel:
     """The step-time model of a resolved scenario."""
     latency = scenario.latency
     alpha = latency.alpha or [0.0, 0.0, 0.0]  # roofline's default; blackbox is resolved
+    if latency.type == "physical":
+        from blis_simpy.engine.physical import physical_latency
+        return physical_latency(scenario, alpha)
     if latency.type == "blackbox":
         if latency.beta is None:
             raise ScenarioError("latency.beta", "is needed by the blackbox model (resolve() "

@@ -19,7 +19,10 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
@@ -33,8 +36,10 @@ METRIC_NAMES = {"e2e": "mean E2E (ms)", "itl": "mean ITL (ms)", "ttft": "mean TT
                 "rps": "throughput (requests/s)"}
 REFERENCES = ("blis-roofline", "blis-trained-physics")
 # A stage the real server kept up with is "overloaded" in the simulator when the simulated
-# server completes requests this much slower than they arrived.
-KEPT_UP = 0.9
+# server is still draining long after the last arrival: later than twice the measured mean
+# E2E plus this fraction of the arrival window (a server that keeps up drains in about one
+# E2E; one that falls behind accumulates a backlog in proportion to the window).
+BACKLOG = 0.05
 
 
 def facts() -> dict[str, Any]:
@@ -62,6 +67,23 @@ class Latency:
     @classmethod
     def roofline(cls) -> Latency:
         return cls({"type": "roofline"}, "roofline")
+
+    @classmethod
+    def from_file(cls, path: Path) -> Latency:
+        """A catalog entry: a YAML file whose `latency:` section a scenario can use as is."""
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ScenarioError(f"--catalog {path}", f"cannot read: {exc.strerror or exc}") \
+                from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ScenarioError(f"--catalog {path}", "is not valid YAML: "
+                                f"{str(exc).splitlines()[0]}") from None
+        section = data.get("latency") if isinstance(data, dict) else None
+        if not isinstance(section, dict):
+            raise ScenarioError(f"--catalog {path}", "needs a `latency:` mapping (as written "
+                                "by blis-simpy calibrate)")
+        return cls(dict(section), f"catalog {path.name}")
 
 
 def stage_scenario(exp: Experiment, stage: Stage, latency: Latency, seed: int = 42,
@@ -115,7 +137,14 @@ class Row:
     @property
     def overloaded(self) -> bool:
         """The simulated server fell behind a load the real server kept up with."""
-        return not self.stage.censored and self.simulated["rps"] < KEPT_UP * self.stage.rate
+        return not self.stage.censored and fell_behind(self.stage, self.simulated["window_s"],
+                                                       self.simulated["drain_s"])
+
+
+def fell_behind(stage: Stage, window_s: float, drain_s: float) -> bool:
+    """Whether a simulated stage whose arrivals spanned `window_s` and whose last request
+    finished `drain_s` after the last arrival fell behind its load (see BACKLOG)."""
+    return drain_s > 2 * stage.measured.e2e_ms / 1e3 + BACKLOG * window_s
 
 
 def signed_error(simulated: float, measured: float) -> float:
@@ -125,14 +154,21 @@ def signed_error(simulated: float, measured: float) -> float:
 def simulate_stage(exp: Experiment, stage: Stage, latency: Latency, seed: int = 42,
                    max_duration_s: float | None = None) -> dict[str, float]:
     """Run one stage and reduce it the way the client's figures are reduced."""
-    result = run(stage_scenario(exp, stage, latency, seed, max_duration_s))
+    return simulate(stage, stage_scenario(exp, stage, latency, seed, max_duration_s))
+
+
+def simulate(stage: Stage, scenario: Scenario) -> dict[str, float]:
+    result = run(scenario)
     done = result.requests[result.requests["final_state"] == "completed"]
     if done.empty:
         raise ScenarioError(stage.name, "no request completed in the simulation")
     e2e, ttft = float(done["e2e_ms"].mean()), float(done["ttft_ms"].mean())
-    span = float(done["completion_s"].max() - result.requests["arrival_s"].min())
+    arrivals = result.requests["arrival_s"]
+    span = float(done["completion_s"].max() - arrivals.min())
     return {"e2e": e2e, "ttft": ttft, "itl": (e2e - ttft) / max(stage.output_len - 1, 1),
-            "rps": len(done) / span if span > 0 else float("nan")}
+            "rps": len(done) / span if span > 0 else float("nan"),
+            "window_s": float(arrivals.max() - arrivals.min()),
+            "drain_s": float(done["completion_s"].max() - arrivals.max())}
 
 
 def published(stage: Stage) -> dict[str, dict[str, float]]:
@@ -146,17 +182,16 @@ def validate(experiments: Sequence[Experiment], latency: Latency, seed: int = 42
              max_duration_s: float | None = None, only: str | None = None,
              progress: Callable[[Stage], None] | None = None) -> list[Row]:
     """Simulate every stage (whose name contains `only`, if given)."""
-    rows = []
-    for exp in experiments:
-        for stage in exp.stages:
-            if only and only not in stage.name:
-                continue
-            if progress:
-                progress(stage)
-            rows.append(Row(stage, simulate_stage(exp, stage, latency, seed, max_duration_s),
-                            published(stage)))
-    if not rows:
+    chosen = [(stage, stage_scenario(exp, stage, latency, seed, max_duration_s))
+              for exp in experiments for stage in exp.stages
+              if not only or only in stage.name]  # every scenario checked before any runs
+    if not chosen:
         raise ScenarioError("--only", f"{only!r} matches no stage")
+    rows = []
+    for stage, scenario in chosen:
+        if progress:
+            progress(stage)
+        rows.append(Row(stage, simulate(stage, scenario), published(stage)))
     return rows
 
 
