@@ -31,7 +31,6 @@ from blis_simpy.engine.roofline_native import (
 class LatencyModel(Protocol):
     output_delay: int
     per_request: bool  # does step_time read the batch (not only its token counts)?
-    notes: list[str]  # what the model ignores of its inputs, reported as run warnings
 
     def queue_delay(self, input_len: int) -> int: ...
 
@@ -50,7 +49,6 @@ class Alpha:
     def __init__(self, alpha: Sequence[float]) -> None:
         self.a0, self.a1 = float(alpha[0]), float(alpha[1])
         self.output_delay = int(float(alpha[2]))
-        self.notes: list[str] = []
 
     def queue_delay(self, input_len: int) -> int:
         return int(self.a0 + self.a1 * input_len)
@@ -122,6 +120,12 @@ def latency_model(scenario: Scenario) -> LatencyModel:
     if scenario.compat == "blis":
         return RooflineLatency(alpha, roofline(scenario))
     return native_roofline(alpha, scenario)
+
+
+def latency_notes(latency: LatencyModel) -> list[str]:
+    """What the step-time model ignores of its inputs (config fields that would change the
+    cost), reported with the run's warnings."""
+    return latency.notes if isinstance(latency, NativeRooflineLatency) else []
 
 
 def roofline(scenario: Scenario) -> RooflineModel:
