@@ -122,7 +122,7 @@ def stage_scenario(exp: Experiment, stage: Stage, latency: Latency, seed: int = 
 class Row:
     """One stage: measured and simulated figures, and the reference's published errors."""
     stage: Stage
-    simulated: dict[str, float]  # e2e, itl, ttft (ms), rps
+    simulated: dict[str, float]  # e2e, itl, ttft (ms), rps, window_s and drain_s (s)
     published: dict[str, dict[str, float]]  # reference -> metric -> signed error (%)
 
     def measured(self, metric: str) -> float:
