@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint bench clean
+.PHONY: demo test test-long lint bench validate-real clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)  ## timings of scenarios/bench/*.yaml
 	$(BIN)/python scripts/bench.py
+
+# The 16 public vLLM runs: git clone https://github.com/inference-sim/training ../training
+GROUND_TRUTH ?= ../training/default_args
+validate-real: $(STAMP)  ## simulated vs measured on real vLLM runs (needs GROUND_TRUTH, see docs/accuracy.md)
+	$(BIN)/blis-simpy validate-real $(GROUND_TRUTH)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis

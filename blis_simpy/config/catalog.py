@@ -145,6 +145,11 @@ def bundled_hardware_config() -> dict:
     return json.loads((_data_dir() / "hardware_config.json").read_text(encoding="utf-8"))
 
 
+def bundled_native_hardware_config() -> dict:
+    """The bundled hardware_native.json (the native roofline's GPU figures), keyed by GPU name."""
+    return json.loads((_data_dir() / "hardware_native.json").read_text(encoding="utf-8"))
+
+
 def read_json(path: str, inside: str | None) -> dict[str, Any]:
     """A user's JSON file (or `inside` a folder); ValueError says what was wrong."""
     file = Path(path)

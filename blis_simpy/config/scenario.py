@@ -47,10 +47,14 @@ class ModelConfig:
     vllm_version: str | None = spec(None, help="vLLM image the coefficients were fitted on")
 
 
+PHYSICAL_TERMS = 6  # overhead, weights, compute, KV reads, per request, all-reduces
+
+
 @dataclass(frozen=True, slots=True)
 class LatencyConfig:
-    type: Literal["blackbox", "roofline"] = spec(
-        "blackbox", help="blackbox: fitted alpha/beta coefficients; roofline: analytic FLOPs/bytes"
+    type: Literal["blackbox", "roofline", "physical"] = spec(
+        "blackbox", help="blackbox: fitted alpha/beta coefficients; roofline: analytic FLOPs/bytes;"
+        " physical: calibrated coefficients of physical terms (blis-simpy calibrate)"
     )
     alpha: list[float] | None = spec(
         None, help="[a0, a1, a2] µs: queueing delay a0 + a1*input_len, output processing a2",
@@ -69,6 +73,9 @@ class LatencyConfig:
     def validate(self, path: str) -> None:
         if self.type == "roofline" and self.beta is not None:
             raise ScenarioError(join(path, "beta"), "is not used by the roofline model")
+        if self.type == "physical" and (self.beta is None or len(self.beta) != PHYSICAL_TERMS):
+            raise ScenarioError(join(path, "beta"), f"the physical model needs {PHYSICAL_TERMS} "
+                                "coefficients (written by blis-simpy calibrate)")
         for name in ("alpha", "beta"):
             for i, value in enumerate(getattr(self, name) or ()):
                 if not (math.isfinite(value) and 0 <= value <= MAX_FLOAT):

@@ -10,11 +10,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from blis_simpy.config.catalog import bundled_hardware_config, bundled_model_config, read_json
+from blis_simpy.config.catalog import (
+    bundled_hardware_config,
+    bundled_model_config,
+    bundled_native_hardware_config,
+    read_json,
+)
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
 from blis_simpy.engine.roofline import GpuSpec, ModelShape, RooflineModel
+from blis_simpy.engine.roofline_native import (
+    NativeGpu,
+    NativeRoofline,
+    NativeShape,
+    unmodelled_fields,
+)
 
 
 class LatencyModel(Protocol):
@@ -78,24 +89,49 @@ class RooflineLatency(Alpha):
         return self.model.step_time(prefills, contexts) + extra_us
 
 
+class NativeRooflineLatency(Alpha):
+    """The native mode's roofline: one fused step (see roofline_native.py)."""
+
+    per_request = True
+
+    def __init__(self, alpha: Sequence[float], model: NativeRoofline, notes: list[str]) -> None:
+        super().__init__(alpha)
+        self.model = model
+        self.notes = notes
+
+    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
+                  extra_us: int) -> int:
+        requests = [(req.progress, 1 if req.chunk < 0 else req.chunk) for req in batch]
+        return self.model.step_time(requests) + extra_us
+
+
 def latency_model(scenario: Scenario) -> LatencyModel:
     """The step-time model of a resolved scenario."""
     latency = scenario.latency
     alpha = latency.alpha or [0.0, 0.0, 0.0]  # roofline's default; blackbox is resolved
+    if latency.type == "physical":
+        from blis_simpy.engine.physical import physical_latency
+        return physical_latency(scenario, alpha)
     if latency.type == "blackbox":
         if latency.beta is None:
             raise ScenarioError("latency.beta", "is needed by the blackbox model (resolve() "
                                 "fills it from the catalog)")
         return BlackboxLatency(alpha, latency.beta)
-    return RooflineLatency(alpha, roofline(scenario))
+    if scenario.compat == "blis":
+        return RooflineLatency(alpha, roofline(scenario))
+    return native_roofline(alpha, scenario)
+
+
+def latency_notes(latency: LatencyModel) -> list[str]:
+    """What the step-time model ignores of its inputs (config fields that would change the
+    cost), reported with the run's warnings."""
+    return latency.notes if isinstance(latency, NativeRooflineLatency) else []
 
 
 def roofline(scenario: Scenario) -> RooflineModel:
     latency, model = scenario.latency, scenario.model
     try:
-        config = (read_json(latency.model_config, "config.json") if latency.model_config
-                  else bundled_model_config(model.name))
-        shape = ModelShape.from_hf_config(config)
+        shape = ModelShape.from_hf_config(model_config(scenario))
     except ValueError as exc:
         raise ScenarioError("latency.model_config", str(exc)) from None
     try:
@@ -107,3 +143,29 @@ def roofline(scenario: Scenario) -> RooflineModel:
         return RooflineModel(shape, gpu, model.tp or 0)
     except ValueError as exc:
         raise ScenarioError("latency.hardware_config", str(exc)) from None
+
+
+def native_roofline(alpha: Sequence[float], scenario: Scenario) -> NativeRooflineLatency:
+    """The corrected roofline of native mode; the run warns about config fields it ignores."""
+    latency, model = scenario.latency, scenario.model
+    try:
+        config = model_config(scenario)
+        shape = NativeShape.from_hf_config(config)
+    except ValueError as exc:
+        raise ScenarioError("latency.model_config", str(exc)) from None
+    try:
+        hardware = (read_json(latency.hardware_config, None) if latency.hardware_config
+                    else bundled_native_hardware_config())
+        if model.gpu is None:
+            raise ValueError("the roofline model needs model.gpu")
+        gpu = NativeGpu.from_config(hardware, model.gpu)
+        return NativeRooflineLatency(alpha, NativeRoofline(shape, gpu, model.tp or 0),
+                                     unmodelled_fields(config))
+    except ValueError as exc:
+        raise ScenarioError("latency.hardware_config", str(exc)) from None
+
+
+def model_config(scenario: Scenario) -> dict:
+    """The model's config.json: the scenario's file, else the bundled one."""
+    path = scenario.latency.model_config
+    return read_json(path, "config.json") if path else bundled_model_config(scenario.model.name)

@@ -23,7 +23,7 @@ from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
-from blis_simpy.engine.latency import latency_model
+from blis_simpy.engine.latency import latency_model, latency_notes
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.policies.admission import ADMISSION
 from blis_simpy.policies.guard import guarded
@@ -165,7 +165,8 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
             class_ranks=ranks, reference_order=mode.reference_order)
         instance.observer = gateway
         fleet.add(instance)
-    notes = source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
-                         keep_tokens=keep_tokens)
+    notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,
+                                         reference_draws=mode.reference_draws,
+                                         keep_tokens=keep_tokens)
     return Simulation(scenario, env, mode, recorder, fleet, gateway,
                       mode.conventions(latency.output_delay), checks, notes)

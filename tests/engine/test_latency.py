@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
+import json
 
+import numpy as np
+import pytest
+
+from blis_simpy.api import run
+from blis_simpy.config.catalog import bundled_model_config
+from blis_simpy.config.resolve import resolve
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
 from blis_simpy.engine.instance import DECODE
-from blis_simpy.engine.latency import BlackboxLatency, RooflineLatency
+from blis_simpy.engine.latency import (
+    BlackboxLatency,
+    NativeRooflineLatency,
+    RooflineLatency,
+    latency_model,
+)
+from tests.conftest import scenario
 
 
 class Recording:
@@ -43,3 +57,42 @@ def test_extra_step_time_is_added_as_is():
     added unchanged by every model."""
     latency = BlackboxLatency([0, 0, 0], [1000.7, 2.5, 0.3])
     assert latency.step_time(3, 2, [], 250) == latency.step_time(3, 2, [], 0) + 250
+
+
+def roofline_scenario(**latency: object):
+    return resolve(scenario(latency={"type": "roofline", "alpha": None, "beta": None,
+                                     **latency}))
+
+
+def test_native_mode_uses_the_native_roofline_and_compat_the_reference():
+    native = roofline_scenario()
+    assert isinstance(latency_model(native), NativeRooflineLatency)
+    compat = dataclasses.replace(native, compat="blis")
+    assert isinstance(latency_model(compat), RooflineLatency)
+
+
+def test_native_roofline_costs_each_request_by_its_own_tokens():
+    latency = latency_model(roofline_scenario())
+    prefill = Request(0, 0, np.arange(100), np.arange(5))
+    prefill.progress, prefill.chunk = 64, 36
+    decoding = Request(1, 0, np.arange(10), np.arange(5))
+    decoding.progress, decoding.chunk = 12, DECODE
+    assert isinstance(latency, NativeRooflineLatency)
+    assert latency.step_time(36, 1, [prefill, decoding], 7) == \
+        latency.model.step_time([(64, 36), (12, 1)]) + 7
+
+
+def test_an_unmodelled_config_field_is_a_run_warning(tmp_path):
+    config = {**bundled_model_config("meta-llama/llama-3.1-8b-instruct"),
+              "quantization_config": {"quant_method": "fp8"}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = run(roofline_scenario(model_config=str(tmp_path)))
+    assert any("quantization_config (fp8)" in w for w in result.summary["warnings"])
+    assert result.summary["completed_requests"] == 40
+
+
+def test_an_unread_moe_naming_is_an_error_naming_the_field(tmp_path):
+    config = {**bundled_model_config("meta-llama/llama-3.1-8b-instruct"), "num_experts": 64}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ScenarioError, match=r"latency\.model_config: .*'num_experts'"):
+        latency_model(roofline_scenario(model_config=str(tmp_path)))

@@ -1,0 +1,1 @@
+"""Calibration: fit step-time coefficients to real measurements (`blis-simpy calibrate`)."""
