@@ -38,6 +38,12 @@ class Measured:
     requests_per_s: float
     successes: int
     failures: int  # requests the client gave up on (its timeout): the stage is censored
+    timeout_s: float | None = None  # the client's timeout, as its failures show it
+
+    @property
+    def completed_pct(self) -> float:
+        """Requests that finished before the client's timeout, in percent of those sent."""
+        return 100.0 * self.successes / max(self.successes + self.failures, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +130,15 @@ def read_experiment(folder: Path) -> Experiment:
         stages=tuple(stages))
 
 
+def client_timeout(failures: dict[str, Any]) -> float | None:
+    """The client's timeout: the whole seconds below the quickest failure's latency (the
+    failed requests all ended when the client gave up, e.g. 300.0007 s for a 300 s timeout)."""
+    quickest = failures.get("request_latency", {}).get("min")
+    if not failures.get("count") or quickest is None:
+        return None
+    return float(max(math.floor(float(quickest)), 1))
+
+
 def read_stage(path: Path, experiment: str, index: int, rate: float, duration: float) -> Stage:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -136,7 +151,8 @@ def read_stage(path: Path, experiment: str, index: int, rate: float, duration: f
         measured = Measured(
             e2e_ms=e2e, ttft_ms=ttft, itl_ms=(e2e - ttft) / max(output_len - 1, 1),
             requests_per_s=float(ok["throughput"]["requests_per_sec"]),
-            successes=int(ok["count"]), failures=int(data.get("failures", {}).get("count", 0)))
+            successes=int(ok["count"]), failures=int(data.get("failures", {}).get("count", 0)),
+            timeout_s=client_timeout(data.get("failures", {})))
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(str(path), f"cannot read: {exc}") from None
     except json.JSONDecodeError as exc:

@@ -10,6 +10,11 @@ token of a fully cached prompt). Arrivals are Poisson (inference-perf's `constan
 exponential gaps scaled to the stage's duration), exactly rate x duration requests per stage,
 each stage drained on its own. Outputs ran with ignore_eos: every request generates the
 measured median output length.
+
+Stages in which the client gave up on requests (its timeout, seen in the failures' latencies)
+are run with that client timeout: the simulated means then cover, as the measured ones do, only
+the requests that finished in time, and the share that did is compared too. They stay out of the
+medians (the load the server saw depends on when the client gave up).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from blis_simpy.workload.inference_perf import inference_perf
 GPU = "H100"
 METRICS = ("e2e", "itl", "ttft")
 METRIC_NAMES = {"e2e": "mean E2E (ms)", "itl": "mean ITL (ms)", "ttft": "mean TTFT (ms)",
-                "rps": "throughput (requests/s)"}
+                "rps": "throughput (requests/s)",
+                "completed": "completed before the client's timeout (%)"}
 REFERENCES = ("blis-roofline", "blis-trained-physics")
 # A stage the real server kept up with is "overloaded" in the simulator when the simulated
 # server is still draining long after the last arrival: later than twice the measured mean
@@ -96,6 +102,8 @@ def stage_scenario(exp: Experiment, stage: Stage, latency: Latency, seed: int = 
     workload.pop("load_profile", None)
     workload.update(rate_per_s=stage.rate, duration_s=duration,
                     max_requests=max(1, round(stage.rate * duration)))
+    if stage.measured.timeout_s is not None:  # the client gave up on requests: so does ours
+        workload["timeout_s"] = stage.measured.timeout_s
     tenant = dict(workload["tenants"][0])
     tenant.update(arrival={"type": "poisson"},
                   prompt={"type": "constant", "value": 1.0},
@@ -128,7 +136,7 @@ class Row:
     def measured(self, metric: str) -> float:
         m = self.stage.measured
         return {"e2e": m.e2e_ms, "itl": m.itl_ms, "ttft": m.ttft_ms,
-                "rps": m.requests_per_s}[metric]
+                "rps": m.requests_per_s, "completed": m.completed_pct}[metric]
 
     def error(self, metric: str) -> float:
         """Signed relative error of the simulation, in percent of the measurement."""
@@ -167,6 +175,7 @@ def simulate(stage: Stage, scenario: Scenario) -> dict[str, float]:
     span = float(done["completion_s"].max() - arrivals.min())
     return {"e2e": e2e, "ttft": ttft, "itl": (e2e - ttft) / max(stage.output_len - 1, 1),
             "rps": len(done) / span if span > 0 else float("nan"),
+            "completed": 100.0 * len(done) / len(result.requests),
             "window_s": float(arrivals.max() - arrivals.min()),
             "drain_s": float(done["completion_s"].max() - arrivals.max())}
 
@@ -270,6 +279,11 @@ def report(rows: Sequence[Row], latency: Latency) -> str:
             parts.append(f"{metric} {ours.median_abs:.1f}% vs {theirs.median_abs:.1f}%")
         lines.append(f"  on the {len(with_ref)} stages with published {ref} errors, median "
                      f"|error| blis-simpy vs {ref}: " + ", ".join(parts))
+    if censored:
+        lines.append(f"  the {len(censored)} censored stages, run with the client's timeout: "
+                     "completed before it, measured vs simulated: " + ", ".join(
+                         f"{r.stage.name} {r.measured('completed'):.0f}% vs "
+                         f"{r.simulated['completed']:.0f}%" for r in censored))
     overloaded = [r.stage.name for r in kept if r.overloaded]
     lines.append(f"  stages overloaded in simulation where the real server kept up: "
                  f"{len(overloaded)}" + (f" ({', '.join(overloaded)})" if overloaded else ""))

@@ -46,6 +46,8 @@ def write_ground_truth(root: Path) -> Path:
                     "prompt_len": {"median": s["prompt_len_median"]},
                     "output_len": {"median": s["output_len_median"]}},
                 "failures": {"count": s["failures"]}}
+            if "failure_latency_min_s" in s:
+                metrics["failures"]["request_latency"] = {"min": s["failure_latency_min_s"]}
             (folder / "results" / f"stage_{position}_lifecycle_metrics.json").write_text(
                 json.dumps(metrics))
     return root
@@ -152,3 +154,23 @@ def test_malformed_files_are_one_line_and_exit_2(tmp_path: Path, file, text, mes
     result = CliRunner().invoke(app, ["validate-real", str(root)])
     assert result.exit_code == 2, result.output
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_censored_stages_run_with_the_clients_timeout(ground_truth: Path, rows):
+    """The client gave up on requests after 300 s (its failures ended at 300.08 s): the
+    stage is simulated with that client timeout, and the share completed in time is shown
+    next to the measured one."""
+    exp = next(e for e in read_experiments(ground_truth) if "reasoning" in e.name)
+    stage = exp.stages[0]
+    assert stage.measured.timeout_s == 300.0
+    assert stage.measured.completed_pct == pytest.approx(100 * 4796 / 4800)
+    scenario = stage_scenario(exp, stage, Latency.roofline(), max_duration_s=SHORT_S)
+    assert scenario.workload.timeout_s == 300.0
+    uncensored = next(e for e in read_experiments(ground_truth) if "llama-2-7b" in e.name)
+    assert stage_scenario(uncensored, uncensored.stages[0], Latency.roofline(),
+                          max_duration_s=SHORT_S).workload.timeout_s is None
+    censored = next(r for r in rows if r.stage.censored)
+    assert 0 < censored.simulated["completed"] <= 100
+    text = report(rows, Latency.roofline())
+    assert (f"{censored.stage.name} {censored.measured('completed'):.0f}% vs "
+            f"{censored.simulated['completed']:.0f}%") in text
