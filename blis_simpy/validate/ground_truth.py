@@ -130,13 +130,17 @@ def read_experiment(folder: Path) -> Experiment:
         stages=tuple(stages))
 
 
-def client_timeout(failures: dict[str, Any]) -> float | None:
+def client_timeout(failures: Any) -> float | None:
     """The client's timeout: the whole seconds below the quickest failure's latency (the
-    failed requests all ended when the client gave up, e.g. 300.0007 s for a 300 s timeout)."""
-    quickest = failures.get("request_latency", {}).get("min")
-    if not failures.get("count") or quickest is None:
+    failed requests all ended when the client gave up, e.g. 300.0007 s for a 300 s timeout);
+    None without failures or without their latencies."""
+    if not isinstance(failures, dict) or not failures.get("count"):
         return None
-    return float(max(math.floor(float(quickest)), 1))
+    latency = failures.get("request_latency")
+    quickest = latency.get("min") if isinstance(latency, dict) else None
+    if not isinstance(quickest, int | float) or not math.isfinite(quickest) or quickest < 1:
+        return None
+    return float(math.floor(quickest))
 
 
 def read_stage(path: Path, experiment: str, index: int, rate: float, duration: float) -> Stage:
@@ -152,7 +156,7 @@ def read_stage(path: Path, experiment: str, index: int, rate: float, duration: f
             e2e_ms=e2e, ttft_ms=ttft, itl_ms=(e2e - ttft) / max(output_len - 1, 1),
             requests_per_s=float(ok["throughput"]["requests_per_sec"]),
             successes=int(ok["count"]), failures=int(data.get("failures", {}).get("count", 0)),
-            timeout_s=client_timeout(data.get("failures", {})))
+            timeout_s=client_timeout(data.get("failures")))
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(str(path), f"cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
