@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from blis_simpy.calibrate.fit import START, Fitted, catalog_entry, fit, nnls, stage_rows
 from blis_simpy.cli import app
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.validate.ground_truth import read_experiments
 from blis_simpy.validate.harness import Latency, simulate_stage, stage_scenario
 
@@ -99,3 +100,10 @@ def test_a_bad_catalog_file_is_one_line_and_exit_2(experiments, tmp_path: Path):
     result = CliRunner().invoke(app, ["validate-real", str(root), "--catalog", str(bad)])
     assert result.exit_code == 2
     assert "beta" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_censored_stages_are_never_fitted(experiments):
+    censored = [(e, s) for e in experiments for s in e.stages if s.censored]
+    assert censored
+    with pytest.raises(ScenarioError, match="no uncensored stage"):
+        fit(censored, max_duration_s=SHORT_S)

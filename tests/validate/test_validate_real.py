@@ -15,7 +15,14 @@ from typer.testing import CliRunner
 
 from blis_simpy.cli import app
 from blis_simpy.validate.ground_truth import read_experiments
-from blis_simpy.validate.harness import Latency, report, stage_scenario, summarise, validate
+from blis_simpy.validate.harness import (
+    Latency,
+    fell_behind,
+    report,
+    stage_scenario,
+    summarise,
+    validate,
+)
 
 FACTS = Path(__file__).resolve().parents[1] / "data" / "real_vllm" / "stages.json"
 SHORT_S = 20.0  # seconds of each stage's arrivals the fast test simulates
@@ -174,3 +181,10 @@ def test_censored_stages_run_with_the_clients_timeout(ground_truth: Path, rows):
     text = report(rows, Latency.roofline())
     assert (f"{censored.stage.name} {censored.measured('completed'):.0f}% vs "
             f"{censored.simulated['completed']:.0f}%") in text
+
+
+def test_a_stage_falls_behind_when_it_drains_long_after_the_last_arrival(ground_truth: Path):
+    stage = next(e for e in read_experiments(ground_truth) if "llama-2-7b" in e.name).stages[0]
+    e2e_s = stage.measured.e2e_ms / 1e3
+    assert not fell_behind(stage, 600.0, e2e_s)  # drained in about one E2E: kept up
+    assert fell_behind(stage, 600.0, 2 * e2e_s + 0.06 * 600)  # a backlog of 6 % of the window
