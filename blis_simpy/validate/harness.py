@@ -264,8 +264,9 @@ def report(rows: Sequence[Row], latency: Latency) -> str:
             lines.append(line + ("  " + ", ".join(flags) if flags else ""))
         lines.append("")
     lines.append(f"|error| over the {len(kept)} uncensored stages "
-                 "(median / mean; signed median):")
-    for metric in (*METRICS, "rps"):
+                 "(median / mean; signed median):" if kept else
+                 "no uncensored stage was chosen: no median |error|")
+    for metric in (*METRICS, "rps") if kept else ():
         s = summarise(kept, metric)
         lines.append(f"  {METRIC_NAMES[metric]:<24} {s.median_abs:6.1f}% / {s.mean_abs:6.1f}%"
                      f"   signed {s.median_signed:+.1f}%")

@@ -188,3 +188,8 @@ def test_a_stage_falls_behind_when_it_drains_long_after_the_last_arrival(ground_
     e2e_s = stage.measured.e2e_ms / 1e3
     assert not fell_behind(stage, 600.0, e2e_s)  # drained in about one E2E: kept up
     assert fell_behind(stage, 600.0, 2 * e2e_s + 0.06 * 600)  # a backlog of 6 % of the window
+
+
+def test_a_report_of_censored_stages_only_has_no_medians(rows):
+    text = report([r for r in rows if r.stage.censored], Latency.roofline())
+    assert "no uncensored stage was chosen" in text and "nan" not in text
