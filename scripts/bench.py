@@ -7,6 +7,8 @@ For each case:
   is what a user (or a search loop calling the CLI) pays.
 * in process: `blis_simpy.run(scenario)` timed after the imports, in a fresh interpreter
   (workload, event loop and metrics; nothing written), the median of the same runs.
+* the same runs' CPU time (user + system, median): on a busy machine the wall time also
+  counts waiting for a core, the CPU time does not.
 * simulated requests per second (arrived requests / in-process time), events per second of
   the event loop, and the whole process's peak RSS.
 * the Go reference: for a `compat: blis` distribution case, the equivalent `blis run` command
@@ -86,13 +88,16 @@ def timed(cmd: list[str], cwd: Path | None = None) -> tuple[str, float, float, f
 
 def whole_process(path: Path, repeat: int) -> dict[str, Any]:
     """The CLI run end to end, `repeat` times: median wall time, peak RSS of the largest."""
-    walls, rss = [], 0.0
+    walls, cpus, rss = [], [], 0.0
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as tmp:
-            _, wall, _, peak = timed([*CLI, "run", str(path), "--out", f"{tmp}/out", "--quiet"])
+            _, wall, cpu, peak = timed([*CLI, "run", str(path), "--out", f"{tmp}/out",
+                                        "--quiet"])
         walls.append(wall)
+        cpus.append(cpu)
         rss = max(rss, peak)
-    return {"process_s": statistics.median(walls), "process_runs_s": walls, "peak_rss_mb": rss}
+    return {"process_s": statistics.median(walls), "process_runs_s": walls,
+            "process_cpu_s": statistics.median(cpus), "peak_rss_mb": rss}
 
 
 def in_process(path: Path, repeat: int) -> dict[str, Any]:
@@ -179,14 +184,16 @@ def measure(path: Path, repeat: int, binary: Path | None, use_go: bool) -> dict[
     return row
 
 
-HEADER = (f"{'case':<26}{'requests':>9}{'process s':>10}{'in-proc s':>10}{'req/s':>9}"
+HEADER = (f"{'case':<26}{'requests':>9}{'process s':>10}{'CPU s':>7}"
+          f"{'in-proc s':>10}{'req/s':>9}"
           f"{'events/s':>10}{'peak MiB':>9}{'Go CPU s':>9}{'x Go':>7}  Go check")
 
 
 def table_line(name: str, row: dict[str, Any]) -> str:
     go_cpu = f"{row['go_cpu_s']:>9.2f}" if "go_cpu_s" in row else f"{'-':>9}"
     ratio = f"{row['go_ratio']:>7.1f}" if "go_ratio" in row else f"{'-':>7}"
-    return (f"{name:<26}{row['arrived']:>9}{row['process_s']:>10.2f}{row['in_process_s']:>10.2f}"
+    return (f"{name:<26}{row['arrived']:>9}{row['process_s']:>10.2f}"
+            f"{row['process_cpu_s']:>7.2f}{row['in_process_s']:>10.2f}"
             f"{row['requests_per_s']:>9,.0f}{row['events_per_s']:>10,.0f}"
             f"{row['peak_rss_mb']:>9.0f}{go_cpu}{ratio}  {row.get('go', '-')}")
 
@@ -200,19 +207,23 @@ def git_commit() -> str:
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """Per case present in both: old and new whole-process, in-process and peak RSS, and
-    the change in percent (negative: faster or smaller)."""
-    lines = [f"{'case':<26}{'process s':>18}{'change':>8}{'in-proc s':>18}{'change':>8}"
-             f"{'peak MiB':>14}{'change':>8}"]
+    """Per case present in both: old and new whole-process wall and CPU time, in-process
+    time and peak RSS, and the change in percent (negative: faster or smaller)."""
+    lines = [f"{'case':<26}{'process s':>18}{'change':>8}{'CPU s':>18}{'change':>8}"
+             f"{'in-proc s':>18}{'change':>8}{'peak MiB':>18}{'change':>8}"]
     for name, row in new["cases"].items():
         before = old["cases"].get(name)
         if before is None:
             continue
         cells = ""
-        for key, fmt in (("process_s", ".2f"), ("in_process_s", ".2f"), ("peak_rss_mb", ".0f")):
+        for key, fmt in (("process_s", ".2f"), ("process_cpu_s", ".2f"),
+                         ("in_process_s", ".2f"), ("peak_rss_mb", ".0f")):
+            if key not in before:  # an older file without this figure
+                cells += f"{'-':>18}{'-':>8}"
+                continue
             a, b = before[key], row[key]
             change = f"{(b - a) / a:+.0%}" if a else "-"
-            cells += f"{format(a, fmt):>8} -> {format(b, fmt):>6}{change:>8}"
+            cells += f"{format(a, fmt):>8} -> {format(b, fmt):>7}{change:>8}"
         lines.append(f"{name:<26}{cells}")
     return "\n".join(lines) + "\n"
 
@@ -229,6 +240,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure_in_process(args.one)))
         return
+    earlier = json.loads(args.compare.read_text()) if args.compare else None  # fail early
     paths = [Path(p) for p in args.cases] or sorted(BENCH.glob("*.yaml"))
     binary = None if args.no_go else go_binary()
     if not args.no_go and binary is None:
@@ -246,8 +258,8 @@ def main() -> None:
     args.save.parent.mkdir(parents=True, exist_ok=True)
     args.save.write_text(json.dumps(result, indent=2) + "\n")
     print(f"saved {args.save}")
-    if args.compare:
-        print(compare(json.loads(args.compare.read_text()), result), end="")
+    if earlier is not None:
+        print(compare(earlier, result), end="")
     differs = [name for name, row in cases.items() if row.get("go") == "DIFFERS"]
     if differs:
         raise SystemExit(f"bench: the Go reference's outcome differs from ours: {differs}")

@@ -33,7 +33,7 @@ def test_bench_runs_a_tiny_case_and_writes_comparable_json(tmp_path: Path) -> No
     data = json.loads(saved.read_text())
     row = data["cases"]["tiny"]
     assert row["arrived"] == 20 and row["completed"] == 20
-    assert row["process_s"] > row["in_process_s"] > 0
+    assert row["process_s"] > row["in_process_s"] > 0 and row["process_cpu_s"] > 0
     assert row["events"] > 20 and row["peak_rss_mb"] > 0 and row["requests_per_s"] > 0
     assert "go_cpu_s" not in row
     again = bench(str(case), "--repeat", "1", "--no-go", "--save", str(tmp_path / "b.json"),
