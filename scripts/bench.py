@@ -1,67 +1,268 @@
-"""Benchmark: run every scenario in scenarios/bench/ in a fresh process and report timings.
+"""Benchmark: run the cases in blis_simpy/scenarios/bench/ and print one table of timings.
 
-For each scenario: simulation wall time measured in-process after imports (`run()` end to end:
-workload generation, event loop, metrics), the event loop alone, the whole process (interpreter
-start, imports, run, writing nothing), and peak RSS.
+For each case:
 
-    python scripts/bench.py [scenario.yaml ...] [--repeat N]
+* whole process: `blis-simpy run CASE --out TMP --quiet` timed from outside, the median of
+  `--repeat` runs: interpreter start, imports, workload, simulation, writing every file. This
+  is what a user (or a search loop calling the CLI) pays.
+* in process: `blis_simpy.run(scenario)` timed after the imports, in a fresh interpreter
+  (workload, event loop and metrics; nothing written), the median of the same runs.
+* the same runs' CPU time (user + system, median): on a busy machine the wall time also
+  counts waiting for a core, the CPU time does not.
+* simulated requests per second (arrived requests / in-process time), events per second of
+  the event loop, and the whole process's peak RSS.
+* the Go reference: for a `compat: blis` distribution case, the equivalent `blis run` command
+  line is derived from the scenario and run once, side by side, when the binary is present
+  ($BLIS_GO_DIR/blis, default ~/.cache/blis-go/blis). Its CPU time (user + system) is divided
+  by our whole-process wall time (the ratio column: how many times faster we are), and its
+  completed count and mean E2E are checked against ours.
+
+Results are saved as JSON (`--save`, default out/bench/latest.json); `--compare OLD.json`
+prints the change of each case against an earlier file.
+
+    python scripts/bench.py [CASE.yaml ...] [--repeat N] [--no-go] [--compare OLD.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
-import resource
+import os
+import platform
+import re
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "blis_simpy" / "scenarios" / "bench"
+DEFAULT_SAVE = ROOT / "out" / "bench" / "latest.json"
+CLI = [sys.executable, "-m", "blis_simpy.cli"]
 
 
-def measure_one(path: str) -> None:
-    """Child mode: import, run once, print one JSON line."""
+# ---------------------------------------------------------------- child: in-process timing
+
+def measure_in_process(path: str) -> dict[str, Any]:
+    """Import, run once without writing anything, and say how long the run took."""
     import blis_simpy
+    from blis_simpy.sim.build import RunProgress
 
+    final: list[RunProgress] = []
     scenario = blis_simpy.Scenario.from_yaml(path)
     started = time.perf_counter()
-    result = blis_simpy.run(scenario)
+    result = blis_simpy.run(scenario, progress=lambda p: final.append(p) if p.done else None)
     elapsed = time.perf_counter() - started
-    print(json.dumps({
-        "run_s": elapsed,
+    return {
+        "in_process_s": elapsed,
         "event_loop_s": result.wall_time_s,
-        "requests": int(result.summary["completed_requests"]),
-        "steps": len(result.steps),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }))
+        "events": final[-1].events,
+        "arrived": int(result.summary.get("arrived_requests", len(result.requests))),
+        "completed": int(result.summary["completed_requests"]),
+        "e2e_mean_ms": float(result.summary["e2e_mean_ms"]),
+    }
+
+
+# ---------------------------------------------------------------- timing child processes
+
+def timed(cmd: list[str], cwd: Path | None = None) -> tuple[str, float, float, float]:
+    """Run `cmd`; its stdout, wall seconds, CPU seconds (user + system) and peak RSS (MiB),
+    taken from the child's own resource usage."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stderr = proc.stderr.read().decode() if proc.stderr else ""
+        if proc.returncode != 0:
+            raise SystemExit(f"bench: {' '.join(cmd)} failed ({proc.returncode}):\n{stderr}")
+        out.seek(0)
+        text = out.read().decode()
+    return text, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def whole_process(path: Path, repeat: int) -> dict[str, Any]:
+    """The CLI run end to end, `repeat` times: median wall time, peak RSS of the largest."""
+    walls, cpus, rss = [], [], 0.0
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            _, wall, cpu, peak = timed([*CLI, "run", str(path), "--out", f"{tmp}/out",
+                                        "--quiet"])
+        walls.append(wall)
+        cpus.append(cpu)
+        rss = max(rss, peak)
+    return {"process_s": statistics.median(walls), "process_runs_s": walls,
+            "process_cpu_s": statistics.median(cpus), "peak_rss_mb": rss}
+
+
+def in_process(path: Path, repeat: int) -> dict[str, Any]:
+    """The in-process measurement in `repeat` fresh interpreters; the median run."""
+    runs = []
+    for _ in range(repeat):
+        text, *_ = timed([sys.executable, __file__, "--one", str(path)])
+        runs.append(json.loads(text.strip().splitlines()[-1]))
+    runs.sort(key=lambda r: r["in_process_s"])
+    return runs[len(runs) // 2]
+
+
+# ---------------------------------------------------------------- the Go reference
+
+def go_binary() -> Path | None:
+    folder = Path(os.environ.get("BLIS_GO_DIR", Path.home() / ".cache" / "blis-go"))
+    binary = folder / "blis"
+    return binary if binary.is_file() and os.access(binary, os.X_OK) else None
+
+
+def go_command(path: Path) -> list[str] | None:
+    """The reference's `blis run` flags for a compat distribution case (engine.md §7 flag
+    names), or None when the case has no reference equivalent."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    workload = data.get("workload", {})
+    if data.get("compat") != "blis" or workload.get("type") != "distribution":
+        return None
+    model = data["model"]
+    prompt, output = workload["prompt"], workload["output"]
+    flags = {
+        "model": model["name"], "hardware": model["gpu"], "tp": model["tp"],
+        "num-instances": data.get("cluster", {}).get("instances", 1),
+        "routing-policy": data.get("policies", {}).get("routing", {}).get("type",
+                                                                          "round-robin"),
+        "rate": workload["rate_per_s"], "num-requests": workload["num_requests"],
+        "prompt-tokens": prompt["mean"], "prompt-tokens-stdev": prompt["stdev"],
+        "prompt-tokens-min": prompt["min"], "prompt-tokens-max": prompt["max"],
+        "output-tokens": output["mean"], "output-tokens-stdev": output["stdev"],
+        "output-tokens-min": output["min"], "output-tokens-max": output["max"],
+        "seed": data["seed"],
+    }
+    return ["run", *(f"--{name}={value}" for name, value in flags.items())]
+
+
+def cluster_metrics(stdout: str) -> dict[str, Any]:
+    """The reference's last `=== Simulation Metrics ===` block: the cluster's."""
+    blocks = re.findall(r"=== Simulation Metrics ===\n(\{.*?\n\})", stdout, re.S)
+    if not blocks:
+        raise SystemExit("bench: the Go reference printed no metrics block")
+    return dict(json.loads(blocks[-1]))
+
+
+def go_reference(path: Path, binary: Path | None, ours: dict[str, Any]) -> dict[str, Any]:
+    """One run of the reference, its CPU time, and whether its outcome matches ours."""
+    command = go_command(path)
+    if command is None:
+        return {"go": "no reference equivalent"}
+    if binary is None:
+        return {"go": "binary not found", "go_command": command}
+    stdout, wall, cpu, rss = timed([str(binary), *command], cwd=binary.parent)
+    metrics = cluster_metrics(stdout)
+    agrees = (metrics["completed_requests"] == ours["completed"]
+              and metrics["e2e_mean_ms"] == ours["e2e_mean_ms"])
+    return {"go": "agrees" if agrees else "DIFFERS", "go_command": command, "go_cpu_s": cpu,
+            "go_wall_s": wall, "go_peak_rss_mb": rss,
+            "go_completed": metrics["completed_requests"],
+            "go_e2e_mean_ms": metrics["e2e_mean_ms"]}
+
+
+# ---------------------------------------------------------------- table, JSON, comparison
+
+def measure(path: Path, repeat: int, binary: Path | None, use_go: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"scenario": str(path)}
+    row.update(in_process(path, repeat))
+    row.update(whole_process(path, repeat))
+    row["requests_per_s"] = row["arrived"] / row["in_process_s"]
+    row["events_per_s"] = row["events"] / row["event_loop_s"] if row["event_loop_s"] else 0.0
+    if use_go:
+        row.update(go_reference(path, binary, row))
+        if "go_cpu_s" in row:
+            row["go_ratio"] = row["go_cpu_s"] / row["process_s"]
+    return row
+
+
+HEADER = (f"{'case':<26}{'requests':>9}{'process s':>10}{'CPU s':>7}"
+          f"{'in-proc s':>10}{'req/s':>9}"
+          f"{'events/s':>10}{'peak MiB':>9}{'Go CPU s':>9}{'x Go':>7}  Go check")
+
+
+def table_line(name: str, row: dict[str, Any]) -> str:
+    go_cpu = f"{row['go_cpu_s']:>9.2f}" if "go_cpu_s" in row else f"{'-':>9}"
+    ratio = f"{row['go_ratio']:>7.1f}" if "go_ratio" in row else f"{'-':>7}"
+    return (f"{name:<26}{row['arrived']:>9}{row['process_s']:>10.2f}"
+            f"{row['process_cpu_s']:>7.2f}{row['in_process_s']:>10.2f}"
+            f"{row['requests_per_s']:>9,.0f}{row['events_per_s']:>10,.0f}"
+            f"{row['peak_rss_mb']:>9.0f}{go_cpu}{ratio}  {row.get('go', '-')}")
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Per case present in both: old and new whole-process wall and CPU time, in-process
+    time and peak RSS, and the change in percent (negative: faster or smaller)."""
+    lines = [f"{'case':<26}{'process s':>18}{'change':>8}{'CPU s':>18}{'change':>8}"
+             f"{'in-proc s':>18}{'change':>8}{'peak MiB':>18}{'change':>8}"]
+    for name, row in new["cases"].items():
+        before = old["cases"].get(name)
+        if before is None:
+            continue
+        cells = ""
+        for key, fmt in (("process_s", ".2f"), ("process_cpu_s", ".2f"),
+                         ("in_process_s", ".2f"), ("peak_rss_mb", ".0f")):
+            if key not in before:  # an older file without this figure
+                cells += f"{'-':>18}{'-':>8}"
+                continue
+            a, b = before[key], row[key]
+            change = f"{(b - a) / a:+.0%}" if a else "-"
+            cells += f"{format(a, fmt):>8} -> {format(b, fmt):>7}{change:>8}"
+        lines.append(f"{name:<26}{cells}")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenarios", nargs="*")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per scenario (best kept)")
+    parser.add_argument("cases", nargs="*", help="scenario files (default: every bench case)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (median kept)")
+    parser.add_argument("--no-go", action="store_true", help="skip the Go reference")
+    parser.add_argument("--save", type=Path, default=DEFAULT_SAVE, help="results JSON")
+    parser.add_argument("--compare", type=Path, help="an earlier results JSON to compare with")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        measure_one(args.one)
+        print(json.dumps(measure_in_process(args.one)))
         return
-    paths = args.scenarios or sorted(str(p) for p in (ROOT / "scenarios" / "bench").glob("*.yaml"))
-    print(f"{'scenario':<28}{'completed':>10}{'steps':>9}{'run s':>9}{'loop s':>9}"
-          f"{'process s':>11}{'peak MB':>9}")
+    earlier = json.loads(args.compare.read_text()) if args.compare else None  # fail early
+    paths = [Path(p) for p in args.cases] or sorted(BENCH.glob("*.yaml"))
+    binary = None if args.no_go else go_binary()
+    if not args.no_go and binary is None:
+        print("note: no Go reference binary ($BLIS_GO_DIR/blis, default ~/.cache/blis-go/blis):"
+              " the Go columns are left empty", file=sys.stderr)
+    print(HEADER, flush=True)
+    cases: dict[str, Any] = {}
     for path in paths:
-        best = None
-        for _ in range(args.repeat):
-            started = time.perf_counter()
-            out = subprocess.run([sys.executable, __file__, "--one", path], check=True,
-                                 capture_output=True, text=True).stdout
-            row = json.loads(out.strip().splitlines()[-1])
-            row["process_s"] = time.perf_counter() - started
-            if best is None or row["run_s"] < best["run_s"]:
-                best = row
-        print(f"{Path(path).stem:<28}{best['requests']:>10}{best['steps']:>9}"
-              f"{best['run_s']:>9.3f}{best['event_loop_s']:>9.3f}{best['process_s']:>11.2f}"
-              f"{best['peak_rss_mb']:>9.0f}")
+        row = measure(path, args.repeat, binary, not args.no_go)
+        cases[path.stem] = row
+        print(table_line(path.stem, row), flush=True)
+    result = {"commit": git_commit(), "date": datetime.datetime.now(datetime.UTC).isoformat(),
+              "machine": platform.platform(), "cpus": os.cpu_count(),
+              "python": platform.python_version(), "repeat": args.repeat, "cases": cases}
+    args.save.parent.mkdir(parents=True, exist_ok=True)
+    args.save.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"saved {args.save}")
+    if earlier is not None:
+        print(compare(earlier, result), end="")
+    differs = [name for name, row in cases.items() if row.get("go") == "DIFFERS"]
+    if differs:
+        raise SystemExit(f"bench: the Go reference's outcome differs from ours: {differs}")
 
 
 if __name__ == "__main__":

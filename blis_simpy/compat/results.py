@@ -83,9 +83,32 @@ class ReferenceOutputs:
     def results_json(self) -> str:
         """The reference's --results-path file: the summary plus one row per injected request,
         ordered by arrival then id. Per-request itl_ms and scheduling_delay_ms hold µs, as the
-        reference writes them (Q10)."""
-        order = sorted(range(len(self.ids)), key=lambda i: (int(self.arrival[i]), self.ids[i]))
-        rows = [{
+        reference writes them (Q10).
+
+        The rows are rendered from a template (`ROW`), the bytes `gojson.dumps` gives for the
+        same dicts at their depth, about 3x faster; `row_dicts` is that form."""
+        head = gojson.dumps(reference_summary(self.summary))
+        if not self.ids:
+            return head[:-2] + ',\n  "requests": []\n}\n'
+        fmt, quote = gojson.format_float, gojson.quote
+        arrival, ids = self.arrival.tolist(), self.ids
+        inputs, outputs = self.input_len.tolist(), self.output_len.tolist()
+        ttft, itl, e2e = self.ttft.tolist(), self.itl_mean.tolist(), self.e2e.tolist()
+        delay, handled = self.scheduling_delay.tolist(), self.handled_by
+        rows = ",".join(ROW % (
+            fmt(arrival[i] / US_PER_S), quote(ids[i]), inputs[i], outputs[i],
+            fmt(ttft[i] / US_PER_MS), fmt(float(itl[i])), fmt(e2e[i] / US_PER_MS), delay[i],
+            quote(handled[i])) for i in self.order())
+        return f'{head[:-2]},\n  "requests": [{rows}\n  ]\n}}\n'
+
+    def order(self) -> list[int]:
+        """Rows by arrival time, then id."""
+        arrival = self.arrival.tolist()
+        return sorted(range(len(self.ids)), key=lambda i: (arrival[i], self.ids[i]))
+
+    def row_dicts(self) -> list[dict[str, Any]]:
+        """The request rows as dicts, in file order (what `ROW` renders)."""
+        return [{
             "arrived_at": int(self.arrival[i]) / US_PER_S,
             "requestID": self.ids[i],
             "num_prefill_tokens": int(self.input_len[i]),
@@ -95,5 +118,19 @@ class ReferenceOutputs:
             "e2e_ms": int(self.e2e[i]) / US_PER_MS,
             "scheduling_delay_ms": int(self.scheduling_delay[i]),
             "handled_by": self.handled_by[i],
-        } for i in order]
-        return gojson.dumps({**reference_summary(self.summary), "requests": rows}) + "\n"
+        } for i in self.order()]
+
+
+# One request of results.json as Go's MarshalIndent lays it out inside the "requests" list.
+ROW = """
+    {
+      "arrived_at": %s,
+      "requestID": %s,
+      "num_prefill_tokens": %d,
+      "num_decode_tokens": %d,
+      "ttft_ms": %s,
+      "itl_ms": %s,
+      "e2e_ms": %s,
+      "scheduling_delay_ms": %d,
+      "handled_by": %s
+    }"""

@@ -14,7 +14,10 @@ from blis_simpy.config.catalog import (
     DEFAULT_KV_BLOCKS,
     CatalogEntry,
     bundled,
+    bundled_model_config,
+    read_json,
 )
+from blis_simpy.config.memory import memory_kv_blocks
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError, closest_first
@@ -40,6 +43,8 @@ def resolve(scenario: Scenario) -> Scenario:
         kv_blocks = kv_blocks or catalog_kv_blocks(entry, engine.block_size, scenario.compat)
     if latency.type == "roofline":
         latency = dataclasses.replace(latency, alpha=latency.alpha or [0.0, 0.0, 0.0])
+        if not kv_blocks and scenario.compat != "blis":  # the reference keeps its 1,000,000
+            kv_blocks = roofline_kv_blocks(model, latency, engine.block_size)
     engine = dataclasses.replace(engine, kv_blocks=kv_blocks or DEFAULT_KV_BLOCKS)
     workload = scenario.workload
     if isinstance(workload, DistributionWorkload) and workload.arrival is None:
@@ -58,6 +63,22 @@ def catalog_kv_blocks(entry: CatalogEntry, block_size: int, compat: str) -> int:
     if compat == "blis":
         return entry.kv_blocks
     return max(1, entry.kv_blocks * CATALOG_BLOCK_SIZE // block_size)
+
+
+def roofline_kv_blocks(model: Any, latency: Any, block_size: int) -> int | None:
+    """The KV blocks that fit in the GPUs' memory beside the weights (config/memory.py);
+    None when that cannot be worked out, including an unreadable model config, which the
+    roofline model reports when it is built."""
+    if model.gpu is None:
+        return None
+    try:
+        config = (read_json(latency.model_config, "config.json") if latency.model_config
+                  else bundled_model_config(model.name))
+    except ValueError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    return memory_kv_blocks(config, model.gpu, model.tp or 1, block_size)
 
 
 def catalog_entry(model: Any) -> CatalogEntry:

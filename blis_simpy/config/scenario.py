@@ -93,7 +93,8 @@ class EngineConfig:
     )
     kv_blocks: int | None = spec(
         None, help="KV cache size in blocks; default from the catalog (converted from its 16-token "
-        "blocks to block_size, so the capacity in tokens stays), else 1000000", ge=1,
+        "blocks to block_size, so the capacity in tokens stays); roofline: what fits in the GPU "
+        "memory beside the weights; else 1000000", ge=1,
         le=MAX_KV_BLOCKS,
     )
     block_size: int = spec(16, help="tokens per KV block", ge=1, le=4096)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pandas as pd
-
 from blis_simpy.config.scenario import EvaluationConfig
 from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.records import Anomaly, Records
 from blis_simpy.core.units import US_PER_S, us
+from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.raw import violated
 
 
@@ -39,20 +38,20 @@ def bursts(events: Sequence[tuple[int, str, str]], count: int, window_us: int
     return found
 
 
-def judged(records: Records, requests: pd.DataFrame, targets: list[SLOTargets | None],
+def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
            config: EvaluationConfig) -> list[Anomaly]:
     """The anomalies judged from the run's records: SLO violations, preemption storms and
     rejection bursts."""
     found = []
-    done = requests.final_state.to_numpy() == "completed"
+    ttft, tpot, e2e = (requests.array(name) for name in ("ttft_ms", "itl_mean_ms", "e2e_ms"))
+    completion, states = requests.array("completion_s"), requests["final_state"]
     for i, target in enumerate(targets):
-        if target is not None and done[i]:
-            row = requests.iloc[i]
-            missed = violated(row, target)
+        if target is not None and states[i] == "completed":
+            missed = violated((ttft[i], tpot[i], e2e[i]), target)
             if missed:
-                at = round(float(row.completion_s) * US_PER_S)
-                found.append(Anomaly("slo_violation", at, str(row.instance), (str(row.id),),
-                                     "; ".join(missed), at))
+                at = round(float(completion[i]) * US_PER_S)
+                found.append(Anomaly("slo_violation", at, str(requests["instance"][i]),
+                                     (str(requests["id"][i]),), "; ".join(missed), at))
     by_instance: dict[str, list[tuple[int, str, str]]] = {}
     for event in records.preemptions:
         by_instance.setdefault(event[1], []).append(event)
@@ -69,11 +68,11 @@ def judged(records: Records, requests: pd.DataFrame, targets: list[SLOTargets | 
     return found
 
 
-def anomaly_table(anomalies: Sequence[Anomaly]) -> pd.DataFrame:
+def anomaly_table(anomalies: Sequence[Anomaly]) -> Table:
     """One row per anomaly, by start time: an instant has `end_s` = `time_s` and duration 0;
     an episode (head-of-line blocking, a storm, a burst) spans `time_s` to `end_s`."""
     records = sorted(anomalies, key=lambda a: (a.time, a.type, a.instance, a.requests))
-    return pd.DataFrame({
+    return Table({
         "time_s": [a.time / US_PER_S for a in records],
         "end_s": [a.end / US_PER_S for a in records],
         "duration_s": [(a.end - a.time) / US_PER_S for a in records],

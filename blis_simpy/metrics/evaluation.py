@@ -7,13 +7,12 @@ import hashlib
 import json
 from typing import Any
 
-import pandas as pd
-
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import SLOTargets, TenantsWorkload
 from blis_simpy.core.records import Anomaly, Records
 from blis_simpy.core.units import US_PER_S
 from blis_simpy.metrics.anomalies import counts, judged
+from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.metrics.fitness import EvaluationResult, objectives, score
 from blis_simpy.metrics.raw import raw_metrics
@@ -24,7 +23,7 @@ def has_targets(target: SLOTargets | None) -> bool:
         v is not None for v in (target.ttft_ms, target.tpot_ms, target.e2e_ms))
 
 
-def request_targets(scenario: Scenario, requests: pd.DataFrame) -> list[SLOTargets | None]:
+def request_targets(scenario: Scenario, requests: Table) -> list[SLOTargets | None]:
     """Each request's SLO targets: its tenant's own, else its SLO class's."""
     by_tenant: dict[str, SLOTargets] = {}
     if isinstance(scenario.workload, TenantsWorkload):
@@ -32,10 +31,10 @@ def request_targets(scenario: Scenario, requests: pd.DataFrame) -> list[SLOTarge
     by_class = {"" if cls == "default" else cls: t
                 for cls, t in scenario.evaluation.slo_targets.items()}
     return [by_tenant.get(tenant) or by_class.get(cls)
-            for tenant, cls in zip(requests.tenant, requests.slo_class, strict=True)]
+            for tenant, cls in zip(requests["tenant"], requests["slo_class"], strict=True)]
 
 
-def evaluate(records: Records, scenario: Scenario, requests: pd.DataFrame,
+def evaluate(records: Records, scenario: Scenario, requests: Table,
              summary: dict[str, Any], conventions: Conventions, wall_s: float
              ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
     """RawMetrics, the evaluation, and every anomaly (recorded while running and judged now)."""

@@ -12,19 +12,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.records import InstanceRecord
 from blis_simpy.core.units import US_PER_S
+from blis_simpy.metrics.columns import Table
 
 STATS = (("mean", None), ("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99), ("max", 100))
 
 
-def distribution(prefix: str, values: pd.Series) -> dict[str, float | None]:
+def distribution(prefix: str, values: np.ndarray) -> dict[str, float | None]:
     """mean, p50..p99 (linear interpolation at rank p/100*(n-1)) and max, in ms; None (null in
     metrics.json) without samples: no sample is no evidence of a good latency."""
-    data = values.dropna().to_numpy(dtype=float)
+    data = values[~np.isnan(values)]
     out: dict[str, float | None] = {}
     for name, p in STATS:
         if not len(data):
@@ -36,23 +36,23 @@ def distribution(prefix: str, values: pd.Series) -> dict[str, float | None]:
     return out
 
 
-def meets(requests: pd.DataFrame, targets: list[SLOTargets | None]) -> pd.Series:
+def meets(requests: Table, targets: list[SLOTargets | None]) -> np.ndarray:
     """Completed within every set target (a request without targets only has to complete)."""
     def limit(field: str) -> np.ndarray:
         return np.array([np.inf if t is None or getattr(t, field) is None
                          else getattr(t, field) for t in targets], dtype=float)
 
-    ok = requests.final_state.to_numpy() == "completed"
+    ok = np.asarray(requests["final_state"], dtype=object) == "completed"
     for column, field in (("ttft_ms", "ttft_ms"), ("itl_mean_ms", "tpot_ms"),
                           ("e2e_ms", "e2e_ms")):
-        ok &= ~(requests[column].to_numpy(dtype=float) > limit(field))
-    return pd.Series(ok, index=requests.index, dtype=bool)
+        ok &= ~(requests.array(column).astype(float) > limit(field))
+    return ok
 
 
-def violated(row: Any, target: SLOTargets) -> list[str]:
+def violated(values: tuple[float, float, float], target: SLOTargets) -> list[str]:
+    """The targets missed, given a request's (TTFT, mean ITL, E2E) in ms."""
     missed = []
-    for field, value in (("ttft_ms", row.ttft_ms), ("tpot_ms", row.itl_mean_ms),
-                         ("e2e_ms", row.e2e_ms)):
+    for field, value in zip(("ttft_ms", "tpot_ms", "e2e_ms"), values, strict=True):
         goal = getattr(target, field)
         if goal is not None and value > goal:
             missed.append(f"{field} {value:.6g} > {goal:g}")
@@ -65,23 +65,35 @@ def jain(values: Sequence[float]) -> float:
     return total * total / (len(values) * squares) if values and squares else 0.0
 
 
-def group_stats(frame: pd.DataFrame, good: pd.Series, seconds: float) -> dict[str, Any]:
-    done = frame[frame.final_state == "completed"]
-    ended = frame[frame.final_state.isin(["completed", "rejected", "timed_out"])]
+def group_stats(requests: Table, rows: np.ndarray, good: np.ndarray, seconds: float
+                ) -> dict[str, Any]:
+    """The statistics of the requests selected by the boolean mask `rows`."""
+    state = np.asarray(requests["final_state"], dtype=object)
+    done = rows & (state == "completed")
+    ended = rows & ((state == "completed") | (state == "rejected") | (state == "timed_out"))
+    count, completed = int(rows.sum()), int(done.sum())
     out: dict[str, Any] = {
-        "requests": len(frame),
-        "completed": len(done),
-        "completion_rate": len(done) / len(frame) if len(frame) else 0.0,
-        "rejected": int((frame.final_state == "rejected").sum()),
-        "timed_out": int((frame.final_state == "timed_out").sum()),
-        "requests_per_s": len(done) / seconds if seconds > 0 else 0.0,
-        "goodput_per_s": int(good.loc[done.index].sum()) / seconds if seconds > 0 else 0.0,
-        "slo_attainment": float(good.loc[ended.index].mean()) if len(ended) else 0.0,
+        "requests": count,
+        "completed": completed,
+        "completion_rate": completed / count if count else 0.0,
+        "rejected": int((rows & (state == "rejected")).sum()),
+        "timed_out": int((rows & (state == "timed_out")).sum()),
+        "requests_per_s": completed / seconds if seconds > 0 else 0.0,
+        "goodput_per_s": int(good[done].sum()) / seconds if seconds > 0 else 0.0,
+        "slo_attainment": float(good[ended].mean()) if ended.any() else 0.0,
     }
-    out.update(distribution("ttft", frame.ttft_ms))
-    out.update(distribution("tpot", done.itl_mean_ms[done.output_tokens > 1]))
-    out.update(distribution("e2e", done.e2e_ms))
+    ttft, tpot, e2e = (requests.array(name).astype(float)
+                       for name in ("ttft_ms", "itl_mean_ms", "e2e_ms"))
+    out.update(distribution("ttft", ttft[rows]))
+    out.update(distribution("tpot", tpot[done & (requests.array("output_tokens") > 1)]))
+    out.update(distribution("e2e", e2e[done]))
     return out
+
+
+def groups(requests: Table, column: str) -> list[tuple[str, np.ndarray]]:
+    """(value, mask) for each value of a string column, in order of the value."""
+    values = np.asarray(requests[column], dtype=object)
+    return [(key, values == key) for key in sorted(set(values.tolist()), key=str)]
 
 
 def time_weighted(instances: Sequence[InstanceRecord], seconds: float
@@ -107,32 +119,35 @@ def time_weighted(instances: Sequence[InstanceRecord], seconds: float
     return out
 
 
-def raw_metrics(requests: pd.DataFrame, targets: list[SLOTargets | None],
+def raw_metrics(requests: Table, targets: list[SLOTargets | None],
                 instances: Sequence[InstanceRecord], seconds: float, cache_hit_rate: float
                 ) -> dict[str, Any]:
     good = meets(requests, targets)
-    metrics = group_stats(requests, good, seconds)
-    done = requests[requests.final_state == "completed"]
+    everyone = np.ones(len(requests), dtype=bool)
+    metrics = group_stats(requests, everyone, good, seconds)
+    done = np.asarray(requests["final_state"], dtype=object) == "completed"
     arrived = len(requests)
-    preemptions = int(requests.preemptions.sum())
+    preemptions = int(requests.array("preemptions").sum())
+    completed = int(done.sum())
     metrics.update({
         "duration_s": seconds,
-        "input_tokens_per_s": float(done.input_tokens.sum()) / seconds if seconds > 0 else 0.0,
-        "output_tokens_per_s": float(requests.generated_tokens.sum()) / seconds
+        "input_tokens_per_s": float(requests.array("input_tokens")[done].sum()) / seconds
+        if seconds > 0 else 0.0,
+        "output_tokens_per_s": float(requests.array("generated_tokens").sum()) / seconds
         if seconds > 0 else 0.0,
         "cache_hit_rate": cache_hit_rate,
-        "preemption_rate": preemptions / len(done) if len(done) else 0.0,
+        "preemption_rate": preemptions / completed if completed else 0.0,
         "admission_rate": 1.0 - metrics["rejected"] / arrived if arrived else 0.0,
         "rejection_rate": metrics["rejected"] / arrived if arrived else 0.0,
     })
     metrics["per_slo_class"] = {
-        cls or "default": group_stats(frame, good, seconds)
-        for cls, frame in sorted(requests.groupby("slo_class"), key=lambda kv: str(kv[0]))
+        cls or "default": group_stats(requests, rows, good, seconds)
+        for cls, rows in groups(requests, "slo_class")
     }
-    tenants = sorted(requests.groupby("tenant"), key=lambda kv: str(kv[0]))
-    metrics["per_tenant"] = {t or "default": group_stats(f, good, seconds) for t, f in tenants}
-    metrics["jain_fairness"] = jain([group_stats(f, good, seconds)["slo_attainment"]
-                                     for _, f in tenants])
+    tenants = [(t, group_stats(requests, rows, good, seconds))
+               for t, rows in groups(requests, "tenant")]
+    metrics["per_tenant"] = {t or "default": stats for t, stats in tenants}
+    metrics["jain_fairness"] = jain([stats["slo_attainment"] for _, stats in tenants])
     per_instance = time_weighted(instances, seconds)
     metrics["instances"] = per_instance
     for key in ("utilization", "queue_depth_avg", "batch_size_avg", "kv_utilization_avg"):

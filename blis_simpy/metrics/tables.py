@@ -4,17 +4,20 @@ conventions chosen for the run (`conventions.py`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from blis_simpy.core.records import Decision, Records, RequestColumns
+from blis_simpy.core.records import Decision, InstanceRecord, Records, RequestColumns
 from blis_simpy.core.request import RejectCode, State
 from blis_simpy.core.units import US_PER_MS, US_PER_S
+from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
 from blis_simpy.metrics.summary import summary_fields
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def summary(records: Records, lat: RequestLatencies, conventions: Conventions,
@@ -94,9 +97,9 @@ def seconds(values: np.ndarray) -> np.ndarray:
     return np.where(values >= 0, values / US_PER_S, np.nan)
 
 
-def request_table(req: RequestColumns, lat: RequestLatencies) -> pd.DataFrame:
+def request_table(req: RequestColumns, lat: RequestLatencies) -> Table:
     """One row per request that arrived, in arrival order."""
-    return pd.DataFrame({
+    return Table({
         "id": req.id,
         "arrival_s": seconds(req.arrival),
         "admitted_s": seconds(req.admitted_at),
@@ -128,35 +131,46 @@ def request_table(req: RequestColumns, lat: RequestLatencies) -> pd.DataFrame:
     })
 
 
-def step_table(records: Records) -> pd.DataFrame:
+def each_step(instances: Sequence[InstanceRecord], column: Any) -> np.ndarray:
+    """`column(instance)` of every instance, one after the other."""
+    return np.concatenate([column(inst) for inst in instances])
+
+
+def instance_ids(instances: Sequence[InstanceRecord]) -> list[str]:
+    """Each step's instance id, instance after instance."""
+    return [inst.id for inst in instances for _ in range(len(inst.start))]
+
+
+def step_table(records: Records) -> Table:
     """One row per engine step and instance."""
-    frames = [pd.DataFrame({
-        "instance": inst.id,
-        "step": np.arange(len(inst.start)),
-        "start_s": inst.start / US_PER_S,
-        "duration_ms": inst.duration / US_PER_MS,
-        "prefill_tokens": inst.new_tokens,
-        "decode_requests": inst.decodes,
-        "batch_size": inst.batch_size,
-        "kv_blocks_used": inst.kv_used,
-        "queue_depth": inst.queue_depth,
-    }) for inst in records.instances]
-    return pd.concat(frames, ignore_index=True)
+    insts = records.instances
+    return Table({
+        "instance": instance_ids(insts),
+        "step": each_step(insts, lambda i: np.arange(len(i.start))),
+        "start_s": each_step(insts, lambda i: i.start / US_PER_S),
+        "duration_ms": each_step(insts, lambda i: i.duration / US_PER_MS),
+        "prefill_tokens": each_step(insts, lambda i: i.new_tokens),
+        "decode_requests": each_step(insts, lambda i: i.decodes),
+        "batch_size": each_step(insts, lambda i: i.batch_size),
+        "kv_blocks_used": each_step(insts, lambda i: i.kv_used),
+        "queue_depth": each_step(insts, lambda i: i.queue_depth),
+    })
 
 
-def instance_series(records: Records) -> pd.DataFrame:
+def instance_series(records: Records) -> Table:
     """Each instance's levels at every step start: queue depth, batch size, KV use."""
-    frames = [pd.DataFrame({
-        "instance": inst.id,
-        "time_s": inst.start / US_PER_S,
-        "queue_depth": inst.queue_depth,
-        "batch_size": inst.batch_size,
-        "kv_utilization": inst.kv_used / (inst.kv_total or 1),
-        "busy_s": inst.duration / US_PER_S,
-    }) for inst in records.instances]
-    frame = pd.concat(frames, ignore_index=True)
-    order = np.lexsort((frame.instance.to_numpy(), frame.time_s.to_numpy()))
-    return frame.iloc[order].reset_index(drop=True)
+    insts = records.instances
+    ids = np.array(instance_ids(insts), dtype=object)
+    time_s = each_step(insts, lambda i: i.start / US_PER_S)
+    order = np.lexsort((ids, time_s))
+    return Table({
+        "instance": ids[order].tolist(),
+        "time_s": time_s[order],
+        "queue_depth": each_step(insts, lambda i: i.queue_depth)[order],
+        "batch_size": each_step(insts, lambda i: i.batch_size)[order],
+        "kv_utilization": each_step(insts, lambda i: i.kv_used / (i.kv_total or 1))[order],
+        "busy_s": each_step(insts, lambda i: i.duration / US_PER_S)[order],
+    })
 
 
 def candidates_text(decision: Decision) -> str:
@@ -171,9 +185,9 @@ def candidates_text(decision: Decision) -> str:
     return ";".join(parts)
 
 
-def decision_table(decisions: Sequence[Decision]) -> pd.DataFrame:
+def decision_table(decisions: Sequence[Decision]) -> Table:
     """Every admission and routing decision, when `cluster.record_decisions` is on."""
-    return pd.DataFrame({
+    return Table({
         "time_s": [d.time / US_PER_S for d in decisions],
         "request": [d.request for d in decisions],
         "stage": [d.stage for d in decisions],
@@ -187,6 +201,8 @@ def decision_table(decisions: Sequence[Decision]) -> pd.DataFrame:
 def group_table(requests: pd.DataFrame, column: str) -> pd.DataFrame:
     """One row per value of `column` (tenant, slo_class, instance): request counts by outcome
     and TTFT / E2E / ITL statistics in ms over its completed requests."""
+    import pandas as pd
+
     rows = []
     for key, frame in requests.groupby(column, sort=True):
         done = frame[frame.final_state == "completed"]

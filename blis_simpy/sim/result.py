@@ -1,38 +1,66 @@
-"""What a run returns: the summary, DataFrames, and the files the CLI writes."""
+"""What a run returns: the summary, the tables (DataFrames on demand), and the files the CLI
+writes."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from blis_simpy.compat.results import ReferenceOutputs
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.fitness import EvaluationResult
 from blis_simpy.metrics.tables import group_table
 from blis_simpy.sim.output import OutputFolder
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 @dataclass(frozen=True)
 class Result:
-    """One simulation's outcome. Small and picklable: plain values and DataFrames."""
+    """One simulation's outcome. Small and picklable: plain values and column tables, each
+    turned into a pandas DataFrame the first time it is read (`requests`, `steps`, ...), so a
+    run that only writes files never imports pandas."""
 
     scenario: Scenario  # resolved: every default made explicit
     summary: dict[str, Any]
-    requests: pd.DataFrame
-    steps: pd.DataFrame
+    request_table: Table
+    step_table: Table
     wall_time_s: float
     metrics: dict[str, Any] = field(default_factory=dict)  # RawMetrics (README: Evaluation)
     evaluation: EvaluationResult | None = None
-    anomalies: pd.DataFrame | None = None  # one row per anomaly occurrence
-    instances: pd.DataFrame | None = None  # per-instance levels over time
-    decisions: pd.DataFrame | None = None  # when cluster.record_decisions is on
+    anomaly_table: Table | None = None  # one row per anomaly occurrence
+    instance_table: Table | None = None  # per-instance levels over time
+    decision_table: Table | None = None  # when cluster.record_decisions is on
     reference: ReferenceOutputs | None = None  # compat mode: the reference's own outputs
     # (time µs, kind, subject, where) in the order they happened, when the recorder kept them
     events: tuple[tuple[int, str, str, str], ...] | None = None
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        """One row per request that arrived, in arrival order (requests.csv)."""
+        return self.request_table.frame()
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """One row per engine step and instance (steps.csv)."""
+        return self.step_table.frame()
+
+    @cached_property
+    def anomalies(self) -> pd.DataFrame | None:
+        return None if self.anomaly_table is None else self.anomaly_table.frame()
+
+    @cached_property
+    def instances(self) -> pd.DataFrame | None:
+        return None if self.instance_table is None else self.instance_table.frame()
+
+    @cached_property
+    def decisions(self) -> pd.DataFrame | None:
+        return None if self.decision_table is None else self.decision_table.frame()
 
     @property
     def extra_files(self) -> dict[str, str]:
@@ -77,22 +105,23 @@ class Result:
     def write_files(self, folder: Path, fmt: str) -> None:
         (folder / "summary.json").write_text(self.summary_json())
         (folder / "scenario.yaml").write_text(self.scenario.to_yaml())
-        write_table(self.requests, folder / f"requests.{fmt}")
-        write_table(self.steps, folder / f"steps.{fmt}")
+        write_table(self.request_table, folder / f"requests.{fmt}")
+        write_table(self.step_table, folder / f"steps.{fmt}")
         (folder / "metrics.json").write_text(json.dumps(self.metrics, indent=2) + "\n")
         if self.evaluation is not None:
             (folder / "evaluation.json").write_text(
                 json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
-        for name in ("anomalies", "instances", "decisions"):
-            table = getattr(self, name)
+        for name, table in (("anomalies", self.anomaly_table),
+                            ("instances", self.instance_table),
+                            ("decisions", self.decision_table)):
             if table is not None:
                 write_table(table, folder / f"{name}.{fmt}")
         for name, text in self.extra_files.items():
             (folder / name).write_text(text)
 
 
-def write_table(frame: pd.DataFrame, path: Path) -> None:
+def write_table(table: Table, path: Path) -> None:
     if path.suffix == ".parquet":
-        frame.to_parquet(path, index=False)
+        table.frame().to_parquet(path, index=False)
     else:
-        frame.to_csv(path, index=False, lineterminator="\n")
+        table.write_csv(path)

@@ -77,14 +77,15 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     return Result(
         scenario=scenario,
         summary=stats,
-        requests=requests,
-        steps=step_table(records),
-        decisions=None if records.decisions is None else decision_table(records.decisions),
+        request_table=requests,
+        step_table=step_table(records),
+        decision_table=None if records.decisions is None
+        else decision_table(records.decisions),
         wall_time_s=wall,
         metrics=metrics,
         evaluation=evaluation,
-        anomalies=anomaly_table(anomalies),
-        instances=instance_series(records),
+        anomaly_table=anomaly_table(anomalies),
+        instance_table=instance_series(records),
         reference=ReferenceOutputs.of(stats, lat, records.requests)
         if sim.mode.reference_reporting else None,
         events=records.events,

@@ -50,6 +50,7 @@ from blis_simpy.api import run
 from blis_simpy.config.scenario import DEFAULT_CLASS_RANKS, Burst, EvaluationConfig, Scenario
 from blis_simpy.core.records import ANOMALY_TYPES, Recorder
 from blis_simpy.metrics.anomalies import bursts, judged
+from blis_simpy.metrics.columns import Table
 from blis_simpy.sim.result import Result
 from tests.conftest import (
     LLAMA_ALPHA,
@@ -119,9 +120,9 @@ def test_bursts_are_disjoint_dense_clusters(times, n, window):
     assert len(seen) == len(set(seen))
 
 
-def empty_requests() -> pd.DataFrame:
-    return pd.DataFrame(columns=["id", "final_state", "completion_s", "instance", "ttft_ms",
-                                 "itl_mean_ms", "e2e_ms"])
+def empty_requests() -> Table:
+    return Table({name: [] for name in ("id", "final_state", "completion_s", "instance",
+                                        "ttft_ms", "itl_mean_ms", "e2e_ms")})
 
 
 def judge(preemptions, rejections, storm: int, burst: int):

@@ -1,0 +1,72 @@
+"""A roofline run's KV cache sized from the GPU's memory, as vLLM sizes it at start-up.
+
+vLLM gives the KV cache what is left of `gpu_memory_utilization` (default 0.9) of each GPU's
+memory once the weights are loaded, and cuts it into blocks; the catalog's `total_kv_blocks`
+are that figure as measured. A roofline scenario has no catalog row, so the same arithmetic
+is done from the model's config.json (docs/performance.md, "KV cache size"):
+
+    kv_blocks = (tp x GPU memory x utilisation - weight bytes) / bytes per block
+    bytes per block = 2 (K and V) x layers x kv_heads x head_dim x dtype bytes x block_size
+
+For Llama-3.1-8B on one H100 this gives 29,043 blocks of 16 tokens; the catalog's measured
+figure is 29,205 (activations and CUDA graphs, which this leaves out, cost vLLM a little,
+its allocator's rounding gives a little back).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Total memory of the bundled hardware_config.json's GPUs as the driver reports it
+# (nvidia-smi "Total", MiB): H100 SXM5 80 GB and A100 SXM4 80 GB.
+GPU_MEMORY_MIB = {"H100": 81_559, "A100-SXM": 81_920}
+# vLLM's default `gpu_memory_utilization`: the share of each GPU's memory it claims.
+GPU_MEMORY_UTILIZATION = 0.9
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "fp8": 1}
+MIB = 1 << 20
+
+
+def positive_int(config: dict[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
+
+
+def weight_bytes(config: dict[str, Any], dtype_bytes: int) -> int | None:
+    """The parameters of a dense decoder (attention, gated MLP, embeddings; norms are
+    negligible) times their size; None when config.json lacks a dimension."""
+    layers, hidden = positive_int(config, "num_hidden_layers"), positive_int(config, "hidden_size")
+    heads, vocab = positive_int(config, "num_attention_heads"), positive_int(config, "vocab_size")
+    if not (layers and hidden and heads and vocab):
+        return None
+    kv_heads = positive_int(config, "num_key_value_heads") or heads
+    head_dim = positive_int(config, "head_dim") or hidden // heads
+    intermediate = positive_int(config, "intermediate_size") or 4 * hidden
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o; k, v
+    mlp = 3 * hidden * intermediate  # gate, up, down
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return (layers * (attention + mlp) + embeddings) * dtype_bytes
+
+
+def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size: int
+                     ) -> int | None:
+    """The KV blocks that fit beside the weights on `tp` GPUs of this kind; None when the
+    GPU's memory or a model dimension is unknown, or the weights leave no room for one block
+    (the caller keeps its default)."""
+    memory_mib = GPU_MEMORY_MIB.get(gpu)
+    text = model_config.get("text_config")
+    config = {**model_config, **text} if isinstance(text, dict) else model_config
+    dtype = config.get("torch_dtype")
+    dtype_bytes = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+    if memory_mib is None or dtype_bytes is None:
+        return None
+    weights = weight_bytes(config, dtype_bytes)
+    layers, hidden = positive_int(config, "num_hidden_layers"), positive_int(config, "hidden_size")
+    heads = positive_int(config, "num_attention_heads")
+    if weights is None or not (layers and hidden and heads):
+        return None
+    kv_heads = positive_int(config, "num_key_value_heads") or heads
+    head_dim = positive_int(config, "head_dim") or hidden // heads
+    block_bytes = 2 * layers * kv_heads * head_dim * dtype_bytes * block_size
+    free = int(tp * memory_mib * MIB * GPU_MEMORY_UTILIZATION) - weights
+    return free // block_bytes if free >= block_bytes else None
