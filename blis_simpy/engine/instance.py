@@ -257,8 +257,9 @@ class Instance:
         return duration
 
     def _steady_step(self, now: int, index: int) -> int | None:
-        """The same step when every running request fits the budget and the KV cache: only
-        explicit requests and implicit decoders with an event this step are touched. None
+        """The same step when every running request fits the budget (the last one's prefill
+        chunk cut to what is left, as the exact path does) and the KV cache: only explicit
+        requests and implicit decoders with an event this step are touched. None
         (with no side effects) when the step needs the exact path."""
         running, explicit, steady, kv = self.running, self.explicit, self.steady, self.kv
         assert steady is not None
@@ -278,8 +279,19 @@ class Instance:
                 if (req.progress - req.kv_phase) % block_size == 0:
                     blocks += 1
             demand += n
-        if demand > self.token_budget:
-            return None
+        overrun = demand - self.token_budget
+        if overrun > 0:
+            # The exact path gives the batch's last request what the budget has left: when
+            # that is a prefill with more than the overrun, only its chunk shrinks.
+            last = running[-1]
+            if last.lazy_base >= 0 or last.chunk == DECODE or last.chunk <= overrun:
+                return None
+            progress = last.progress
+            blocks -= kv.prefill_blocks(last, progress, last.chunk)
+            last.chunk -= overrun
+            blocks += kv.prefill_blocks(last, progress, last.chunk)
+            new_tokens -= overrun
+            demand -= overrun
         due = steady.peek(index)
         last_slot = block_size - 1
         touched = []
