@@ -535,13 +535,13 @@ class Instance:
             self.kv.complete(req)
             req.state = State.COMPLETED
             req.completed_at = at
-            req.hashes = []  # its blocks keep their own hashes; free the request's copy
             if req.output_len > 1:
                 self.recent_tpot.append((at - req.first_token_at) / (req.output_len - 1))
             if events is not None:
                 events.append((self.env.now, "completed", req.name, self.id))
             if observer is not None:
                 observer.finished(self.id, req)
+            req.forget_hashes()
         running = self.running
         for req in done:
             running.remove(req)

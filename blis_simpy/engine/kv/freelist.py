@@ -53,6 +53,8 @@ class FreeList:
         if block < self.total:
             self.fresh = block + 1
             return block
+        if not self.stale_count:
+            return self.queue.popleft()
         return self._pop_released()
 
     def take(self, count: int) -> list[int]:
