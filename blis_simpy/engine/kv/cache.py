@@ -171,11 +171,10 @@ class KVCache:
 
     def _register(self, req: Request, first: int, last: int) -> None:
         """Publish the hashes of the request's blocks first..last-1, which are now full."""
-        hashes, blocks, block_hash, index = req.hashes, req.blocks, self.block_hash, self.index
-        for i in range(first, min(last, len(hashes))):
-            block = blocks[i]
+        hashes, block_hash, index = req.hashes, self.block_hash, self.index
+        last = min(last, len(hashes))
+        for block, h in zip(req.blocks[first:last], hashes[first:last], strict=True):
             if block_hash[block] is None:
-                h = hashes[i]
                 block_hash[block] = h
                 index[h] = block
 
