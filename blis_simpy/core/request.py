@@ -9,7 +9,7 @@ system cannot know in advance (the output length, the token ids).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -183,6 +183,13 @@ class Request:
         self.view = RequestView(self.name, self.arrival, self.input_len, self.tenant_id,
                                 self.slo_class, tuple(self.hashes[: self.input_len // block_size]))
         return self.view
+
+    def forget_hashes(self) -> None:
+        """The request finished: drop its block hashes and its view's copy of them (its KV
+        blocks keep their own). About 2 KB a request that a long run would otherwise hold."""
+        self.hashes = []
+        if self.view.prefix_hashes:
+            self.view = replace(self.view, prefix_hashes=())
 
     def __repr__(self) -> str:
         return (

@@ -281,8 +281,9 @@ class Instance:
         return duration
 
     def _steady_step(self, now: int, index: int) -> int | None:
-        """The same step when every running request fits the budget and the KV cache: only
-        explicit requests and implicit decoders with an event this step are touched. None
+        """The same step when every running request fits the budget (the last one's prefill
+        chunk cut to what is left, as the exact path does) and the KV cache: only explicit
+        requests and implicit decoders with an event this step are touched. None
         (with no side effects) when the step needs the exact path."""
         running, explicit, steady, kv = self.running, self.explicit, self.steady, self.kv
         assert steady is not None
@@ -302,8 +303,19 @@ class Instance:
                 if (req.progress - req.kv_phase) % block_size == 0:
                     blocks += 1
             demand += n
-        if demand > self.token_budget:
-            return None
+        overrun = demand - self.token_budget
+        if overrun > 0:
+            # The exact path gives the batch's last request what the budget has left: when
+            # that is a prefill with more than the overrun, only its chunk shrinks.
+            last = running[-1]
+            if last.lazy_base >= 0 or last.chunk == DECODE or last.chunk <= overrun:
+                return None
+            progress = last.progress
+            blocks -= kv.prefill_blocks(last, progress, last.chunk)
+            last.chunk -= overrun
+            blocks += kv.prefill_blocks(last, progress, last.chunk)
+            new_tokens -= overrun
+            demand -= overrun
         due = steady.peek(index)
         last_slot = block_size - 1
         touched = []
@@ -547,13 +559,13 @@ class Instance:
             self.kv.complete(req)
             req.state = State.COMPLETED
             req.completed_at = at
-            req.hashes = []  # its blocks keep their own hashes; free the request's copy
             if req.output_len > 1:
                 self.recent_tpot.append((at - req.first_token_at) / (req.output_len - 1))
             if events is not None:
                 events.append((self.env.now, "completed", req.name, self.id))
             if observer is not None:
                 observer.finished(self.id, req)
+            req.forget_hashes()
         running = self.running
         for req in done:
             running.remove(req)

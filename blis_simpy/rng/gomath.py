@@ -29,6 +29,7 @@ _INT32_MAX = (1 << 31) - 1
 _SEED_ZERO = 89482311
 _TWO_NEG63 = 2.0**-63
 _SCALAR_BLOCK = 4096  # raw values generated per refill when only scalar draws are made
+_SCALAR_WINDOW = 64  # values converted to Python ints at a time for scalar draws
 
 
 def _load_tables() -> dict:
@@ -246,18 +247,20 @@ class GoRand:
         self._source = _LaggedFibonacci(seed)
         self._block = np.empty(0, dtype=np.int64)  # Int63 values; consumed up to _pos
         self._pos = 0
-        self._vals: list[int] = []  # _block as Python ints (valid up to _nvals), for speed
+        self._vals: list[int] = []  # the head of _block as Python ints (up to _nvals), for speed
         self._nvals = 0
 
     # -- buffer management
 
     def _refill_scalar(self) -> None:
-        """Make the Python-int view cover the unconsumed rest of the block (or a new one)."""
+        """Make the Python-int view cover the next few unconsumed values of the block (or a
+        new one). A small window: bulk draws in between invalidate it, and converting the
+        whole rest of the block each time cost more than the draws."""
         rest = self._block[self._pos :]
         if rest.size == 0:
             rest = self._generate(_SCALAR_BLOCK)
         self._block, self._pos = rest, 0
-        self._vals = rest.tolist()
+        self._vals = rest[:_SCALAR_WINDOW].tolist()
         self._nvals = len(self._vals)
 
     def _generate(self, count: int) -> np.ndarray:

@@ -91,7 +91,7 @@ def test_debug_checks_catch_a_kv_pool_that_loses_blocks(tmp_path):
     """The checks are real: a pool whose release forgets a block is caught at once."""
     sim = build_trace([(0, -1, 40, 20), (5, 0, 40, 20)], {"kv_blocks": 60}, tmp_path)
     pool = sim.fleet.get("instance_0").kv
-    pool.free.popitem()  # a block vanishes from the free list
+    pool.free.take_one()  # a block vanishes from the free list
     with pytest.raises(InvariantError, match="not conserved"):
         sim.run()
 

@@ -45,3 +45,25 @@ def test_fast_path_matches_exact_path_on_a_busy_compat_run():
     fast, exact = both_ways(lambda: build(s))
     assert exact.summary["preemption_count"] > 0
     assert_same(fast, exact)
+
+
+def test_a_prefill_overrunning_the_budget_at_the_batch_end_stays_on_the_fast_path():
+    """Long prompts arrive while others decode: the newest request's chunk is cut to the
+    budget left. The fast path cuts it as the exact path does instead of falling back."""
+    s = resolve(scenario(engine={"max_scheduled_tokens": 512, "long_prefill_threshold": 0},
+                         workload={"num_requests": 60, "rate_per_s": 30,
+                                   "prompt": {"mean": 900, "stdev": 100, "min": 600, "max": 1200},
+                                   "output": {"mean": 40, "stdev": 10, "min": 5, "max": 80}}))
+    fallbacks = []
+    sim = build(s)
+    for inst in sim.fleet:
+        exact_step = inst._exact_step
+        inst._exact_step = (  # type: ignore[method-assign]
+            lambda now, index, f=exact_step: fallbacks.append(index) or f(now, index))
+    fast = simulate(sim)
+    exact = build(s)
+    for inst in exact.fleet:
+        inst.steady = None
+    assert_same(fast, simulate(exact))
+    assert fast.summary["completed_requests"] == 60
+    assert len(fallbacks) == 0

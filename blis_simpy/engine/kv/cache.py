@@ -1,8 +1,10 @@
 """Paged KV cache with prefix caching and LRU reuse of freed blocks (vLLM's design).
 
-Free blocks form one ordered list: allocation takes the head, release appends to the tail, and a
-freed block keeps its hash so a later request can revive it (a prefix hit). So the head is always
-the least recently freed block: LRU eviction of cached content, tail blocks of a request first.
+Free blocks form one ordered list (`freelist.FreeList`): allocation takes the head, release
+appends to the tail, and a freed block keeps its hash so a later request can revive it (a prefix
+hit). So the head is always the least recently freed block: LRU eviction of cached content, tail
+blocks of a request first. The per-block lists grow with the blocks ever taken, not the pool's
+size, so a large pool costs nothing until it is used.
 Every block a request owns holds tokens of that request's sequence in order; a block's hash is
 registered when the block becomes full. Compat mode uses `reference.ReferenceKVCache`, the
 reference's accounting, defects included.
@@ -10,11 +12,12 @@ reference's accounting, defects included.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.request import Request
+from blis_simpy.engine.kv.freelist import FreeList
 from blis_simpy.engine.kv.pool import PrefixHit
+
+GROW_MIN = 1024  # blocks the per-block lists grow by at least
 
 
 class KVCache:
@@ -26,9 +29,9 @@ class KVCache:
     def __init__(self, total_blocks: int, block_size: int) -> None:
         self.total = total_blocks
         self.block_size = block_size
-        self.refcount = [0] * total_blocks
-        self.block_hash: list[int | None] = [None] * total_blocks
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(total_blocks))
+        self.refcount: list[int] = []  # per block ever taken (the list grows with `free.fresh`)
+        self.block_hash: list[int | None] = []
+        self.free = FreeList(total_blocks)
         self.index: dict[int, int] = {}  # block hash -> block id (the last registration wins)
         self.used = 0
         self.hits = 0
@@ -86,7 +89,7 @@ class KVCache:
         refcount = self.refcount
         for block in cached:
             if refcount[block] == 0:
-                del self.free[block]
+                self.free.remove(block)
                 self.used += 1
             refcount[block] += 1
             req.blocks.append(block)
@@ -110,9 +113,11 @@ class KVCache:
     def open_block(self, req: Request) -> bool:
         """A decode token that starts a new block: one block from the free head."""
         free = self.free
-        if not free:
+        if not free.size:
             return False
-        block = free.popitem(last=False)[0]
+        block = free.take_one()
+        if block >= len(self.refcount):
+            self._grow()
         old = self.block_hash[block]
         if old is not None:
             if self.index.get(old) == block:
@@ -136,26 +141,40 @@ class KVCache:
                 self.index[h] = block
 
     def _take(self, blocks: list[int], need: int) -> None:
-        free, block_hash, index, refcount = self.free, self.block_hash, self.index, self.refcount
-        for _ in range(need):
-            block, _ = free.popitem(last=False)
+        taken = self._take_blocks(need)
+        block_hash, index, refcount = self.block_hash, self.index, self.refcount
+        for block in taken:
             old = block_hash[block]
             if old is not None:
                 if index.get(old) == block:
                     del index[old]
                 block_hash[block] = None
             refcount[block] = 1
-            blocks.append(block)
+        blocks.extend(taken)
         self.used += need
         self.misses += need
 
+    def _take_blocks(self, count: int) -> list[int]:
+        """The free list's first `count` blocks, with room for them in the per-block lists."""
+        taken = self.free.take(count)
+        if self.free.fresh > len(self.refcount):
+            self._grow()
+        return taken
+
+    def _grow(self) -> None:
+        """Extend the per-block lists to cover every block taken so far (doubling, so a run
+        pays for the blocks it uses)."""
+        size = len(self.refcount)
+        new = min(self.total, max(self.free.fresh, 2 * size, GROW_MIN)) - size
+        self.refcount.extend([0] * new)
+        self.block_hash.extend([None] * new)
+
     def _register(self, req: Request, first: int, last: int) -> None:
         """Publish the hashes of the request's blocks first..last-1, which are now full."""
-        hashes, blocks, block_hash, index = req.hashes, req.blocks, self.block_hash, self.index
-        for i in range(first, min(last, len(hashes))):
-            block = blocks[i]
+        hashes, block_hash, index = req.hashes, self.block_hash, self.index
+        last = min(last, len(hashes))
+        for block, h in zip(req.blocks[first:last], hashes[first:last], strict=True):
             if block_hash[block] is None:
-                h = hashes[i]
                 block_hash[block] = h
                 index[h] = block
 
@@ -165,15 +184,15 @@ class KVCache:
 
     def release(self, req: Request) -> None:
         """Drop the request's references, last block first, so its tail is evicted first."""
-        refcount, free = self.refcount, self.free
-        freed = 0
+        refcount = self.refcount
+        freed = []
         for block in reversed(req.blocks):
             count = refcount[block] - 1
             refcount[block] = count
             if not count:
-                free[block] = None
-                freed += 1
-        self.used -= freed
+                freed.append(block)
+        self.free.extend(freed)
+        self.used -= len(freed)
         req.blocks = []
 
     def check(self) -> None:
@@ -183,5 +202,6 @@ class KVCache:
                                  f"{len(self.free)} free != {self.total}")
         if self.used != sum(1 for c in self.refcount if c > 0):
             raise InvariantError("KV used count drifted from the referenced blocks")
-        if any(self.refcount[b] for b in self.free):
+        refcount = self.refcount
+        if any(refcount[b] for b in self.free.released()) or any(refcount[self.free.fresh:]):
             raise InvariantError("a free KV block is referenced")

@@ -39,7 +39,7 @@ class ReferenceKVCache(KVCache):
 
     def __init__(self, total_blocks: int, block_size: int) -> None:
         super().__init__(total_blocks, block_size)
-        self.fill = [0] * total_blocks  # tokens in each block (kept up to date in prefill)
+        self.fill: list[int] = []  # tokens in each block (kept up to date in prefill)
         self.outputs_only: set[Request] = set()  # full prefix hits: their blocks hold output only
         # Requests holding a cached block whose tokens a rollback dropped (its hash stays):
         # the reference hashes a block filled by top-up over the tokens of all the request's
@@ -64,9 +64,11 @@ class ReferenceKVCache(KVCache):
     def open_block(self, req: Request) -> bool:
         """`_pop(1)`, inlined: this runs for one decode token in every block size."""
         free = self.free
-        if not free:
+        if not free.size:
             return False
-        block = free.popitem(False)[0]
+        block = free.take_one()
+        if block >= len(self.refcount):
+            self._grow()
         block_hash = self.block_hash
         old = block_hash[block]
         if old is not None:
@@ -106,9 +108,9 @@ class ReferenceKVCache(KVCache):
         """One decode token: top up the last block, or take a new one."""
         slot = (position - req.kv_phase) % self.block_size
         if slot == 0 or not req.blocks:
-            if not self.free:
+            if not self.free.size:
                 return False
-            req.blocks.append(self._pop(1))
+            req.blocks.append(self._pop(self._take_blocks(1)[0], 1))
         elif slot == self.block_size - 1:
             self._top_up_full(req, req.blocks[-1], position + 1)
         return True
@@ -116,7 +118,7 @@ class ReferenceKVCache(KVCache):
     def _prefill(self, req: Request, start: int, tokens: int, cached: list[int]) -> bool:
         bs = self.block_size
         need = -(-tokens // bs)
-        if need > len(self.free):
+        if need > self.free.size:
             return False
         blocks, fill = req.blocks, self.fill
         placed = 0
@@ -132,13 +134,13 @@ class ReferenceKVCache(KVCache):
                 if fill[last] == bs:
                     self._top_up_full(req, last, start + placed)
         if placed < tokens:
-            if len(self.free) < need:  # reviving cached blocks used up the room: undo all
+            if self.free.size < need:  # reviving cached blocks used up the room: undo all
                 taken = []  # (block, its hash before it was taken)
-                while self.free:
-                    block = next(iter(self.free))
+                while self.free.size:
+                    block = self._take_blocks(1)[0]
                     taken.append((block, self.block_hash[block]))
                     count = min(bs, tokens - placed)
-                    blocks.append(self._pop(count))
+                    blocks.append(self._pop(block, count))
                     placed += count
                     if count == bs:
                         self._name(block, self._key(req, start + placed))
@@ -157,14 +159,14 @@ class ReferenceKVCache(KVCache):
         each taken block's old key leaves the index as it is taken, key by key, as the
         reference does."""
         bs = self.block_size
-        popitem, block_hash, index = self.free.popitem, self.block_hash, self.index
+        taken = self._take_blocks(need)
+        block_hash, index = self.block_hash, self.index
         forget = index.pop
-        refcount, fill, append = self.refcount, self.fill, req.blocks.append
+        refcount, fill = self.refcount, self.fill
         full, remainder = divmod(rest, bs)
         full = min(full, need)
         keys = req.hashes[at // bs: at // bs + full] if at % bs == 0 else [None] * full
-        for key in keys:
-            block = popitem(False)[0]
+        for block, key in zip(taken, keys, strict=False):  # keys: the first `full` blocks
             old = block_hash[block]
             if old is not None:
                 forget(old, None)
@@ -173,23 +175,26 @@ class ReferenceKVCache(KVCache):
             block_hash[block] = key
             if key is not None:
                 index[key] = block
-            append(block)
         for k in range(full, need):
-            block = popitem(False)[0]
+            block = taken[k]
             old = block_hash[block]
             if old is not None:
                 forget(old, None)
             refcount[block] = 1
             fill[block] = remainder if k == full else 0
             block_hash[block] = None
-            append(block)
+        req.blocks.extend(taken)
         self.used += need
         self.misses += need
 
-    def _pop(self, count: int) -> int:
-        """Take the free list's head for `count` tokens; its old hash key leaves the index,
-        whichever block that key points to now."""
-        block = self.free.popitem(last=False)[0]
+    def _grow(self) -> None:
+        size = len(self.refcount)
+        super()._grow()
+        self.fill.extend([0] * (len(self.refcount) - size))
+
+    def _pop(self, block: int, count: int) -> int:
+        """The block just taken from the free head holds `count` tokens; its old hash key
+        leaves the index, whichever block that key points to now."""
         old = self.block_hash[block]
         if old is not None:
             self.index.pop(old, None)
@@ -239,12 +244,12 @@ class ReferenceKVCache(KVCache):
             self.fill[block] = 0  # the reference drops the tokens but restores the hash
             self.used -= 1
             self.misses -= 1
-            self.free[block] = None
+            self.free.push(block)
         refcount = self.refcount
         for block in cached:
             refcount[block] -= 1
             self.hits -= 1
             if refcount[block] == 0:
                 self.used -= 1
-                self.free[block] = None
+                self.free.push(block)
         req.blocks = []

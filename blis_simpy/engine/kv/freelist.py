@@ -1,0 +1,122 @@
+"""The free KV blocks of one pool, in eviction order, without per-block dictionary churn.
+
+The order is the one vLLM's free list keeps: allocation takes the head, release appends to the
+tail, and a prefix hit revives a free block from anywhere in the list. Blocks no request has
+ever used are all at the head (every release lands behind them), so they are a counter, not
+entries. Released blocks sit in a deque; a revived block's entry is left where it is and marked
+stale (`stale` counts a block's stale entries), and skipped when it reaches the head. A block's
+stale entries always precede its live one, so the first entry met with a stale count is stale.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+COMPACT_AT = 4096  # stale entries tolerated before the deque is rebuilt without them
+
+
+class FreeList:
+    """Free block ids: `fresh..total-1` never used, then `queue` (released, oldest first)."""
+
+    __slots__ = ("fresh", "queue", "size", "stale", "stale_count", "total")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.fresh = 0  # the lowest block id never taken
+        self.queue: deque[int] = deque()
+        self.stale: dict[int, int] = {}  # block -> entries of it in `queue` that are not free
+        self.stale_count = 0
+        self.size = total
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[int]:
+        """The free blocks head first (for checks and tests; the engine never iterates)."""
+        yield from range(self.fresh, self.total)
+        yield from self.released()
+
+    def released(self) -> Iterator[int]:
+        """The free blocks that have been used before, head first."""
+        stale = dict(self.stale)
+        for block in self.queue:
+            if stale.get(block):
+                stale[block] -= 1
+            else:
+                yield block
+
+    def take_one(self) -> int:
+        """Remove and return the head; the caller made sure the list is not empty."""
+        self.size -= 1
+        block = self.fresh
+        if block < self.total:
+            self.fresh = block + 1
+            return block
+        if not self.stale_count:
+            return self.queue.popleft()
+        return self._pop_released()
+
+    def take(self, count: int) -> list[int]:
+        """Remove and return the first `count` blocks, head first; the caller made sure they
+        are there."""
+        fresh = self.fresh
+        new = min(count, self.total - fresh)
+        taken = list(range(fresh, fresh + new))
+        self.fresh = fresh + new
+        self.size -= count
+        rest = count - new
+        if rest:
+            if self.stale:
+                pop = self._pop_released
+                taken.extend(pop() for _ in range(rest))
+            else:
+                popleft = self.queue.popleft
+                taken.extend(popleft() for _ in range(rest))
+        return taken
+
+    def push(self, block: int) -> None:
+        """A block became free: it goes to the tail."""
+        self.queue.append(block)
+        self.size += 1
+
+    def extend(self, blocks: Iterable[int]) -> None:
+        """Blocks became free, in this order: they go to the tail."""
+        before = len(self.queue)
+        self.queue.extend(blocks)
+        self.size += len(self.queue) - before
+
+    def remove(self, block: int) -> None:
+        """A free block (a released one) is revived by a prefix hit: its entry goes stale."""
+        self.stale[block] = self.stale.get(block, 0) + 1
+        self.stale_count += 1
+        self.size -= 1
+        if self.stale_count > COMPACT_AT and self.stale_count > len(self.queue) // 2:
+            self._compact()
+
+    def _pop_released(self) -> int:
+        popleft, stale = self.queue.popleft, self.stale
+        while True:
+            block = popleft()
+            count = stale.get(block)
+            if not count:
+                return block
+            if count == 1:
+                del stale[block]
+            else:
+                stale[block] = count - 1
+            self.stale_count -= 1
+
+    def _compact(self) -> None:
+        """Drop the stale entries, so the deque stays proportional to the free blocks."""
+        stale = self.stale
+        live = []
+        for block in self.queue:
+            count = stale.get(block)
+            if count:
+                stale[block] = count - 1
+            else:
+                live.append(block)
+        self.queue = deque(live)
+        self.stale = {}
+        self.stale_count = 0
