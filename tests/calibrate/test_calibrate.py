@@ -107,3 +107,17 @@ def test_censored_stages_are_never_fitted(experiments):
     assert censored
     with pytest.raises(ScenarioError, match="no uncensored stage"):
         fit(censored, max_duration_s=SHORT_S)
+
+
+def test_the_bandwidth_prior_alone_gives_the_physics():
+    """With no stage to say otherwise, the weights and KV-read coefficients are 1 / 0.85 (the
+    achievable HBM share) and every other term 0; data moves them from there."""
+    from blis_simpy.calibrate.fit import BANDWIDTH_PRIOR, bandwidth_prior
+
+    rows, rhs = bandwidth_prior(7)
+    solution = nnls(rows, rhs)
+    expected = np.zeros(7)
+    for term, value in BANDWIDTH_PRIOR.items():
+        expected[1 + term] = value
+    assert solution == pytest.approx(expected)
+    assert BANDWIDTH_PRIOR[3] == pytest.approx(1 / 0.85)
