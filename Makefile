@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check blis_simpy tests scripts notebooks
 	$(BIN)/mypy
 
-bench: $(STAMP)  ## timings of scenarios/bench/*.yaml
+bench: $(STAMP)  ## time the bench cases side by side with the Go reference (docs/performance.md)
 	$(BIN)/python scripts/bench.py
 
 # The 16 public vLLM runs: git clone https://github.com/inference-sim/training ../training
