@@ -231,9 +231,11 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", help="scenario files (default: every bench case)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per case (median kept)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs per case, the median kept (default: 3)")
     parser.add_argument("--no-go", action="store_true", help="skip the Go reference")
-    parser.add_argument("--save", type=Path, default=DEFAULT_SAVE, help="results JSON")
+    parser.add_argument("--save", type=Path, default=DEFAULT_SAVE,
+                        help=f"results JSON (default: {DEFAULT_SAVE.relative_to(ROOT)})")
     parser.add_argument("--compare", type=Path, help="an earlier results JSON to compare with")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -153,6 +153,7 @@ def native_roofline(alpha: Sequence[float], scenario: Scenario) -> NativeRooflin
         shape = NativeShape.from_hf_config(config)
     except ValueError as exc:
         raise ScenarioError("latency.model_config", str(exc)) from None
+    check_tp(shape.heads, shape.kv_heads, model.tp or 1)
     try:
         hardware = (read_json(latency.hardware_config, None) if latency.hardware_config
                     else bundled_native_hardware_config())
@@ -163,6 +164,20 @@ def native_roofline(alpha: Sequence[float], scenario: Scenario) -> NativeRooflin
                                      unmodelled_fields(config))
     except ValueError as exc:
         raise ScenarioError("latency.hardware_config", str(exc)) from None
+
+
+def splits(heads: int, kv_heads: int, tp: int) -> bool:
+    """vLLM's rule: the attention heads divide over the GPUs, and the KV heads either divide
+    over them or are replicated a whole number of times."""
+    return heads % tp == 0 and (kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0)
+
+
+def check_tp(heads: int, kv_heads: int, tp: int) -> None:
+    if not splits(heads, kv_heads, tp):
+        valid = [n for n in range(1, heads + 1) if splits(heads, kv_heads, n)]
+        raise ScenarioError("model.tp", f"{tp} GPUs cannot split the model's {heads} attention "
+                            f"heads ({kv_heads} KV heads); vLLM refuses it",
+                            ", ".join(map(str, valid)))
 
 
 def model_config(scenario: Scenario) -> dict:

@@ -96,3 +96,13 @@ def test_an_unread_moe_naming_is_an_error_naming_the_field(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ScenarioError, match=r"latency\.model_config: .*'num_experts'"):
         latency_model(roofline_scenario(model_config=str(tmp_path)))
+
+
+def test_a_tp_that_cannot_split_the_heads_is_refused():
+    """Mixtral has 32 heads and 8 KV heads: vLLM refuses tp 3 (it ran, as if it could)."""
+    with pytest.raises(ScenarioError) as err:
+        latency_model(resolve(scenario(
+            model={"name": "mistralai/Mixtral-8x7B-v0.1", "gpu": "H100", "tp": 3},
+            latency={"type": "roofline", "alpha": None, "beta": None})))
+    assert err.value.path == "model.tp"
+    assert "1, 2, 4, 8, 16, 32" in str(err.value)
