@@ -54,6 +54,18 @@ class Alpha:
         return int(self.a0 + self.a1 * input_len)
 
 
+def batch_shape(batch: Sequence[Request]) -> tuple[list[tuple[int, int]], list[int]]:
+    """(cached progress, chunk) of each prefilling request and context of each decoding one."""
+    prefills: list[tuple[int, int]] = []
+    contexts: list[int] = []
+    for req in batch:
+        if req.chunk < 0:
+            contexts.append(req.progress)
+        else:
+            prefills.append((req.progress, req.chunk))
+    return prefills, contexts
+
+
 class BlackboxLatency(Alpha):
     """Fitted regression: step = b0 + b1*new prefill tokens (cache misses) + b2*decodes."""
 
@@ -79,14 +91,7 @@ class RooflineLatency(Alpha):
 
     def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
                   extra_us: int) -> int:
-        prefills = []
-        contexts = []
-        for req in batch:
-            if req.chunk < 0:
-                contexts.append(req.progress)
-            else:
-                prefills.append((req.progress, req.chunk))
-        return self.model.step_time(prefills, contexts) + extra_us
+        return self.model.step_time(*batch_shape(batch)) + extra_us
 
 
 class NativeRooflineLatency(Alpha):

@@ -26,22 +26,12 @@ from blis_simpy.config.catalog import bundled_hardware_config, bundled_model_con
 from blis_simpy.config.scenario import PHYSICAL_TERMS, Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
-from blis_simpy.engine.latency import Alpha
+from blis_simpy.engine.latency import Alpha, batch_shape
+from blis_simpy.engine.roofline_native import NativeShape
 
 TERMS = ("overhead_us", "weights", "compute", "kv_reads", "per_request_us", "allreduce_us")
 assert len(TERMS) == PHYSICAL_TERMS
-_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-
-
-def _int(config: dict[str, Any], key: str, default: int | None = None) -> int:
-    value = config.get(key, default)
-    if value is None:
-        if default is None:
-            raise ValueError(f"model config is missing {key!r}")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"model config key {key!r} must be a whole number >= 0, got {value!r}")
-    return value
+UNQUANTIZED = ("float16", "bfloat16", "float32")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,32 +51,26 @@ class Physics:
 
     @classmethod
     def of(cls, config: dict[str, Any], tflops: float, bw_tbs: float, tp: int) -> Physics:
+        """From a HuggingFace config, read as the native roofline reads it (NativeShape);
+        only unquantized weights, whose bytes per parameter the coefficients assume."""
+        m = NativeShape.from_hf_config(config)
         text = config.get("text_config")
-        c = {**config, **text} if isinstance(text, dict) else config
-        layers, hidden = _int(c, "num_hidden_layers"), _int(c, "hidden_size")
-        heads = _int(c, "num_attention_heads")
-        kv_heads = _int(c, "num_key_value_heads", heads) or heads
-        head_dim = _int(c, "head_dim", hidden // max(heads, 1)) or hidden // max(heads, 1)
-        inter = _int(c, "intermediate_size", 4 * hidden)
-        vocab = _int(c, "vocab_size", 0)
-        experts = _int(c, "num_local_experts", 0)
-        per_token = _int(c, "num_experts_per_tok", 0)
-        dtype = c.get("torch_dtype")
-        if dtype not in _DTYPE_BYTES:
+        dtype = (text if isinstance(text, dict) and "torch_dtype" in text else config).get(
+            "torch_dtype")
+        if dtype not in UNQUANTIZED:
             raise ValueError(f"model config key 'torch_dtype' is {dtype!r}; expected one of "
-                             f"{', '.join(_DTYPE_BYTES)}")
-        if min(layers, hidden, heads) <= 0 or (experts > 0 and not 0 < per_token <= experts):
-            raise ValueError("model config needs num_hidden_layers, hidden_size, "
-                             "num_attention_heads > 0 and 0 < num_experts_per_tok <= "
-                             "num_local_experts")
-        attention = layers * (2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim)
-        mlp = layers * 3 * hidden * inter
-        router = layers * hidden * experts
-        return cls(layers=layers, hidden=hidden,
-                   dense_params=attention + router + vocab * hidden + (0 if experts else mlp),
+                             f"{', '.join(UNQUANTIZED)}")
+        experts = m.experts if m.experts > 1 else 0
+        attention = m.layers * (2 * m.hidden * m.heads * m.head_dim
+                                + 2 * m.hidden * m.kv_heads * m.head_dim)
+        mlp = m.layers * 3 * m.hidden * m.intermediate
+        router = m.layers * m.hidden * experts
+        return cls(layers=m.layers, hidden=m.hidden,
+                   dense_params=attention + router + m.vocab * m.hidden + (0 if experts else mlp),
                    expert_params=mlp if experts else 0.0, experts=experts,
-                   experts_per_token=per_token, bytes_per_param=_DTYPE_BYTES[dtype],
-                   kv_bytes_per_token=2 * layers * kv_heads * head_dim * _DTYPE_BYTES[dtype],
+                   experts_per_token=m.experts_per_token if experts else 0,
+                   bytes_per_param=m.bytes_per_param,
+                   kv_bytes_per_token=2 * m.layers * m.kv_heads * m.head_dim * m.bytes_per_param,
                    bytes_per_us=bw_tbs * 1e6 * tp, flops_per_us=tflops * 1e6 * tp, tp=tp)
 
     def features(self, prefills: Sequence[tuple[int, int]], contexts: Sequence[int]
@@ -109,18 +93,6 @@ class Physics:
                 kv_tokens * self.kv_bytes_per_token / self.bytes_per_us,
                 float(len(prefills) + len(contexts)),
                 2.0 * self.layers if self.tp > 1 else 0.0)
-
-
-def batch_shape(batch: Sequence[Request]) -> tuple[list[tuple[int, int]], list[int]]:
-    """(cached progress, chunk) of each prefilling request and context of each decoding one."""
-    prefills: list[tuple[int, int]] = []
-    contexts: list[int] = []
-    for req in batch:
-        if req.chunk < 0:
-            contexts.append(req.progress)
-        else:
-            prefills.append((req.progress, req.chunk))
-    return prefills, contexts
 
 
 class PhysicalLatency(Alpha):
