@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m compileall -q blis_simpy  # what a wheel install does; an editable one does not
 	touch $(STAMP)
 
 demo: $(STAMP)  ## run the quickstart scenario; results in out/quickstart/
