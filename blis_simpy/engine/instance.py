@@ -375,13 +375,27 @@ class Instance:
             else:
                 still.append(req)
         nxt = index + 1
+        # `steady.schedule(req, nxt)` inlined: this runs twice per block per decoder.
+        buckets = steady.buckets
+        block_size = steady.block_size
+        last = block_size - 1
         for req in due:
-            if req.emitted + index - req.lazy_base + 1 >= req.max_tokens:
+            ahead = nxt - req.lazy_base
+            left = req.max_tokens - req.emitted - ahead  # tokens after this step's
+            if left <= 0:
                 steady.materialize(req, nxt)
                 done.append(req)
+                continue
+            slot = (req.progress + ahead - req.kv_phase) % block_size
+            event = nxt + last - slot if 0 < slot < last else nxt
+            if left - 1 < event - nxt:
+                event = nxt + left - 1
+            bucket = buckets.get(event)
+            if bucket is None:
+                buckets[event] = [req]
             else:
-                steady.schedule(req, nxt)
-        steady.drop(index)
+                bucket.append(req)
+        buckets.pop(index, None)
         self.explicit = still
         if done:
             if len(done) > 1:
