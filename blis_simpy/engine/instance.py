@@ -233,6 +233,13 @@ class Instance:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
         now = self.env.now
         self.last_event = now
+        steady = self.steady
+        if (steady is not None and not self.explicit and not self.wait_queue
+                and not self.inbox.items and len(self.steps) not in steady.buckets
+                and self.events is None and self.watch.kv_head is None):
+            decodes = len(self.running)
+            if decodes <= self.token_budget:
+                return self._quiet_step(now, decodes)
         self._preempted = False
         self._load_us = 0
         index = len(self.steps)
@@ -254,6 +261,14 @@ class Instance:
                 return duration
             self._materialize(index)
         return self._exact_step(now, index)
+
+    def _quiet_step(self, now: int, decodes: int) -> int:
+        """A step in which nothing happens but every running request decoding one token, none
+        of them opening or filling a KV block or finishing, and nothing waiting: the steady
+        step with every branch known empty. Most steps of a lightly loaded instance are these."""
+        duration = self.latency.step_time(0, decodes, (), 0)
+        self.steps.append((now, duration, 0, decodes, decodes, self.kv.used, 0))
+        return duration
 
     @staticmethod
     def _rescore(requests: Iterable[Request], now: int, policy: PriorityPolicy) -> None:
