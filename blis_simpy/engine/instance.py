@@ -235,11 +235,12 @@ class Instance:
         self.last_event = now
         steady = self.steady
         if (steady is not None and not self.explicit and not self.wait_queue
-                and not self.inbox.items and len(self.steps) not in steady.buckets
-                and self.events is None and self.watch.kv_head is None):
-            decodes = len(self.running)
-            if decodes <= self.token_budget:
-                return self._quiet_step(now, decodes)
+                and not self.inbox.items and self.events is None
+                and self.watch.kv_head is None and len(self.running) <= self.token_budget):
+            due = steady.buckets.get(len(self.steps))
+            duration = self._decode_step(now, due) if due else self._quiet_step(now)
+            if duration is not None:
+                return duration
         self._preempted = False
         self._load_us = 0
         index = len(self.steps)
@@ -262,12 +263,40 @@ class Instance:
             self._materialize(index)
         return self._exact_step(now, index)
 
-    def _quiet_step(self, now: int, decodes: int) -> int:
-        """A step in which nothing happens but every running request decoding one token, none
-        of them opening or filling a KV block or finishing, and nothing waiting: the steady
-        step with every branch known empty. Most steps of a lightly loaded instance are these."""
+    # Decode-only steps: nothing waits and every running request decodes one token implicitly
+    # (steady.py). They are the steady step with the prefill, budget and admission branches
+    # known empty; most steps of a lightly loaded instance are these.
+
+    def _quiet_step(self, now: int) -> int:
+        """No decoder opens or fills a KV block or finishes."""
+        decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
         self.steps.append((now, duration, 0, decodes, decodes, self.kv.used, 0))
+        return duration
+
+    def _decode_step(self, now: int, due: list[Request]) -> int | None:
+        """Some decoders open or fill a block or finish; None (with no side effects) when the
+        blocks they open are not free (the exact path preempts)."""
+        kv, index = self.kv, len(self.steps)
+        block_size = kv.block_size
+        last_slot = block_size - 1
+        touched = []
+        blocks = 0
+        for req in due:
+            slot = (req.progress + index - req.lazy_base - req.kv_phase) % block_size
+            if slot == 0:
+                blocks += 1
+                touched.append(req)
+            elif slot == last_slot:
+                touched.append(req)
+        if blocks > kv.free_blocks:
+            return None
+        if touched:
+            self._allocate_in_order([], touched, index)
+        decodes = len(self.running)
+        duration = self.latency.step_time(0, decodes, (), 0)
+        self.steps.append((now, duration, 0, decodes, decodes, kv.used, 0))
+        self._advance_steady([], due, index, now + duration)
         return duration
 
     @staticmethod

@@ -67,3 +67,32 @@ def test_a_prefill_overrunning_the_budget_at_the_batch_end_stays_on_the_fast_pat
     assert_same(fast, simulate(exact))
     assert fast.summary["completed_requests"] == 60
     assert len(fallbacks) == 0
+
+
+def test_decode_only_steps_skip_batch_formation_with_the_same_results():
+    """A lightly loaded instance mostly runs steps in which every request just decodes: they
+    take the quiet and decode-only paths (no batch formation), and a run's steps and results
+    are those of the exact path, KV pressure included."""
+    s = resolve(scenario(engine={"kv_blocks": 120},
+                         workload={"num_requests": 80, "rate_per_s": 4,
+                                   "prompt": {"mean": 200, "stdev": 50, "min": 50, "max": 400},
+                                   "output": {"mean": 300, "stdev": 100, "min": 20, "max": 600}}))
+    taken = {"_quiet_step": 0, "_decode_step": 0}
+    sim = build(s)
+    for inst in sim.fleet:
+        for name in taken:
+            method = getattr(inst, name)
+
+            def counted(*args, _name=name, _method=method):
+                taken[_name] += 1
+                return _method(*args)
+
+            setattr(inst, name, counted)
+    fast = simulate(sim)
+    exact = build(s)
+    for inst in exact.fleet:
+        inst.steady = None
+    assert_same(fast, simulate(exact))
+    assert fast.summary["preemption_count"] > 0
+    assert taken["_quiet_step"] > 100
+    assert taken["_decode_step"] > 0
