@@ -18,6 +18,7 @@ from blis_simpy.config.fitness import FitnessConfig, parse_weights
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError, closest_first
 from blis_simpy.core.units import US_PER_S
+from blis_simpy.search.commands import register as register_search_commands
 from blis_simpy.sim.build import RunProgress, Simulation
 from blis_simpy.sim.output import OutputFolder
 
@@ -446,6 +447,9 @@ def calibrate(
         raise fail(exc) from None
     typer.echo(f"held out (not fitted): {', '.join(sorted({e.workload for e in held}))}")
     typer.echo(validation_report(rows, model.latency), nl=False)
+
+
+register_search_commands(app)
 
 
 def main() -> None:
