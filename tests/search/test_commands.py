@@ -1,0 +1,42 @@
+"""`blis-simpy sweep`: a sweep file in, the table out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from typer.testing import CliRunner
+
+from blis_simpy.cli import app
+from blis_simpy.search.sweep import run_many
+from tests.search.helpers import prefix_scenario
+
+
+def test_sweep_writes_the_same_table_as_run_many(tmp_path: Path):
+    (tmp_path / "prefix.yaml").write_text(yaml.safe_dump(prefix_scenario().to_dict()))
+    (tmp_path / "tuned.yaml").write_text("id: tuned\nrouting: {type: prefix-affinity}\n")
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "scenarios": ["prefix.yaml"], "set": {"engine.kv_blocks": 250},
+        "policies": {"rr": {"routing.type": "round-robin"}, "tuned": "tuned.yaml"},
+        "seeds": [1, 2], "out": "table.csv"}))
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert "sweep: 4/4 runs" in result.output and "wrote" in result.output
+    table = pd.read_csv(tmp_path / "table.csv", keep_default_na=False)
+    expected = run_many(prefix_scenario(engine={"kv_blocks": 250}),
+                        {"rr": {"routing.type": "round-robin"},
+                         "tuned": {"id": "tuned", "routing.type": "prefix-affinity"}},
+                        [1, 2], workers=1)
+    assert list(table.policy) == list(expected.policy)
+    assert list(table.fitness) == list(expected.fitness)
+    assert list(table.candidate_id) == ["", "", "tuned", "tuned"]
+
+
+def test_sweep_with_a_bad_policy_exits_2_naming_it(tmp_path: Path):
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "scenarios": ["quickstart"], "policies": {"bad": {"routing.type": "nope"}}}))
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml")])
+    assert result.exit_code == 2
+    assert "sweep.yaml" in result.output and "policies.bad: routing.type" in result.output
+    assert not (tmp_path / "sweep.csv").exists()
