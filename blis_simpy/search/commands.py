@@ -58,8 +58,8 @@ def sweep(
     except (OSError, ImportError) as exc:
         typer.echo(f"error: cannot write {target}: {exc}", err=True)
         raise typer.Exit(2) from None
-    means = table.groupby(["scenario", "policy"], sort=False)["fitness"].mean()
-    for (scenario, policy), fitness in means.items():
+    means = table.groupby(["scenario", "policy"], sort=False, as_index=False)["fitness"].mean()
+    for scenario, policy, fitness in means.itertuples(index=False):
         typer.echo(f"{scenario}  {policy}  mean fitness {fitness:.6g}", err=True)
     typer.echo(f"wrote {target} ({len(table)} runs)", err=True)
 

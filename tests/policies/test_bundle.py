@@ -75,7 +75,7 @@ def test_seed_f1_names_are_translated():
 
 
 def test_f1_name_without_counterpart_says_what_to_use():
-    with pytest.raises(ScenarioError, match="prefix_match_bonus.*counterpart.*prefix-affinity"):
+    with pytest.raises(ScenarioError, match=r"prefix_match_bonus.*counterpart.*prefix-affinity"):
         PolicyBundle.from_dict({"routing.prefix_match_bonus": 0.5})
 
 

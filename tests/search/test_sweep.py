@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.sim.run import run
 from blis_simpy.search.sweep import ID_COLUMNS, run_many
+from blis_simpy.sim.run import run
 from tests.search.helpers import prefix_scenario
 
 POLICIES = {"rr": {"routing.type": "round-robin"},
