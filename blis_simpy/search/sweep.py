@@ -20,20 +20,23 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.policies.bundle import PolicyBundle
+from blis_simpy.search.code import CodePolicy, CodeRejected, check, install
+from blis_simpy.search.contain import ContainedFailure, Limits, contained
 from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import load, run
 
 if TYPE_CHECKING:
     import pandas as pd
 
-Candidate = PolicyBundle | Mapping[str, Any] | None  # None: the scenario's own policies
+# None: the scenario's own policies
+Candidate = PolicyBundle | CodePolicy | Mapping[str, Any] | None
 Progress = Callable[[int, int], None]  # (runs done, runs in all)
 ID_COLUMNS = ("scenario", "policy", "seed", "candidate_id", "policy_id", "workload_id",
               "error", "fitness", "completion")
@@ -49,24 +52,30 @@ class Task:
     seed: int
     scenario: Scenario  # validated, with the candidate's overrides applied
     candidate_id: str
+    code: CodePolicy | None = None  # run contained, within `limits`
+    limits: Limits = field(default_factory=Limits)
+    rejected: str = ""  # why the static check refused the code: the row is a zero
 
 
 def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
              | Mapping[str, Scenario | str | Path],
              policies: Mapping[str, Candidate] | None = None,
              seeds: Iterable[int] | None = None, *, executor: Executor | None = None,
-             workers: int | None = None, progress: Progress | None = None) -> pd.DataFrame:
+             workers: int | None = None, progress: Progress | None = None,
+             limits: Limits | None = None) -> pd.DataFrame:
     """Run every scenario x policy x seed and return one row per run (`row` says which
     columns). `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
     candidate mapping (`{"routing.type": "weighted", "routing.weights.prefix-affinity": 3}`),
-    or None for the scenario's own policies. `seeds` defaults to each scenario's seed.
+    a `CodePolicy` (source for one axis, run contained within `limits`), or None for the
+    scenario's own policies. `seeds` defaults to each scenario's seed.
 
     The runs go to `executor` (any `concurrent.futures.Executor`, e.g. a Dask
     `Client.get_executor()`), else to a process pool of `workers` processes (default: every
     core); `workers=1` runs them here, one after another."""
     import pandas as pd
 
-    tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds)
+    tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds,
+                 limits or Limits())
     frame = pd.DataFrame(execute(tasks, executor, workers, progress))
     counted = [c for c in frame.columns if c.startswith("anomaly.")]
     frame[counted] = frame[counted].fillna(0).astype(int)  # a kind absent from a run: 0
@@ -106,14 +115,14 @@ def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:
 
 
 def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
-         seeds: Iterable[int] | None) -> list[Task]:
-    """Every run, validated: a bad candidate or seed fails here, before any run starts."""
+         seeds: Iterable[int] | None, limits: Limits) -> list[Task]:
+    """Every run, validated: a bad candidate or seed fails here, before any run starts; code
+    the static check refuses becomes zero rows (a search produces such candidates)."""
     seed_list = None if seeds is None else list(seeds)
-    bundles = {name: candidate_bundle(name, c) for name, c in policies.items()}
+    prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
     tasks: list[Task] = []
     for scenario_name, scenario in scenarios.items():
-        for policy_name, bundle in bundles.items():
-            overrides = bundle.overrides()
+        for policy_name, (overrides, candidate_id, code, rejected) in prepared.items():
             try:
                 applied = load(scenario, overrides=overrides)
             except ScenarioError as exc:
@@ -122,9 +131,29 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
             for seed in seed_list if seed_list is not None else [scenario.seed]:
                 if isinstance(seed, bool) or not isinstance(seed, int):
                     raise ScenarioError("seeds", f"{seed!r} is not an integer")
-                tasks.append(Task(len(tasks), scenario_name, policy_name, seed,
-                                  applied, bundle.meta.id or ""))
+                tasks.append(Task(len(tasks), scenario_name, policy_name, seed, applied,
+                                  candidate_id, code, limits, rejected))
     return tasks
+
+
+def prepare_candidate(name: str, candidate: Candidate
+                      ) -> tuple[dict[str, Any], str, CodePolicy | None, str]:
+    """(scenario overrides, candidate id, code or None, why the code was refused or "")."""
+    if not isinstance(candidate, CodePolicy):
+        bundle = candidate_bundle(name, candidate)
+        return bundle.overrides(), bundle.meta.id or "", None, ""
+    rejected = rejection(candidate)
+    overrides = {} if rejected else {
+        f"policies.{candidate.axis}": {"type": candidate.type_name, "params": {}}}
+    return overrides, candidate.id, candidate, rejected
+
+
+def rejection(code: CodePolicy) -> str:
+    try:
+        check(code)
+    except CodeRejected as exc:
+        return str(exc)
+    return ""
 
 
 def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
@@ -156,15 +185,41 @@ def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
 
 
 def evaluate(task: Task) -> dict[str, Any]:
-    """Run one task (in a worker) and return its row."""
-    ids = {"scenario": task.scenario_name, "policy": task.policy_name, "seed": task.seed,
-           "candidate_id": task.candidate_id}
+    """Run one task (in a worker) and return its row; code runs contained."""
+    if task.code is None:
+        return evaluate_here(task)
+    if task.rejected:
+        return zero_row(task, f"candidate rejected: {task.rejected}")
+    try:
+        return dict(contained(evaluate_code, task, task.limits))
+    except ContainedFailure as exc:
+        return zero_row(task, str(exc))
+
+
+def evaluate_code(task: Task) -> dict[str, Any]:
+    """In the contained child: load the candidate's module, then run."""
+    assert task.code is not None
+    install(task.code)
+    return evaluate_here(task)
+
+
+def evaluate_here(task: Task) -> dict[str, Any]:
     try:
         result = run(task.scenario, seed=task.seed)
     except PolicyError as exc:  # a user policy failed while running: a zero, not a crash
-        return {**ids, "policy_id": "", "workload_id": "", "error": str(exc),
-                "fitness": 0.0, "completion": 0.0}
-    return {**ids, **row(result)}
+        return zero_row(task, str(exc))
+    return {**ids(task), **row(result)}
+
+
+def ids(task: Task) -> dict[str, Any]:
+    return {"scenario": task.scenario_name, "policy": task.policy_name, "seed": task.seed,
+            "candidate_id": task.candidate_id}
+
+
+def zero_row(task: Task, error: str) -> dict[str, Any]:
+    """A run that produced no result: fitness 0, and why in `error`."""
+    return {**ids(task), "policy_id": "", "workload_id": "", "error": error, "fitness": 0.0,
+            "completion": 0.0}
 
 
 def row(result: Result) -> dict[str, Any]:
