@@ -27,10 +27,14 @@ import builtins
 import hashlib
 import sys
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.yamlio import load_yaml
 from blis_simpy.policies import admission, priority, routing, scheduler
+from blis_simpy.policies.bundle import AXES, PolicyBundle
 
 AXIS_NAMES: dict[str, dict[str, Any]] = {
     "admission": {"AdmissionPolicy": admission.AdmissionPolicy,
@@ -53,16 +57,19 @@ FORBIDDEN_NAMES = frozenset({
 SAFE_BUILTINS = {name: getattr(builtins, name) for name in dir(builtins)
                  if not name.startswith("_") and name not in FORBIDDEN_NAMES}
 MAX_SOURCE = 100_000  # characters
+BUNDLE = "bundle"  # the candidate component holding policy bundle YAML
 
 
 @dataclass(frozen=True)
 class CodePolicy:
-    """A candidate for one axis as Python source; `id` names it in the sweep's rows."""
+    """A candidate for one axis as Python source; `id` names it in the sweep's rows and
+    `bundle`, if any, sets the other axes."""
 
     axis: str
     source: str
     entry: str = "Policy"
     id: str = ""
+    bundle: PolicyBundle | None = None
 
     @property
     def module_name(self) -> str:
@@ -180,3 +187,27 @@ def install(code: CodePolicy) -> None:
     namespace.update(AXIS_NAMES[code.axis])
     exec(compile(code.source, f"<candidate {code.id or code.module_name}>", "exec"), namespace)
     sys.modules[code.module_name] = module
+
+
+def candidate_policy(candidate: Mapping[str, str]) -> PolicyBundle | CodePolicy | None:
+    """Named text components (GEPA's candidate form) -> what a sweep runs: `bundle` is policy
+    bundle YAML, an axis name holds code for that axis. Raises ScenarioError naming the
+    component."""
+    unknown = sorted(set(candidate) - {BUNDLE, *AXES})
+    if unknown:
+        raise ScenarioError(unknown[0], "unknown candidate component",
+                            ", ".join((BUNDLE, *AXES)))
+    bundle = None
+    if BUNDLE in candidate:
+        try:
+            bundle = PolicyBundle.from_dict(load_yaml(candidate[BUNDLE], BUNDLE))
+        except ScenarioError as exc:
+            raise ScenarioError(f"{BUNDLE}: {exc.path}".rstrip(": "), exc.problem,
+                                exc.valid) from None
+    code = [axis for axis in AXES if axis in candidate]
+    if len(code) > 1:
+        raise ScenarioError(code[1], "one code component per candidate",
+                            "a bundle plus at most one axis of code")
+    if code:
+        return CodePolicy(code[0], candidate[code[0]], bundle=bundle)
+    return bundle

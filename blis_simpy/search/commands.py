@@ -1,17 +1,23 @@
-"""The search commands of the command line (`blis-simpy sweep`), registered by `cli.py`."""
+"""The search commands of the command line (`blis-simpy sweep`, `gepa-evaluate`),
+registered by `cli.py`."""
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from blis_simpy.config.fitness import parse_weights
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.search.code import BUNDLE, candidate_policy
 from blis_simpy.search.sweep import run_many
-from blis_simpy.search.sweepfile import read_sweep
+from blis_simpy.search.sweepfile import read_sweep, scenario_path
+from blis_simpy.sim.run import load as load_scenario
 
 
 class SweepProgress:
@@ -64,5 +70,66 @@ def sweep(
     typer.echo(f"wrote {target} ({len(table)} runs)", err=True)
 
 
+def components(policy_config: Path | None, code: list[str] | None) -> dict[str, str]:
+    """The candidate's named text components from the command line's files."""
+    out: dict[str, str] = {}
+    try:
+        if policy_config is not None:
+            out[BUNDLE] = policy_config.read_text(encoding="utf-8")
+        for item in code or []:
+            axis, sep, path = item.partition("=")
+            if not sep:
+                raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
+            out[axis] = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError("", f"cannot read a candidate file: {exc}") from None
+    return out
+
+
+def gepa_evaluate(
+    workload: Annotated[list[Path], typer.Option(
+        help="scenario YAML or library name to evaluate on (repeatable)")],
+    policy_config: Annotated[Path | None, typer.Option(help="policy bundle YAML")] = None,
+    code: Annotated[list[str] | None, typer.Option(
+        help="code policy for one axis: routing=policy.py")] = None,
+    seed: Annotated[list[int] | None, typer.Option(
+        help="seeds (repeatable; default: each scenario's own)")] = None,
+    fitness_weights: Annotated[str | None, typer.Option(
+        help='objective weights, e.g. "mean_ttft:1,throughput:0.5" (default: the '
+        "scenario's fitness section)")] = None,
+) -> None:
+    """Evaluate one candidate as GEPA's adapter does: print its score (mean fitness) and
+    per-run feedback as JSON. A candidate that fails scores 0 with the reason."""
+    try:
+        weights = {} if fitness_weights is None else {
+            "fitness.weights": parse_weights(fitness_weights)}
+        scenarios = {f"{i}:{path}": load_scenario(
+            scenario_path(str(path), Path.cwd(), f"--workload[{i}]"), overrides=weights)
+            for i, path in enumerate(workload)}
+        candidate = components(policy_config, code)
+    except ScenarioError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        policy = candidate_policy(candidate)
+        table = run_many(scenarios, {"candidate": policy}, seed, workers=1)
+        runs = table.to_dict("records")
+    except ScenarioError as exc:
+        runs = [{"scenario": name, "fitness": 0.0, "error": str(exc),
+                 "feedback": f"the candidate scored 0: {exc}"} for name in scenarios]
+    scores = [float(r["fitness"]) for r in runs]
+    typer.echo(json.dumps({
+        "score": sum(scores) / len(scores), "scores": scores,
+        "feedback": [r["feedback"] for r in runs],
+        "runs": [{k: plain(v) for k, v in r.items() if k != "feedback"} for r in runs],
+    }, indent=2))
+
+
+def plain(value: Any) -> Any:
+    """JSON has no NaN: a missing statistic is null."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def register(app: typer.Typer) -> None:
     app.command()(sweep)
+    app.command("gepa-evaluate")(gepa_evaluate)

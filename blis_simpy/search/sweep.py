@@ -29,6 +29,7 @@ from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.policies.bundle import PolicyBundle
 from blis_simpy.search.code import CodePolicy, CodeRejected, check, install
 from blis_simpy.search.contain import ContainedFailure, Limits, contained
+from blis_simpy.search.feedback import feedback
 from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import load, run
 
@@ -143,8 +144,9 @@ def prepare_candidate(name: str, candidate: Candidate
         bundle = candidate_bundle(name, candidate)
         return bundle.overrides(), bundle.meta.id or "", None, ""
     rejected = rejection(candidate)
-    overrides = {} if rejected else {
-        f"policies.{candidate.axis}": {"type": candidate.type_name, "params": {}}}
+    overrides = {} if candidate.bundle is None else candidate.bundle.overrides()
+    if not rejected:
+        overrides[f"policies.{candidate.axis}"] = {"type": candidate.type_name, "params": {}}
     return overrides, candidate.id, candidate, rejected
 
 
@@ -219,14 +221,14 @@ def ids(task: Task) -> dict[str, Any]:
 def zero_row(task: Task, error: str) -> dict[str, Any]:
     """A run that produced no result: fitness 0, and why in `error`."""
     return {**ids(task), "policy_id": "", "workload_id": "", "error": error, "fitness": 0.0,
-            "completion": 0.0}
+            "completion": 0.0, "feedback": f"the candidate scored 0: {error}"}
 
 
 def row(result: Result) -> dict[str, Any]:
     """A run's columns after its ids: policy and workload ids, error (empty), fitness,
     completion, each normalised objective (`objective.<key>`), every scalar of the summary,
     the RawMetrics scalars the summary lacks, anomaly counts (`anomaly.<kind>`) and the number
-    of warnings."""
+    of warnings, then the feedback text for reflection."""
     evaluation = result.evaluation
     assert evaluation is not None
     out: dict[str, Any] = {"policy_id": evaluation.policy_id,
@@ -238,6 +240,7 @@ def row(result: Result) -> dict[str, Any]:
     out.update({k: v for k, v in result.metrics.items() if scalar(v) and k not in summary})
     out.update({f"anomaly.{k}": v for k, v in sorted(result.metrics["anomalies"].items())})
     out["warnings"] = len(result.warnings)
+    out["feedback"] = feedback(result)
     return out
 
 

@@ -40,3 +40,22 @@ def test_sweep_with_a_bad_policy_exits_2_naming_it(tmp_path: Path):
     assert result.exit_code == 2
     assert "sweep.yaml" in result.output and "policies.bad: routing.type" in result.output
     assert not (tmp_path / "sweep.csv").exists()
+
+
+def test_gepa_evaluate_prints_score_and_feedback_as_json(tmp_path: Path):
+    import json
+
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(prefix_scenario().to_dict()))
+    (tmp_path / "p.yaml").write_text("id: c1\nrouting: {type: prefix-affinity}\n")
+    (tmp_path / "route.py").write_text("import os\n")
+    runner = CliRunner()
+    args = ["gepa-evaluate", "--workload", str(tmp_path / "w.yaml"), "--seed", "1"]
+    good = runner.invoke(app, [*args, "--policy-config", str(tmp_path / "p.yaml")])
+    assert good.exit_code == 0, good.output
+    report = json.loads(good.stdout)
+    assert report["score"] > 0 and report["runs"][0]["candidate_id"] == "c1"
+    assert "prefix-cache hit rate" in report["feedback"][0]
+    hostile = runner.invoke(app, [*args, "--code", f"routing={tmp_path / 'route.py'}"])
+    assert hostile.exit_code == 0, hostile.output
+    report = json.loads(hostile.stdout)
+    assert report["score"] == 0 and "import os" in report["feedback"][0]
