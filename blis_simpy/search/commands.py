@@ -1,5 +1,5 @@
-"""The search commands of the command line (`blis-simpy sweep`, `gepa-evaluate`),
-registered by `cli.py`."""
+"""The search commands of the command line (`blis-simpy sweep`, `gepa-evaluate`,
+`openevolve-evaluate`), registered by `cli.py`."""
 
 from __future__ import annotations
 
@@ -130,6 +130,39 @@ def plain(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def openevolve_evaluate(
+    program: Annotated[Path, typer.Argument(help="evolved program: code policy (.py) or "
+                                            "policy bundle (.yaml)")],
+    workload: Annotated[list[Path], typer.Option(
+        help="scenario YAML or library name to evaluate on (repeatable)")],
+    axis: Annotated[str, typer.Option(help="the axis a code policy implements")] = "routing",
+    seed: Annotated[list[int] | None, typer.Option(
+        help="seeds (repeatable; default: each scenario's own)")] = None,
+    stage1: Annotated[bool, typer.Option(
+        "--stage1", help="only the cascade's first stage (first scenario, first seed)")
+    ] = False,
+) -> None:
+    """Evaluate a program as the OpenEvolve evaluator does; print its metrics and artifacts
+    as JSON (needs `pip install blis-simpy[search]`)."""
+    try:
+        from blis_simpy.search.openevolve_evaluator import BlisEvaluator
+    except ImportError as exc:
+        typer.echo(f"error: {exc}; install the search extra: pip install "
+                   "'blis-simpy[search]'", err=True)
+        raise typer.Exit(2) from None
+    try:
+        paths = [scenario_path(str(p), Path.cwd(), f"--workload[{i}]")
+                 for i, p in enumerate(workload)]
+        blis = BlisEvaluator(paths, axis=axis, seeds=seed)
+    except ScenarioError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    result = (blis.evaluate_stage1 if stage1 else blis.evaluate)(str(program))
+    typer.echo(json.dumps({"metrics": result.metrics, "artifacts": result.artifacts},
+                          indent=2))
+
+
 def register(app: typer.Typer) -> None:
     app.command()(sweep)
     app.command("gepa-evaluate")(gepa_evaluate)
+    app.command("openevolve-evaluate")(openevolve_evaluate)

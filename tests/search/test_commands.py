@@ -59,3 +59,16 @@ def test_gepa_evaluate_prints_score_and_feedback_as_json(tmp_path: Path):
     assert hostile.exit_code == 0, hostile.output
     report = json.loads(hostile.stdout)
     assert report["score"] == 0 and "import os" in report["feedback"][0]
+
+
+def test_openevolve_evaluate_prints_metrics_and_artifacts(tmp_path: Path):
+    import json
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "openevolve"
+    result = CliRunner().invoke(app, [
+        "openevolve-evaluate", str(example / "initial_program.py"), "--workload",
+        str(example / "workload.yaml"), "--seed", "1", "--stage1"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["metrics"]["combined_score"] > 0
+    assert "feedback" in report["artifacts"] and "k4_export" in report["artifacts"]
