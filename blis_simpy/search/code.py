@@ -4,7 +4,7 @@ OpenEvolve produce it, checked before it runs.
 The seeds disagree on arbitrary code (000 rules it out, 001 evolves it), so it is supported,
 contained. This module is the static half: the source must parse, import only `ALLOWED_IMPORTS`,
 call none of `FORBIDDEN_NAMES` (I/O, reflection, dynamic code, process-dependent values such as
-`hash` and `id`), touch no dunder attribute or name (the way out of every restriction), and keep
+`hash` and `id`), build no set (a set of strings iterates in the process's hash order), touch no dunder attribute or name (the way out of every restriction), and keep
 no state outside its policy object (no `global`, module- and class-level values are constants).
 The dynamic half, running it in a limited child process, is `blis_simpy.search.contain`.
 
@@ -130,6 +130,10 @@ def node_problem(node: ast.AST) -> str:
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
             and node.name.startswith("__") and node.name != "__init__":
         return f"{node.name}: dunder definitions other than __init__ are not allowed"
+    if isinstance(node, ast.Set | ast.SetComp) or (
+            isinstance(node, ast.Name) and node.id in ("set", "frozenset")):
+        return ("sets are not allowed: a set of strings iterates in a per-process hash order, "
+                "so runs would differ between workers; use a dict (insertion-ordered)")
     if isinstance(node, ast.AsyncFunctionDef | ast.Await | ast.Yield | ast.YieldFrom):
         return "generators and coroutines are not allowed in a policy"
     return ""
