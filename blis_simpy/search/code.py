@@ -4,8 +4,9 @@ OpenEvolve produce it, checked before it runs.
 The seeds disagree on arbitrary code (000 rules it out, 001 evolves it), so it is supported,
 contained. This module is the static half: the source must parse, import only `ALLOWED_IMPORTS`,
 call none of `FORBIDDEN_NAMES` (I/O, reflection, dynamic code, process-dependent values such as
-`hash` and `id`), build no set (a set of strings iterates in the process's hash order), touch no dunder attribute or name (the way out of every restriction), and keep
-no state outside its policy object (no `global`, module- and class-level values are constants).
+`hash` and `id`), build no set (a set of strings iterates in the process's hash order), touch
+no dunder attribute or name (the way out of every restriction), and keep no state outside its
+policy object (no `global`, module- and class-level values are constants).
 The dynamic half, running it in a limited child process, is `blis_simpy.search.contain`.
 
 A candidate defines a class (`entry`, default `Policy`) deriving from its axis's base class;
