@@ -113,9 +113,9 @@ class PolicyBundle:
         """Every axis that names a type is built once now, so a bad parameter fails here,
         named by its place in the bundle, not in the middle of a search."""
         for axis, entry in self.axes.items():
-            if "type" in entry:
-                config = load(PolicyConfig, entry, axis)
-                REGISTRIES[axis].create(config, axis)
+            registry = REGISTRIES.get(axis)  # an axis without one is checked when built
+            if "type" in entry and registry is not None:
+                registry.create(load(PolicyConfig, entry, axis), axis)
 
     def overrides(self) -> dict[str, Any]:
         """Dotted scenario paths -> values, applied to the scenario before `--set`."""

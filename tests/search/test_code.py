@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
 from blis_simpy.search.contain import ContainedFailure, Limits, contained
@@ -148,3 +150,44 @@ def test_contained_limits_cpu_memory_and_files(tmp_path: Path):
     with pytest.raises(ContainedFailure, match="File too large"):
         contained(write_file, str(tmp_path / "x.txt"), Limits())
     assert contained(len, "four", Limits()) == 4
+
+
+ADMIT_SHORT = """
+class Policy(AdmissionPolicy):
+    def decide(self, req, state, clock):
+        if req.input_tokens > 50:
+            return AdmissionDecision("reject", "long prompt")
+        return ADMIT
+"""
+PRIORITY_BY_LENGTH = """
+class Policy(PriorityPolicy):
+    ages = False
+
+    def compute(self, req, state, clock):
+        return -float(req.input_tokens)
+"""
+
+
+def test_code_policies_on_other_axes():
+    table = run_many(prefix_scenario(), {
+        "admission": CodePolicy("admission", ADMIT_SHORT),
+        "priority": CodePolicy("priority", PRIORITY_BY_LENGTH),
+        "none": None}, [1], workers=1)
+    admission, priority, none = (table.iloc[i] for i in range(3))
+    assert admission.error == "" and admission.rejected_requests > 0
+    assert priority.error == "" and priority.fitness > 0
+    assert none.rejected_requests == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([
+    "class Policy(RoutingPolicy):\n", "    def route(self, req, *a):\n", "        x = 1\n",
+    "import math\n", "import os\n", "x = [1]\n", "X = (1, 2)\n", "    pass\n",
+    "        return req.__class__\n", "        while True: pass\n", "def f(): yield 1\n",
+    "lambda: 0\n", "@property\n", "        return {1: 2}\n", "(\n", "'''\n", "\x00"]),
+    max_size=8).map("".join))
+def test_fuzzed_sources_pass_or_are_rejected_never_crash(source):
+    try:
+        check(CodePolicy("routing", source))
+    except CodeRejected as exc:
+        assert str(exc)

@@ -74,3 +74,14 @@ def test_offline_gepa_optimize_improves_routing_on_a_prefix_heavy_workload(tmp_p
     assert scores[result.best_idx] > scores[0]  # the best beats the seed candidate
     best = yaml.safe_load(result.best_candidate["bundle"])
     assert best["routing"]["params"]["scorers"]["prefix-affinity"] > 0.5
+
+
+def test_batch_evaluate_equals_one_evaluate_per_pair():
+    batch = workloads([1, 2])
+    other = yaml.safe_dump({"routing": {"type": "prefix-affinity"}})
+    adapter = BlisAdapter(workers=2)
+    together = adapter.batch_evaluate([({"bundle": SEED_BUNDLE}, batch),
+                                       ({"bundle": other}, batch[:1])])
+    assert [r.scores for r in together] == [
+        adapter.evaluate(batch, {"bundle": SEED_BUNDLE}).scores,
+        adapter.evaluate(batch[:1], {"bundle": other}).scores]
