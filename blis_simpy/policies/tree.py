@@ -21,9 +21,10 @@ policies:
 
 A node is either a branch (`if`, `then`, `else`) or a leaf, whose keys depend on the axis:
 admission `{action: admit | reject}` or `{action: delay, delay_s: ...}`, priority
-`{priority: ...}`, routing `{score: ...}` or `{scorer: <routing scorer>, weight: ...}`. Text
-signals (tenant, SLO class) compare with `==` and `!=` only. Routing ties go to the least
-loaded instance, then to the first in fleet order.
+`{priority: ...}`, routing `{score: ...}` or `{scorer: <routing scorer>, weight: ...}`,
+scheduler `{rank: ...}` (the wait queue runs lower ranks first, then by arrival). Text signals
+(tenant, SLO class) compare with `==` and `!=` only. Routing ties go to the least loaded
+instance, then to the first in fleet order.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from blis_simpy.policies.routing import (
     RoutingDecision,
     RoutingPolicy,
 )
+from blis_simpy.policies.scheduler import SCHEDULER, InstanceScheduler, SchedulerParams
 
 MAX_DEPTH = 32
 
@@ -109,7 +111,10 @@ INSTANCE: dict[str, Callable[[Context], Any]] = {
 # What each axis may observe (seed D.7): priority is computed again while a request waits,
 # where no router state is at hand, so it reads the request only.
 SIGNALS = {"admission": {**REQUEST, **CLUSTER}, "priority": REQUEST,
-           "routing": {**REQUEST, **CLUSTER, **INSTANCE}}
+           "routing": {**REQUEST, **CLUSTER, **INSTANCE},
+           # a wait-queue sort key sees the request and its priority, not the time
+           "scheduler": {**{k: v for k, v in REQUEST.items() if k != "request.age_s"},
+                         "request.priority": INSTANCE["request.priority"]}}
 OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
     ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
@@ -323,3 +328,36 @@ class RoutingTree(RoutingPolicy):
         self.index.record(target, req.prefix_hashes)
         return RoutingDecision(target, f"decision-tree (score={scores[best]:.3f})",
                                tuple(scores))
+
+
+def rank_leaf(data: Mapping[str, Any], path: str) -> float:
+    leaf_keys(data, path, ("rank",))
+    return number(data, "rank", path)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerTreeParams(SchedulerParams):
+    """The schedulers' `preemption`, and the tree (required: an empty one has no rank)."""
+
+    tree: dict[str, Any] = spec(factory=dict, help="the decision tree: a rank per waiting "
+                                "request")
+
+    def validate(self, path: str) -> None:
+        parse(self.tree, f"{path}.tree", "scheduler", rank_leaf)
+
+
+@SCHEDULER.register("decision-tree")
+class SchedulerTree(InstanceScheduler):
+    """The wait queue in order of the leaf's rank (lower first), then arrival, then id."""
+
+    Params = SchedulerTreeParams
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self.root = parse(params.tree, "tree", "scheduler", rank_leaf)
+        self.uses_priority = self.uses_priority or reads(params.tree, "request.priority")
+        self.order_key = self.rank
+
+    def rank(self, view: RequestView, priority: float) -> tuple[float, int, str]:
+        leaf = decide(self.root, Context(view, None, 0, priority))
+        return (float(leaf), view.arrival_us, view.id)

@@ -32,7 +32,8 @@ def test_template_names():
                               "slo-based", "tenant-priority"]
     assert ROUTING.names == ["always-busiest", "decision-tree", "least-loaded",
                              "prefix-affinity", "round-robin", "weighted"]
-    assert SCHEDULER.names == ["fcfs", "priority-fcfs", "reverse-priority", "sjf"]
+    assert SCHEDULER.names == ["decision-tree", "fcfs", "priority-fcfs", "reverse-priority",
+                               "sjf"]
 
 
 @pytest.mark.parametrize("axis", sorted(REGISTRIES))

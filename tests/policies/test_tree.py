@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.search.sweep import run_many
-from tests.policies.helpers import admission, loads, priority, routing, snap, view
+from tests.policies.helpers import admission, loads, priority, routing, scheduler, snap, view
 from tests.search.helpers import prefix_scenario
 
 
@@ -139,3 +139,25 @@ def test_fuzzed_trees_load_or_fail_with_a_scenario_error(tree):
         return
     assert policy.decide(view(tenant="a"), RouterState(), 0).action in (
         "admit", "reject", "delay")
+
+
+def test_scheduler_tree_ranks_the_wait_queue():
+    tree = branch("request.slo_class", "==", "interactive", {"rank": 0},
+                  branch("request.input_tokens", "<", 100, {"rank": 1}, {"rank": 2}))
+    policy = scheduler("decision-tree", tree=tree)
+    assert not policy.uses_priority
+    views = [view("a", 0, 500, slo="batch"), view("b", 1, 50, slo="batch"),
+             view("c", 2, 900, slo="interactive")]
+    assert [v.id for v in sorted(views, key=lambda v: policy.order_key(v, 0.0))] == [
+        "c", "b", "a"]
+    by_priority = scheduler("decision-tree", preemption="lowest-priority",
+                            tree=branch("request.priority", ">", 5, {"rank": 0}, {"rank": 1}))
+    assert by_priority.uses_priority
+    with pytest.raises(ScenarioError, match=r"tree\.rank: is required"):
+        scheduler("decision-tree")
+
+
+def test_scheduler_tree_sees_no_time():
+    with pytest.raises(ScenarioError, match="not observable by scheduler"):
+        scheduler("decision-tree", tree=branch("request.age_s", ">", 1, {"rank": 0},
+                                               {"rank": 1}))
