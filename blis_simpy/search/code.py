@@ -5,8 +5,11 @@ The seeds disagree on arbitrary code (000 rules it out, 001 evolves it), so it i
 contained. This module is the static half: the source must parse, import only `ALLOWED_IMPORTS`,
 call none of `FORBIDDEN_NAMES` (I/O, reflection, dynamic code, process-dependent values such as
 `hash` and `id`), build no set (a set of strings iterates in the process's hash order), touch
-no dunder attribute or name (the way out of every restriction), and keep no state outside its
-policy object (no `global`, module- and class-level values are constants).
+no private or dunder attribute or name, no frame or code introspection attribute and no string
+holding `__` (the ways out of every other restriction), and keep no state outside its policy
+object (no `global`, module- and class-level values are constants). Allowed modules are seen
+without the modules they import (`public_view`). This contains what a search produces; it is
+not a security boundary against code written to break out (run such searches in a container).
 The dynamic half, running it in a limited child process, is `blis_simpy.search.contain`.
 
 A candidate defines a class (`entry`, default `Policy`) deriving from its axis's base class;
@@ -45,8 +48,12 @@ AXIS_NAMES: dict[str, dict[str, Any]] = {
                 "RoutingDecision": routing.RoutingDecision, "argmax": routing.argmax},
     "scheduler": {"InstanceScheduler": scheduler.InstanceScheduler},
 }
+# `operator` is left out: attrgetter and methodcaller reach attributes by string.
 ALLOWED_IMPORTS = ("bisect", "collections", "dataclasses", "functools", "heapq", "itertools",
-                   "math", "operator", "statistics", "typing")
+                   "math", "statistics", "typing")
+# Introspection attributes of frames, code, generators, coroutines and tracebacks: the way from
+# a generator expression to its caller's frame and that frame's globals.
+INTROSPECTION = ("gi_", "f_", "co_", "tb_", "cr_", "ag_")
 WHY_NOT = {"random": "non-deterministic: a policy gets no random source, the simulation must "
            "be reproducible", "time": "wall-clock time makes runs non-deterministic",
            "os": "no I/O or process access", "sys": "no interpreter access",
@@ -125,9 +132,13 @@ def node_problem(node: ast.AST) -> str:
         return "global/nonlocal state is not allowed: keep state on the policy object"
     if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
         return f"{node.id} is not allowed in a policy (no I/O, reflection or dynamic code)"
-    if isinstance(node, ast.Attribute) and node.attr.startswith("__") \
+    if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
             and node.attr != "__init__":
-        return f"attribute {node.attr} is not allowed (no dunder access)"
+        return f"attribute {node.attr} is not allowed (no dunder or private access)"
+    if isinstance(node, ast.Attribute) and node.attr.startswith(INTROSPECTION):
+        return f"attribute {node.attr} is not allowed (no frame or code introspection)"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and "__" in node.value:
+        return "strings containing '__' are not allowed (they name dunder attributes)"
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
             and node.name.startswith("__") and node.name != "__init__":
         return f"{node.name}: dunder definitions other than __init__ are not allowed"
@@ -174,10 +185,28 @@ def constant(node: ast.expr) -> bool:
 
 def guarded_import(name: str, globals_: Any = None, locals_: Any = None,
                    fromlist: Any = (), level: int = 0) -> types.ModuleType:
-    """The only `__import__` a candidate gets: the allowed modules, nothing else."""
+    """The only `__import__` a candidate gets: the allowed modules, nothing else, each seen
+    through `public_view`."""
     if level or name.split(".")[0] not in ALLOWED_IMPORTS:
         raise ImportError(f"import {name} is not allowed in a policy")
-    return builtins.__import__(name, globals_, locals_, fromlist, level)
+    return public_view(builtins.__import__(name, globals_, locals_, fromlist, level))
+
+
+def public_view(module: types.ModuleType) -> types.ModuleType:
+    """A copy of an allowed module without its private names and without the modules it
+    imported (`typing.sys`, `dataclasses.inspect`): only allowed submodules stay, viewed the
+    same way."""
+    view = types.ModuleType(module.__name__)
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, types.ModuleType):
+            if value.__name__.split(".")[0] not in ALLOWED_IMPORTS \
+                    or not value.__name__.startswith(module.__name__ + "."):
+                continue
+            value = public_view(value)
+        setattr(view, name, value)
+    return view
 
 
 def install(code: CodePolicy) -> None:

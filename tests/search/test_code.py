@@ -94,7 +94,7 @@ def test_code_policy_rows_are_deterministic_across_workers():
 
 @pytest.mark.parametrize(("source", "message"), [
     ("class Policy(RoutingPolicy):\n    pass\nx = ().__class__.__bases__[0]\n",
-     "no dunder access"),
+     "no dunder or private access"),
     ("seen = []\nclass Policy(RoutingPolicy):\n    pass\n", "constant values"),
     ("class Policy(RoutingPolicy):\n    calls = []\n", "constant values"),
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        global n\n",
@@ -109,6 +109,16 @@ def test_code_policy_rows_are_deterministic_across_workers():
      "sets are not allowed"),
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        return set(a)\n",
      "sets are not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return [f for f in (1,)].gi_frame\n", "no frame or code introspection"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return (i for i in a).gi_frame.f_back.f_globals\n", "introspection"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return vars(a)['__builtins__']\n", "not allowed"),
+    ("X = '__builtins__'\nclass Policy(RoutingPolicy):\n    pass\n", "containing '__'"),
+    ("import operator\nclass Policy(RoutingPolicy):\n    pass\n", "import operator"),
+    ("import collections\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return collections._sys\n", "private access"),
     ("class Policy(RoutingPolicy:\n", "syntax error"),
     ("class Other(RoutingPolicy):\n    pass\n", "no class Policy"),
     ("from blis_simpy.core import errors\n", "import blis_simpy.core"),
@@ -191,3 +201,24 @@ def test_fuzzed_sources_pass_or_are_rejected_never_crash(source):
         check(CodePolicy("routing", source))
     except CodeRejected as exc:
         assert str(exc)
+
+
+def test_allowed_modules_are_seen_without_the_modules_they_import():
+    """`typing.sys` would hand a candidate the interpreter: the view drops it."""
+    from blis_simpy.search.code import guarded_import
+
+    typing_view = guarded_import("typing")
+    assert not hasattr(typing_view, "sys") and hasattr(typing_view, "Any")
+    collections_view = guarded_import("collections.abc")
+    assert hasattr(collections_view, "deque") and hasattr(collections_view.abc, "Mapping")
+    with pytest.raises(ImportError, match="not allowed"):
+        guarded_import("os")
+
+
+def test_escape_through_a_module_attribute_scores_zero():
+    escape = CodePolicy("routing", "import typing\n\nclass Policy(RoutingPolicy):\n"
+                        "    def route(self, req, priority, snapshots, state, clock):\n"
+                        "        typing.sys.modules\n"
+                        "        return RoutingDecision(snapshots[0].id, 'x', (1.0, 1.0))\n")
+    row = run_many(prefix_scenario(), {"escape": escape}, [1], workers=1).iloc[0]
+    assert row.fitness == 0 and "has no attribute 'sys'" in row.error
