@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from blis_simpy.cli import app
@@ -72,3 +74,24 @@ def test_openevolve_evaluate_prints_metrics_and_artifacts(tmp_path: Path):
     report = json.loads(result.stdout)
     assert report["metrics"]["combined_score"] > 0
     assert "feedback" in report["artifacts"] and "k4_export" in report["artifacts"]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(
+    st.sampled_from(["scenarios", "set", "policies", "seeds", "out", "bogus"]),
+    st.one_of(st.none(), st.integers(-2, 2), st.text(max_size=4),
+              st.lists(st.one_of(st.integers(), st.text(max_size=4)), max_size=2),
+              st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), st.text(max_size=3)),
+                              max_size=2))))
+def test_fuzzed_sweep_files_fail_with_a_scenario_error(tmp_path: Path, data):
+    """Whatever the sweep file holds, it is read or refused with a ScenarioError."""
+    from blis_simpy.core.errors import ScenarioError
+    from blis_simpy.search.sweepfile import read_sweep
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    try:
+        read_sweep(path)
+    except ScenarioError as exc:
+        assert str(exc)

@@ -94,3 +94,11 @@ def test_dask_local_cluster_sweep_equals_the_serial_rows(serial):
                       dashboard_address=None) as cluster, Client(cluster) as client:
         table = run_many(prefix_scenario(), POLICIES, SEEDS, executor=client.get_executor())
     pd.testing.assert_frame_equal(table, serial)
+
+
+def test_run_many_is_part_of_the_package_api():
+    import blis_simpy
+    from blis_simpy.search.paired import compare_policies
+
+    assert blis_simpy.run_many is run_many
+    assert blis_simpy.compare_policies is compare_policies
