@@ -18,6 +18,8 @@ from blis_simpy.config.fitness import FitnessConfig, parse_weights
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError, closest_first
 from blis_simpy.core.units import US_PER_S
+from blis_simpy.policies.bundle import PolicyBundle
+from blis_simpy.search.commands import register as register_search_commands
 from blis_simpy.sim.build import RunProgress, Simulation
 from blis_simpy.sim.output import OutputFolder
 
@@ -39,11 +41,15 @@ def fail(exc: ScenarioError) -> typer.Exit:
 
 
 def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None,
-             fitness_weights: str | None = None) -> Simulation:
-    """Load, apply overrides and build, so every input error surfaces before running."""
+             fitness_weights: str | None = None, policy_config: Path | None = None
+             ) -> Simulation:
+    """Load, apply the policy bundle then the overrides, and build, so every input error
+    surfaces before running."""
     path = scenario_file(path)
     user_code_importable(path)
-    scenario = Scenario.from_yaml(path, overrides or ())
+    bundle = None if policy_config is None else PolicyBundle.from_yaml(policy_config)
+    scenario = Scenario.from_yaml(path, overrides or (),
+                                  None if bundle is None else bundle.overrides())
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
     if fitness_weights is not None:
@@ -165,10 +171,13 @@ def run(
     ] = None,
     fitness_weights: Annotated[str | None, typer.Option(
         help='objective weights, e.g. "throughput:0.5,p99_ttft:0.3" (see README)')] = None,
+    policy_config: Annotated[Path | None, typer.Option(
+        help="policy bundle YAML (every axis; README: Policy search); --set still wins")
+    ] = None,
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
     try:
-        sim = prepared(scenario, seed, set_, fitness_weights)
+        sim = prepared(scenario, seed, set_, fitness_weights, policy_config)
         resolved = sim.scenario
         target = out or Path(resolved.outputs.dir or Path("out") / resolved.name)
         folder = OutputFolder(target, resolved.outputs.tables, force,
@@ -446,6 +455,9 @@ def calibrate(
         raise fail(exc) from None
     typer.echo(f"held out (not fitted): {', '.join(sorted({e.workload for e in held}))}")
     typer.echo(validation_report(rows, model.latency), nl=False)
+
+
+register_search_commands(app)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -272,8 +272,10 @@ class Scenario:
         return scenario
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
-        """Load a scenario file; `overrides` are dotted `key.path=value` settings."""
+    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = (),
+                  presets: Mapping[str, Any] | None = None) -> Scenario:
+        """Load a scenario file; `overrides` are dotted `key.path=value` settings, applied
+        after `presets` (dotted path -> value, e.g. a policy bundle's)."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -283,15 +285,19 @@ class Scenario:
             raise ScenarioError("", f"{path} is not UTF-8 text (byte {exc.start}): is it a "
                                 "scenario YAML file?") from None
         try:
-            return cls.from_yaml_text(text, path.parent, overrides, default_name(path))
+            return cls.from_yaml_text(text, path.parent, overrides, default_name(path),
+                                      presets)
         except ScenarioError as exc:
             raise exc.in_file(path) from None
 
     @classmethod
     def from_yaml_text(cls, text: str, base_dir: Path | None = None,
-                       overrides: Sequence[str] = (), name: str = "scenario") -> Scenario:
+                       overrides: Sequence[str] = (), name: str = "scenario",
+                       presets: Mapping[str, Any] | None = None) -> Scenario:
         """`name` is used when the text gives none (from_yaml passes the file's stem)."""
         data = load_yaml(text, "")
+        for key, value in (presets or {}).items():
+            data = set_path(data, key, value)
         for override in overrides:
             data = apply_override(data, override)
         if isinstance(data, dict) and "name" not in data:

@@ -26,13 +26,14 @@ _counter = itertools.count()
 
 
 def test_template_names():
-    assert ADMISSION.names == ["always-admit", "rate-limit", "reject-all", "tenant-quota",
-                               "token-bucket"]
-    assert PRIORITY.names == ["constant", "deadline-aware", "inverted-slo", "slo-based",
-                              "tenant-priority"]
-    assert ROUTING.names == ["always-busiest", "least-loaded", "prefix-affinity",
-                             "round-robin", "weighted"]
-    assert SCHEDULER.names == ["fcfs", "priority-fcfs", "reverse-priority", "sjf"]
+    assert ADMISSION.names == ["always-admit", "decision-tree", "rate-limit", "reject-all",
+                               "tenant-quota", "token-bucket"]
+    assert PRIORITY.names == ["constant", "deadline-aware", "decision-tree", "inverted-slo",
+                              "slo-based", "tenant-priority"]
+    assert ROUTING.names == ["always-busiest", "decision-tree", "least-loaded",
+                             "prefix-affinity", "round-robin", "weighted"]
+    assert SCHEDULER.names == ["decision-tree", "fcfs", "priority-fcfs", "reverse-priority",
+                               "sjf"]
 
 
 @pytest.mark.parametrize("axis", sorted(REGISTRIES))

@@ -1,0 +1,247 @@
+"""Code policies: a candidate's Python source implementing one policy axis, as GEPA and
+OpenEvolve produce it, checked before it runs.
+
+The seeds disagree on arbitrary code (000 rules it out, 001 evolves it), so it is supported,
+contained. This module is the static half: the source must parse, import only `ALLOWED_IMPORTS`,
+call none of `FORBIDDEN_NAMES` (I/O, reflection, dynamic code, process-dependent values such as
+`hash` and `id`), build no set (a set of strings iterates in the process's hash order), touch
+no private or dunder attribute or name, no frame or code introspection attribute and no string
+holding `__` (the ways out of every other restriction), and keep no state outside its policy
+object (no `global`, module- and class-level values are constants). Allowed modules are seen
+without the modules they import (`public_view`). This contains what a search produces; it is
+not a security boundary against code written to break out (run such searches in a container).
+The dynamic half, running it in a limited child process, is `blis_simpy.search.contain`.
+
+A candidate defines a class (`entry`, default `Policy`) deriving from its axis's base class;
+the base classes and decision types are in scope without an import:
+
+```python
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        best = min(range(len(snapshots)), key=lambda i: snapshots[i].effective_load)
+        scores = tuple(1.0 if i == best else 0.0 for i in range(len(snapshots)))
+        return RoutingDecision(snapshots[best].id, "least load", scores)
+```
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import sys
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.yamlio import load_yaml
+from blis_simpy.policies import admission, priority, routing, scheduler
+from blis_simpy.policies.bundle import AXES, PolicyBundle
+
+AXIS_NAMES: dict[str, dict[str, Any]] = {
+    "admission": {"AdmissionPolicy": admission.AdmissionPolicy,
+                  "AdmissionDecision": admission.AdmissionDecision, "ADMIT": admission.ADMIT},
+    "priority": {"PriorityPolicy": priority.PriorityPolicy},
+    "routing": {"RoutingPolicy": routing.RoutingPolicy,
+                "RoutingDecision": routing.RoutingDecision, "argmax": routing.argmax},
+    "scheduler": {"InstanceScheduler": scheduler.InstanceScheduler},
+}
+# `operator` is left out: attrgetter and methodcaller reach attributes by string.
+ALLOWED_IMPORTS = ("bisect", "collections", "dataclasses", "functools", "heapq", "itertools",
+                   "math", "statistics", "typing")
+# Introspection attributes of frames, code, generators, coroutines and tracebacks: the way from
+# a generator expression to its caller's frame and that frame's globals.
+INTROSPECTION = ("gi_", "f_", "co_", "tb_", "cr_", "ag_")
+WHY_NOT = {"random": "non-deterministic: a policy gets no random source, the simulation must "
+           "be reproducible", "time": "wall-clock time makes runs non-deterministic",
+           "os": "no I/O or process access", "sys": "no interpreter access",
+           "subprocess": "no processes", "socket": "no network", "numpy": "not allowed"}
+FORBIDDEN_NAMES = frozenset({
+    "open", "exec", "eval", "compile", "input", "breakpoint", "globals", "locals", "vars",
+    "getattr", "setattr", "delattr", "hash", "id", "memoryview", "help", "exit", "quit",
+    "dir"})
+SAFE_BUILTINS = {name: getattr(builtins, name) for name in dir(builtins)
+                 if not name.startswith("_") and name not in FORBIDDEN_NAMES}
+MAX_SOURCE = 100_000  # characters
+BUNDLE = "bundle"  # the candidate component holding policy bundle YAML
+
+
+@dataclass(frozen=True)
+class CodePolicy:
+    """A candidate for one axis as Python source; `id` names it in the sweep's rows and
+    `bundle`, if any, sets the other axes."""
+
+    axis: str
+    source: str
+    entry: str = "Policy"
+    id: str = ""
+    bundle: PolicyBundle | None = None
+
+    @property
+    def module_name(self) -> str:
+        """Unique per source, so two candidates never share a module."""
+        digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        return f"blis_candidate_{digest}"
+
+    @property
+    def type_name(self) -> str:
+        return f"{self.module_name}:{self.entry}"
+
+
+class CodeRejected(ValueError):
+    """The source broke a rule of the static check; the message says which, and where."""
+
+
+def check(code: CodePolicy) -> None:
+    """Raise CodeRejected unless the source is acceptable (module docstring)."""
+    if code.axis not in AXIS_NAMES:
+        raise CodeRejected(f"unknown axis {code.axis!r} (valid: {', '.join(AXIS_NAMES)})")
+    if len(code.source) > MAX_SOURCE:
+        raise CodeRejected(f"source of {len(code.source)} characters; at most {MAX_SOURCE}")
+    try:
+        tree = ast.parse(code.source)
+    except SyntaxError as exc:
+        raise CodeRejected(f"line {exc.lineno}: syntax error: {exc.msg}") from None
+    for node in ast.walk(tree):
+        problem = node_problem(node)
+        if problem:
+            raise CodeRejected(f"line {getattr(node, 'lineno', '?')}: {problem}")
+    for statement in tree.body:
+        problem = top_level_problem(statement)
+        if problem:
+            raise CodeRejected(f"line {statement.lineno}: {problem}")
+    classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
+    if code.entry not in classes:
+        base = next(n for n in AXIS_NAMES[code.axis] if n.endswith(("Policy", "Scheduler")))
+        raise CodeRejected(f"no class {code.entry} (it must be defined at the top level and "
+                           f"derive from {base})")
+
+
+def node_problem(node: ast.AST) -> str:
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) \
+            else [node.module or "."]
+        for name in names:
+            root = name.split(".")[0]
+            if root not in ALLOWED_IMPORTS:
+                why = WHY_NOT.get(root, "not in the allowed modules")
+                return f"import {name}: {why} (allowed: {', '.join(ALLOWED_IMPORTS)})"
+    if isinstance(node, ast.Global | ast.Nonlocal):
+        return "global/nonlocal state is not allowed: keep state on the policy object"
+    if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
+        return f"{node.id} is not allowed in a policy (no I/O, reflection or dynamic code)"
+    if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+            and node.attr != "__init__":
+        return f"attribute {node.attr} is not allowed (no dunder or private access)"
+    if isinstance(node, ast.Attribute) and node.attr.startswith(INTROSPECTION):
+        return f"attribute {node.attr} is not allowed (no frame or code introspection)"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and "__" in node.value:
+        return "strings containing '__' are not allowed (they name dunder attributes)"
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
+            and node.name.startswith("__") and node.name != "__init__":
+        return f"{node.name}: dunder definitions other than __init__ are not allowed"
+    if isinstance(node, ast.Set | ast.SetComp) or (
+            isinstance(node, ast.Name) and node.id in ("set", "frozenset")):
+        return ("sets are not allowed: a set of strings iterates in a per-process hash order, "
+                "so runs would differ between workers; use a dict (insertion-ordered)")
+    if isinstance(node, ast.AsyncFunctionDef | ast.Await | ast.Yield | ast.YieldFrom):
+        return "generators and coroutines are not allowed in a policy"
+    return ""
+
+
+def top_level_problem(statement: ast.stmt) -> str:
+    """What survives between calls besides the policy object: module and class bodies may only
+    hold imports, definitions, docstrings and constant values."""
+    if isinstance(statement, ast.ClassDef):
+        for item in statement.body:
+            problem = top_level_problem(item)
+            if problem:
+                return problem
+        return ""
+    if isinstance(statement, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.Pass):
+        return ""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return ""  # a docstring
+    if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None \
+            and constant(statement.value):
+        return ""
+    return ("only imports, definitions and constant values (numbers, strings, tuples of them) "
+            "at module or class level: state that outlives a call belongs on the policy object")
+
+
+def constant(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Tuple):
+        return all(constant(e) for e in node.elts)
+    if isinstance(node, ast.UnaryOp):
+        return constant(node.operand)
+    if isinstance(node, ast.BinOp):
+        return constant(node.left) and constant(node.right)
+    return False
+
+
+def guarded_import(name: str, globals_: Any = None, locals_: Any = None,
+                   fromlist: Any = (), level: int = 0) -> types.ModuleType:
+    """The only `__import__` a candidate gets: the allowed modules, nothing else, each seen
+    through `public_view`."""
+    if level or name.split(".")[0] not in ALLOWED_IMPORTS:
+        raise ImportError(f"import {name} is not allowed in a policy")
+    return public_view(builtins.__import__(name, globals_, locals_, fromlist, level))
+
+
+def public_view(module: types.ModuleType) -> types.ModuleType:
+    """A copy of an allowed module without its private names and without the modules it
+    imported (`typing.sys`, `dataclasses.inspect`): only allowed submodules stay, viewed the
+    same way."""
+    view = types.ModuleType(module.__name__)
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, types.ModuleType):
+            if value.__name__.split(".")[0] not in ALLOWED_IMPORTS \
+                    or not value.__name__.startswith(module.__name__ + "."):
+                continue
+            value = public_view(value)
+        setattr(view, name, value)
+    return view
+
+
+def install(code: CodePolicy) -> None:
+    """Compile the (checked) source into a fresh module registered under its `module_name`,
+    so the scenario names it as `module:Class`; builtins are the safe subset. Run only in the
+    contained child process, where the module dies with the process."""
+    check(code)
+    module = types.ModuleType(code.module_name)
+    namespace = module.__dict__
+    namespace["__builtins__"] = {**SAFE_BUILTINS, "__build_class__": builtins.__build_class__,
+                                 "__import__": guarded_import}
+    namespace.update(AXIS_NAMES[code.axis])
+    exec(compile(code.source, f"<candidate {code.id or code.module_name}>", "exec"), namespace)
+    sys.modules[code.module_name] = module
+
+
+def candidate_policy(candidate: Mapping[str, str]) -> PolicyBundle | CodePolicy | None:
+    """Named text components (GEPA's candidate form) -> what a sweep runs: `bundle` is policy
+    bundle YAML, an axis name holds code for that axis. Raises ScenarioError naming the
+    component."""
+    unknown = sorted(set(candidate) - {BUNDLE, *AXES})
+    if unknown:
+        raise ScenarioError(unknown[0], "unknown candidate component",
+                            ", ".join((BUNDLE, *AXES)))
+    bundle = None
+    if BUNDLE in candidate:
+        try:
+            bundle = PolicyBundle.from_dict(load_yaml(candidate[BUNDLE], BUNDLE))
+        except ScenarioError as exc:
+            raise ScenarioError(f"{BUNDLE}: {exc.path}".rstrip(": "), exc.problem,
+                                exc.valid) from None
+    code = [axis for axis in AXES if axis in candidate]
+    if len(code) > 1:
+        raise ScenarioError(code[1], "one code component per candidate",
+                            "a bundle plus at most one axis of code")
+    if code:
+        return CodePolicy(code[0], candidate[code[0]], bundle=bundle)
+    return bundle

@@ -1,0 +1,168 @@
+"""The search commands of the command line (`blis-simpy sweep`, `gepa-evaluate`,
+`openevolve-evaluate`), registered by `cli.py`."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from blis_simpy.config.fitness import parse_weights
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.search.code import BUNDLE, candidate_policy
+from blis_simpy.search.sweep import run_many
+from blis_simpy.search.sweepfile import read_sweep, scenario_path
+from blis_simpy.sim.run import load as load_scenario
+
+
+class SweepProgress:
+    """`sweep: 12/40 runs, 3.1 runs/s, ETA 9 s` on stderr, rewritten in place."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __call__(self, done: int, total: int) -> None:
+        wall = time.perf_counter() - self.started
+        rate = done / wall if wall > 0 else 0.0
+        eta = (total - done) / rate if rate > 0 else 0.0
+        sys.stderr.write(f"\rsweep: {done}/{total} runs, {rate:.1f} runs/s, ETA {eta:.0f} s  ")
+        sys.stderr.flush()
+        if done == total:
+            sys.stderr.write("\n")
+
+
+def sweep(
+    sweep_file: Annotated[Path, typer.Argument(help="sweep YAML: scenarios, policies, seeds")],
+    out: Annotated[Path | None, typer.Option(
+        help="table to write (.csv or .parquet; default: the file's `out`)")] = None,
+    workers: Annotated[int | None, typer.Option(
+        min=1, help="worker processes (default: every core)")] = None,
+    progress: Annotated[bool, typer.Option(
+        "--progress/--quiet", help="progress bar on stderr")] = True,
+) -> None:
+    """Run every scenario x policy x seed of a sweep file on a process pool; write one row
+    per run (ids, seed, every summary metric, fitness)."""
+    try:
+        spec = read_sweep(sweep_file)
+        target = out or spec.out
+        table = run_many(spec.scenarios, spec.policies, spec.seeds, workers=workers,
+                         progress=SweepProgress() if progress else None)
+    except ScenarioError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.suffix == ".parquet":
+            table.to_parquet(target, index=False)
+        else:
+            table.to_csv(target, index=False)
+    except (OSError, ImportError) as exc:
+        typer.echo(f"error: cannot write {target}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    means = table.groupby(["scenario", "policy"], sort=False, as_index=False)["fitness"].mean()
+    for scenario, policy, fitness in means.itertuples(index=False):
+        typer.echo(f"{scenario}  {policy}  mean fitness {fitness:.6g}", err=True)
+    typer.echo(f"wrote {target} ({len(table)} runs)", err=True)
+
+
+def components(policy_config: Path | None, code: list[str] | None) -> dict[str, str]:
+    """The candidate's named text components from the command line's files."""
+    out: dict[str, str] = {}
+    try:
+        if policy_config is not None:
+            out[BUNDLE] = policy_config.read_text(encoding="utf-8")
+        for item in code or []:
+            axis, sep, path = item.partition("=")
+            if not sep:
+                raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
+            out[axis] = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError("", f"cannot read a candidate file: {exc}") from None
+    return out
+
+
+def gepa_evaluate(
+    workload: Annotated[list[Path], typer.Option(
+        help="scenario YAML or library name to evaluate on (repeatable)")],
+    policy_config: Annotated[Path | None, typer.Option(help="policy bundle YAML")] = None,
+    code: Annotated[list[str] | None, typer.Option(
+        help="code policy for one axis: routing=policy.py")] = None,
+    seed: Annotated[list[int] | None, typer.Option(
+        help="seeds (repeatable; default: each scenario's own)")] = None,
+    fitness_weights: Annotated[str | None, typer.Option(
+        help='objective weights, e.g. "mean_ttft:1,throughput:0.5" (default: the '
+        "scenario's fitness section)")] = None,
+) -> None:
+    """Evaluate one candidate as GEPA's adapter does: print its score (mean fitness) and
+    per-run feedback as JSON. A candidate that fails scores 0 with the reason."""
+    try:
+        weights = {} if fitness_weights is None else {
+            "fitness.weights": parse_weights(fitness_weights)}
+        scenarios = {f"{i}:{path}": load_scenario(
+            scenario_path(str(path), Path.cwd(), f"--workload[{i}]"), overrides=weights)
+            for i, path in enumerate(workload)}
+        candidate = components(policy_config, code)
+    except ScenarioError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        policy = candidate_policy(candidate)
+        table = run_many(scenarios, {"candidate": policy}, seed, workers=1)
+        runs = table.to_dict("records")
+    except ScenarioError as exc:
+        runs = [{"scenario": name, "fitness": 0.0, "error": str(exc),
+                 "feedback": f"the candidate scored 0: {exc}"} for name in scenarios]
+    scores = [float(r["fitness"]) for r in runs]
+    typer.echo(json.dumps({
+        "score": sum(scores) / len(scores), "scores": scores,
+        "feedback": [r["feedback"] for r in runs],
+        "runs": [{k: plain(v) for k, v in r.items() if k != "feedback"} for r in runs],
+    }, indent=2))
+
+
+def plain(value: Any) -> Any:
+    """JSON has no NaN: a missing statistic is null."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def openevolve_evaluate(
+    program: Annotated[Path, typer.Argument(help="evolved program: code policy (.py) or "
+                                            "policy bundle (.yaml)")],
+    workload: Annotated[list[Path], typer.Option(
+        help="scenario YAML or library name to evaluate on (repeatable)")],
+    axis: Annotated[str, typer.Option(help="the axis a code policy implements")] = "routing",
+    seed: Annotated[list[int] | None, typer.Option(
+        help="seeds (repeatable; default: each scenario's own)")] = None,
+    stage1: Annotated[bool, typer.Option(
+        "--stage1", help="only the cascade's first stage (first scenario, first seed)")
+    ] = False,
+) -> None:
+    """Evaluate a program as the OpenEvolve evaluator does; print its metrics and artifacts
+    as JSON (needs `pip install blis-simpy[search]`)."""
+    try:
+        from blis_simpy.search.openevolve_evaluator import BlisEvaluator
+    except ImportError as exc:
+        typer.echo(f"error: {exc}; install the search extra: pip install "
+                   "'blis-simpy[search]'", err=True)
+        raise typer.Exit(2) from None
+    try:
+        paths = [scenario_path(str(p), Path.cwd(), f"--workload[{i}]")
+                 for i, p in enumerate(workload)]
+        blis = BlisEvaluator(paths, axis=axis, seeds=seed)
+    except ScenarioError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    result = (blis.evaluate_stage1 if stage1 else blis.evaluate)(str(program))
+    typer.echo(json.dumps({"metrics": result.metrics, "artifacts": result.artifacts},
+                          indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(sweep)
+    app.command("gepa-evaluate")(gepa_evaluate)
+    app.command("openevolve-evaluate")(openevolve_evaluate)

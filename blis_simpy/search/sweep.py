@@ -1,0 +1,248 @@
+"""Sweeps: every (scenario, policy, seed) run on a pool of worker processes, one tidy table.
+
+A policy search calls the simulator thousands of times, so a sweep is the unit of work:
+scenarios are parsed and every candidate is validated once, in the caller, before any run
+starts (a bad candidate fails the sweep at once, naming it); the runs then go to an executor
+whose worker processes stay up for the whole sweep. A run whose user policy fails while
+running becomes a row with the error and fitness 0, so a search goes on past a broken
+candidate.
+
+Common random numbers: a run's workload comes from its scenario and seed alone (the named
+random streams of `blis_simpy.rng`), so the same seed gives every policy the same requests,
+and differences between policies are paired (`compare_policies`).
+
+Rows never depend on the executor or on the number of workers: they are built from each run's
+records only (no wall time) and returned in job order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import PolicyError, ScenarioError
+from blis_simpy.policies.bundle import PolicyBundle
+from blis_simpy.search.code import CodePolicy, CodeRejected, check, install
+from blis_simpy.search.contain import ContainedFailure, Limits, contained
+from blis_simpy.search.feedback import feedback
+from blis_simpy.sim.result import Result
+from blis_simpy.sim.run import load, run
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# None: the scenario's own policies
+Candidate = PolicyBundle | CodePolicy | Mapping[str, Any] | None
+Progress = Callable[[int, int], None]  # (runs done, runs in all)
+ID_COLUMNS = ("scenario", "policy", "seed", "candidate_id", "policy_id", "workload_id",
+              "error", "fitness", "completion")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run, with everything a worker needs: picklable, no file to read."""
+
+    index: int
+    scenario_name: str
+    policy_name: str
+    seed: int
+    scenario: Scenario  # validated, with the candidate's overrides applied
+    candidate_id: str
+    code: CodePolicy | None = None  # run contained, within `limits`
+    limits: Limits = field(default_factory=Limits)
+    rejected: str = ""  # why the static check refused the code: the row is a zero
+
+
+def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
+             | Mapping[str, Scenario | str | Path],
+             policies: Mapping[str, Candidate] | None = None,
+             seeds: Iterable[int] | None = None, *, executor: Executor | None = None,
+             workers: int | None = None, progress: Progress | None = None,
+             limits: Limits | None = None) -> pd.DataFrame:
+    """Run every scenario x policy x seed and return one row per run (`row` says which
+    columns). `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
+    candidate mapping (`{"routing.type": "weighted", "routing.weights.prefix-affinity": 3}`),
+    a `CodePolicy` (source for one axis, run contained within `limits`), or None for the
+    scenario's own policies. `seeds` defaults to each scenario's seed.
+
+    The runs go to `executor` (any `concurrent.futures.Executor`, e.g. a Dask
+    `Client.get_executor()`), else to a process pool of `workers` processes (default: every
+    core); `workers=1` runs them here, one after another."""
+    import pandas as pd
+
+    tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds,
+                 limits or Limits())
+    frame = pd.DataFrame(execute(tasks, executor, workers, progress))
+    counted = [c for c in frame.columns if c.startswith("anomaly.")]
+    frame[counted] = frame[counted].fillna(0).astype(int)  # a kind absent from a run: 0
+    return frame
+
+
+def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
+    """Scenario name -> parsed scenario; paths are read once, here."""
+    if isinstance(scenarios, Scenario | str | Path):
+        scenarios = [scenarios]
+    if isinstance(scenarios, Mapping):
+        pairs = [(str(name), as_scenario(s)) for name, s in scenarios.items()]
+    else:
+        parsed = [as_scenario(s) for s in scenarios]
+        pairs = [(s.name, s) for s in parsed]
+    named = dict(pairs)
+    if len(named) != len(pairs):
+        raise ScenarioError("scenarios", "two scenarios have the same name",
+                            "distinct names, or a mapping name -> scenario")
+    if not named:
+        raise ScenarioError("scenarios", "no scenario to run")
+    return named
+
+
+def as_scenario(scenario: Scenario | str | Path) -> Scenario:
+    return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
+
+
+def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:
+    if isinstance(candidate, PolicyBundle):
+        return candidate
+    try:
+        return PolicyBundle.from_dict(candidate or {})
+    except ScenarioError as exc:
+        raise ScenarioError(f"policies[{name!r}].{exc.path}".rstrip("."), exc.problem,
+                            exc.valid) from None
+
+
+def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
+         seeds: Iterable[int] | None, limits: Limits) -> list[Task]:
+    """Every run, validated: a bad candidate or seed fails here, before any run starts; code
+    the static check refuses becomes zero rows (a search produces such candidates)."""
+    seed_list = None if seeds is None else list(seeds)
+    prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
+    tasks: list[Task] = []
+    for scenario_name, scenario in scenarios.items():
+        for policy_name, (overrides, candidate_id, code, rejected) in prepared.items():
+            try:
+                applied = load(scenario, overrides=overrides)
+            except ScenarioError as exc:
+                raise ScenarioError(f"policies[{policy_name!r}] on {scenario_name}: "
+                                    f"{exc.path}", exc.problem, exc.valid) from None
+            for seed in seed_list if seed_list is not None else [scenario.seed]:
+                if isinstance(seed, bool) or not isinstance(seed, int):
+                    raise ScenarioError("seeds", f"{seed!r} is not an integer")
+                tasks.append(Task(len(tasks), scenario_name, policy_name, seed, applied,
+                                  candidate_id, code, limits, rejected))
+    return tasks
+
+
+def prepare_candidate(name: str, candidate: Candidate
+                      ) -> tuple[dict[str, Any], str, CodePolicy | None, str]:
+    """(scenario overrides, candidate id, code or None, why the code was refused or "")."""
+    if not isinstance(candidate, CodePolicy):
+        bundle = candidate_bundle(name, candidate)
+        return bundle.overrides(), bundle.meta.id or "", None, ""
+    rejected = rejection(candidate)
+    overrides = {} if candidate.bundle is None else candidate.bundle.overrides()
+    if not rejected:
+        overrides[f"policies.{candidate.axis}"] = {"type": candidate.type_name, "params": {}}
+    return overrides, candidate.id, candidate, rejected
+
+
+def rejection(code: CodePolicy) -> str:
+    try:
+        check(code)
+    except CodeRejected as exc:
+        return str(exc)
+    return ""
+
+
+def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
+            progress: Progress | None) -> list[dict[str, Any]]:
+    """Each task's row, in task order, whatever order the workers finish in."""
+    count = workers or os.cpu_count() or 1
+    if executor is None and (count == 1 or len(tasks) == 1):
+        rows = []
+        for task in tasks:
+            rows.append(evaluate(task))
+            if progress is not None:
+                progress(len(rows), len(tasks))
+        return rows
+    own = executor is None
+    pool = ProcessPoolExecutor(max_workers=min(count, len(tasks))) if own else executor
+    assert pool is not None
+    try:
+        futures: dict[Future[dict[str, Any]], int] = {
+            pool.submit(evaluate, task): task.index for task in tasks}
+        done: dict[int, dict[str, Any]] = {}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if progress is not None:
+                progress(len(done), len(tasks))
+    finally:
+        if own:
+            pool.shutdown(cancel_futures=True)
+    return [done[i] for i in range(len(tasks))]
+
+
+def evaluate(task: Task) -> dict[str, Any]:
+    """Run one task (in a worker) and return its row; code runs contained."""
+    if task.code is None:
+        return evaluate_here(task)
+    if task.rejected:
+        return zero_row(task, f"candidate rejected: {task.rejected}")
+    try:
+        return dict(contained(evaluate_code, task, task.limits))
+    except ContainedFailure as exc:
+        return zero_row(task, str(exc))
+
+
+def evaluate_code(task: Task) -> dict[str, Any]:
+    """In the contained child: load the candidate's module, then run."""
+    assert task.code is not None
+    install(task.code)
+    return evaluate_here(task)
+
+
+def evaluate_here(task: Task) -> dict[str, Any]:
+    try:
+        result = run(task.scenario, seed=task.seed)
+    except PolicyError as exc:  # a user policy failed while running: a zero, not a crash
+        return zero_row(task, str(exc))
+    return {**ids(task), **row(result)}
+
+
+def ids(task: Task) -> dict[str, Any]:
+    return {"scenario": task.scenario_name, "policy": task.policy_name, "seed": task.seed,
+            "candidate_id": task.candidate_id}
+
+
+def zero_row(task: Task, error: str) -> dict[str, Any]:
+    """A run that produced no result: fitness 0, and why in `error`."""
+    return {**ids(task), "policy_id": "", "workload_id": "", "error": error, "fitness": 0.0,
+            "completion": 0.0, "feedback": f"the candidate scored 0: {error}"}
+
+
+def row(result: Result) -> dict[str, Any]:
+    """A run's columns after its ids: policy and workload ids, error (empty), fitness,
+    completion, each normalised objective (`objective.<key>`), every scalar of the summary,
+    the RawMetrics scalars the summary lacks, anomaly counts (`anomaly.<kind>`) and the number
+    of warnings, then the feedback text for reflection."""
+    evaluation = result.evaluation
+    assert evaluation is not None
+    out: dict[str, Any] = {"policy_id": evaluation.policy_id,
+                           "workload_id": evaluation.workload_id, "error": "",
+                           "fitness": evaluation.fitness, "completion": evaluation.completion}
+    out.update({f"objective.{k}": v for k, v in evaluation.objectives.items()})
+    summary = {k: v for k, v in result.summary.items() if scalar(v) and k != "instance_id"}
+    out.update(summary)
+    out.update({k: v for k, v in result.metrics.items() if scalar(v) and k not in summary})
+    out.update({f"anomaly.{k}": v for k, v in sorted(result.metrics["anomalies"].items())})
+    out["warnings"] = len(result.warnings)
+    out["feedback"] = feedback(result)
+    return out
+
+
+def scalar(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)

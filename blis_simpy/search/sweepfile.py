@@ -1,0 +1,94 @@
+"""The sweep file of `blis-simpy sweep`: which scenarios, policies and seeds to run.
+
+```yaml
+scenarios: [prefix-heavy, my-scenario.yaml]   # library names, or paths from this file
+set: {cluster.instances: 2}                   # dotted overrides for every scenario
+policies:                                     # name -> candidate, or a bundle file
+  round-robin: {routing.type: round-robin}
+  tuned: tuned-bundle.yaml
+seeds: [1, 2, 3]
+out: sweep.csv                                # the table (.csv or .parquet)
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.schema import load, spec
+from blis_simpy.core.yamlio import load_yaml
+from blis_simpy.policies.bundle import PolicyBundle
+from blis_simpy.sim.run import load as load_scenario
+
+LIBRARY = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSpec:
+    scenarios: list[str] = spec(help="library scenario names or YAML paths", min_len=1)
+    set: dict[str, Any] = spec(factory=dict, help="dotted overrides applied to every scenario")
+    policies: dict[str, Any] = spec(
+        factory=dict, help="name -> candidate (bundle mapping or flat keys) or bundle file; "
+        "default: each scenario's own policies")
+    seeds: list[int] = spec(factory=list, help="seeds; default: each scenario's own seed")
+    out: str = spec("sweep.csv", help="where the table goes (.csv or .parquet)")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep file read and checked: parsed scenarios and bundles, ready for run_many."""
+
+    scenarios: dict[str, Scenario]
+    policies: dict[str, PolicyBundle | None]
+    seeds: list[int] | None
+    out: Path
+
+
+def read_sweep(path: Path) -> Sweep:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError("", f"cannot read {path}: {exc}") from None
+    try:
+        spec_ = load(SweepSpec, load_yaml(text, ""), "")
+        folder = path.parent
+        scenarios = {}
+        for i, name in enumerate(spec_.scenarios):
+            scenario = load_scenario(scenario_path(name, folder, f"scenarios[{i}]"),
+                                     overrides=spec_.set)
+            scenarios[scenario.name] = scenario
+        policies = {name: policy(value, folder, f"policies.{name}")
+                    for name, value in spec_.policies.items()}
+    except ScenarioError as exc:
+        raise exc.in_file(path) from None
+    return Sweep(scenarios, policies or {"scenario": None}, spec_.seeds or None,
+                 folder / spec_.out)
+
+
+def scenario_path(name: str, folder: Path, where: str) -> Path:
+    """A path from the sweep file's folder, else a library scenario's name."""
+    local = folder / name
+    if local.is_file():
+        return local
+    shipped = LIBRARY / f"{name}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ScenarioError(where, f"{name!r} is neither a file next to the sweep file nor a "
+                        "library scenario", ", ".join(sorted(p.stem for p in
+                                                             LIBRARY.glob("*.yaml"))))
+
+
+def policy(value: Any, folder: Path, where: str) -> PolicyBundle | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, str):
+            return PolicyBundle.from_yaml(folder / value)
+        return PolicyBundle.from_dict(value)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}: {exc.path}".rstrip(": "), exc.problem, exc.valid,
+                            exc.file) from None

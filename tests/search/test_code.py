@@ -1,0 +1,224 @@
+"""Code policies: candidate source checked statically, run contained; every hostile candidate
+is a zero with a clear message and the sweep goes on."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blis_simpy.search.code import CodePolicy, CodeRejected, check
+from blis_simpy.search.contain import ContainedFailure, Limits, contained
+from blis_simpy.search.sweep import run_many
+from tests.search.helpers import prefix_scenario
+
+LEAST_LOADED = """
+import math
+
+class Policy(RoutingPolicy):
+    \"\"\"The least effective load; ties to the first.\"\"\"
+
+    def route(self, req, priority, snapshots, state, clock):
+        loads = [s.effective_load for s in snapshots]
+        best = loads.index(min(loads))
+        scores = tuple(1.0 / (1.0 + load) for load in loads)
+        return RoutingDecision(snapshots[best].id, "least load", scores)
+"""
+
+
+def routing(body: str, **kw) -> CodePolicy:
+    """A routing candidate whose route() runs `body` first, then routes to the first
+    instance."""
+    source = "class Policy(RoutingPolicy):\n    def route(self, req, priority, snapshots, " \
+        "state, clock):\n" + textwrap.indent(textwrap.dedent(body), " " * 8) + \
+        "\n        return RoutingDecision(snapshots[0].id, 'first', " \
+        "tuple(1.0 for _ in snapshots))\n"
+    return CodePolicy("routing", source, **kw)
+
+
+HOSTILE = {
+    "infinite-loop": (routing("while True:\n    pass"), "exceeded its CPU-time limit"),
+    "huge-allocation": (routing("block = [0] * (10 ** 10)"), "MemoryError"),
+    "import-os": (routing("import os\nos.listdir('.')"), "import os: no I/O"),
+    "file-write": (routing("open('written.txt', 'w').write('x')"), "open is not allowed"),
+    "exception": (routing("raise ValueError('candidate bug')"),
+                  "raised ValueError: candidate bug"),
+    "wrong-return-type": (CodePolicy("routing", "class Policy(RoutingPolicy):\n"
+                                     "    def route(self, req, priority, snapshots, state, "
+                                     "clock):\n        return 'instance-0'\n"),
+                          "returned 'instance-0'; expected a RoutingDecision"),
+    "random": (routing("import random\nrandom.random()"), "import random: non-deterministic"),
+}
+LIMITS = Limits(cpu_s=1, wall_s=20, memory_mb=256)
+
+
+@pytest.fixture(scope="module")
+def hostile_sweep(tmp_path_factory) -> pd.DataFrame:
+    policies = {name: code for name, (code, _) in HOSTILE.items()}
+    policies["good"] = CodePolicy("routing", LEAST_LOADED, id="good-1")
+    return run_many(prefix_scenario(), policies, [1], workers=2, limits=LIMITS)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_candidate_scores_zero_with_a_clear_message(hostile_sweep, name):
+    row = hostile_sweep[hostile_sweep.policy == name].iloc[0]
+    assert row.fitness == 0.0
+    assert HOSTILE[name][1] in row.error
+
+
+def test_the_sweep_goes_on_past_hostile_candidates(hostile_sweep):
+    good = hostile_sweep[hostile_sweep.policy == "good"].iloc[0]
+    assert good.error == "" and good.fitness > 0 and good.candidate_id == "good-1"
+    assert not Path("written.txt").exists()
+
+
+def test_code_policy_equals_the_template_it_reimplements():
+    table = run_many(prefix_scenario(), {
+        "code": CodePolicy("routing", LEAST_LOADED),
+        "template": {"routing.type": "least-loaded"}}, [3], workers=1)
+    code, template = table.iloc[0], table.iloc[1]
+    assert code.error == ""
+    assert (code.ttft_mean_ms, code.fitness) == (template.ttft_mean_ms, template.fitness)
+
+
+def test_code_policy_rows_are_deterministic_across_workers():
+    policies = {"code": CodePolicy("routing", LEAST_LOADED)}
+    serial = run_many(prefix_scenario(), policies, [1, 2], workers=1)
+    pd.testing.assert_frame_equal(run_many(prefix_scenario(), policies, [1, 2], workers=2),
+                                  serial)
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("class Policy(RoutingPolicy):\n    pass\nx = ().__class__.__bases__[0]\n",
+     "no dunder or private access"),
+    ("seen = []\nclass Policy(RoutingPolicy):\n    pass\n", "constant values"),
+    ("class Policy(RoutingPolicy):\n    calls = []\n", "constant values"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        global n\n",
+     "global/nonlocal"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        return eval('1')\n",
+     "eval is not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        return hash('x')\n",
+     "hash is not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        return getattr(a, 'x')\n",
+     "getattr is not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        return {'a', 'b'}\n",
+     "sets are not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        return set(a)\n",
+     "sets are not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return [f for f in (1,)].gi_frame\n", "no frame or code introspection"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return (i for i in a).gi_frame.f_back.f_globals\n", "introspection"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return vars(a)['__builtins__']\n", "not allowed"),
+    ("X = '__builtins__'\nclass Policy(RoutingPolicy):\n    pass\n", "containing '__'"),
+    ("import operator\nclass Policy(RoutingPolicy):\n    pass\n", "import operator"),
+    ("import collections\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return collections._sys\n", "private access"),
+    ("class Policy(RoutingPolicy:\n", "syntax error"),
+    ("class Other(RoutingPolicy):\n    pass\n", "no class Policy"),
+    ("from blis_simpy.core import errors\n", "import blis_simpy.core"),
+])
+def test_static_check_refuses_escapes(source, message):
+    with pytest.raises(CodeRejected, match=message.replace("(", r"\(")):
+        check(CodePolicy("routing", source))
+
+
+def test_constants_and_allowed_imports_pass():
+    check(CodePolicy("routing", "import math\nfrom collections import deque\nLIMIT = 2 ** 10\n"
+                     "class Policy(RoutingPolicy):\n    WEIGHTS = (1.0, -2.0)\n"
+                     "    def __init__(self, params=None):\n"
+                     "        super().__init__(params)\n        self.seen = deque()\n"))
+
+
+def spin(_: object) -> None:
+    while True:
+        pass
+
+
+def allocate(_: object) -> int:
+    return len(bytearray(1 << 33))
+
+
+def write_file(path: str) -> None:
+    with open(path, "w") as out:
+        out.write("x" * 10)
+
+
+def test_contained_limits_cpu_memory_and_files(tmp_path: Path):
+    """The runtime limits hold even for code the static check never saw."""
+    with pytest.raises(ContainedFailure, match="CPU-time limit"):
+        contained(spin, None, Limits(cpu_s=1, wall_s=20))
+    with pytest.raises(ContainedFailure, match=r"wall-time budget of 0\.5 s"):
+        contained(spin, None, Limits(cpu_s=30, wall_s=0.5))
+    with pytest.raises(ContainedFailure, match="MemoryError"):
+        contained(allocate, None, Limits(memory_mb=64))
+    with pytest.raises(ContainedFailure, match="File too large"):
+        contained(write_file, str(tmp_path / "x.txt"), Limits())
+    assert contained(len, "four", Limits()) == 4
+
+
+ADMIT_SHORT = """
+class Policy(AdmissionPolicy):
+    def decide(self, req, state, clock):
+        if req.input_tokens > 50:
+            return AdmissionDecision("reject", "long prompt")
+        return ADMIT
+"""
+PRIORITY_BY_LENGTH = """
+class Policy(PriorityPolicy):
+    ages = False
+
+    def compute(self, req, state, clock):
+        return -float(req.input_tokens)
+"""
+
+
+def test_code_policies_on_other_axes():
+    table = run_many(prefix_scenario(), {
+        "admission": CodePolicy("admission", ADMIT_SHORT),
+        "priority": CodePolicy("priority", PRIORITY_BY_LENGTH),
+        "none": None}, [1], workers=1)
+    admission, priority, none = (table.iloc[i] for i in range(3))
+    assert admission.error == "" and admission.rejected_requests > 0
+    assert priority.error == "" and priority.fitness > 0
+    assert none.rejected_requests == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([
+    "class Policy(RoutingPolicy):\n", "    def route(self, req, *a):\n", "        x = 1\n",
+    "import math\n", "import os\n", "x = [1]\n", "X = (1, 2)\n", "    pass\n",
+    "        return req.__class__\n", "        while True: pass\n", "def f(): yield 1\n",
+    "lambda: 0\n", "@property\n", "        return {1: 2}\n", "(\n", "'''\n", "\x00"]),
+    max_size=8).map("".join))
+def test_fuzzed_sources_pass_or_are_rejected_never_crash(source):
+    try:
+        check(CodePolicy("routing", source))
+    except CodeRejected as exc:
+        assert str(exc)
+
+
+def test_allowed_modules_are_seen_without_the_modules_they_import():
+    """`typing.sys` would hand a candidate the interpreter: the view drops it."""
+    from blis_simpy.search.code import guarded_import
+
+    typing_view = guarded_import("typing")
+    assert not hasattr(typing_view, "sys") and hasattr(typing_view, "Any")
+    collections_view = guarded_import("collections.abc")
+    assert hasattr(collections_view, "deque") and hasattr(collections_view.abc, "Mapping")
+    with pytest.raises(ImportError, match="not allowed"):
+        guarded_import("os")
+
+
+def test_escape_through_a_module_attribute_scores_zero():
+    escape = CodePolicy("routing", "import typing\n\nclass Policy(RoutingPolicy):\n"
+                        "    def route(self, req, priority, snapshots, state, clock):\n"
+                        "        typing.sys.modules\n"
+                        "        return RoutingDecision(snapshots[0].id, 'x', (1.0, 1.0))\n")
+    row = run_many(prefix_scenario(), {"escape": escape}, [1], workers=1).iloc[0]
+    assert row.fitness == 0 and "has no attribute 'sys'" in row.error

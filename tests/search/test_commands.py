@@ -1,0 +1,97 @@
+"""`blis-simpy sweep`: a sweep file in, the table out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from blis_simpy.cli import app
+from blis_simpy.search.sweep import run_many
+from tests.search.helpers import prefix_scenario
+
+
+def test_sweep_writes_the_same_table_as_run_many(tmp_path: Path):
+    (tmp_path / "prefix.yaml").write_text(yaml.safe_dump(prefix_scenario().to_dict()))
+    (tmp_path / "tuned.yaml").write_text("id: tuned\nrouting: {type: prefix-affinity}\n")
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "scenarios": ["prefix.yaml"], "set": {"engine.kv_blocks": 250},
+        "policies": {"rr": {"routing.type": "round-robin"}, "tuned": "tuned.yaml"},
+        "seeds": [1, 2], "out": "table.csv"}))
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert "sweep: 4/4 runs" in result.output and "wrote" in result.output
+    table = pd.read_csv(tmp_path / "table.csv", keep_default_na=False)
+    expected = run_many(prefix_scenario(engine={"kv_blocks": 250}),
+                        {"rr": {"routing.type": "round-robin"},
+                         "tuned": {"id": "tuned", "routing.type": "prefix-affinity"}},
+                        [1, 2], workers=1)
+    assert list(table.policy) == list(expected.policy)
+    assert list(table.fitness) == list(expected.fitness)
+    assert list(table.candidate_id) == ["", "", "tuned", "tuned"]
+
+
+def test_sweep_with_a_bad_policy_exits_2_naming_it(tmp_path: Path):
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "scenarios": ["quickstart"], "policies": {"bad": {"routing.type": "nope"}}}))
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml")])
+    assert result.exit_code == 2
+    assert "sweep.yaml" in result.output and "policies.bad: routing.type" in result.output
+    assert not (tmp_path / "sweep.csv").exists()
+
+
+def test_gepa_evaluate_prints_score_and_feedback_as_json(tmp_path: Path):
+    import json
+
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(prefix_scenario().to_dict()))
+    (tmp_path / "p.yaml").write_text("id: c1\nrouting: {type: prefix-affinity}\n")
+    (tmp_path / "route.py").write_text("import os\n")
+    runner = CliRunner()
+    args = ["gepa-evaluate", "--workload", str(tmp_path / "w.yaml"), "--seed", "1"]
+    good = runner.invoke(app, [*args, "--policy-config", str(tmp_path / "p.yaml")])
+    assert good.exit_code == 0, good.output
+    report = json.loads(good.stdout)
+    assert report["score"] > 0 and report["runs"][0]["candidate_id"] == "c1"
+    assert "prefix-cache hit rate" in report["feedback"][0]
+    hostile = runner.invoke(app, [*args, "--code", f"routing={tmp_path / 'route.py'}"])
+    assert hostile.exit_code == 0, hostile.output
+    report = json.loads(hostile.stdout)
+    assert report["score"] == 0 and "import os" in report["feedback"][0]
+
+
+def test_openevolve_evaluate_prints_metrics_and_artifacts(tmp_path: Path):
+    import json
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "openevolve"
+    result = CliRunner().invoke(app, [
+        "openevolve-evaluate", str(example / "initial_program.py"), "--workload",
+        str(example / "workload.yaml"), "--seed", "1", "--stage1"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["metrics"]["combined_score"] > 0
+    assert "feedback" in report["artifacts"] and "k4_export" in report["artifacts"]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(
+    st.sampled_from(["scenarios", "set", "policies", "seeds", "out", "bogus"]),
+    st.one_of(st.none(), st.integers(-2, 2), st.text(max_size=4),
+              st.lists(st.one_of(st.integers(), st.text(max_size=4)), max_size=2),
+              st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), st.text(max_size=3)),
+                              max_size=2))))
+def test_fuzzed_sweep_files_fail_with_a_scenario_error(tmp_path: Path, data):
+    """Whatever the sweep file holds, it is read or refused with a ScenarioError."""
+    from blis_simpy.core.errors import ScenarioError
+    from blis_simpy.search.sweepfile import read_sweep
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    try:
+        read_sweep(path)
+    except ScenarioError as exc:
+        assert str(exc)

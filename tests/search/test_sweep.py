@@ -1,0 +1,104 @@
+"""run_many: one row per run, the same rows whatever runs them, paired workloads."""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import pandas as pd
+import pytest
+
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.search.sweep import ID_COLUMNS, run_many
+from blis_simpy.sim.run import run
+from tests.search.helpers import prefix_scenario
+
+POLICIES = {"rr": {"routing.type": "round-robin"},
+            "prefix": {"routing": {"type": "prefix-affinity"}, "id": "cand-1"}}
+SEEDS = [1, 2]
+
+
+@pytest.fixture(scope="module")
+def serial() -> pd.DataFrame:
+    return run_many(prefix_scenario(), POLICIES, SEEDS, workers=1)
+
+
+def test_one_row_per_run_with_ids_metrics_and_fitness(serial):
+    assert len(serial) == 4
+    assert list(serial.columns[:len(ID_COLUMNS)]) == list(ID_COLUMNS)
+    assert list(zip(serial.policy, serial.seed, strict=True)) == [
+        ("rr", 1), ("rr", 2), ("prefix", 1), ("prefix", 2)]
+    assert list(serial.candidate_id) == ["", "", "cand-1", "cand-1"]
+    for column in ("ttft_mean_ms", "cache_hit_rate", "slo_attainment", "objective.mean_ttft",
+                   "preemption_count", "warnings"):
+        assert column in serial.columns
+    assert (serial.error == "").all() and (serial.fitness > 0).all()
+
+
+def test_rows_identical_for_any_executor_and_worker_count(serial):
+    pd.testing.assert_frame_equal(run_many(prefix_scenario(), POLICIES, SEEDS, workers=2),
+                                  serial)
+    with ProcessPoolExecutor(1) as pool:
+        pd.testing.assert_frame_equal(
+            run_many(prefix_scenario(), POLICIES, SEEDS, executor=pool), serial)
+    with ThreadPoolExecutor(3) as pool:
+        pd.testing.assert_frame_equal(
+            run_many(prefix_scenario(), POLICIES, SEEDS, executor=pool), serial)
+
+
+def test_rows_equal_a_plain_run(serial):
+    result = run(prefix_scenario(), seed=2, overrides={"policies.routing.type": "round-robin"})
+    row = serial[(serial.policy == "rr") & (serial.seed == 2)].iloc[0]
+    assert row.fitness == result.evaluation.fitness
+    assert row.ttft_p99_ms == result.summary["ttft_p99_ms"]
+
+
+def test_common_random_numbers_same_workload_for_every_policy():
+    """Policies change where requests go, never which requests arrive."""
+    def workload(routing: str):
+        requests = run(prefix_scenario(), seed=5,
+                       overrides={"policies.routing.type": routing}).requests
+        return requests[["id", "arrival_s", "input_tokens", "output_tokens", "tenant"]]
+
+    pd.testing.assert_frame_equal(workload("round-robin"), workload("prefix-affinity"))
+
+
+def test_progress_counts_every_run():
+    seen: list[tuple[int, int]] = []
+    run_many(prefix_scenario(), {"rr": None}, [1, 2], workers=1,
+             progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 2), (2, 2)]
+
+
+def test_bad_candidate_fails_before_any_run_naming_it():
+    with pytest.raises(ScenarioError, match=r"policies\['broken'\].*routing.*unknown"):
+        run_many(prefix_scenario(), {"broken": {"routing.type": "no-such"}}, [1])
+    with pytest.raises(ScenarioError, match="seeds"):
+        run_many(prefix_scenario(), None, ["one"])
+
+
+def test_policy_failing_mid_run_gives_zero_row_and_the_sweep_goes_on():
+    table = run_many(prefix_scenario(), {
+        "crash": {"routing.type": "tests.search.helpers:Crashing"},
+        "rr": {"routing.type": "round-robin"}}, [1], workers=1)
+    crash, ok = table.iloc[0], table.iloc[1]
+    assert crash.fitness == 0.0 and "scripted failure" in crash.error
+    assert "ZeroDivisionError" in crash.error
+    assert ok.error == "" and ok.fitness > 0
+
+
+def test_dask_local_cluster_sweep_equals_the_serial_rows(serial):
+    """The documented way to use many machines: a Dask client's executor."""
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        table = run_many(prefix_scenario(), POLICIES, SEEDS, executor=client.get_executor())
+    pd.testing.assert_frame_equal(table, serial)
+
+
+def test_run_many_is_part_of_the_package_api():
+    import blis_simpy
+    from blis_simpy.search.paired import compare_policies
+
+    assert blis_simpy.run_many is run_many
+    assert blis_simpy.compare_policies is compare_policies
