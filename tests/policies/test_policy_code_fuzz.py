@@ -166,7 +166,7 @@ def run_with(axis: str, cls: type, instances: int = 1) -> str:
     type_name = install(cls)
     with pytest.raises(PolicyError) as err:
         blis_simpy.run(scenario(**merge(PRESSURE, {
-            "cluster": {"instances": instances, "record_decisions": True},
+            "cluster": {"instances": instances, "trace_level": "decisions"},
             "policies": {axis: {"type": type_name}}})))
     assert err.value.path == f"policies.{axis}"
     return str(err.value)
