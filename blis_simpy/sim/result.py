@@ -97,8 +97,8 @@ class Result:
         return summary_text(self.trace_inputs(), max_tokens, strategy)
 
     def trace_inputs(self) -> TraceInputs:
-        return TraceInputs(self.summary, self.metrics, self.requests, self.anomalies,
-                           self.decisions, self.scenario.to_dict())
+        return TraceInputs.of(self.summary, self.metrics, self.requests, self.anomalies,
+                              self.decisions, self.scenario.to_dict())
 
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2) + "\n"

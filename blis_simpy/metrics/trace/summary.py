@@ -43,10 +43,39 @@ class TraceInputs:
     decisions: pd.DataFrame | None
     scenario: dict[str, Any]
 
+    @classmethod
+    def of(cls, summary: dict[str, Any], metrics: dict[str, Any], requests: pd.DataFrame,
+           anomalies: pd.DataFrame | None, decisions: pd.DataFrame | None,
+           scenario: dict[str, Any]) -> TraceInputs:
+        """The inputs with every text column as text ("" where empty), however the tables
+        were read (a CSV reader turns "True" into a bool and "" into NaN)."""
+        return cls(summary, metrics, as_text(requests, "requests"),
+                   None if anomalies is None else as_text(anomalies, "anomalies"),
+                   None if decisions is None else as_text(decisions, "decisions"), scenario)
+
     @property
     def routing(self) -> pd.DataFrame | None:
         d = self.decisions
         return None if d is None else d[d.stage == "routing"]
+
+
+TEXT_COLUMNS = {
+    "requests": ("id", "instance", "tenant", "slo_class", "final_state"),
+    "anomalies": ("type", "instance", "requests", "detail"),
+    "decisions": ("request", "stage", "outcome", "instance", "reason", "tenant", "slo_class",
+                  "prefix_hash", "filtered", "top_candidates", "scores", "seen",
+                  "expected_cache_hit", "best_alternative", "cache_hit", "cache_tier",
+                  "final_state"),
+}
+
+
+def as_text(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    frame = frame.copy()
+    for name in TEXT_COLUMNS[table]:
+        if name in frame:
+            frame[name] = [v if isinstance(v, str) else "" if v is None or v != v else str(v)
+                           for v in frame[name]]
+    return frame
 
 
 @dataclass(frozen=True)
