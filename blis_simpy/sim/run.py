@@ -89,7 +89,8 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     if "jsonl" in formats:
         trace_files["decisions.jsonl"] = "" if decisions is None else decisions.jsonl()
     if "perfetto" in formats:
-        trace_files["trace.json"] = perfetto_json(requests, steps, anomaly_rows, decision_table)
+        trace_files["trace.json"] = perfetto_json([i.id for i in records.instances], requests,
+                                                   steps, anomaly_rows, decision_table)
     return Result(
         scenario=scenario,
         summary=stats,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,11 +27,10 @@ def us(seconds: float) -> int:
     return round(seconds * US_PER_S)
 
 
-def perfetto_json(requests: Table, steps: Table, anomalies: Table,
+def perfetto_json(instances: Sequence[str], requests: Table, steps: Table, anomalies: Table,
                   decisions: Table | None) -> str:
-    """The trace-event JSON text of a finished run's tables."""
-    instances = sorted(set(steps["instance"]) | {i for i in requests["instance"] if i},
-                       key=instance_order)
+    """The trace-event JSON text of a finished run's tables; `instances` in fleet order (one
+    track each, idle ones included)."""
     pid = {name: n + 1 for n, name in enumerate(instances)}
     events: list[dict[str, Any]] = [meta("process_name", GATEWAY_PID, 0, {"name": "gateway"}),
                                     meta("thread_name", GATEWAY_PID, 1, {"name": "routing"}),
@@ -47,12 +47,6 @@ def perfetto_json(requests: Table, steps: Table, anomalies: Table,
     events += anomaly_events(anomalies, pid)
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"},
                       separators=(",", ":"), allow_nan=False) + "\n"
-
-
-def instance_order(name: str) -> tuple[int, str]:
-    """instance_2 before instance_10."""
-    head, _, tail = name.rpartition("_")
-    return (int(tail), head) if tail.isdigit() else (-1, name)
 
 
 def meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
