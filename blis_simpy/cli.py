@@ -174,10 +174,21 @@ def run(
     policy_config: Annotated[Path | None, typer.Option(
         help="policy bundle YAML (every axis; README: Policy search); --set still wins")
     ] = None,
+    trace_level: Annotated[str | None, typer.Option(
+        help="none, decisions or full (cluster.trace_level): what the decision trace "
+        "records")] = None,
+    trace_format: Annotated[list[str] | None, typer.Option(
+        help="extra trace file: jsonl (decisions.jsonl) or perfetto (trace.json); "
+        "repeatable (outputs.trace_formats)")] = None,
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
+    overrides = list(set_ or [])
+    if trace_level is not None:
+        overrides.append(f"cluster.trace_level={trace_level}")
+    if trace_format:
+        overrides.append(f"outputs.trace_formats=[{', '.join(trace_format)}]")
     try:
-        sim = prepared(scenario, seed, set_, fitness_weights, policy_config)
+        sim = prepared(scenario, seed, overrides, fitness_weights, policy_config)
         resolved = sim.scenario
         target = out or Path(resolved.outputs.dir or Path("out") / resolved.name)
         folder = OutputFolder(target, resolved.outputs.tables, force,
@@ -354,6 +365,34 @@ def report(
         raise fail(exc) from None
     for path in written:
         typer.echo(str(path))
+
+
+@app.command()
+def summarize(
+    run_dir: Annotated[Path, typer.Argument(help="a run's output folder (run --out)")],
+    max_tokens: Annotated[int, typer.Option(
+        help="size bound, in tokens of about 4 characters")] = 1000,
+    strategy: Annotated[str, typer.Option(
+        help="issue_focused, decision_audit, counterfactual or pattern_mining")
+    ] = "issue_focused",
+) -> None:
+    """Print a finished run's trace summary (Markdown): outcome against the SLO targets, key
+    issues, counterfactuals, worst decisions, suggested focus. Decision sections need a run
+    with --trace-level decisions."""
+    from blis_simpy.metrics.trace.summary import MIN_TOKENS, STRATEGIES
+    from blis_simpy.report.trace_summary import summarize as summary_of
+
+    if strategy not in STRATEGIES:
+        raise fail(ScenarioError("--strategy", f"unknown strategy {strategy!r}",
+                                 ", ".join(STRATEGIES)))
+    if max_tokens < MIN_TOKENS:
+        raise fail(ScenarioError("--max-tokens", f"got {max_tokens}",
+                                 f"an integer >= {MIN_TOKENS}"))
+    try:
+        text = summary_of(run_dir, max_tokens, strategy)
+    except ScenarioError as exc:
+        raise fail(exc) from None
+    typer.echo(text, nl=False)
 
 
 @app.command()

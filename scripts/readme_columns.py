@@ -20,14 +20,15 @@ TABLES = {
     "steps": "one row per engine step",
     "instances": "each instance's queue depth, batch size and KV use at every step",
     "anomalies": "one row per anomaly",
-    "decisions": "with `cluster.record_decisions`: every admission and routing decision",
+    "decisions": "with `cluster.trace_level` decisions or full: every admission, priority "
+                 "and routing decision",
 }
 
 
 def block() -> str:
     """The markdown rows, one per table, from a small two-instance run that fills them all."""
     scenario = Scenario.from_yaml(ROOT / "scenarios" / "quickstart.yaml", [
-        "cluster.instances=2", "cluster.record_decisions=true", "workload.num_requests=20"])
+        "cluster.instances=2", "cluster.trace_level=decisions", "workload.num_requests=20"])
     result = blis_simpy.run(scenario)
     rows = [START, "| table | columns |", "|---|---|"]
     for name, what in TABLES.items():

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -542,3 +543,50 @@ def test_scenarios_lists_the_shipped_library_from_any_folder(tmp_path, monkeypat
     assert result.exit_code == 0, result.output
     names = [line.split()[0] for line in result.stdout.splitlines()]
     assert "quickstart" in names and "trace-mooncake" in names
+
+
+# --- traces -------------------------------------------------------------------------------------
+
+
+def test_run_trace_level_and_formats_write_the_trace_files(tmp_path):
+    out = tmp_path / "out"
+    result = cli("run", write_scenario(tmp_path, cluster={"instances": 2}), "--out", out,
+                 "--quiet", "--trace-level", "decisions", "--trace-format", "jsonl",
+                 "--trace-format", "perfetto")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in out.iterdir()} == NATIVE_FILES | {"decisions.csv",
+                                                              "decisions.jsonl", "trace.json"}
+    saved = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert saved["cluster"]["trace_level"] == "decisions"
+    assert saved["outputs"]["trace_formats"] == ["jsonl", "perfetto"]
+
+
+def test_run_bad_trace_level_exits_2_naming_the_field(tmp_path):
+    result = cli("run", write_scenario(tmp_path), "--out", tmp_path / "o", "--trace-level",
+                 "verbose")
+    assert_clean_usage_error(result, "cluster.trace_level", "'none' | 'decisions' | 'full'")
+    assert not (tmp_path / "o").exists()
+
+
+def test_summarize_prints_the_runs_summary_text(tmp_path):
+    out = tmp_path / "out"
+    cli("run", write_scenario(tmp_path, cluster={"instances": 2}), "--out", out, "--quiet",
+        "--trace-level", "decisions")
+    result = cli("summarize", out, "--strategy", "counterfactual", "--max-tokens", "300")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("## Outcome\n")
+    assert "## Counterfactual Analysis" in result.stdout and len(result.stdout) <= 1200
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--strategy", "vibes"], "--strategy"),
+    (["--max-tokens", "5"], "--max-tokens"),
+])
+def test_summarize_bad_options_exit_2(tmp_path, args, needle):
+    out = tmp_path / "out"
+    cli("run", write_scenario(tmp_path), "--out", out, "--quiet")
+    assert_clean_usage_error(cli("summarize", out, *args), needle)
+
+
+def test_summarize_a_folder_that_is_not_a_run_exits_2(tmp_path):
+    assert_clean_usage_error(cli("summarize", tmp_path), "no summary.json")

@@ -7,8 +7,10 @@ requests over through Stores: they hold no capacity and never wait for anything 
 Store between them would add an event per request and per stage and nothing else. The hand-over
 that does involve waiting, into an instance, goes through the instance's inbox Store.
 
-The gateway owns the router state and the per-instance pending and in-flight counters (keyed by
-instance id) that snapshots report, and writes admission and routing decisions to the recorder.
+The gateway owns the router state (with the shadow KV model, updated after every routing
+decision when anything reads it) and the per-instance pending and in-flight counters (keyed by
+instance id) that snapshots report, and writes admission, priority and routing decisions to the
+recorder when decisions are traced.
 
 Client timeouts: a request whose client has a timeout gets one more event, at its deadline; a
 request still unfinished then is abandoned wherever it is (in a gateway stage, inside an
@@ -30,6 +32,7 @@ from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
 from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import Lifecycle
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityPolicy
@@ -60,6 +63,8 @@ class Gateway:
         self.decisions = recorder.decisions
         self.block_size = block_size
         self.state = RouterState()
+        if routing.reads_shadow_kv or self.decisions is not None:
+            self.state.shadow_kv = ShadowKV(config.shadow_kv_capacity)
         self.pending: dict[str, int] = {}  # routed, not yet in the instance's wait queue
         self.in_flight: dict[str, int] = {}  # routed, not yet finished
         self.snapshots = SnapshotProvider(config.observability, self.pending, self.in_flight)
@@ -95,11 +100,16 @@ class Gateway:
             self.events.append((now, "admission", req.name, decision.action))
         if self.decisions is not None:
             self.decisions.append(Decision(now, req.name, "admission", decision.action, "",
-                                           decision.reason, ()))
+                                           decision.reason, tenant=req.tenant_id,
+                                           slo_class=req.slo_class))
         if decision.action == "admit":
             self.state.on_admit(req.tenant_id)
             req.admitted_at = now
             req.priority = self.priority.compute(req.view, self.state, now)
+            if self.decisions is not None:
+                self.decisions.append(Decision(now, req.name, "priority", "score", "",
+                                               self.priority.name, priority=req.priority,
+                                               tenant=req.tenant_id, slo_class=req.slo_class))
             StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
         elif decision.action == "delay":
             if decision.delay_us <= 0:
@@ -133,22 +143,40 @@ class Gateway:
         if self.events is not None:
             self.events.append((now, "routing", req.name, target.id))
         if self.decisions is not None:
-            self.decisions.append(Decision(now, req.name, "routing", "route", target.id,
-                                           decision.reason, self._candidates(decision)))
+            self.decisions.append(self._routing_record(req, decision, snapshots, now))
+        if state.shadow_kv is not None:
+            state.shadow_kv.routed(target.id, req.view.prefix_hashes)
         self.pending[target.id] = self.pending.get(target.id, 0) + 1
         self.in_flight[target.id] = self.in_flight.get(target.id, 0) + 1
         req.routed_at = now
         target.accept(req)
 
-    def _candidates(self, decision: RoutingDecision) -> tuple[Candidate, ...]:
-        """The top-k instances by score (ties: fleet order), each with its scorer breakdown."""
+    def _routing_record(self, req: Request, decision: RoutingDecision, snapshots: Snapshots,
+                        now: int) -> Decision:
+        """The decision with its context: every routable instance as a candidate (best score
+        first, ties in fleet order) with its scorer shares, the snapshot the policy read of it,
+        its estimated wait and the prompt tokens the shadow KV expects cached there. Reading
+        nothing the policy did not read keeps the run the same at every trace level."""
+        shadow = self.state.shadow_kv
+        assert shadow is not None  # kept whenever decisions are recorded
+        view, block = req.view, self.block_size
         scores, breakdown = decision.scores, decision.breakdown or {}
-        ids = self.fleet.routable_ids
+        routable = self.fleet.routable
         ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-        return tuple(
-            Candidate(ids[i], scores[i], tuple((name, shares[i]) for name, shares in
-                                               breakdown.items()))
-            for i in ranked[: self.config.top_k])
+        candidates = tuple(
+            Candidate(routable[i].id, scores[i],
+                      tuple((name, shares[i]) for name, shares in breakdown.items()),
+                      snapshots.taken.get(i), routable[i].estimated_wait_ms(),
+                      min(view.input_tokens,
+                          shadow.expected_hit(routable[i].id, view.prefix_hashes) * block))
+            for i in ranked)
+        ids = set(self.fleet.routable_ids)
+        filtered = tuple(i.id for i in self.fleet if i.id not in ids) + tuple(decision.filtered)
+        return Decision(now, req.name, "routing", "route", decision.target, decision.reason,
+                        candidates, req.priority, req.tenant_id, req.slo_class,
+                        view.input_tokens,
+                        f"{view.prefix_hashes[0]:016x}"
+                        if view.prefix_hashes else "", filtered)
 
     def _give_up(self, event: simpy.Event) -> None:
         """The request's client timeout has passed: abandon it unless it has ended. A request

@@ -317,7 +317,7 @@ def cluster_section(args: Args) -> dict[str, Any]:
         "observability": {"kv_utilization": kv_group(), "cache_hit_rate": kv_group()},
     }
     if args["trace-level"] == "decisions":
-        section["record_decisions"] = True
+        section["trace_level"] = "decisions"
     if args["counterfactual-k"] > 0:
         section["top_k"] = args["counterfactual-k"]
     return section

@@ -144,7 +144,7 @@ FLAGS: dict[str, Flag] = {
     "scheduler": Flag(STR, "fcfs", "policies.scheduler"),
     "policy-config": Flag(STR, "", None),
     "snapshot-refresh-interval": Flag(INT, 0, "cluster.observability"),
-    "trace-level": Flag(STR, "none", "cluster.record_decisions"),
+    "trace-level": Flag(STR, "none", "cluster.trace_level"),
     "counterfactual-k": Flag(INT, 0, "cluster.top_k"),
     "summarize-trace": Flag(BOOL, False, None),
 }

@@ -150,8 +150,14 @@ class ClusterConfig:
     observability: ObservabilityConfig = spec(
         factory=ObservabilityConfig, help="snapshot freshness per field"
     )
-    record_decisions: bool = spec(False, help="keep every admission/routing decision (table)")
-    top_k: int = spec(3, help="candidates kept per routing decision when recording", ge=1)
+    trace_level: Literal["none", "decisions", "full"] = spec(
+        "none", help="none: no trace (costs nothing); decisions: every admission, priority and "
+        "routing decision with its context (the decisions table); full: also the ordered "
+        "lifecycle event log")
+    top_k: int = spec(3, help="candidates listed per routing decision in the trace", ge=1)
+    shadow_kv_capacity: int = spec(
+        10_000, help="the router's shadow KV model: prompt block hashes remembered per instance "
+        "(its LRU eviction estimate)", ge=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +223,9 @@ class OutputsConfig:
     tables: Literal["auto", "csv", "parquet"] = spec(
         "auto", help="table format; auto = parquet when pyarrow is installed, else csv"
     )
+    trace_formats: list[Literal["jsonl", "perfetto"]] = spec(
+        factory=list, help="extra trace files: jsonl (decisions.jsonl, one decision a line), "
+        "perfetto (trace.json, Chrome trace events for ui.perfetto.dev)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +265,10 @@ class Scenario:
                 join(path, "workload.arrival"), "compat: blis replays the reference's "
                 "constant spacing", "constant",
             )
+        if "jsonl" in self.outputs.trace_formats and self.cluster.trace_level == "none":
+            raise ScenarioError(join(path, "outputs.trace_formats"), "jsonl writes the decision "
+                                "trace, which cluster.trace_level none does not record",
+                                "cluster.trace_level: decisions or full, or no jsonl")
         if self.compat == "blis" and ClientTimeouts.of(self.workload):
             raise ScenarioError(join(path, "workload.timeout_s"), "client timeouts are not in "
                                 "the reference BLIS; compat: blis cannot reproduce them",

@@ -12,9 +12,10 @@ Channels:
 * steps: one row per engine step and instance (`STEP_FIELDS`);
 * preemptions and rejections: (time, instance id, request id) per occurrence;
 * anomalies detected while running (`Anomaly`: an instant or an episode);
-* decisions (optional): one row per admission or routing decision, with its candidates;
-* events (optional): (time, kind, subject, where) in the order they happened, for tracing and
-  for tests that check same-time ordering.
+* decisions (optional, trace level `decisions` or `full`): one row per admission, priority and
+  routing decision, routing rows with every candidate;
+* events (optional, trace level `full`): (time, kind, subject, where) in the order they
+  happened, for tracing and for tests that check same-time ordering.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from blis_simpy.core.request import Request, State
-from blis_simpy.core.snapshot import Role
+from blis_simpy.core.snapshot import InstanceSnapshot, Role
 
 # Anomaly types recorded while running or judged from the records at the end (seed D.8).
 ANOMALY_TYPES = (
@@ -36,6 +37,7 @@ ANOMALY_TYPES = (
     "slo_violation",
     "preemption_storm",
     "rejection_burst",
+    "shadow_divergence",  # the shadow KV expected a prefix hit and there was none, or vice versa
 )
 
 STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",
@@ -54,27 +56,42 @@ class Anomaly:
     requests: tuple[str, ...]
     detail: str
     end: int  # µs, when it ended; `time` for an instant
+    severity: float = 0.0  # 0 (negligible) to 1 (worst): per type, metrics/trace/severity.py
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One instance considered by a routing decision: its score and, for composite policies,
-    the weighted contribution of each scorer."""
+    """One instance considered by a routing decision: its score, for composite policies the
+    weighted contribution of each scorer, the snapshot the policy read of it (None when it read
+    none), and two router-side estimates the counterfactual analysis uses: the instance's
+    estimated wait and the prompt tokens the shadow KV expected cached there."""
 
     instance: str
     score: float
     breakdown: tuple[tuple[str, float], ...] = ()
+    seen: InstanceSnapshot | None = None
+    wait_ms: float = 0.0
+    expected_hit_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """One policy call at the gateway. Routing rows carry the request's context and every
+    routable instance as a candidate (best score first; ties in fleet order)."""
+
     time: int
     request: str
-    stage: str  # admission | routing
-    outcome: str  # admit | reject | delay | route
+    stage: str  # admission | priority | routing
+    outcome: str  # admit | reject | delay (admission); score (priority); route (routing)
     instance: str
     reason: str
-    candidates: tuple[Candidate, ...]  # routing: the top-k by score, best first
+    candidates: tuple[Candidate, ...] = ()
+    priority: float = 0.0  # the priority stage's value; routing: the priority routed with
+    tenant: str = ""
+    slo_class: str = ""
+    input_tokens: int = 0
+    prefix_hash: str = ""  # hex hash of the prompt's first KV block ("" under one block)
+    filtered: tuple[str, ...] = ()  # instances ruled out: not routable, or by the policy
 
 
 class InstanceLog:
@@ -117,7 +134,8 @@ class Recorder:
 
     def anomaly(self, kind: str, time: int, instance: str, requests: Sequence[str],
                 detail: str = "", end: int | None = None) -> None:
-        """An anomaly at `time`, or an episode from `time` to `end`."""
+        """An anomaly at `time`, or an episode from `time` to `end` (its severity is judged
+        from the records when the run ends)."""
         if kind not in ANOMALY_TYPES:
             raise ValueError(f"unknown anomaly type {kind!r}; valid: {', '.join(ANOMALY_TYPES)}")
         self.anomalies.append(Anomaly(kind, time, instance, tuple(requests), detail,

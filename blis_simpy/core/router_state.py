@@ -1,9 +1,9 @@
 """The gateway's own bookkeeping, which admission, priority and routing policies may read.
 
 Per tenant: requests seen, requests active (admitted, not yet finished or rejected) and the
-recent arrival rate; globally: in-flight requests, the recent request rate and the ids of the
-routable instances (fleet order). Accessors return ordered sequences, never a dict's iteration
-order (determinism, seed L.2).
+recent arrival rate; globally: in-flight requests, the recent request rate, the ids of the
+routable instances (fleet order) and the shadow KV model (`core/shadow_kv.py`). Accessors
+return ordered sequences, never a dict's iteration order (determinism, seed L.2).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.units import US_PER_S
 
 RATE_WINDOW_US = US_PER_S  # recent rates are counted over the last second
@@ -45,6 +46,9 @@ class RouterState:
         self.arrivals: deque[int] = deque()
         self.clock = 0
         self.instances: tuple[str, ...] = ()  # routable instance ids, in fleet order
+        # the router's predicted prefix placement; kept when the routing policy reads it or
+        # decisions are traced (None otherwise)
+        self.shadow_kv: ShadowKV | None = None
 
     def instance_ids(self) -> tuple[str, ...]:
         """The routable instances' ids, in fleet order (routing ties go to the first)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from blis_simpy.config.scenario import EvaluationConfig
 from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.records import Anomaly, Records
@@ -38,6 +40,16 @@ def bursts(events: Sequence[tuple[int, str, str]], count: int, window_us: int
     return found
 
 
+def overshoot(values: tuple[float, float, float], target: SLOTargets) -> float:
+    """The worst relative overshoot of a missed target, capped at 1 (the severity)."""
+    worst = 0.0
+    for field, value in zip(("ttft_ms", "tpot_ms", "e2e_ms"), values, strict=True):
+        goal = getattr(target, field)
+        if goal is not None and value > goal:
+            worst = max(worst, (value - goal) / goal if goal > 0 else 1.0)
+    return min(1.0, worst)
+
+
 def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
            config: EvaluationConfig) -> list[Anomaly]:
     """The anomalies judged from the run's records: SLO violations, preemption storms and
@@ -47,11 +59,13 @@ def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
     completion, states = requests.array("completion_s"), requests["final_state"]
     for i, target in enumerate(targets):
         if target is not None and states[i] == "completed":
-            missed = violated((ttft[i], tpot[i], e2e[i]), target)
+            values = (ttft[i], tpot[i], e2e[i])
+            missed = violated(values, target)
             if missed:
                 at = round(float(completion[i]) * US_PER_S)
                 found.append(Anomaly("slo_violation", at, str(requests["instance"][i]),
-                                     (str(requests["id"][i]),), "; ".join(missed), at))
+                                     (str(requests["id"][i]),), "; ".join(missed), at,
+                                     overshoot(values, target)))
     by_instance: dict[str, list[tuple[int, str, str]]] = {}
     for event in records.preemptions:
         by_instance.setdefault(event[1], []).append(event)
@@ -80,6 +94,7 @@ def anomaly_table(anomalies: Sequence[Anomaly]) -> Table:
         "instance": [a.instance for a in records],
         "requests": [";".join(a.requests) for a in records],
         "detail": [a.detail for a in records],
+        "severity": np.array([a.severity for a in records], dtype=float),
     })
 
 

@@ -16,6 +16,9 @@ from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.metrics.fitness import EvaluationResult, objectives, score
 from blis_simpy.metrics.raw import raw_metrics
+from blis_simpy.metrics.trace.decisions import outcomes
+from blis_simpy.metrics.trace.severity import with_severity
+from blis_simpy.metrics.trace.shadow import accuracy, compared, divergences
 
 
 def has_targets(target: SLOTargets | None) -> bool:
@@ -37,13 +40,20 @@ def request_targets(scenario: Scenario, requests: Table) -> list[SLOTargets | No
 def evaluate(records: Records, scenario: Scenario, requests: Table,
              summary: dict[str, Any], conventions: Conventions, wall_s: float
              ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
-    """RawMetrics, the evaluation, and every anomaly (recorded while running and judged now)."""
+    """RawMetrics, the evaluation, and every anomaly (recorded while running and judged now,
+    each with its severity). A traced run adds the shadow KV's divergences and accuracy."""
     targets = request_targets(scenario, requests)
     anomalies = [*records.anomalies, *judged(records, requests, targets, scenario.evaluation)]
+    if records.decisions is not None:
+        shadow = compared(records.decisions, outcomes(requests))
+        anomalies += divergences(shadow)
+    anomalies = with_severity(anomalies, scenario.evaluation)
     seconds = records.ended_at / US_PER_S
     metrics = raw_metrics(requests, targets, records.instances, seconds,
                           conventions.hit_rate(records.instances))
     metrics["anomalies"] = counts(anomalies)
+    if records.decisions is not None:
+        metrics["shadow_kv"] = accuracy(shadow)
     weights = scenario.fitness.weights
     values = objectives(metrics, weights)
     completion = metrics["completion_rate"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from blis_simpy.core.records import Decision, InstanceRecord, Records, RequestColumns
+from blis_simpy.core.records import InstanceRecord, Records, RequestColumns
 from blis_simpy.core.request import RejectCode, State
 from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.metrics.columns import Table
@@ -170,31 +170,6 @@ def instance_series(records: Records) -> Table:
         "batch_size": each_step(insts, lambda i: i.batch_size)[order],
         "kv_utilization": each_step(insts, lambda i: i.kv_used / (i.kv_total or 1))[order],
         "busy_s": each_step(insts, lambda i: i.duration / US_PER_S)[order],
-    })
-
-
-def candidates_text(decision: Decision) -> str:
-    """`instance=score` per candidate, best first; a composite score's scorer shares follow
-    in brackets."""
-    parts = []
-    for c in decision.candidates:
-        text = f"{c.instance}={c.score:.6g}"
-        if c.breakdown:
-            text += "(" + ",".join(f"{name}={share:.6g}" for name, share in c.breakdown) + ")"
-        parts.append(text)
-    return ";".join(parts)
-
-
-def decision_table(decisions: Sequence[Decision]) -> Table:
-    """Every admission and routing decision, when `cluster.record_decisions` is on."""
-    return Table({
-        "time_s": [d.time / US_PER_S for d in decisions],
-        "request": [d.request for d in decisions],
-        "stage": [d.stage for d in decisions],
-        "outcome": [d.outcome for d in decisions],
-        "instance": [d.instance for d in decisions],
-        "reason": [d.reason for d in decisions],
-        "top_candidates": [candidates_text(d) for d in decisions],
     })
 
 

@@ -107,6 +107,7 @@ class GuardedRouting(RoutingPolicy):
     def __init__(self, inner: RoutingPolicy, caller: Caller) -> None:
         super().__init__(inner.params)
         self.inner, self.caller, self.name = inner, caller, inner.name
+        self.reads_shadow_kv = inner.reads_shadow_kv
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
@@ -125,6 +126,9 @@ class GuardedRouting(RoutingPolicy):
                 for k, v in breakdown.items())):
             raise self.caller.bad("route", req.id, out, f"breakdown: None, or scorer name -> "
                                   f"{len(snapshots)} finite numbers, one per snapshot")
+        if not (isinstance(out.filtered, tuple) and all(i in routable for i in out.filtered)):
+            raise self.caller.bad("route", req.id, out, "filtered: a tuple of routable "
+                                  "instance ids")
         return out
 
 

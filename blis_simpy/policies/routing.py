@@ -10,7 +10,6 @@ always-busiest (pathological).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.schema import spec
+from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.registry import Registry
 
@@ -28,12 +28,15 @@ class RoutingDecision:
     reason: str
     scores: tuple[float, ...]  # one per snapshot, in the order given; higher = better
     breakdown: Mapping[str, tuple[float, ...]] | None = None  # scorer -> weighted share each
+    filtered: tuple[str, ...] = ()  # routable instances the policy ruled out before scoring
 
 
 class RoutingPolicy:
-    """Choose an instance; may keep state (e.g. what it has routed where)."""
+    """Choose an instance; may keep state. A policy that reads `state.shadow_kv` (the router's
+    predicted prefix placement) sets `reads_shadow_kv`, so the gateway keeps that model."""
 
     name = "custom"
+    reads_shadow_kv = False
 
     def __init__(self, params: object = None) -> None:
         self.params = params
@@ -99,43 +102,10 @@ class AlwaysBusiest(RoutingPolicy):
                                scores)
 
 
-class PrefixIndex:
-    """What the router has sent where: per instance id, an LRU set of prompt block hashes (the
-    engine's block size). It models routing history, not the instances' actual caches."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.sets: dict[str, OrderedDict[int, None]] = {}
-
-    def match(self, instance: str, hashes: Sequence[int]) -> int:
-        """How many leading blocks of the prompt were routed to `instance`."""
-        seen = self.sets.get(instance)
-        if seen is None:
-            return 0
-        count = 0
-        for h in hashes:
-            if h not in seen:
-                break
-            count += 1
-        return count
-
-    def record(self, instance: str, hashes: Sequence[int]) -> None:
-        seen = self.sets.get(instance)
-        if seen is None:
-            seen = self.sets[instance] = OrderedDict()
-        for h in hashes:
-            if h in seen:
-                seen.move_to_end(h)
-            else:
-                seen[h] = None
-                if len(seen) > self.capacity:
-                    seen.popitem(last=False)
+Scorer = Callable[[RequestView, Sequence[InstanceSnapshot], ShadowKV], list[float]]
 
 
-Scorer = Callable[[RequestView, Sequence[InstanceSnapshot], "PrefixIndex"], list[float]]
-
-
-def queue_depth_scores(req, snaps, index) -> list[float]:
+def queue_depth_scores(req, snaps, shadow) -> list[float]:
     loads = [s.effective_load for s in snaps]
     low, high = min(loads), max(loads)
     if high == low:
@@ -143,19 +113,19 @@ def queue_depth_scores(req, snaps, index) -> list[float]:
     return [(high - load) / (high - low) for load in loads]
 
 
-def kv_utilization_scores(req, snaps, index) -> list[float]:
+def kv_utilization_scores(req, snaps, shadow) -> list[float]:
     return [1.0 - s.kv_utilization for s in snaps]
 
 
-def load_balance_scores(req, snaps, index) -> list[float]:
+def load_balance_scores(req, snaps, shadow) -> list[float]:
     return [1.0 / (1.0 + s.effective_load) for s in snaps]
 
 
-def prefix_affinity_scores(req, snaps, index) -> list[float]:
+def prefix_affinity_scores(req, snaps, shadow) -> list[float]:
     total = len(req.prefix_hashes)
     if total == 0:
         return [0.0] * len(snaps)
-    return [index.match(s.id, req.prefix_hashes) / total for s in snaps]
+    return [shadow.expected_hit(s.id, req.prefix_hashes) / total for s in snaps]
 
 
 SCORERS: dict[str, Scorer] = {
@@ -172,7 +142,6 @@ class WeightedParams:
         factory=lambda: {"prefix-affinity": 3.0, "queue-depth": 2.0, "kv-utilization": 2.0},
         help="scorer name -> weight (normalised to sum 1)",
     )
-    prefix_index_capacity: int = spec(10_000, help="block hashes remembered per instance", ge=1)
 
     def validate(self, path: str) -> None:
         if not self.scorers:
@@ -198,54 +167,46 @@ class Weighted(RoutingPolicy):
 
     Params = WeightedParams
     params: WeightedParams
+    reads_shadow_kv = True
 
     def __init__(self, params: WeightedParams) -> None:
         super().__init__(params)
         total = sum(params.scorers.values())
         self.scorers = [(n, SCORERS[n], w / total) for n, w in params.scorers.items()]
-        self.index = PrefixIndex(params.prefix_index_capacity)
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         composite = [0.0] * len(snapshots)
         breakdown = {}
+        shadow = state.shadow_kv
+        assert shadow is not None  # kept by the gateway: this policy reads it
         for name, scorer, weight in self.scorers:
-            shares = tuple(weight * clamp01(score)
-                           for score in scorer(req, snapshots, self.index))
+            shares = tuple(weight * clamp01(score) for score in scorer(req, snapshots, shadow))
             breakdown[name] = shares
             for i, share in enumerate(shares):
                 composite[i] += share
         best = argmax(composite)
         target = snapshots[best].id
-        self.index.record(target, req.prefix_hashes)
         return RoutingDecision(target, f"weighted-scoring (score={composite[best]:.3f})",
                                tuple(composite), breakdown)
 
 
-@dataclass(frozen=True, slots=True)
-class PrefixAffinityParams:
-    prefix_index_capacity: int = spec(10_000, help="block hashes remembered per instance", ge=1)
-
-
 @ROUTING.register("prefix-affinity")
 class PrefixAffinity(RoutingPolicy):
-    """The instance that was sent the longest prefix of this prompt (ties: least loaded, then
-    lowest index); least-loaded when no instance has seen its first block."""
+    """The instance the shadow KV expects to hold the longest prefix of this prompt (ties:
+    least loaded, then lowest index); least-loaded when none is expected to hold its first
+    block."""
 
-    Params = PrefixAffinityParams
-    params: PrefixAffinityParams
-
-    def __init__(self, params: PrefixAffinityParams) -> None:
-        super().__init__(params)
-        self.index = PrefixIndex(params.prefix_index_capacity)
+    reads_shadow_kv = True
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
-        matches = [self.index.match(s.id, req.prefix_hashes) for s in snapshots]
+        shadow = state.shadow_kv
+        assert shadow is not None  # kept by the gateway: this policy reads it
+        matches = [shadow.expected_hit(s.id, req.prefix_hashes) for s in snapshots]
         longest = max(matches)
         scores = tuple(m - s.effective_load / (1 + s.effective_load) for m, s in
                        zip(matches, snapshots, strict=True))
         target = snapshots[argmax(scores)].id
-        self.index.record(target, req.prefix_hashes)
         hit = "cache-hit" if longest > 0 else "cache-miss, fallback to least-loaded"
         return RoutingDecision(target, f"prefix-affinity ({hit}, blocks={longest})", scores)

@@ -139,14 +139,15 @@ def sparse_collection() -> Iterator[None]:
 def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool = False,
           keep_tokens: bool = False) -> Simulation:
     """Wire a resolved scenario. `recorder` chooses what is recorded beyond the essentials
-    (default: decisions when `cluster.record_decisions`); `checks` verifies invariants while
+    (default: what `cluster.trace_level` asks for); `checks` verifies invariants while
     running (KV conservation after every block operation, clock monotonicity) and raises
     InvariantError; `keep_tokens` keeps every request's token ids (to export the workload)."""
     env = Environment()
     mode = mode_of(scenario)
     policies, cluster, engine = scenario.policies, scenario.cluster, scenario.engine
     if recorder is None:
-        recorder = Recorder(decisions=cluster.record_decisions)
+        recorder = Recorder(decisions=cluster.trace_level != "none",
+                            events=cluster.trace_level == "full")
     priority = policy(PRIORITY, policies.priority, "policies.priority")
     admission = policy(ADMISSION, policies.admission, "policies.admission")
     routing = policy(ROUTING, policies.routing, "policies.routing")

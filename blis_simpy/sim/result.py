@@ -14,6 +14,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.fitness import EvaluationResult
 from blis_simpy.metrics.tables import group_table
+from blis_simpy.metrics.trace.summary import TraceInputs, summary_text
 from blis_simpy.sim.output import OutputFolder
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class Result:
     reference: ReferenceOutputs | None = None  # compat mode: the reference's own outputs
     # (time µs, kind, subject, where) in the order they happened, when the recorder kept them
     events: tuple[tuple[int, str, str, str], ...] | None = None
+    # file name -> text of the trace exports `outputs.trace_formats` asked for
+    trace_files: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def requests(self) -> pd.DataFrame:
@@ -85,6 +88,18 @@ class Result:
         a healthy run. Also in summary.json."""
         return list(self.summary["warnings"])
 
+    def summary_text(self, max_tokens: int = 1000, strategy: str = "issue_focused") -> str:
+        """A Markdown account of the run for a person or a reflecting LLM (GEPA, OpenEvolve):
+        outcome against the SLO targets, key issues, counterfactuals, worst decisions and a
+        suggested focus, at most about `max_tokens` tokens (4 characters each). `strategy`:
+        issue_focused, decision_audit, counterfactual or pattern_mining. The same run always
+        gives the same text. Decision sections need `cluster.trace_level: decisions`."""
+        return summary_text(self.trace_inputs(), max_tokens, strategy)
+
+    def trace_inputs(self) -> TraceInputs:
+        return TraceInputs.of(self.summary, self.metrics, self.requests, self.anomalies,
+                              self.decisions, self.scenario.to_dict())
+
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2) + "\n"
 
@@ -116,7 +131,7 @@ class Result:
                             ("decisions", self.decision_table)):
             if table is not None:
                 write_table(table, folder / f"{name}.{fmt}")
-        for name, text in self.extra_files.items():
+        for name, text in {**self.extra_files, **self.trace_files}.items():
             (folder / name).write_text(text)
 
 

@@ -14,12 +14,14 @@ from blis_simpy.core.records import Recorder
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.evaluation import evaluate
 from blis_simpy.metrics.tables import (
-    decision_table,
     instance_series,
     request_table,
     step_table,
     summary,
 )
+from blis_simpy.metrics.trace.decisions import DecisionRows
+from blis_simpy.metrics.trace.perfetto import perfetto_json
+from blis_simpy.metrics.trace.regret import prefill_ms_per_token
 from blis_simpy.metrics.warnings import run_warnings
 from blis_simpy.sim.build import Progress, Simulation, build
 from blis_simpy.sim.result import Result
@@ -74,18 +76,33 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     requests = request_table(records.requests, lat)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
                                               wall)
+    steps, anomaly_rows = step_table(records), anomaly_table(anomalies)
+    decisions = None
+    if records.decisions is not None:
+        decisions = DecisionRows(records.decisions, requests, scenario.cluster.top_k,
+                                 prefill_ms_per_token(steps.array("prefill_tokens"),
+                                                      steps.array("decode_requests"),
+                                                      steps.array("duration_ms") * 1000))
+    decision_table = None if decisions is None else decisions.table()
+    formats = scenario.outputs.trace_formats
+    trace_files = {}
+    if "jsonl" in formats:
+        trace_files["decisions.jsonl"] = "" if decisions is None else decisions.jsonl()
+    if "perfetto" in formats:
+        trace_files["trace.json"] = perfetto_json([i.id for i in records.instances], requests,
+                                                   steps, anomaly_rows, decision_table)
     return Result(
         scenario=scenario,
         summary=stats,
         request_table=requests,
-        step_table=step_table(records),
-        decision_table=None if records.decisions is None
-        else decision_table(records.decisions),
+        step_table=steps,
+        decision_table=decision_table,
         wall_time_s=wall,
         metrics=metrics,
         evaluation=evaluation,
-        anomaly_table=anomaly_table(anomalies),
+        anomaly_table=anomaly_rows,
         instance_table=instance_series(records),
+        trace_files=trace_files,
         reference=ReferenceOutputs.of(stats, lat, records.requests)
         if sim.mode.reference_reporting else None,
         events=records.events,

@@ -284,7 +284,7 @@ def test_bc11_online_round_robin_is_the_old_i_mod_n_dispatch():
 
 
 def test_nc1_no_request_is_dispatched_before_the_event_loop():
-    sim = build(cluster(3, cluster={"record_decisions": True}))
+    sim = build(cluster(3, cluster={"trace_level": "decisions"}))
     assert sim.recorder.requests == []
     assert all(not i.wait_queue and not i.running and not i.steps for i in sim.fleet)
     assert sim.gateway.pending == {}
@@ -352,7 +352,7 @@ def test_periodic_field_is_read_on_first_use_not_zero_until_the_interval():
 
 
 def test_recorded_routing_decisions_carry_scores_and_top_k(tmp_path):
-    s = cluster(3, cluster={"record_decisions": True, "top_k": 2},
+    s = cluster(3, cluster={"trace_level": "decisions", "top_k": 2},
                 policies={"routing": {"type": "least-loaded"}})
     result = blis_simpy.run(s)
     routing = result.decisions[result.decisions.stage == "routing"]
@@ -368,7 +368,7 @@ def test_recorded_routing_decisions_carry_scores_and_top_k(tmp_path):
 @pytest.mark.parametrize("routing", ["round-robin", "least-loaded", "weighted",
                                      "prefix-affinity", "always-busiest"])
 def test_every_routing_decision_records_its_candidates(routing):
-    result = blis_simpy.run(cluster(3, cluster={"record_decisions": True},
+    result = blis_simpy.run(cluster(3, cluster={"trace_level": "decisions"},
                                     policies={"routing": {"type": routing}}))
     routed = result.decisions[result.decisions.stage == "routing"]
     assert len(routed) == 40
@@ -379,7 +379,7 @@ def test_every_routing_decision_records_its_candidates(routing):
 
 
 def test_weighted_routing_decisions_carry_each_scorers_share():
-    result = blis_simpy.run(cluster(2, cluster={"record_decisions": True, "top_k": 1},
+    result = blis_simpy.run(cluster(2, cluster={"trace_level": "decisions", "top_k": 1},
                                     policies={"routing": {"type": "weighted"}}))
     first = result.decisions[result.decisions.stage == "routing"].top_candidates.iloc[0]
     name, rest = first.split("=", 1)

@@ -273,7 +273,7 @@ def test_cluster_defaults_match_the_reference():
     data, scenario = convert(*BASE, "--alpha-coeffs", "1,2,3")
     cluster = scenario.cluster
     assert (cluster.instances, cluster.admission_latency_us, cluster.routing_latency_us,
-            cluster.record_decisions) == (1, 0, 0, False)
+            cluster.trace_level) == (1, 0, 0, "none")
     obs = cluster.observability
     # the reference refreshes every snapshot field on every read unless told otherwise;
     # blis-simpy's own default for cache_hit_rate is periodic, so it is written out
@@ -293,14 +293,14 @@ def test_cluster_flags_map_to_the_cluster_section():
     cluster = scenario.cluster
     assert (cluster.instances, cluster.admission_latency_us, cluster.routing_latency_us) == (
         4, 150, 16)
-    assert cluster.record_decisions is True and cluster.top_k == 5
+    assert cluster.trace_level == "decisions" and cluster.top_k == 5
 
 
 def test_trace_level_none_and_k_zero_leave_recording_defaults():
     data, scenario = convert(*BASE, *COEFFS[:2], "--trace-level", "none",
                              "--counterfactual-k", "0", "--summarize-trace=false")
-    assert "record_decisions" not in data["cluster"] and "top_k" not in data["cluster"]
-    assert scenario.cluster.record_decisions is False
+    assert "trace_level" not in data["cluster"] and "top_k" not in data["cluster"]
+    assert scenario.cluster.trace_level == "none"
 
 
 def test_snapshot_refresh_interval_makes_the_kv_group_periodic():

@@ -41,6 +41,11 @@ BASES: list[dict[str, Any]] = [
                                **TENANT},
                               {"id": "b", "rate_fraction": 0.5, "slo_class": "batch",
                                "closed_loop": {"users": 2}, **TENANT}]}},
+    merge(BASE, {"cluster": {"instances": 2, "trace_level": "decisions", "top_k": 2,
+                             "shadow_kv_capacity": 100},
+                 "policies": {"routing": {"type": "prefix-affinity"}},
+                 "outputs": {"trace_formats": ["jsonl", "perfetto"]},
+                 "workload": {"num_requests": 8, "prefix_tokens": 32}}),
 ]
 
 HOSTILE = st.sampled_from([

@@ -570,7 +570,7 @@ def test_anomaly_table_columns_order_and_counts(tmp_path: Path):
     table = result.anomalies
     assert table is not None
     assert list(table.columns) == ["time_s", "end_s", "duration_s", "type", "instance",
-                                   "requests", "detail"]
+                                   "requests", "detail", "severity"]
     assert table.time_s.is_monotonic_increasing
     assert (table.end_s >= table.time_s).all()
     assert (table.duration_s - (table.end_s - table.time_s)).abs().max() < 1e-9

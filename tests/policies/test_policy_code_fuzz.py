@@ -166,7 +166,7 @@ def run_with(axis: str, cls: type, instances: int = 1) -> str:
     type_name = install(cls)
     with pytest.raises(PolicyError) as err:
         blis_simpy.run(scenario(**merge(PRESSURE, {
-            "cluster": {"instances": instances, "record_decisions": True},
+            "cluster": {"instances": instances, "trace_level": "decisions"},
             "policies": {axis: {"type": type_name}}})))
     assert err.value.path == f"policies.{axis}"
     return str(err.value)
@@ -209,6 +209,29 @@ def test_user_routing_breakdown_of_the_wrong_length_is_a_policy_error():
 
     cls = type("Short", (RoutingPolicy,), {"route": route})
     assert "breakdown: None, or scorer name -> 2 finite numbers" in run_with("routing", cls, 2)
+
+
+def test_user_routing_filtered_ids_must_be_routable_instances():
+    def route(self, req, priority, snapshots, state, clock):
+        return RoutingDecision(snapshots[0].id, "", (1.0, 0.0), filtered=("instance_9",))
+
+    cls = type("Filters", (RoutingPolicy,), {"route": route})
+    assert "filtered: a tuple of routable instance ids" in run_with("routing", cls, 2)
+
+
+def test_user_routing_policy_declaring_reads_shadow_kv_gets_the_router_model():
+    seen = []
+
+    def route(self, req, priority, snapshots, state, clock):
+        seen.append(state.shadow_kv.expected_hit(snapshots[0].id, req.prefix_hashes))
+        return RoutingDecision(snapshots[0].id, "", (1.0, 0.0))
+
+    cls = type("Reader", (RoutingPolicy,), {"route": route, "reads_shadow_kv": True})
+    result = blis_simpy.run(scenario(**merge(PRESSURE, {
+        "cluster": {"instances": 2}, "workload": {"prefix_tokens": 32},
+        "policies": {"routing": {"type": install(cls)}}})))
+    assert result.summary["completed_requests"] == 24
+    assert seen[0] == 0 and set(seen[1:]) == {2}  # the shared prefix: 2 blocks, once routed
 
 
 def test_user_constructor_that_raises_fails_before_the_run():

@@ -6,13 +6,15 @@ import pytest
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.policies.routing import WeightedParams
 from tests.policies.helpers import loads, routing, snap, view
 
 
-def route(policy, snapshots, hashes=(), clock=0):
+def route(policy, snapshots, hashes=(), clock=0, shadow=None):
     state = RouterState()
     state.instances = tuple(s.id for s in snapshots)
+    state.shadow_kv = ShadowKV() if shadow is None else shadow
     return policy.route(view(hashes=hashes), 0.0, snapshots, state, clock)
 
 
@@ -75,7 +77,6 @@ def test_always_busiest_picks_max_effective_load_ties_lowest():
 def test_weighted_default_scorers_are_the_references():
     assert WeightedParams().scorers == {"prefix-affinity": 3.0, "queue-depth": 2.0,
                                         "kv-utilization": 2.0}
-    assert WeightedParams().prefix_index_capacity == 10_000
 
 
 def test_weighted_queue_depth_scorer_is_normalised_distance_from_max():
@@ -106,28 +107,31 @@ def test_weighted_load_balance_scorer_is_inverse_of_one_plus_load():
 
 def test_weighted_prefix_affinity_scorer_is_matched_over_total_blocks():
     policy = routing("weighted", scorers={"prefix-affinity": 1})
-    policy.index.record("instance_1", (11, 12, 13))
-    policy.index.record("instance_2", (11, 99, 13))  # block 1 differs: only the first block matches
-    decision = route(policy, loads(0, 0, 0), hashes=(11, 12, 13, 14))
+    shadow = ShadowKV()
+    shadow.routed("instance_1", (11, 12, 13))
+    shadow.routed("instance_2", (11, 99, 13))  # block 1 differs: only the first block matches
+    decision = route(policy, loads(0, 0, 0), hashes=(11, 12, 13, 14), shadow=shadow)
     assert decision.scores == pytest.approx((0.0, 0.75, 0.25))
     assert decision.target == "instance_1"
 
 
 def test_weighted_prefix_affinity_scorer_without_full_blocks_scores_zero():
     policy = routing("weighted", scorers={"prefix-affinity": 1})
-    policy.index.record("instance_2", (1, 2))
-    decision = route(policy, loads(0, 0, 0), hashes=())
+    shadow = ShadowKV()
+    shadow.routed("instance_2", (1, 2))
+    decision = route(policy, loads(0, 0, 0), hashes=(), shadow=shadow)
     assert decision.scores == (0.0, 0.0, 0.0)
     assert decision.target == "instance_0"
 
 
-def test_weighted_records_the_hashes_on_the_chosen_instance_only():
+def test_weighted_follows_the_shadow_kv_the_gateway_updates_after_each_decision():
     policy = routing("weighted", scorers={"prefix-affinity": 1, "queue-depth": 1})
-    first = route(policy, loads(5, 5, 0), hashes=(1, 2))  # queue-depth steers it to 2
+    shadow = ShadowKV()
+    first = route(policy, loads(5, 5, 0), hashes=(1, 2), shadow=shadow)  # queue-depth: to 2
     assert first.target == "instance_2"
-    assert [policy.index.match(f"instance_{i}", (1, 2)) for i in range(3)] == [0, 0, 2]
-    # Same prefix, loads now even: affinity alone decides, and it remembers instance 2.
-    second = route(policy, loads(0, 0, 0), hashes=(1, 2, 3))
+    shadow.routed(first.target, (1, 2))  # what the gateway does after the decision
+    # Same prefix, loads now even: affinity alone decides, and the shadow says instance 2.
+    second = route(policy, loads(0, 0, 0), hashes=(1, 2, 3), shadow=shadow)
     assert second.target == "instance_2"
     assert second.scores == pytest.approx((0.5, 0.5, 0.5 + 0.5 * 2 / 3))
 
@@ -167,17 +171,6 @@ def test_weighted_argmax_ties_go_to_the_first_in_fleet_order_and_scores_cover_ev
     assert decision.scores[1] == decision.scores[2]
 
 
-def test_weighted_prefix_index_is_lru_bounded_by_capacity():
-    policy = routing("weighted", scorers={"prefix-affinity": 1}, prefix_index_capacity=2)
-    policy.index.record("instance_0", (1, 2, 3))  # 1 is evicted
-    assert policy.index.match("instance_0", (1, 2, 3)) == 0
-    assert policy.index.match("instance_0", (2, 3)) == 2
-    policy.index.record("instance_0", (2,))  # touch 2: 3 is now the oldest
-    policy.index.record("instance_0", (4,))
-    assert policy.index.match("instance_0", (2,)) == 1
-    assert policy.index.match("instance_0", (3,)) == 0
-
-
 @pytest.mark.parametrize(("scorers", "path"), [
     ({"bogus": 1}, "policies.routing.params.scorers.bogus"),
     ({"queue-depth": 0}, "policies.routing.params.scorers.queue-depth"),
@@ -205,36 +198,33 @@ def test_prefix_affinity_without_a_match_falls_back_to_least_loaded():
 
 
 def test_prefix_affinity_follows_the_prefix_even_to_a_busier_instance():
-    policy = routing("prefix-affinity")
-    assert route(policy, loads(3, 1, 2), hashes=(1, 2, 3)).target == "instance_1"
-    decision = route(policy, loads(0, 50, 0), hashes=(1, 2, 9))
+    policy, shadow = routing("prefix-affinity"), ShadowKV()
+    first = route(policy, loads(3, 1, 2), hashes=(1, 2, 3), shadow=shadow)
+    assert first.target == "instance_1"
+    shadow.routed(first.target, (1, 2, 3))  # what the gateway does after the decision
+    decision = route(policy, loads(0, 50, 0), hashes=(1, 2, 9), shadow=shadow)
     assert decision.target == "instance_1"
     assert decision.reason == "prefix-affinity (cache-hit, blocks=2)"
 
 
 def test_prefix_affinity_longest_matched_prefix_wins():
-    policy = routing("prefix-affinity")
-    policy.index.record("instance_0", (1, 2))
-    policy.index.record("instance_2", (1, 2, 3))
-    decision = route(policy, loads(0, 0, 9), hashes=(1, 2, 3, 4))
+    policy, shadow = routing("prefix-affinity"), ShadowKV()
+    shadow.routed("instance_0", (1, 2))
+    shadow.routed("instance_2", (1, 2, 3))
+    decision = route(policy, loads(0, 0, 9), hashes=(1, 2, 3, 4), shadow=shadow)
     assert decision.target == "instance_2"
     assert decision.reason == "prefix-affinity (cache-hit, blocks=3)"
     assert len(decision.scores) == 3
 
 
 def test_prefix_affinity_equal_matches_go_to_the_less_loaded():
-    policy = routing("prefix-affinity")
-    policy.index.record("instance_0", (1, 2))
-    policy.index.record("instance_1", (1, 2))
+    policy, shadow = routing("prefix-affinity"), ShadowKV()
+    shadow.routed("instance_0", (1, 2))
+    shadow.routed("instance_1", (1, 2))
     # instance_2 is unmatched: not chosen
-    assert route(policy, loads(4, 2, 0), hashes=(1, 2)).target == "instance_1"
-    policy2 = routing("prefix-affinity")
-    policy2.index.record("instance_0", (1,))
-    policy2.index.record("instance_1", (1,))
-    assert route(policy2, loads(3, 3, 0), hashes=(1,)).target == "instance_0"  # then lowest index
+    assert route(policy, loads(4, 2, 0), hashes=(1, 2), shadow=shadow).target == "instance_1"
+    other = ShadowKV()
+    other.routed("instance_0", (1,))
+    other.routed("instance_1", (1,))
+    assert route(policy, loads(3, 3, 0), hashes=(1,), shadow=other).target == "instance_0"
 
-
-def test_prefix_affinity_records_the_chosen_instance():
-    policy = routing("prefix-affinity")
-    route(policy, loads(2, 2, 0), hashes=(5, 6))
-    assert [policy.index.match(f"instance_{i}", (5, 6)) for i in range(3)] == [0, 0, 2]

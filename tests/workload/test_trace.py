@@ -128,7 +128,7 @@ def test_a_utf8_byte_order_mark_is_ignored(tmp_path):
 def test_an_empty_trace_runs_and_writes_every_output(tmp_path, compat, content, horizon):
     path = write(tmp_path / "t.csv", content)
     data = trace_dict(path, compat=compat, horizon_s=horizon,
-                      cluster={"instances": 2, "record_decisions": True},
+                      cluster={"instances": 2, "trace_level": "decisions"},
                       fitness={"weights": {"throughput": 1.0, "p99_ttft": 1.0}})
     result, out = cli_run(tmp_path, data)
     assert result.exit_code == 0, result.output
@@ -211,7 +211,7 @@ def labelled_trace(tmp_path: Path) -> Path:
 def test_trace_ids_tenants_classes_and_models_survive_into_every_table(tmp_path):
     path = labelled_trace(tmp_path)
     result = run(trace_scenario(
-        path, cluster={"instances": 2, "record_decisions": True},
+        path, cluster={"instances": 2, "trace_level": "decisions"},
         evaluation={"slo_targets": {"interactive": {"ttft_ms": 0.001}}}))
     ids = [f"conv-{i}" for i in range(12)]
     req = result.requests

@@ -1,0 +1,578 @@
+"""The trace summary (design §11): a bounded Markdown text that tells a person, or a reflecting
+LLM in a policy search (GEPA, OpenEvolve), why a run scored as it did.
+
+`summary_text(inputs, max_tokens, strategy)` reads only a finished run's tables and JSON
+(`TraceInputs`, from a `Result` or an output folder), so the same run always gives the same
+text. Strategies choose the sections:
+
+* `issue_focused` (default): outcome, key issues with examples, counterfactuals, worst
+  decisions, suggested focus;
+* `decision_audit`: outcome, how the routing decisions fared, sampled decisions with their
+  outcomes, focus;
+* `counterfactual`: outcome, regret in detail, the decisions with most regret, focus;
+* `pattern_mining`: outcome, request features over-represented among poor outcomes, focus.
+
+Size: a token is counted as 4 characters; sections are filled in order of importance until
+`max_tokens` is reached, then printed in document order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+STRATEGIES = ("issue_focused", "decision_audit", "counterfactual", "pattern_mining")
+CHARS_PER_TOKEN = 4
+MIN_TOKENS = 100
+
+
+@dataclass(frozen=True)
+class TraceInputs:
+    """What a summary reads: summary.json, metrics.json, the requests, anomalies and decisions
+    tables (decisions None when the run was not traced) and the resolved scenario."""
+
+    summary: dict[str, Any]
+    metrics: dict[str, Any]
+    requests: pd.DataFrame
+    anomalies: pd.DataFrame | None
+    decisions: pd.DataFrame | None
+    scenario: dict[str, Any]
+
+    @classmethod
+    def of(cls, summary: dict[str, Any], metrics: dict[str, Any], requests: pd.DataFrame,
+           anomalies: pd.DataFrame | None, decisions: pd.DataFrame | None,
+           scenario: dict[str, Any]) -> TraceInputs:
+        """The inputs with every text column as text ("" where empty), however the tables
+        were read (a CSV reader turns "True" into a bool and "" into NaN)."""
+        return cls(summary, metrics, as_text(requests, "requests"),
+                   None if anomalies is None else as_text(anomalies, "anomalies"),
+                   None if decisions is None else as_text(decisions, "decisions"), scenario)
+
+    @property
+    def routing(self) -> pd.DataFrame | None:
+        d = self.decisions
+        return None if d is None else d[d.stage == "routing"]
+
+
+TEXT_COLUMNS = {
+    "requests": ("id", "instance", "tenant", "slo_class", "final_state"),
+    "anomalies": ("type", "instance", "requests", "detail"),
+    "decisions": ("request", "stage", "outcome", "instance", "reason", "tenant", "slo_class",
+                  "prefix_hash", "filtered", "top_candidates", "scores", "seen",
+                  "expected_cache_hit", "best_alternative", "cache_hit", "cache_tier",
+                  "final_state"),
+}
+
+
+def as_text(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    frame = frame.copy()
+    for name in TEXT_COLUMNS[table]:
+        if name in frame:
+            frame[name] = [v if isinstance(v, str) else "" if v is None or v != v else str(v)
+                           for v in frame[name]]
+    return frame
+
+
+@dataclass(frozen=True)
+class Issue:
+    area: str  # ROUTING, FAIRNESS, SLO, CAPACITY, CACHE, KV, ANOMALY
+    headline: str
+    evidence: tuple[str, ...]
+    impact: float  # ranks the issues (higher first)
+    focus: str  # one suggested change
+
+
+@dataclass
+class Section:
+    title: str
+    rank: int  # lower = filled first when the budget is short
+    lines: list[str] = field(default_factory=list)
+
+
+def summary_text(inputs: TraceInputs, max_tokens: int = 1000,
+                 strategy: str = "issue_focused") -> str:
+    """The Markdown summary of a run (module docstring)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown summary strategy {strategy!r}; valid: "
+                         + ", ".join(STRATEGIES))
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) \
+            or max_tokens < MIN_TOKENS:
+        raise ValueError(f"max_tokens must be an integer >= {MIN_TOKENS}, got {max_tokens!r}")
+    issues = find_issues(inputs)
+    sections = BUILDERS[strategy](inputs, issues)
+    return fit(sections, max_tokens * CHARS_PER_TOKEN)
+
+
+def fit(sections: list[Section], budget: int) -> str:
+    """The sections in document order, each with as many of its lines as fit after the more
+    important sections took theirs."""
+    kept: dict[int, list[str]] = {}
+    used = 0
+    for index in sorted(range(len(sections)), key=lambda i: (sections[i].rank, i)):
+        section = sections[index]
+        head = f"## {section.title}\n"
+        if not section.lines or used + len(head) > budget:
+            continue
+        lines: list[str] = []
+        cost = len(head)
+        for line in section.lines:
+            if used + cost + len(line) + 1 > budget:
+                break
+            lines.append(line)
+            cost += len(line) + 1
+        if lines:
+            kept[index] = lines
+            used += cost + 1
+    return "\n".join(f"## {sections[i].title}\n" + "\n".join(kept[i]) + "\n"
+                     for i in sorted(kept))
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%" if x >= 0.1 or x == 0 else f"{100 * x:.1f}%"
+
+
+def ms(x: float) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x / 1000:.2f} s" if x >= 10_000 else f"{x:.0f} ms"
+
+
+def mark(ok: bool) -> str:
+    return "✓" if ok else "✗"
+
+
+def targets_of(inputs: TraceInputs) -> dict[str, dict[str, float]]:
+    """SLO targets by tenant (their own) and by class (evaluation.slo_targets), non-null only."""
+    out = {}
+    workload = inputs.scenario.get("workload", {})
+    for tenant in workload.get("tenants", []) or []:
+        slo = {k: v for k, v in (tenant.get("slo") or {}).items() if v is not None}
+        if slo:
+            out[f"tenant {tenant['id']}"] = slo
+    for cls, slo in (inputs.scenario.get("evaluation", {}).get("slo_targets") or {}).items():
+        kept = {k: v for k, v in slo.items() if v is not None}
+        if kept:
+            out[f"class {cls}"] = kept
+    return out
+
+
+# ---------------------------------------------------------------- outcome
+
+
+def outcome(inputs: TraceInputs) -> Section:
+    m, s = inputs.metrics, inputs.scenario
+    section = Section("Outcome", 0)
+    lines = section.lines
+    policies = s.get("policies", {})
+    lines.append("- Policies: " + ", ".join(f"{axis} {policies[axis]['type']}" for axis in
+                                           ("admission", "priority", "routing", "scheduler")
+                                           if axis in policies)
+                 + f"; {s.get('cluster', {}).get('instances', 1)} instances")
+    lines.append(f"- Requests: {m['completed']} completed of {m['requests']} "
+                 f"({m['rejected']} rejected, {m['timed_out']} timed out)")
+    lines.append(f"- Throughput: {m['output_tokens_per_s']:.0f} output tok/s, "
+                 f"{m['requests_per_s']:.2f} req/s, goodput {m['goodput_per_s']:.2f} req/s")
+    lines.append(f"- Latency p99: TTFT {ms(m['ttft_p99_ms'])}, TPOT {ms(m['tpot_p99_ms'])}, "
+                 f"E2E {ms(m['e2e_p99_ms'])} (p50 TTFT {ms(m['ttft_p50_ms'])})")
+    targets = targets_of(inputs)
+    for scope, goal in targets.items():
+        kind, _, name = scope.partition(" ")
+        stats = m.get("per_tenant" if kind == "tenant" else "per_slo_class", {}).get(name)
+        if not stats:
+            continue
+        parts = []
+        for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            if key in goal:
+                p99 = stats.get(key.replace("_ms", "_p99_ms"))
+                ok = p99 is not None and math.isfinite(p99) and p99 <= goal[key]
+                parts.append(f"{key.removesuffix('_ms').upper()} p99 {ms(p99)} (target "
+                             f"{ms(goal[key])}) {mark(ok)}")
+        lines.append(f"- {scope.capitalize()}: " + ", ".join(parts)
+                     + f"; SLO attainment {pct(stats['slo_attainment'])}")
+    lines.append(f"- SLO attainment: {pct(m['slo_attainment'])} overall"
+                 + (f"; fairness (Jain over tenants) {m['jain_fairness']:.2f}"
+                    if len(m.get("per_tenant", {})) > 1 else ""))
+    lines.append(f"- Cache hit rate {pct(m['cache_hit_rate'])}, preemptions per request "
+                 f"{m['preemption_rate']:.2f}, utilization {pct(m['utilization'])}")
+    return section
+
+
+# ---------------------------------------------------------------- issues
+
+
+def find_issues(inputs: TraceInputs) -> list[Issue]:
+    found = []
+    for detect in DETECTORS:
+        found.extend(detect(inputs))
+    return sorted(found, key=lambda i: (-i.impact, i.area, i.headline))
+
+
+def tenant_fairness(inputs: TraceInputs) -> list[Issue]:
+    per = inputs.metrics.get("per_tenant", {})
+    if len(per) < 2:
+        return []
+    ranked = sorted(per, key=lambda t: (per[t]["slo_attainment"], t))
+    worst, best = ranked[0], ranked[-1]
+    gap = per[best]["slo_attainment"] - per[worst]["slo_attainment"]
+    jain = inputs.metrics.get("jain_fairness", 1.0)
+    if gap < 0.2 and jain >= 0.9:
+        return []
+    req = inputs.requests
+    share = req.tenant.value_counts(normalize=True)
+    tokens = req.groupby("tenant").input_tokens.sum() / max(1, req.input_tokens.sum())
+    missed = missed_targets(inputs, req[req.tenant == worst].id)
+    evidence = [f"tenant {t}: {pct(share.get(t, 0))} of requests, {pct(tokens.get(t, 0))} of "
+                f"prompt tokens, SLO attainment {pct(per[t]['slo_attainment'])}, TTFT p99 "
+                f"{ms(per[t]['ttft_p99_ms'])}" for t in sorted(per, key=lambda t: -share.get(t, 0))
+                ][:4]
+    if missed:
+        evidence.append(f"{worst}'s misses: " + ", ".join(f"{k} {n}" for k, n in missed))
+    heavy = share.idxmax()
+    what = missed[0][0] if missed else "its targets"
+    focus = (f"Protect tenant {worst}'s {what}: "
+             + ("keep its requests out of batches crowded by " if what == "tpot_ms" else
+                "serve it ahead of, or isolate it from, ")
+             + f"tenant {heavy}'s load (priority, per-tenant admission or routing by tenant)")
+    return [Issue("FAIRNESS", f"tenant {worst} attains {pct(per[worst]['slo_attainment'])} of "
+                  f"its SLO while {best} attains {pct(per[best]['slo_attainment'])} "
+                  f"(Jain {jain:.2f})", tuple(evidence), 1 + gap + (1 - jain), focus)]
+
+
+def missed_targets(inputs: TraceInputs, ids: Any) -> list[tuple[str, int]]:
+    """Which targets the requests `ids` missed: (target, count), most first."""
+    a = inputs.anomalies
+    if a is None or not len(a):
+        return []
+    wanted = set(ids)
+    counts: dict[str, int] = {}
+    for requests, detail in zip(a.requests[a.type == "slo_violation"],
+                                a.detail[a.type == "slo_violation"], strict=True):
+        if requests in wanted:
+            for part in str(detail).split("; "):
+                key = part.split(" ")[0]
+                counts[key] = counts.get(key, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def load_imbalance(inputs: TraceInputs) -> list[Issue]:
+    routed = inputs.requests[inputs.requests.instance != ""]
+    n = int(inputs.scenario.get("cluster", {}).get("instances", 1))
+    if n < 2 or len(routed) < 2 * n:
+        return []
+    counts = routed.instance.value_counts()
+    ids = [f"instance_{i}" for i in range(n)]
+    shares = {i: counts.get(i, 0) / len(routed) for i in ids}
+    top = max(ids, key=lambda i: (shares[i], -ids.index(i)))
+    fair = 1 / n
+    if shares[top] < 1.5 * fair:
+        return []
+    ttft = routed.groupby("instance").ttft_ms.quantile(0.99)
+    idle = [i for i in ids if shares[i] < 0.5 * fair]
+    evidence = ["requests per instance: " + ", ".join(f"{i} {pct(shares[i])}" for i in ids),
+                f"TTFT p99 on {top}: {ms(ttft.get(top, math.nan))}; elsewhere: "
+                + ", ".join(f"{i} {ms(ttft.get(i, math.nan))}" for i in ids if i != top)]
+    if idle:
+        evidence.append(f"{len(idle)} of {n} instances got under half their fair share")
+    policy = inputs.scenario.get("policies", {}).get("routing", {}).get("type", "?")
+    return [Issue("ROUTING", f"load imbalance: {top} received {pct(shares[top])} of the "
+                  f"requests (fair share {pct(fair)}) under {policy} routing",
+                  tuple(evidence), 1 + (shares[top] - fair) / (1 - fair),
+                  "Route by load: prefer instances with lower queue depth / effective load")]
+
+
+def slo_misses(inputs: TraceInputs) -> list[Issue]:
+    m, a = inputs.metrics, inputs.anomalies
+    if a is None or not (a.type == "slo_violation").any():
+        return []
+    v = a[a.type == "slo_violation"]
+    req = inputs.requests.set_index("id")
+    by_class = req.loc[v.requests, "slo_class"].value_counts()
+    missed = missed_targets(inputs, v.requests)
+    worst = v.sort_values(["severity", "time_s"], ascending=[False, True]).iloc[0]
+    evidence = ("by SLO class: " + ", ".join(f"{c or 'default'} {n}" for c, n in
+                                            by_class.items()),
+                "targets missed: " + ", ".join(f"{k} {n}" for k, n in missed),
+                f"e.g. {worst.requests} at t={worst.time_s:.2f}s on {worst.instance}: "
+                f"{worst.detail}")
+    return [Issue("SLO", f"{len(v)} of {m['requests']} requests missed an SLO target "
+                  f"(attainment {pct(m['slo_attainment'])})", evidence,
+                  1 - m["slo_attainment"], f"Cut the {missed[0][0] if missed else 'latency'} "
+                  "of the classes that miss")]
+
+
+def capacity(inputs: TraceInputs) -> list[Issue]:
+    m = inputs.metrics
+    unfinished = m["requests"] - m["completed"] - m["rejected"] - m["timed_out"]
+    lost = m["rejected"] + m["timed_out"] + unfinished
+    if not lost:
+        return []
+    evidence = [f"{m['rejected']} rejected, {m['timed_out']} timed out, {unfinished} "
+                "unfinished at the end", f"mean queue depth {m['queue_depth_avg']:.1f}, "
+                f"utilization {pct(m['utilization'])}"]
+    return [Issue("CAPACITY", f"{pct(lost / max(1, m['requests']))} of requests did not "
+                  "complete", tuple(evidence), lost / max(1, m["requests"]) * 2,
+                  "Shed or delay low-priority load at admission before queues grow")]
+
+
+def cache_misses(inputs: TraceInputs) -> list[Issue]:
+    r = inputs.routing
+    if r is None or not len(r):
+        return []
+    missed = r[(r.cache_hit == "False") & (r.best_alt_hit_tokens > 0)]
+    if len(missed) < max(3, 0.05 * len(r)):
+        return []
+    shadow = inputs.metrics.get("shadow_kv", {})
+    evidence = [f"{len(missed)} of {len(r)} decisions went where the prompt missed the cache "
+                "while another instance was expected to hold its prefix",
+                f"cache hit rate {pct(inputs.metrics['cache_hit_rate'])}; shadow KV accuracy "
+                f"{pct(shadow.get('accuracy') or 0)}"]
+    return [Issue("CACHE", f"{pct(len(missed) / len(r))} of routing decisions passed up an "
+                  "expected prefix-cache hit", tuple(evidence), len(missed) / len(r),
+                  "Give prefix affinity (expected cache hit) more weight when an instance "
+                  "holds the prefix")]
+
+
+def anomaly_types(inputs: TraceInputs) -> list[Issue]:
+    a = inputs.anomalies
+    if a is None or not len(a):
+        return []
+    out = []
+    total = max(1, inputs.metrics["requests"])
+    for kind in sorted(set(a.type) - {"slo_violation"}):
+        rows = a[a.type == kind]
+        worst = rows.sort_values(["severity", "time_s"], ascending=[False, True]).iloc[0]
+        where = f" on {worst.instance}" if worst.instance else ""
+        out.append(Issue(
+            "ANOMALY", f"{kind}: {len(rows)} occurrences, mean severity "
+            f"{rows.severity.mean():.2f}",
+            (f"worst at t={worst.time_s:.2f}s{where}: {worst.detail}",),
+            0.5 * float(rows.severity.mean()) * min(1.0, len(rows) / (0.05 * total)),
+            FOCUS.get(kind, f"Find what causes {kind}")))
+    return out
+
+
+FOCUS = {
+    "priority_inversion": "Order the wait queue by priority (priority-aware scheduler)",
+    "hol_blocking": "Let high-priority requests pass the queue head (priority scheduling)",
+    "kv_hol_blocking": "Avoid routing long prompts to instances short of free KV blocks",
+    "slo_class_inversion": "Give urgent SLO classes a higher priority",
+    "preemption_storm": "Route away from instances under KV pressure; admit less at peaks",
+    "rejection_burst": "Smooth admission (token bucket) instead of rejecting bursts",
+    "shadow_divergence": "Do not trust old prefix placement: weigh recency or observed hit rate",
+}
+
+DETECTORS: tuple[Callable[[TraceInputs], list[Issue]], ...] = (
+    tenant_fairness, load_imbalance, slo_misses, capacity, cache_misses, anomaly_types)
+
+
+def issues_section(issues: list[Issue], limit: int = 5) -> Section:
+    section = Section(f"Key Issues ({len(issues)} detected)", 1)
+    for n, issue in enumerate(issues[:limit], 1):
+        section.lines.append(f"{n}. {issue.area}: {issue.headline}")
+        section.lines.extend(f"   - {line}" for line in issue.evidence)
+    if not issues:
+        section.lines.append("- none: every check passed")
+    return section
+
+
+def focus_section(issues: list[Issue], rank: int = 2) -> Section:
+    section = Section("Suggested Focus", rank)
+    seen: list[str] = []
+    for issue in issues:
+        if issue.focus not in seen:
+            seen.append(issue.focus)
+    section.lines = [f"- {f}" for f in seen[:4]] or ["- keep the current policy: no issue "
+                                                      "found"]
+    return section
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def no_trace(section: Section) -> Section:
+    section.lines.append("- decisions were not traced: run with cluster.trace_level "
+                         "decisions (--trace-level decisions)")
+    return section
+
+
+def counterfactual_section(inputs: TraceInputs, detailed: bool) -> Section:
+    section = Section("Counterfactual Analysis", 3 if not detailed else 1)
+    r = inputs.routing
+    if r is None:
+        return no_trace(section)
+    if not len(r):
+        section.lines.append("- no routing decisions")
+        return section
+    lines = section.lines
+    regret = r.ttft_regret_ms.fillna(0)
+    positive = regret[regret > 0]
+    lines.append(f"- Routing regret: avg {regret.mean():.1f} ms of estimated TTFT per decision "
+                 f"({len(positive)} of {len(r)} decisions had a better alternative)")
+    if detailed and len(positive):
+        lines.append(f"- Of those: p50 {ms(float(positive.median()))}, p90 "
+                     f"{ms(float(positive.quantile(0.9)))}, max {ms(float(positive.max()))}; "
+                     "total "
+                     f"{positive.sum() / 1000:.1f} s of estimated TTFT")
+        by_target = r[regret > 0].groupby("instance").size().sort_values(ascending=False)
+        lines.append("- Regretted decisions by chosen instance: " + ", ".join(
+            f"{i} {n}" for i, n in by_target.head(4).items()))
+        if "tenant" in r and r.tenant.nunique() > 1:
+            by_tenant = r.assign(regret=regret).groupby("tenant").regret.mean()
+            lines.append("- Avg regret by tenant: " + ", ".join(
+                f"{t} {v:.1f} ms" for t, v in by_tenant.sort_index().items()))
+    score = r.score_regret.fillna(0)
+    if (score > 0).any():
+        lines.append(f"- Score regret: {int((score > 0).sum())} decisions did not pick the "
+                     f"policy's own best score (avg {score.mean():.3g})")
+    missed = r[(r.cache_hit == "False") & (r.best_alt_hit_tokens > 0)]
+    lines.append(f"- {len(missed)} decisions where an alternative was expected to hit the cache "
+                 "(chosen missed)")
+    shadow = inputs.metrics.get("shadow_kv")
+    if shadow and shadow.get("decisions"):
+        lines.append(f"- Shadow KV: predicted hit/miss right for {pct(shadow['accuracy'])} of "
+                     f"{shadow['decisions']} decisions ({shadow['expected_hits']} hits expected,"
+                     f" {shadow['actual_hits']} found)")
+    return section
+
+
+def decision_line(n: int, row: Any) -> list[str]:
+    prefix = f", prefix {row.prefix_hash[:6]}" if row.prefix_hash else ""
+    head = (f"{n}. t={row.time_s:.2f}s | {row.request} (tenant {row.tenant or '-'}, "
+            f"{int(row.input_tokens)} tokens{prefix}) -> {row.instance}: {row.reason}")
+    seen = {part.split(":", 1)[0]: part.split(":", 1)[1] for part in str(row.seen).split(";")
+            if ":" in part}
+    context = seen.get(row.instance, "")
+    if context:
+        fields = dict(kv.split("=") for kv in context.split(","))
+        context = (f"queue {fields['queue_depth']}, batch {fields['batch_size']}, kv "
+                   f"{float(fields['kv_utilization']):.0%}")
+    cache = "hit" if row.cache_hit == "True" else "miss" if row.cache_hit == "False" else "-"
+    lines = [head, f"   Context: {row.instance} {context or 'state not read by the policy'}; "
+             f"est. TTFT there {ms(row.est_ttft_ms)}",
+             f"   Result: TTFT {ms(row.actual_ttft_ms)}, cache {cache} (expected "
+             f"{'hit' if row.expected_cache_hit == 'True' else 'miss'})"]
+    if row.ttft_regret_ms > 0:
+        lines.append(f"   Regret: {row.best_alternative} est. TTFT "
+                     f"{ms(row.best_alternative_ttft_ms)} ({row.ttft_regret_ms:.1f} ms better)")
+    return lines
+
+
+def worst_decisions(inputs: TraceInputs, count: int, rank: int) -> Section:
+    section = Section(f"Worst Decisions ({count} examples)", rank)
+    r = inputs.routing
+    if r is None:
+        return no_trace(section)
+    ordered = r.assign(regret=r.ttft_regret_ms.fillna(0),
+                       ttft=r.actual_ttft_ms.fillna(-1)).sort_values(
+        ["regret", "ttft", "time_s", "request"], ascending=[False, False, True, True])
+    for n, row in enumerate(ordered.head(count).itertuples(), 1):
+        section.lines.extend(decision_line(n, row))
+    return section
+
+
+def audit(inputs: TraceInputs) -> list[Section]:
+    stats = Section("Decision Audit", 1)
+    sample = Section("Sampled Decisions", 3)
+    r = inputs.routing
+    if r is None:
+        return [no_trace(stats)]
+    if not len(r):
+        stats.lines.append("- no routing decisions")
+        return [stats]
+    d = inputs.decisions
+    assert d is not None
+    best = (r.instance == r.best_alternative).mean()
+    done = r.actual_ttft_ms.notna()
+    error = (r.actual_ttft_ms[done] - r.est_ttft_ms[done]).abs()
+    stats.lines += [
+        f"- {len(d[d.stage == 'admission'])} admission decisions "
+        f"({int((d.outcome == 'reject').sum())} rejections, "
+        f"{int((d.outcome == 'delay').sum())} delays), {len(r)} routing decisions",
+        f"- {pct(best)} of routing decisions chose the instance with the lowest estimated TTFT",
+        f"- TTFT estimate vs actual: mean abs difference {ms(error.mean())}" if len(error)
+        else "- no request reached its first token",
+        "- routed per instance: " + ", ".join(
+            f"{i} {n}" for i, n in r.instance.value_counts().sort_index().items()),
+    ]
+    step = max(1, len(r) // 5)
+    for n, row in enumerate(r.iloc[::step].head(5).itertuples(), 1):
+        sample.lines.extend(decision_line(n, row))
+    return [stats, sample]
+
+
+# ---------------------------------------------------------------- patterns
+
+
+def patterns(inputs: TraceInputs) -> Section:
+    """Request features over-represented among poor outcomes (an SLO miss; without targets, a
+    TTFT above the run's p90 or not completing)."""
+    section = Section("Patterns in Poor Outcomes", 1)
+    req = inputs.requests.copy()
+    a = inputs.anomalies
+    if a is not None and (a.type == "slo_violation").any():
+        poor = req.id.isin(set(a.requests[a.type == "slo_violation"]))
+        what = "missed an SLO target"
+    else:
+        cut = float(req.ttft_ms.quantile(0.9))
+        poor = (req.ttft_ms > cut) | (req.final_state != "completed")
+        what = f"TTFT above the p90 ({ms(cut)}) or did not complete"
+    poor = poor | req.final_state.isin(["rejected", "timed_out"])
+    if not poor.any():
+        section.lines.append("- no poor outcomes")
+        return section
+    quartile = req.input_tokens.quantile(0.75)
+    req["prompt"] = (req.input_tokens > quartile).map({True: f"> {quartile:.0f} tokens",
+                                                       False: f"<= {quartile:.0f} tokens"})
+    req["cache"] = (req.cached_tokens > 0).map({True: "hit", False: "miss"})
+    req["preempted"] = (req.preemptions > 0).map({True: "yes", False: "no"})
+    found = []
+    for feature in ("tenant", "slo_class", "instance", "prompt", "cache", "preempted"):
+        overall = req[feature].value_counts(normalize=True).to_dict()
+        among = req[poor][feature].value_counts()
+        for value, n in among.items():
+            support = n / poor.sum()
+            lift = support / overall[value]
+            if support >= 0.1 and lift >= 1.2 and req[feature].nunique() > 1:
+                found.append((lift, support, feature, value, n))
+    section.lines.append(f"- {int(poor.sum())} of {len(req)} requests {what}")
+    for lift, support, feature, value, n in sorted(found, key=lambda f: (-f[0] * f[1], f[2],
+                                                                         str(f[3])))[:6]:
+        section.lines.append(f"- {feature}={value or '(none)'}: {pct(support)} of poor outcomes "
+                             f"({n}) vs {pct(support / lift)} of all requests (lift {lift:.1f})")
+    if not found:
+        section.lines.append("- no feature stands out (poor outcomes spread evenly)")
+    return section
+
+
+# ---------------------------------------------------------------- strategies
+
+
+def issue_focused(inputs: TraceInputs, issues: list[Issue]) -> list[Section]:
+    return [outcome(inputs), issues_section(issues), counterfactual_section(inputs, False),
+            worst_decisions(inputs, 3, 4), focus_section(issues)]
+
+
+def decision_audit(inputs: TraceInputs, issues: list[Issue]) -> list[Section]:
+    return [outcome(inputs), *audit(inputs), focus_section(issues)]
+
+
+def counterfactual(inputs: TraceInputs, issues: list[Issue]) -> list[Section]:
+    return [outcome(inputs), counterfactual_section(inputs, True),
+            worst_decisions(inputs, 5, 3), focus_section(issues)]
+
+
+def pattern_mining(inputs: TraceInputs, issues: list[Issue]) -> list[Section]:
+    return [outcome(inputs), patterns(inputs), issues_section(issues, 3), focus_section(issues)]
+
+
+BUILDERS: dict[str, Callable[[TraceInputs, list[Issue]], list[Section]]] = {
+    "issue_focused": issue_focused, "decision_audit": decision_audit,
+    "counterfactual": counterfactual, "pattern_mining": pattern_mining}

@@ -1,0 +1,69 @@
+"""`blis-simpy summarize OUTDIR`: the trace summary of a finished run, read back from its
+output folder (the same text `Result.summary_text` gives for the run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.metrics.trace.summary import TEXT_COLUMNS, TraceInputs, summary_text
+from blis_simpy.report import TABLE_FORMATS, load_summary, run_folder
+
+
+def summarize(path: Path, max_tokens: int = 1000, strategy: str = "issue_focused") -> str:
+    """The Markdown summary of the run in `path`."""
+    return summary_text(load_inputs(path), max_tokens, strategy)
+
+
+def load_inputs(path: Path) -> TraceInputs:
+    summary = load_summary(path)
+    folder = run_folder(path)
+    requests = table(folder, "requests")
+    if requests is None:
+        raise ScenarioError(str(folder), "no requests.csv or requests.parquet here")
+    return TraceInputs.of(summary, json_file(folder / "metrics.json"), requests,
+                          table(folder, "anomalies"), table(folder, "decisions"),
+                          scenario(folder / "scenario.yaml"))
+
+
+def json_file(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ScenarioError(str(file), f"unreadable: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(str(file), "not a JSON object")
+    return data
+
+
+def scenario(file: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ScenarioError(str(file), f"unreadable: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(str(file), "not a mapping")
+    return data
+
+
+def table(folder: Path, name: str) -> pd.DataFrame | None:
+    """`name`.parquet or .csv; text columns read as text (a hash of digits stays a string)."""
+    for fmt in TABLE_FORMATS:
+        file = folder / f"{name}.{fmt}"
+        if not file.is_file():
+            continue
+        try:
+            if fmt == "parquet":
+                return pd.read_parquet(file)
+            return pd.read_csv(file, dtype=dict.fromkeys(TEXT_COLUMNS[name], str))
+        except ImportError:
+            raise ScenarioError(str(file), "reading parquet needs pyarrow: install "
+                                           "blis-simpy[parquet]") from None
+        except (OSError, ValueError) as exc:
+            raise ScenarioError(str(file), f"unreadable: {exc}") from None
+    return None

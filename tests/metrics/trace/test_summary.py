@@ -1,0 +1,108 @@
+"""The trace summary: it names the real problem of the library's pathological scenarios, stays
+within its size bound, is the same text for the same run (from the Result or read back from
+the output folder), and each strategy gives its sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import blis_simpy
+from blis_simpy.metrics.trace.summary import STRATEGIES
+from blis_simpy.report.trace_summary import summarize
+from tests.conftest import scenario
+
+LIBRARY = Path(blis_simpy.__file__).parent / "scenarios"
+
+
+def library_run(name: str) -> blis_simpy.Result:
+    return blis_simpy.run(LIBRARY / f"{name}.yaml",
+                          overrides={"cluster.trace_level": "decisions"})
+
+
+@pytest.fixture(scope="module")
+def unfair() -> blis_simpy.Result:
+    return library_run("unfair-tenants")
+
+
+@pytest.fixture(scope="module")
+def busiest() -> blis_simpy.Result:
+    return library_run("routing-always-busiest")
+
+
+def key_issues(text: str) -> list[str]:
+    section = text.split("## Key Issues")[1].split("\n## ")[0]
+    return [line for line in section.splitlines()[1:] if line[:1].isdigit()]
+
+
+def test_unfair_tenants_summary_names_the_starved_tenant_and_its_missed_target(unfair):
+    text = unfair.summary_text()
+    first = key_issues(text)[0]
+    assert first.startswith("1. FAIRNESS: tenant realtime attains")
+    assert "while bulk attains 100%" in first
+    assert "realtime's misses: tpot_ms" in text
+    assert "Protect tenant realtime's tpot_ms" in text.split("## Suggested Focus")[1]
+
+
+def test_always_busiest_summary_names_the_load_imbalance(busiest):
+    text = busiest.summary_text()
+    first = key_issues(text)[0]
+    assert first == ("1. ROUTING: load imbalance: instance_0 received 100% of the requests "
+                     "(fair share 25%) under always-busiest routing")
+    assert "Route by load" in text.split("## Suggested Focus")[1]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("max_tokens", [150, 400, 1000, 3000])
+def test_summaries_stay_within_their_bound(unfair, strategy, max_tokens):
+    text = unfair.summary_text(max_tokens=max_tokens, strategy=strategy)
+    assert len(text) <= 4 * max_tokens
+    assert text.startswith("## Outcome\n")
+
+
+def test_the_same_run_gives_the_same_text_from_the_result_and_from_its_folder(busiest,
+                                                                            tmp_path):
+    busiest.save(tmp_path / "out", "csv")
+    for strategy in STRATEGIES:
+        text = busiest.summary_text(strategy=strategy)
+        assert text == busiest.summary_text(strategy=strategy)
+        assert summarize(tmp_path / "out", strategy=strategy) == text
+
+
+@pytest.mark.parametrize(("strategy", "sections"), [
+    ("issue_focused", ["Outcome", "Key Issues", "Counterfactual Analysis", "Worst Decisions",
+                       "Suggested Focus"]),
+    ("decision_audit", ["Outcome", "Decision Audit", "Sampled Decisions", "Suggested Focus"]),
+    ("counterfactual", ["Outcome", "Counterfactual Analysis", "Worst Decisions",
+                        "Suggested Focus"]),
+    ("pattern_mining", ["Outcome", "Patterns in Poor Outcomes", "Key Issues",
+                        "Suggested Focus"]),
+])
+def test_each_strategy_gives_its_sections(unfair, strategy, sections):
+    text = unfair.summary_text(max_tokens=3000, strategy=strategy)
+    titles = [line[3:].split(" (")[0] for line in text.splitlines() if line.startswith("## ")]
+    assert titles == sections
+
+
+def test_pattern_mining_finds_the_tenant_behind_the_misses(unfair):
+    text = unfair.summary_text(strategy="pattern_mining")
+    patterns = text.split("## Patterns in Poor Outcomes")[1]
+    assert "tenant=realtime: 100% of poor outcomes" in patterns
+
+
+def test_counterfactual_reports_regret_in_ms_of_ttft(unfair):
+    text = unfair.summary_text(strategy="counterfactual")
+    assert "- Routing regret: avg " in text and " ms of estimated TTFT per decision" in text
+
+
+def test_an_untraced_run_says_how_to_get_the_decision_sections():
+    text = blis_simpy.run(scenario()).summary_text()
+    assert "decisions were not traced" in text
+
+
+def test_bad_arguments_are_refused(busiest):
+    with pytest.raises(ValueError, match="strategy"):
+        busiest.summary_text(strategy="vibes")
+    with pytest.raises(ValueError, match="max_tokens"):
+        busiest.summary_text(max_tokens=10)
