@@ -45,7 +45,6 @@ from blis_simpy.policies.priority import PRIORITY, PriorityPolicy
 from blis_simpy.policies.routing import (
     ROUTING,
     SCORERS,
-    PrefixIndex,
     RoutingDecision,
     RoutingPolicy,
 )
@@ -288,7 +287,6 @@ class PriorityTree(PriorityPolicy):
 @dataclass(frozen=True, slots=True)
 class RoutingTreeParams:
     tree: dict[str, Any] = spec(help="the decision tree, evaluated per instance")
-    prefix_index_capacity: int = spec(10_000, help="block hashes remembered per instance", ge=1)
 
     def validate(self, path: str) -> None:
         parse(self.tree, f"{path}.tree", "routing", routing_leaf)
@@ -301,31 +299,32 @@ class RoutingTree(RoutingPolicy):
 
     Params = RoutingTreeParams
     params: RoutingTreeParams
+    reads_shadow_kv = True  # instance.prefix_match and the prefix-affinity scorer
 
     def __init__(self, params: RoutingTreeParams) -> None:
         super().__init__(params)
         self.root = parse(params.tree, "tree", "routing", routing_leaf)
-        self.index = PrefixIndex(params.prefix_index_capacity)
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         blocks = len(req.prefix_hashes)
+        shadow = state.shadow_kv
+        assert shadow is not None  # kept by the gateway: this policy reads it
         scored: dict[str, list[float]] = {}  # each scorer used, over all instances, once
         scores = []
         for i, snap in enumerate(snapshots):
-            match = self.index.match(snap.id, req.prefix_hashes) / blocks if blocks else 0.0
+            match = shadow.expected_hit(snap.id, req.prefix_hashes) / blocks if blocks else 0.0
             leaf: RoutingLeaf = decide(self.root, Context(req, state, clock, priority, snap,
                                                           match))
             if leaf.scorer is None:
                 scores.append(leaf.score)
                 continue
             if leaf.scorer not in scored:
-                scored[leaf.scorer] = SCORERS[leaf.scorer](req, snapshots, self.index)
+                scored[leaf.scorer] = SCORERS[leaf.scorer](req, snapshots, shadow)
             scores.append(leaf.score * scored[leaf.scorer][i])
         best = min(range(len(snapshots)),
                    key=lambda i: (-scores[i], snapshots[i].effective_load, i))
         target = snapshots[best].id
-        self.index.record(target, req.prefix_hashes)
         return RoutingDecision(target, f"decision-tree (score={scores[best]:.3f})",
                                tuple(scores))
 

@@ -36,7 +36,7 @@ class Result:
     evaluation: EvaluationResult | None = None
     anomaly_table: Table | None = None  # one row per anomaly occurrence
     instance_table: Table | None = None  # per-instance levels over time
-    decision_table: Table | None = None  # when cluster.record_decisions is on
+    decision_table: Table | None = None  # when cluster.trace_level is decisions or full
     reference: ReferenceOutputs | None = None  # compat mode: the reference's own outputs
     # (time µs, kind, subject, where) in the order they happened, when the recorder kept them
     events: tuple[tuple[int, str, str, str], ...] | None = None

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.search.sweep import run_many
 from tests.policies.helpers import admission, loads, priority, routing, scheduler, snap, view
 from tests.search.helpers import prefix_scenario
@@ -55,6 +56,7 @@ def test_routing_tree_scores_each_instance_and_breaks_ties_by_load():
                   {"scorer": "load-balance", "weight": 2})
     policy = routing("decision-tree", tree=tree)
     state = RouterState()
+    state.shadow_kv = ShadowKV()  # what the gateway keeps for a policy that reads it
     state.instances = ("instance_0", "instance_1", "instance_2")
     snaps = [snap(0, queue=1, kv=0.95), snap(1, queue=3), snap(2, queue=1)]
     decision = policy.route(view(), 0.0, snaps, state, 0)

@@ -56,7 +56,7 @@ def test_gepa_evaluate_prints_score_and_feedback_as_json(tmp_path: Path):
     assert good.exit_code == 0, good.output
     report = json.loads(good.stdout)
     assert report["score"] > 0 and report["runs"][0]["candidate_id"] == "c1"
-    assert "prefix-cache hit rate" in report["feedback"][0]
+    assert "Cache hit rate" in report["feedback"][0]
     hostile = runner.invoke(app, [*args, "--code", f"routing={tmp_path / 'route.py'}"])
     assert hostile.exit_code == 0, hostile.output
     report = json.loads(hostile.stdout)

@@ -27,7 +27,7 @@ def test_evaluate_returns_one_score_and_trajectory_per_instance():
     assert all(score > 0 for score in result.scores)
     dataset = BlisAdapter().make_reflective_dataset({"bundle": SEED_BUNDLE}, result, ["bundle"])
     record = dataset["bundle"][0]
-    assert record["Inputs"]["seed"] == 1 and "cache hit rate" in record["Feedback"]
+    assert record["Inputs"]["seed"] == 1 and "Cache hit rate" in record["Feedback"]
 
 
 def test_broken_candidates_score_zero_with_the_reason():
@@ -53,9 +53,9 @@ def raise_prefix_weight(candidate, reflective_dataset, components_to_update):
     """The scripted proposer: when the feedback shows a cold prefix cache, weight the
     prefix-affinity scorer 4x more (what a reflecting LLM would be expected to try)."""
     bundle = yaml.safe_load(candidate["bundle"])
-    hit_rates = [float(line.split("prefix-cache hit rate ")[1].split(";")[0])
+    hit_rates = [float(line.split("Cache hit rate ")[1].split("%")[0]) / 100
                  for record in reflective_dataset["bundle"]
-                 for line in record["Feedback"].splitlines() if "prefix-cache hit rate" in line]
+                 for line in record["Feedback"].splitlines() if "Cache hit rate" in line]
     scorers = bundle["routing"]["params"]["scorers"]
     if hit_rates and min(hit_rates) < 0.8:
         scorers["prefix-affinity"] *= 4

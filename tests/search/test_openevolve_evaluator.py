@@ -25,7 +25,7 @@ def test_evaluate_returns_combined_score_features_and_artifacts():
     assert metrics["combined_score"] > 0
     assert 0 < metrics["cache_hit_rate"] < 1 and metrics["completion"] > 0  # MAP-Elites dims
     assert "ttft_p99_ms" in metrics and "error" not in result.artifacts
-    assert "prefix-cache hit rate" in result.artifacts["feedback"]
+    assert "Cache hit rate" in result.artifacts["feedback"]
     export = json.loads(result.artifacts["k4_export"])
     assert export["policy_id"] == "initial_program"
     assert export["config_for_deployment"]["axis"] == "routing"
