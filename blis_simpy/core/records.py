@@ -26,6 +26,7 @@ import numpy as np
 
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import Role
+from blis_simpy.core.tier_records import TierLog, TierRecord
 
 # Anomaly types recorded while running or judged from the records at the end (seed D.8).
 ANOMALY_TYPES = (
@@ -81,7 +82,7 @@ class InstanceLog:
     """One instance's records: its step rows and, when the run ends, its final counters."""
 
     __slots__ = ("id", "kv_failures", "kv_hits", "kv_misses", "kv_total", "last_event", "role",
-                 "steps")
+                 "steps", "tiers")
 
     def __init__(self, instance_id: str, role: Role, kv_total: int) -> None:
         self.id = instance_id
@@ -92,6 +93,7 @@ class InstanceLog:
         self.kv_misses = 0
         self.kv_failures = 0
         self.last_event = 0
+        self.tiers: TierLog | None = None  # the KV tiers below the GPU, when configured
 
     def close(self, kv_hits: int, kv_misses: int, kv_failures: int, last_event: int) -> None:
         self.kv_hits, self.kv_misses = kv_hits, kv_misses
@@ -167,6 +169,7 @@ class InstanceRecord:
     batch_size: np.ndarray
     kv_used: np.ndarray
     queue_depth: np.ndarray
+    tiers: TierRecord | None = None
 
     @property
     def end(self) -> np.ndarray:
@@ -177,7 +180,8 @@ class InstanceRecord:
         rows = np.array(log.steps, dtype=np.int64).reshape(-1, len(STEP_FIELDS))
         return cls(log.id, log.role, log.kv_total, log.kv_hits, log.kv_misses, log.kv_failures,
                    log.last_event,
-                   *(rows[:, i].copy() for i in range(len(STEP_FIELDS))))
+                   *(rows[:, i].copy() for i in range(len(STEP_FIELDS))),
+                   tiers=None if log.tiers is None else TierRecord.of(log.tiers))
 
 
 def ints(requests: Sequence[Request], attr: str) -> np.ndarray:
