@@ -37,6 +37,7 @@ ANOMALY_TYPES = (
     "slo_violation",
     "preemption_storm",
     "rejection_burst",
+    "kv_thrashing",  # reloads of blocks the GPU evicted moments before, in a burst
 )
 
 STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",

@@ -39,7 +39,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
              ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
     """RawMetrics, the evaluation, and every anomaly (recorded while running and judged now)."""
     targets = request_targets(scenario, requests)
-    anomalies = [*records.anomalies, *judged(records, requests, targets, scenario.evaluation)]
+    anomalies = [*records.anomalies, *judged(records, requests, targets, scenario.evaluation,
+                                                  scenario.engine.kv_tiers)]
     seconds = records.ended_at / US_PER_S
     metrics = raw_metrics(requests, targets, records.instances, seconds,
                           conventions.hit_rate(records.instances))
