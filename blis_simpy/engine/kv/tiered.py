@@ -118,6 +118,7 @@ class TieredKVCache(KVCache):
                 self.used += 1
             refcount[block] += 1
         self.hits += len(on_gpu)
+        self._touch(req, found)  # before taking fresh blocks, whose eviction may offload
         fresh = iter(self._take_blocks(len(found) - len(on_gpu)))
         from_cpu, from_storage = [], []
         for i, block in enumerate(found):
@@ -131,6 +132,15 @@ class TieredKVCache(KVCache):
         hit.load_us = self._reload(from_cpu, from_storage)
         self.allocate(req, start, tokens)
         return True
+
+    def _touch(self, req: Request, found: list[int]) -> None:
+        """The lower-tier blocks about to be reloaded are used: their tier's order learns it."""
+        storage = self.storage
+        for h, where in zip(req.hashes, found, strict=False):
+            if where == ON_CPU:
+                self.cpu.touch(h)
+            elif where == ON_STORAGE and storage is not None:
+                storage.touch(h)
 
     def _fill(self, block: int, block_hash: int) -> None:
         """A fresh GPU block receives a reloaded block's content (and its hash)."""
@@ -148,14 +158,10 @@ class TieredKVCache(KVCache):
         if from_cpu:
             end = self.cpu_up.transfer(now, len(from_cpu))
             log.cpu_hits += len(from_cpu)
-            for h in from_cpu:
-                self.cpu.touch(h)
         if from_storage:
             assert self.storage is not None and self.storage_up is not None
             end = max(end, self.storage_up.transfer(now, len(from_storage)))
             log.storage_hits += len(from_storage)
-            for h in from_storage:
-                self.storage.touch(h)
         log.reloads += len(from_cpu) + len(from_storage)
         evicted_at, window = self.evicted_at, self.window
         for h in from_cpu + from_storage:
