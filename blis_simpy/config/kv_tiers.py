@@ -93,17 +93,19 @@ def resolve_tiers(tiers: KVTiersConfig, model_config: dict[str, Any] | None, tp:
     """Each link's blocks per second made explicit (only when the tiers are on)."""
     if not tiers.enabled:
         return tiers
-    links = {"cpu_link": tiers.cpu_link}
+    size = block_bytes(model_config, tp, block_size) if model_config else None
+    storage_link = tiers.storage_link
     if tiers.storage_blocks:
-        links["storage_link"] = tiers.storage_link
-    resolved = {}
-    for name, link in links.items():
-        if link.blocks_per_s is not None:
-            continue
-        size = block_bytes(model_config, tp, block_size) if model_config else None
-        if size is None:
-            raise ScenarioError(join(path, f"{name}.blocks_per_s"), "the model's config.json "
-                                "is not available to size a KV block in bytes",
-                                "blocks_per_s given explicitly")
-        resolved[name] = replace(link, blocks_per_s=link.gb_per_s * GB / size)
-    return replace(tiers, **resolved)
+        storage_link = resolve_link(storage_link, size, join(path, "storage_link"))
+    return replace(tiers, cpu_link=resolve_link(tiers.cpu_link, size, join(path, "cpu_link")),
+                   storage_link=storage_link)
+
+
+def resolve_link(link: KVLinkConfig, block_size_bytes: int | None, path: str) -> KVLinkConfig:
+    if link.blocks_per_s is not None:
+        return link
+    if block_size_bytes is None:
+        raise ScenarioError(join(path, "blocks_per_s"), "the model's config.json is not "
+                            "available to size a KV block in bytes",
+                            "blocks_per_s given explicitly")
+    return replace(link, blocks_per_s=link.gb_per_s * GB / block_size_bytes)

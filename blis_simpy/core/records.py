@@ -20,7 +20,7 @@ Channels:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -170,7 +170,7 @@ class InstanceRecord:
     batch_size: np.ndarray
     kv_used: np.ndarray
     queue_depth: np.ndarray
-    tiers: TierRecord | None = None
+    tiers: TierRecord | None = field(default=None, kw_only=True)  # KV tiers, when configured
 
     @property
     def end(self) -> np.ndarray:

@@ -137,7 +137,9 @@ def stage_scenario(exp: Experiment, stage: Stage, latency: Latency, seed: int = 
         "workload": workload,
     }
     if cpu_gib > 0:
-        data["engine"]["kv_tiers"] = {"cpu_blocks": cpu_tier_blocks(exp.model, cpu_gib)}
+        engine = dict(data["engine"])  # type: ignore[call-overload]
+        engine["kv_tiers"] = {"cpu_blocks": cpu_tier_blocks(exp.model, cpu_gib)}
+        data["engine"] = engine
     return Scenario.from_dict(data)
 
 

@@ -75,8 +75,8 @@ def test_two_concurrent_transfers_queue_on_one_link():
 def test_blocks_per_s_derive_from_bandwidth_and_the_model_shape():
     """Llama-3.1-8B: 2 x 32 layers x 8 KV heads x 128 x 2 bytes x 16 tokens = 2 MiB a block;
     at 25 GB/s that is 11,920.9 blocks/s; with TP 2 each GPU moves half the heads."""
-    from blis_simpy.config.kv_tiers import block_bytes
     from blis_simpy.config.catalog import bundled_model_config
+    from blis_simpy.config.kv_tiers import block_bytes
     config = bundled_model_config("meta-llama/llama-3.1-8b-instruct")
     assert block_bytes(config, 1, 16) == 2 * 32 * 8 * 128 * 2 * 16
     assert block_bytes(config, 2, 16) == 2 * 32 * 4 * 128 * 2 * 16
@@ -99,7 +99,7 @@ def test_a_block_evicted_from_the_gpu_is_reloaded_from_the_cpu_by_hash():
     serve(kv, request(1, list(range(200, 220))))  # 5 blocks: evicts every block of a
     assert kv.lookup(request(2, a), 16).blocks == [-1, -1, -1, -1]
     clock.now = 10_000
-    again = request(2, a + [7])
+    again = request(2, [*a, 7])
     load = serve(kv, again)
     assert load == 100 + 4 * 1000  # 4 blocks over the CPU link
     assert again.progress == 0 and kv.log.cpu_hits == 4 and kv.log.reloads == 4
@@ -108,16 +108,16 @@ def test_a_block_evicted_from_the_gpu_is_reloaded_from_the_cpu_by_hash():
 def test_reload_is_targeted_to_the_prefix_and_registers_on_the_gpu():
     """Only the blocks of this prefix are reloaded; a second request for the same prefix
     then hits them on the GPU (no second transfer)."""
-    kv, clock = pool(gpu=8, cpu=16)
+    kv, _clock = pool(gpu=8, cpu=16)
     a, b = list(range(100, 108)), list(range(300, 332))
     serve(kv, request(0, a))
     serve(kv, request(1, b))  # 8 blocks: evicts a's 2 blocks
-    first = request(2, a + [1])
+    first = request(2, [*a, 1])
     hit = kv.lookup(first, first.input_len)
     assert kv.admit(first, hit, 8, 1)
     assert kv.log.reloads == 2
     assert [kv.block_hash[blk] for blk in first.blocks[:2]] == first.hashes[:2]
-    second = request(3, a + [2])
+    second = request(3, [*a, 2])
     assert kv.lookup(second, second.input_len).blocks == first.blocks[:2]
 
 
@@ -130,7 +130,7 @@ def test_reloads_in_one_step_are_charged_once_each_queued_behind_the_other():
     clock.now = 50_000
     loads = []
     for i, prompt in enumerate((a, b)):
-        req = request(3 + i, prompt + [1])
+        req = request(3 + i, [*prompt, 1])
         hit = kv.lookup(req, req.input_len)
         assert kv.admit(req, hit, 8, 1)
         loads.append(hit.load_us)
@@ -141,7 +141,7 @@ def test_mirror_keeps_one_cpu_copy_per_hash_and_the_gpu_block():
     kv, _ = pool(gpu=16, cpu=16)
     a = list(range(100, 116))
     serve(kv, request(0, a))
-    serve(kv, request(1, a + [5]))  # a GPU hit: nothing new to store
+    serve(kv, request(1, [*a, 5]))  # a GPU hit: nothing new to store
     assert kv.cpu.used == 4 and kv.log.offloads == 4
     assert all(b >= 0 for b in kv.lookup(request(2, a), 16).blocks)  # still on the GPU
 
@@ -165,7 +165,7 @@ def test_a_full_cpu_tier_demotes_to_storage_and_reloads_from_there():
     assert kv.cpu.used == 4 and kv.storage is not None and kv.storage.used == 5
     assert kv.lookup(request(2, a), 16).blocks == [-2] * 4
     clock.now = 10_000
-    assert serve(kv, request(2, a + [1])) == 4100
+    assert serve(kv, request(2, [*a, 1])) == 4100
     assert kv.log.storage_hits == 4
 
 
@@ -176,7 +176,7 @@ def test_fifo_eviction_ignores_reuse_and_lru_keeps_the_reused_block():
         serve(kv, request(0, a))
         serve(kv, request(1, b))
         serve(kv, request(2, c))  # GPU holds 2 blocks: a was evicted, reloaded below
-        serve(kv, request(3, a + [0]))  # lru: a is now the most recent
+        serve(kv, request(3, [*a, 0]))  # lru: a is now the most recent
         serve(kv, request(4, list(range(20, 24))))  # the full CPU tier drops one block
         assert (request(0, a).hashes[0] in kv.cpu) is kept, policy
 

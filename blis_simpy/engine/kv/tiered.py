@@ -55,7 +55,7 @@ def tiered_pool(engine: EngineConfig, clock: Callable[[], int], block_bytes: int
     tiers = engine.kv_tiers
     pool_type = checked(TieredKVCache) if checks else TieredKVCache
     log = TierLog(tiers.cpu_blocks, tiers.storage_blocks, block_bytes)
-    pool: TieredKVCache = pool_type(engine.kv_blocks or 0, engine.block_size, tiers, clock, log)
+    pool = pool_type(engine.kv_blocks or 0, engine.block_size, tiers, clock, log)
     return pool
 
 
@@ -120,7 +120,8 @@ class TieredKVCache(KVCache):
         self.hits += len(on_gpu)
         self._touch(req, found)  # before taking fresh blocks, whose eviction may offload
         fresh = iter(self._take_blocks(len(found) - len(on_gpu)))
-        from_cpu, from_storage = [], []
+        from_cpu: list[int] = []
+        from_storage: list[int] = []
         for i, block in enumerate(found):
             if block < 0:
                 h = req.hashes[i]
