@@ -298,3 +298,14 @@ def test_runs_with_tiers_finish_every_request_with_checks_on(tmp_path_factory, r
     sim = build(resolve(trace_run_scenario(path, engine=engine)), checks=True)
     sim.run()
     assert all(r.state is State.COMPLETED for r in sim.recorder.requests)
+
+
+def test_snapshots_show_the_cpu_tier_use(tmp_path):
+    trace = write_trace(tmp_path / "t.csv", [(0.1 * i, list(range(i * 1000, i * 1000 + 300)), 5)
+                                             for i in range(10)])
+    sim = build(resolve(trace_run_scenario(trace, engine={"kv_blocks": 100,
+                                                          "kv_tiers": {"cpu_blocks": 400}})))
+    sim.run()
+    instance = next(iter(sim.fleet))
+    snapshot = sim.gateway.snapshots.snapshot(instance, sim.env.now)
+    assert snapshot.kv_cpu_utilization == instance.kv.cpu.used / 400 > 0

@@ -85,6 +85,9 @@ class TieredKVCache(KVCache):
         self.evicted_at: dict[int, int] = {}  # hash with a lower-tier copy -> GPU eviction time
         self.charged_until = 0  # reload time up to here is already charged to the step
 
+    def cpu_utilization(self) -> float:
+        return self.cpu.used / self.cpu.total
+
     # -- lookup and reload ------------------------------------------------------------------
 
     def lookup(self, req: Request, tokens: int) -> PrefixHit:
