@@ -104,7 +104,8 @@ class EngineConfig:
         le=MAX_TOKENS,
     )
     kv_tiers: KVTiersConfig = spec(factory=KVTiersConfig, help="CPU / storage KV tiers below "
-                                   "the GPU cache, offload and reload (native mode)")
+                                   "the GPU cache, offload and reload (native mode)",
+                                   omit_default=True)
 
 
 
