@@ -192,10 +192,23 @@ class TieredKVCache(KVCache):
             self._offload(req.hashes[i:i + 1])
 
     def open_block(self, req: Request) -> bool:
-        """As the plain cache, through `_take` so an eviction is seen."""
-        if not self.free.size:
+        """As the plain cache, with the eviction of the block's old content seen."""
+        free = self.free
+        if not free.size:
             return False
-        self._take(req.blocks, 1)
+        block = free.take_one()
+        if block >= len(self.refcount):
+            self._grow()
+        old = self.block_hash[block]
+        if old is not None:
+            if self.index.get(old) == block:
+                del self.index[old]
+            self.block_hash[block] = None
+            self._evicted([old], self.used)
+        self.refcount[block] = 1
+        req.blocks.append(block)
+        self.used += 1
+        self.misses += 1
         return True
 
     def _take_blocks(self, count: int) -> list[int]:
@@ -206,15 +219,20 @@ class TieredKVCache(KVCache):
         block_hash = self.block_hash
         evicted = [h for b in taken if (h := block_hash[b]) is not None]
         if evicted:
-            now = self.clock()
-            self.log.evictions += len(evicted)
-            if not self.mirror and used >= self.threshold:
-                self._offload(evicted)
-            cpu, storage, evicted_at = self.cpu.entries, self.storage, self.evicted_at
-            for h in evicted:
-                if h in cpu or (storage is not None and h in storage):
-                    evicted_at[h] = now
+            self._evicted(evicted, used)
         return taken
+
+    def _evicted(self, hashes: list[int], used: int) -> None:
+        """The GPU dropped these cached blocks (with `used` blocks in use): threshold offload
+        copies them first; the ones a lower tier holds are timed for thrash detection."""
+        now = self.clock()
+        self.log.evictions += len(hashes)
+        if not self.mirror and used >= self.threshold:
+            self._offload(hashes)
+        cpu, storage, evicted_at = self.cpu.entries, self.storage, self.evicted_at
+        for h in hashes:
+            if h in cpu or (storage is not None and h in storage):
+                evicted_at[h] = now
 
     def _offload(self, hashes: list[int]) -> None:
         """Copy these GPU blocks to the CPU tier (those it lacks), pushing what it drops down
@@ -231,8 +249,7 @@ class TieredKVCache(KVCache):
             dropped = cpu.store(h)
             if dropped is not None:
                 demoted.append(dropped)
-        log.offload_us += self.cpu_down.duration(len(new))
-        self.cpu_down.transfer(now, len(new))
+        log.offload_us += self.cpu_down.send(now, len(new))
         log.offloads += len(new)
         if demoted:
             self._demote(demoted, now)
@@ -250,8 +267,7 @@ class TieredKVCache(KVCache):
             if dropped is not None:
                 evicted_at.pop(dropped, None)
         self.log.offloads += len(hashes)
-        self.log.offload_us += self.storage_down.duration(len(hashes))
-        self.storage_down.transfer(now, len(hashes))
+        self.log.offload_us += self.storage_down.send(now, len(hashes))
 
     # -- checks -------------------------------------------------------------------------------
 

@@ -35,6 +35,12 @@ class Link:
         self.free_at = end
         return end
 
+    def send(self, now: int, blocks: int) -> int:
+        """Queue a transfer nobody waits for; returns the link time it takes."""
+        took = self.duration(blocks)
+        self.free_at = max(now, self.free_at) + took
+        return took
+
 
 class EvictionPolicy(Protocol):
     """Which hash a full tier drops, as an order kept on the tier's entries (oldest first)."""
