@@ -426,6 +426,9 @@ def validate_real(
     catalog: Annotated[Path | None, typer.Option(
         help="use a calibrated catalog entry (a file written by blis-simpy calibrate) "
              "instead of --latency")] = None,
+    kv_cpu_gib: Annotated[float, typer.Option(
+        help="model the runs' CPU KV offload: a CPU tier of this many GiB (the public runs "
+             "had 8); 0: none", min=0)] = 0.0,
 ) -> None:
     """Simulate every measured stage of real vLLM runs and print measured vs simulated (mean
     E2E, ITL, TTFT, throughput), the signed errors and their median / mean |error|."""
@@ -445,7 +448,8 @@ def validate_real(
         experiments = read_experiments(ground_truth)
         rows = validate_stages(experiments, latency, seed=seed, only=only,
                                progress=lambda stage: typer.echo(f"simulating {stage.name}",
-                                                                 err=True))
+                                                                 err=True),
+                               cpu_gib=kv_cpu_gib)
     except ScenarioError as exc:
         raise fail(exc) from None
     typer.echo(validation_report(rows, latency), nl=False)

@@ -63,6 +63,7 @@ class SnapshotProvider:
             cache_hit_rate=values["cache_hit_rate"], recent_ttft_ms=values["recent_ttft"],
             recent_tpot_ms=values["recent_tpot"],
             estimated_wait_ms=instance.estimated_wait_ms(),
+            kv_cpu_utilization=kv.cpu_utilization(),
         )
 
     def refresh_all(self, instances: Sequence[Instance], clock: int) -> None:

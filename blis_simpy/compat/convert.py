@@ -203,6 +203,47 @@ def engine_section(args: Args, latency: Latency) -> dict[str, Any]:
     return section
 
 
+TIERS_NOTE = """\
+# The reference's tiered KV cache (--kv-cpu-blocks > 0) became native KV tiers, so this
+# scenario runs in native mode (compat: none) and its numbers differ from the reference's:
+#  - offload: the reference (b88fdf6b) offloads every cached free block once GPU use passes
+#    --kv-offload-threshold and wipes it from the GPU; native `threshold` copies a block only
+#    as the GPU evicts it, and keeps nothing twice. Without --kv-offload-threshold the later
+#    reference's vLLM-v1 mirror design is used (offload: mirror), which ignores it;
+#  - reload: the reference reloads untargeted blocks only when an allocation fails, may
+#    overwrite its own reloads and keys the CPU tier by GPU block id; native reload is of one
+#    request's prefix, at admission, by content hash; a CPU hit counts once in the hit rate;
+#  - transfer time: the reference adds base + ceil(block_size / bandwidth) µs per block; the
+#    link here takes base once per transfer plus 1e6 / blocks_per_s µs per block (blocks_per_s
+#    = 1e6 / ceil(block_size / --kv-transfer-bandwidth)), transfers on it queued.
+"""
+
+
+def kv_tiers_section(args: Args) -> dict[str, Any] | None:
+    """--kv-cpu-blocks and the transfer flags as native tiers; None without a CPU tier (the
+    other tier flags then do nothing, as in the reference)."""
+    cpu = args["kv-cpu-blocks"]
+    threshold, bandwidth = args["kv-offload-threshold"], args["kv-transfer-bandwidth"]
+    base = args["kv-transfer-base-latency"]
+    if cpu < 0:
+        raise ScenarioError("--kv-cpu-blocks", f"must be >= 0, got {cpu}")
+    if not 0 <= threshold <= 1:
+        raise ScenarioError("--kv-offload-threshold", f"must be in [0, 1], got {threshold}")
+    if not (math.isfinite(bandwidth) and bandwidth > 0):
+        raise ScenarioError("--kv-transfer-bandwidth", f"must be a finite value > 0, got "
+                            f"{bandwidth}")
+    if base < 0:
+        raise ScenarioError("--kv-transfer-base-latency", f"must be >= 0, got {base}")
+    if cpu == 0:
+        return None
+    us_per_block = math.ceil(args["block-size-in-tokens"] / bandwidth)
+    section: dict[str, Any] = {"cpu_blocks": cpu, "offload": "mirror"}
+    if "kv-offload-threshold" in args.given:
+        section.update(offload="threshold", threshold=threshold)
+    section["cpu_link"] = {"blocks_per_s": 1e6 / us_per_block, "base_latency_us": base}
+    return section
+
+
 def workload_section(args: Args) -> dict[str, Any]:
     name = args["workload"]
     if name == "traces":
@@ -354,6 +395,10 @@ def blis_command(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
         data["horizon_s"] = spec.horizon_s
     data["latency"] = latency.section
     data["engine"] = engine_section(args, latency)
+    tiers = kv_tiers_section(args)
+    if tiers is not None:
+        data["engine"]["kv_tiers"] = tiers
+        data["compat"] = "none"  # KV tiers are native only: see TIERS_NOTE
     data["cluster"] = cluster
     data["policies"] = policies
     data["workload"] = workload
@@ -389,7 +434,10 @@ def to_yaml(data: dict[str, Any], command: list[str] | None = None) -> str:
         header = f"# Converted from the reference BLIS command:\n#   blis {shlex.join(command)}\n"
     else:
         header = "# Converted from a reference BLIS command line.\n"
-    header += "# compat: blis reproduces the reference's reported numbers.\n"
+    if "kv_tiers" in data.get("engine", {}):
+        header += TIERS_NOTE
+    else:
+        header += "# compat: blis reproduces the reference's reported numbers.\n"
     if data.get("workload", {}).get("type") == "tenants":
         header += ("# Except the workload: --workload-spec became a tenants workload drawn from\n"
                    "# blis-simpy's numpy streams; the reference's exact RNG stream is not\n"

@@ -23,10 +23,7 @@ INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 DEFAULTS_FILE = "defaults.yaml"
 # Flags of the reference's `run` that exist but are not converted.
-LATER_FLAGS = frozenset({
-    "fitness-weights", "kv-cpu-blocks", "kv-offload-threshold",
-    "kv-transfer-bandwidth", "kv-transfer-base-latency",
-})
+LATER_FLAGS = frozenset({"fitness-weights"})
 
 
 # ---------------------------------------------------------------- value parsing (Go rules)
@@ -147,6 +144,11 @@ FLAGS: dict[str, Flag] = {
     "trace-level": Flag(STR, "none", "cluster.trace_level"),
     "counterfactual-k": Flag(INT, 0, "cluster.top_k"),
     "summarize-trace": Flag(BOOL, False, None),
+    # The tiered KV cache (cluster.md §7): converted to native tiers (convert.kv_tiers_section).
+    "kv-cpu-blocks": Flag(INT, 0, "engine.kv_tiers.cpu_blocks"),
+    "kv-offload-threshold": Flag(FLOAT, 0.9, "engine.kv_tiers.threshold"),
+    "kv-transfer-bandwidth": Flag(FLOAT, 100.0, "engine.kv_tiers.cpu_link.blocks_per_s"),
+    "kv-transfer-base-latency": Flag(INT, 0, "engine.kv_tiers.cpu_link.base_latency_us"),
 }
 KEY_TO_FLAG = {f.key: f"--{name}" for name, f in FLAGS.items() if f.key}
 FLAG_LIST = ", ".join(f"--{name}" for name in FLAGS)
@@ -223,8 +225,8 @@ def lookup_flag(name: str) -> Flag:
         return flag
     if name in LATER_FLAGS:
         raise ScenarioError(
-            f"--{name}", "is a reference flag that is not converted (the tiered KV cache, "
-            "and --fitness-weights have no conversion yet)", FLAG_LIST,
+            f"--{name}", "is a reference flag that is not converted (--fitness-weights has no "
+            "conversion yet)", FLAG_LIST,
         )
     raise ScenarioError(f"--{name}", "unknown flag for `blis run`", FLAG_LIST)
 

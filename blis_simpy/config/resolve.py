@@ -17,6 +17,7 @@ from blis_simpy.config.catalog import (
     bundled_model_config,
     read_json,
 )
+from blis_simpy.config.kv_tiers import block_bytes, resolve_tiers
 from blis_simpy.config.memory import memory_kv_blocks
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload
@@ -46,6 +47,10 @@ def resolve(scenario: Scenario) -> Scenario:
         if not kv_blocks and scenario.compat != "blis":  # the reference keeps its 1,000,000
             kv_blocks = roofline_kv_blocks(model, latency, engine.block_size)
     engine = dataclasses.replace(engine, kv_blocks=kv_blocks or DEFAULT_KV_BLOCKS)
+    if engine.kv_tiers.enabled:
+        engine = dataclasses.replace(engine, kv_tiers=resolve_tiers(
+            engine.kv_tiers, model_config_of(model, latency), model.tp or 1, engine.block_size,
+            "engine.kv_tiers"))
     workload = scenario.workload
     if isinstance(workload, DistributionWorkload) and workload.arrival is None:
         arrival: Literal["poisson", "constant"] = (
@@ -63,6 +68,24 @@ def catalog_kv_blocks(entry: CatalogEntry, block_size: int, compat: str) -> int:
     if compat == "blis":
         return entry.kv_blocks
     return max(1, entry.kv_blocks * CATALOG_BLOCK_SIZE // block_size)
+
+
+def model_config_of(model: Any, latency: Any) -> dict | None:
+    """The model's config.json (the roofline's, else the bundled one); None if unreadable."""
+    try:
+        config = (read_json(latency.model_config, "config.json") if latency.model_config
+                  else bundled_model_config(model.name))
+    except ValueError:
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def kv_block_bytes(scenario: Scenario) -> int:
+    """Bytes of one KV block on one GPU of the model's TP group; 0 if the config is unknown."""
+    config = model_config_of(scenario.model, scenario.latency)
+    size = block_bytes(config, scenario.model.tp or 1, scenario.engine.block_size) if config \
+        else None
+    return size or 0
 
 
 def roofline_kv_blocks(model: Any, latency: Any, block_size: int) -> int | None:

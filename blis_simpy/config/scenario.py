@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from blis_simpy.config.fitness import FitnessConfig
+from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
     DistributionWorkload,
@@ -102,6 +103,9 @@ class EngineConfig:
         None, help="max prompt+output tokens; longer requests are rejected (null: KV size)", ge=1,
         le=MAX_TOKENS,
     )
+    kv_tiers: KVTiersConfig = spec(factory=KVTiersConfig, help="CPU / storage KV tiers below "
+                                   "the GPU cache, offload and reload (native mode)",
+                                   omit_default=True)
 
 
 
@@ -273,6 +277,10 @@ class Scenario:
             raise ScenarioError(join(path, "workload.timeout_s"), "client timeouts are not in "
                                 "the reference BLIS; compat: blis cannot reproduce them",
                                 "no timeout_s, or compat: none")
+        if self.compat == "blis" and self.engine.kv_tiers.enabled:
+            raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
+                                "only (the reference's tiers have defects, README \"KV tiers\")",
+                                "0, or compat: none")
 
     @classmethod
     def from_dict(cls, data: Any, base_dir: Path | None = None) -> Scenario:

@@ -21,12 +21,13 @@ Channels:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
+from blis_simpy.core.tier_records import TierLog, TierRecord
 
 # Anomaly types recorded while running or judged from the records at the end (seed D.8).
 ANOMALY_TYPES = (
@@ -38,6 +39,7 @@ ANOMALY_TYPES = (
     "preemption_storm",
     "rejection_burst",
     "shadow_divergence",  # the shadow KV expected a prefix hit and there was none, or vice versa
+    "kv_thrashing",  # reloads of blocks the GPU evicted moments before, in a burst
 )
 
 STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",
@@ -98,7 +100,7 @@ class InstanceLog:
     """One instance's records: its step rows and, when the run ends, its final counters."""
 
     __slots__ = ("id", "kv_failures", "kv_hits", "kv_misses", "kv_total", "last_event", "role",
-                 "steps")
+                 "steps", "tiers")
 
     def __init__(self, instance_id: str, role: Role, kv_total: int) -> None:
         self.id = instance_id
@@ -109,6 +111,7 @@ class InstanceLog:
         self.kv_misses = 0
         self.kv_failures = 0
         self.last_event = 0
+        self.tiers: TierLog | None = None  # the KV tiers below the GPU, when configured
 
     def close(self, kv_hits: int, kv_misses: int, kv_failures: int, last_event: int) -> None:
         self.kv_hits, self.kv_misses = kv_hits, kv_misses
@@ -185,6 +188,7 @@ class InstanceRecord:
     batch_size: np.ndarray
     kv_used: np.ndarray
     queue_depth: np.ndarray
+    tiers: TierRecord | None = field(default=None, kw_only=True)  # KV tiers, when configured
 
     @property
     def end(self) -> np.ndarray:
@@ -195,7 +199,8 @@ class InstanceRecord:
         rows = np.array(log.steps, dtype=np.int64).reshape(-1, len(STEP_FIELDS))
         return cls(log.id, log.role, log.kv_total, log.kv_hits, log.kv_misses, log.kv_failures,
                    log.last_event,
-                   *(rows[:, i].copy() for i in range(len(STEP_FIELDS))))
+                   *(rows[:, i].copy() for i in range(len(STEP_FIELDS))),
+                   tiers=None if log.tiers is None else TierRecord.of(log.tiers))
 
 
 def ints(requests: Sequence[Request], attr: str) -> np.ndarray:

@@ -190,10 +190,20 @@ def bounded(value: Any, path: str, meta: Mapping[str, Any]) -> Any:
     return value
 
 
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
 def to_plain(obj: Any) -> Any:
-    """Dataclass -> plain dict/list tree in field order (for the resolved-scenario file)."""
+    """Dataclass -> plain dict/list tree in field order (for the resolved-scenario file). A
+    field declared with `omit_default=True` is left out while it has its default, so an
+    optional feature that is off does not change the file."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.init and not (f.metadata.get("omit_default")
+                                   and getattr(obj, f.name) == default_of(f))}
     if isinstance(obj, list | tuple):
         return [to_plain(v) for v in obj]
     if isinstance(obj, Mapping):

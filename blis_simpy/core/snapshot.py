@@ -41,6 +41,7 @@ class InstanceSnapshot:
     recent_ttft_ms: float
     recent_tpot_ms: float
     estimated_wait_ms: float
+    kv_cpu_utilization: float = 0.0  # the CPU KV tier's blocks used / total (0: no tier)
 
     @property
     def effective_load(self) -> int:

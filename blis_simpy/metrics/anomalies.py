@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.scenario import EvaluationConfig
 from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.records import Anomaly, Records
@@ -51,9 +52,9 @@ def overshoot(values: tuple[float, float, float], target: SLOTargets) -> float:
 
 
 def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
-           config: EvaluationConfig) -> list[Anomaly]:
-    """The anomalies judged from the run's records: SLO violations, preemption storms and
-    rejection bursts."""
+           config: EvaluationConfig, tiers: KVTiersConfig | None = None) -> list[Anomaly]:
+    """The anomalies judged from the run's records: SLO violations, preemption storms,
+    rejection bursts and (with KV tiers) KV thrashing."""
     found = []
     ttft, tpot, e2e = (requests.array(name) for name in ("ttft_ms", "itl_mean_ms", "e2e_ms"))
     completion, states = requests.array("completion_s"), requests["final_state"]
@@ -79,6 +80,25 @@ def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
                                    us(burst.window_s)):
         found.append(Anomaly("rejection_burst", start, "", tuple(reqs),
                              f"{len(reqs)} rejections in {(end - start) / US_PER_S:.3f} s", end))
+    if tiers is not None and tiers.enabled:
+        found.extend(thrashing(records, tiers))
+    return found
+
+
+def thrashing(records: Records, config: KVTiersConfig) -> list[Anomaly]:
+    """`kv_thrashing` episodes: `thrash_anomaly_count` or more reloads of blocks the GPU
+    evicted within `thrash_window_s` before, all within that window, on one instance."""
+    found = []
+    for inst in records.instances:
+        if inst.tiers is None:
+            continue
+        events = [(t, inst.id, "") for t in inst.tiers.thrashes]
+        for start, end, reqs in bursts(events, config.thrash_anomaly_count,
+                                       us(config.thrash_window_s)):
+            found.append(Anomaly("kv_thrashing", start, inst.id, (), f"{len(reqs)} reloads "
+                                 f"of recently evicted blocks in {(end - start) / US_PER_S:.3f}"
+                                 " s", end,
+                                 min(1.0, len(reqs) / (2 * config.thrash_anomaly_count))))
     return found
 
 

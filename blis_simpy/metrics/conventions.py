@@ -22,6 +22,7 @@ import numpy as np
 
 from blis_simpy.core.records import InstanceRecord, RequestColumns
 from blis_simpy.metrics.gaps import TokenGaps
+from blis_simpy.metrics.kv_tiers import tier_hits
 from blis_simpy.metrics.summary import Samples
 
 
@@ -83,8 +84,9 @@ class Conventions:
         return arrived - rejected
 
     def hit_rate(self, instances: Sequence[InstanceRecord]) -> float:
-        """Prefix-cache hits over lookups."""
-        hits = sum(i.kv_hits for i in instances)
+        """Prefix-cache hits over lookups (with KV tiers, a block found on any tier is a
+        hit, once)."""
+        hits = sum(i.kv_hits for i in instances) + tier_hits(instances)
         lookups = hits + sum(i.kv_misses for i in instances)
         return hits / lookups if lookups else 0.0
 

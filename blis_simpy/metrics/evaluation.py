@@ -43,7 +43,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
     """RawMetrics, the evaluation, and every anomaly (recorded while running and judged now,
     each with its severity). A traced run adds the shadow KV's divergences and accuracy."""
     targets = request_targets(scenario, requests)
-    anomalies = [*records.anomalies, *judged(records, requests, targets, scenario.evaluation)]
+    anomalies = [*records.anomalies, *judged(records, requests, targets, scenario.evaluation,
+                                             scenario.engine.kv_tiers)]
     if records.decisions is not None:
         shadow = compared(records.decisions, outcomes(requests))
         anomalies += divergences(shadow)

@@ -14,6 +14,7 @@ from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
+from blis_simpy.metrics.kv_tiers import tier_levels, tier_summary
 from blis_simpy.metrics.summary import summary_fields
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventi
         kv_allocation_failures=sum(i.kv_failures for i in instances),
     )
     out["cache_hit_rate"] = conventions.hit_rate(instances)
+    tiers = tier_summary(instances)
+    if tiers is not None:
+        out["kv_tiers"] = tiers
     out.update(outcome_counts(req, chosen, whole))
     return out
 
@@ -163,14 +167,18 @@ def instance_series(records: Records) -> Table:
     ids = np.array(instance_ids(insts), dtype=object)
     time_s = each_step(insts, lambda i: i.start / US_PER_S)
     order = np.lexsort((ids, time_s))
-    return Table({
+    table = {
         "instance": ids[order].tolist(),
         "time_s": time_s[order],
         "queue_depth": each_step(insts, lambda i: i.queue_depth)[order],
         "batch_size": each_step(insts, lambda i: i.batch_size)[order],
         "kv_utilization": each_step(insts, lambda i: i.kv_used / (i.kv_total or 1))[order],
         "busy_s": each_step(insts, lambda i: i.duration / US_PER_S)[order],
-    })
+    }
+    if any(i.tiers is not None for i in insts):  # the KV tiers' use (none: columns absent)
+        table["kv_cpu_utilization"] = each_step(insts, lambda i: tier_levels(i)[0])[order]
+        table["kv_storage_utilization"] = each_step(insts, lambda i: tier_levels(i)[1])[order]
+    return Table(table)
 
 
 def group_table(requests: pd.DataFrame, column: str) -> pd.DataFrame:

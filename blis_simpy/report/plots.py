@@ -17,7 +17,8 @@ import pandas as pd
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.units import US_PER_MS
-from blis_simpy.report import kv_blocks_total, read_table, run_folder
+from blis_simpy.report import kv_blocks_total, load_summary, read_table, run_folder
+from blis_simpy.report.tier_plots import TIER_COLUMNS, kv_tiers
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -40,7 +41,8 @@ MAX_LEGEND = 16  # instances named in the legend; more would bury the plot
 
 
 def render(run_dir: Path, out_dir: Path) -> list[Path]:
-    """Write latency_cdf.png, instances.png and throughput.png into `out_dir`."""
+    """Write latency_cdf.png, instances.png and throughput.png into `out_dir` (and
+    kv_tiers.png for a run with KV tiers)."""
     run_folder(run_dir)
     requests = read_table(run_dir, "requests", REQUEST_COLUMNS)
     steps = read_table(run_dir, "steps", STEP_COLUMNS)
@@ -51,6 +53,10 @@ def render(run_dir: Path, out_dir: Path) -> list[Path]:
         "instances.png": lambda: instances(steps, kv_total),
         "throughput.png": lambda: throughput(requests, steps),
     }
+    tiers = load_summary(run_dir).get("kv_tiers")
+    if isinstance(tiers, dict):  # a run with KV tiers below the GPU
+        table = read_table(run_dir, "instances", TIER_COLUMNS)
+        figures["kv_tiers.png"] = lambda: kv_tiers(table, tiers)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with mpl.style.context("default"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
+from blis_simpy.config.resolve import kv_block_bytes
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
@@ -23,6 +24,7 @@ from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
+from blis_simpy.engine.kv.tiered import TieredKVCache, tiered_pool
 from blis_simpy.engine.latency import latency_model, latency_notes
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.policies.admission import ADMISSION
@@ -158,12 +160,16 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     gateway = Gateway(env, fleet, cluster, admission, priority, routing, recorder,
                       engine.block_size, ClientTimeouts.of(scenario.workload))
     gateway.keep_tokens = keep_tokens
+    tier_bytes = kv_block_bytes(scenario) if engine.kv_tiers.enabled else 0
     for i in range(cluster.instances):
+        pool = (tiered_pool(engine, lambda: env.now, tier_bytes, checks) if engine.kv_tiers.enabled
+                else pool_type(engine.kv_blocks or 0, engine.block_size))
         instance = Instance(
-            env, f"instance_{i}", latency, engine, pool_type(engine.kv_blocks or 0,
-                                                             engine.block_size),
+            env, f"instance_{i}", latency, engine, pool,
             policy(SCHEDULER, policies.scheduler, "policies.scheduler"), priority, recorder,
             class_ranks=ranks, reference_order=mode.reference_order)
+        if isinstance(pool, TieredKVCache):
+            instance.log.tiers = pool.log
         instance.observer = gateway
         fleet.add(instance)
     notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,

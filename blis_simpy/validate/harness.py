@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from blis_simpy.config.catalog import bundled_model_config
+from blis_simpy.config.kv_tiers import block_bytes
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.sim.run import run
@@ -92,9 +94,20 @@ class Latency:
         return cls(dict(section), f"catalog {path.name}")
 
 
+def cpu_tier_blocks(model: str, gib: float, block_size: int = 16) -> int:
+    """KV blocks a CPU offload buffer of `gib` GiB holds for this model: vLLM's offloading size
+    is the whole TP group's, so a block counts every rank's share (the model's full KV bytes
+    per block; bundled config)."""
+    size = block_bytes(bundled_model_config(model), 1, block_size)
+    if size is None:
+        raise ScenarioError("--kv-cpu-gib", f"cannot size a KV block of {model!r} in bytes")
+    return int(gib * 2**30) // size
+
+
 def stage_scenario(exp: Experiment, stage: Stage, latency: Latency, seed: int = 42,
-                   max_duration_s: float | None = None) -> Scenario:
-    """The native scenario of one measured stage (see the module docstring for the load)."""
+                   max_duration_s: float | None = None, cpu_gib: float = 0.0) -> Scenario:
+    """The native scenario of one measured stage (see the module docstring for the load);
+    `cpu_gib` > 0 adds a CPU KV tier of that size (the runs' OffloadingConnector buffer)."""
     converted = inference_perf(exp.folder / "results" / "config.yaml",
                                f"{exp.name}/results/config.yaml")
     workload = dict(converted.workload)
@@ -123,6 +136,10 @@ def stage_scenario(exp: Experiment, stage: Stage, latency: Latency, seed: int = 
                    "kv_blocks": kv_blocks(exp.model, f"{exp.name}/exp-config.yaml: model")},
         "workload": workload,
     }
+    if cpu_gib > 0:
+        engine = dict(data["engine"])  # type: ignore[call-overload]
+        engine["kv_tiers"] = {"cpu_blocks": cpu_tier_blocks(exp.model, cpu_gib)}
+        data["engine"] = engine
     return Scenario.from_dict(data)
 
 
@@ -189,9 +206,10 @@ def published(stage: Stage) -> dict[str, dict[str, float]]:
 
 def validate(experiments: Sequence[Experiment], latency: Latency, seed: int = 42,
              max_duration_s: float | None = None, only: str | None = None,
-             progress: Callable[[Stage], None] | None = None) -> list[Row]:
+             progress: Callable[[Stage], None] | None = None, cpu_gib: float = 0.0
+             ) -> list[Row]:
     """Simulate every stage (whose name contains `only`, if given)."""
-    chosen = [(stage, stage_scenario(exp, stage, latency, seed, max_duration_s))
+    chosen = [(stage, stage_scenario(exp, stage, latency, seed, max_duration_s, cpu_gib))
               for exp in experiments for stage in exp.stages
               if not only or only in stage.name]  # every scenario checked before any runs
     if not chosen:

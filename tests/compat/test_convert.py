@@ -206,7 +206,11 @@ def test_to_yaml_names_the_command_and_round_trips():
 
 ERRORS = {
     "unknown flag": (["--foo", "1"], "--foo"),
-    "tiered-KV flag": (["--kv-cpu-blocks", "2"], "--kv-cpu-blocks"),
+    "fitness-weights flag": (["--fitness-weights", "x:1"], "--fitness-weights"),
+    "kv-cpu-blocks < 0": (["--kv-cpu-blocks", "-1"], "--kv-cpu-blocks"),
+    "offload threshold > 1": (["--kv-offload-threshold", "1.5"], "--kv-offload-threshold"),
+    "transfer bandwidth 0": (["--kv-transfer-bandwidth", "0"], "--kv-transfer-bandwidth"),
+    "transfer base < 0": (["--kv-transfer-base-latency", "-1"], "--kv-transfer-base-latency"),
     "workload-spec flag": (["--workload-spec", "w.yaml"], "--workload-spec"),
     "missing value at end": (["--rate"], "--rate"),
     "missing value before flag": (["--rate", "--seed", "1"], "--rate"),

@@ -46,6 +46,10 @@ class KVCache:
     def utilization(self) -> float:
         return self.used / self.total
 
+    def cpu_utilization(self) -> float:
+        """The CPU tier's use: none here (engine/kv/tiered.py has one)."""
+        return 0.0
+
     @property
     def hit_rate(self) -> float:
         total = self.hits + self.misses

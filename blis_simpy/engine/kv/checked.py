@@ -5,12 +5,16 @@ Chosen at build time (`build(..., checks=True)`), so ordinary runs pay nothing f
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from blis_simpy.core.request import Request
 from blis_simpy.engine.kv.cache import KVCache
 from blis_simpy.engine.kv.pool import PrefixHit
 
+P = TypeVar("P", bound=KVCache)
 
-def checked(pool_type: type[KVCache]) -> type[KVCache]:
+
+def checked(pool_type: type[P]) -> type[P]:
     """A subclass of `pool_type` that runs `check()` after every mutating operation."""
 
     class Checked(pool_type):  # type: ignore[misc, valid-type]

@@ -71,6 +71,10 @@ class BlockPool(Protocol):
         """The request was preempted: free its blocks."""
         ...
 
+    def cpu_utilization(self) -> float:
+        """Blocks used / total of the CPU tier below the GPU (0.0 without one)."""
+        ...
+
     def check(self) -> None:
         """Raise AssertionError if the pool's accounting is inconsistent."""
         ...

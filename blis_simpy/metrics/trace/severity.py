@@ -7,8 +7,8 @@ as the type gets), so a summary can rank occurrences of different types.
   of the prompt (set where it is judged);
 * `hol_blocking`, `kv_hol_blocking`: the episode's length in seconds, capped at 1 (a request
   blocked for a second or more);
-* `preemption_storm`, `rejection_burst`: events in the episode / (2 x the threshold count),
-  capped at 1;
+* `preemption_storm`, `rejection_burst`, `kv_thrashing`: events in the episode / (2 x the
+  threshold count), capped at 1 (`kv_thrashing`'s set where it is judged);
 * `priority_inversion`, `slo_class_inversion`: 0.25, one out-of-order admission is minor;
   their count carries the weight.
 """
@@ -23,7 +23,7 @@ from blis_simpy.core.records import Anomaly
 from blis_simpy.core.units import US_PER_S
 
 INVERSION_SEVERITY = 0.25
-JUDGED_WITH_SEVERITY = ("slo_violation", "shadow_divergence")
+JUDGED_WITH_SEVERITY = ("slo_violation", "shadow_divergence", "kv_thrashing")
 
 
 def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:

@@ -367,6 +367,7 @@ FOCUS = {
     "preemption_storm": "Route away from instances under KV pressure; admit less at peaks",
     "rejection_burst": "Smooth admission (token bucket) instead of rejecting bursts",
     "shadow_divergence": "Do not trust old prefix placement: weigh recency or observed hit rate",
+    "kv_thrashing": "Keep a session's requests on one instance, or give its KV a larger CPU tier",
 }
 
 DETECTORS: tuple[Callable[[TraceInputs], list[Issue]], ...] = (
