@@ -349,7 +349,7 @@ def apply_override(data: Any, override: str) -> dict[str, Any]:
 
 def set_path(data: Any, key: str, value: Any) -> dict[str, Any]:
     """A copy of the scenario's data with dotted `key` set to `value`, creating missing
-    sections."""
+    sections. Setting a policy axis's `type` to another template drops the axis's `params`."""
     root = dict(data) if isinstance(data, dict) else {}
     node = root
     parts = key.strip().split(".")
@@ -360,5 +360,8 @@ def set_path(data: Any, key: str, value: Any) -> dict[str, Any]:
                                 f"{key} inside it")
         node[part] = dict(child or {})
         node = node[part]
+    if (len(parts) == 3 and parts[0] == "policies" and parts[2] == "type"
+            and node.get("type") != value):
+        node.pop("params", None)  # they were written for the template being replaced
     node[parts[-1]] = value
     return root

@@ -29,6 +29,7 @@ def load_yaml(text: str, where: str) -> Any:
         if node is None:
             return None
         check_expansion(node, where)
+        check_unique_keys(node, where, set())
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise yaml_error(exc, where) from None
@@ -93,3 +94,24 @@ def expanded_size(node: yaml.Node, seen: dict[int, int], where: str = "") -> int
                     for k, v in node.value)
     seen[key] = size
     return size
+
+
+def check_unique_keys(node: yaml.Node, where: str, seen: set[int]) -> None:
+    """No key written twice in one mapping: YAML loaders keep the last silently, which would
+    hide the first setting. (Readers of `first_node` report repeats with their own paths.)"""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for child in node.value:
+            check_unique_keys(child, where, seen)
+    elif isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                line = key.start_mark.line + 1
+                if key.value in lines:
+                    raise ScenarioError(where, f"the key {key.value!r} appears twice in one "
+                                        f"mapping (lines {lines[key.value]} and {line})")
+                lines[key.value] = line
+            check_unique_keys(value, where, seen)

@@ -538,3 +538,16 @@ def test_negative_or_non_finite_coefficients_are_refused(latency, path):
     """Defect 4: a negative coefficient reached SimPy as a negative delay (ValueError from
     deep in the engine); found again by tests/test_cli_fuzz.py."""
     assert load_error(latency=latency).path == path
+
+
+def test_setting_a_policy_type_drops_the_params_of_the_template_it_replaces():
+    """`--set policies.routing.type=least-loaded` on a weighted scenario: the weighted
+    router's `scorers` would be unknown keys of least-loaded; they go with the old type.
+    Params set after the type, or with the same type, stay."""
+    weighted = Path(blis_simpy.__file__).parent / "scenarios" / "routing-weighted.yaml"
+    changed = Scenario.from_yaml(weighted, ["policies.routing.type=least-loaded"])
+    assert changed.policies.routing.type == "least-loaded"
+    kept = Scenario.from_yaml(weighted, ["policies.routing.type=weighted",
+                                         "policies.routing.params.scorers.queue-depth=5"])
+    assert kept.policies.routing.params["scorers"]["queue-depth"] == 5
+    assert "prefix-affinity" in kept.policies.routing.params["scorers"]

@@ -56,3 +56,10 @@ def test_an_oversized_document_is_refused_before_parsing():
 def test_deep_nesting_is_an_error_not_a_crash():
     with pytest.raises(ScenarioError):
         load_yaml("[" * 100_000 + "]" * 100_000, "s.yaml")
+
+
+def test_a_key_written_twice_is_an_error_naming_both_lines():
+    with pytest.raises(ScenarioError, match=r"'model' appears twice .* \(lines 2 and 4\)"):
+        load_yaml("version: 1\nmodel: {name: a}\nname: x\nmodel: {name: b}\n", "s.yaml")
+    assert load_yaml("a: &base {x: 1}\nb: {<<: *base, y: 2}\n", "s.yaml") == {
+        "a": {"x": 1}, "b": {"x": 1, "y": 2}}  # a merge key is not a duplicate
