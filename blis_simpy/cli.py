@@ -15,8 +15,9 @@ import typer
 
 from blis_simpy.api import prepare, simulate
 from blis_simpy.config.fitness import FitnessConfig, parse_weights
+from blis_simpy.config.library import LIBRARY, scenario_file
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.core.errors import ScenarioError, closest_first
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.units import US_PER_S
 from blis_simpy.policies.bundle import PolicyBundle
 from blis_simpy.search.commands import register as register_search_commands
@@ -59,25 +60,6 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
         return prepare(scenario)
     except ScenarioError as exc:
         raise exc.in_file(path) from None
-
-
-LIBRARY = Path(__file__).resolve().parent / "scenarios"  # shipped with the package
-
-
-def library_names() -> list[str]:
-    return sorted(p.stem for p in LIBRARY.glob("*.yaml"))
-
-
-def scenario_file(arg: Path) -> Path:
-    """A path that exists wins; else a bare name is looked up in the scenario library, from
-    any folder (`blis-simpy run quickstart`)."""
-    if arg.exists() or arg.suffix or len(arg.parts) != 1:
-        return arg
-    shipped = LIBRARY / f"{arg}.yaml"
-    if shipped.is_file():
-        return shipped
-    raise ScenarioError("", f"{arg} is neither a file nor a library scenario",
-                        ", ".join(closest_first(str(arg), library_names())))
 
 
 def user_code_importable(scenario: Path) -> None:

@@ -3,20 +3,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from blis_simpy.config.fitness import parse_weights
+from blis_simpy.config.library import scenario_file
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.policies.bundle import AXES
 from blis_simpy.search.code import BUNDLE, candidate_policy
 from blis_simpy.search.sweep import run_many
-from blis_simpy.search.sweepfile import read_sweep, scenario_path
+from blis_simpy.search.sweepfile import read_sweep
 from blis_simpy.sim.run import load as load_scenario
 
 
@@ -42,19 +47,27 @@ def sweep(
         help="table to write (.csv or .parquet; default: the file's `out`)")] = None,
     workers: Annotated[int | None, typer.Option(
         min=1, help="worker processes (default: every core)")] = None,
-    progress: Annotated[bool, typer.Option(
-        "--progress/--quiet", help="progress bar on stderr")] = True,
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--quiet", help="progress bar on stderr (default: when it is a terminal)")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="replace an existing table")] = False,
 ) -> None:
     """Run every scenario x policy x seed of a sweep file on a process pool; write one row
     per run (ids, seed, every summary metric, fitness)."""
     try:
         spec = read_sweep(sweep_file)
         target = out or spec.out
-        table = run_many(spec.scenarios, spec.policies, spec.seeds, workers=workers,
-                         progress=SweepProgress() if progress else None)
+        check_table_target(target, force)
+        show = sys.stderr.isatty() if progress is None else progress
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", UserWarning)
+            table = run_many(spec.scenarios, spec.policies, spec.seeds, workers=workers,
+                             progress=SweepProgress() if show else None)
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    for note in notes:
+        typer.echo(f"note: {note.message}", err=True)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.suffix == ".parquet":
@@ -70,6 +83,24 @@ def sweep(
     typer.echo(f"wrote {target} ({len(table)} runs)", err=True)
 
 
+def check_table_target(target: Path, force: bool) -> None:
+    """Before any run: the table's format is known, its writer installed, and its place
+    writable, so a long sweep never ends in an error that loses its rows."""
+    where = f"out ({target})"
+    if target.suffix not in (".csv", ".parquet"):
+        raise ScenarioError(where, f"unknown table format {target.suffix or '(none)'!r}",
+                            ".csv or .parquet")
+    if target.suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise ScenarioError(where, "Parquet needs pyarrow", "pip install 'blis-simpy[parquet]'")
+    if target.is_dir():
+        raise ScenarioError(where, "is a directory", "a file name ending .csv or .parquet")
+    if target.exists() and not force:
+        raise ScenarioError(where, "exists", "--force to replace it, or another name")
+    parent = next((p for p in (target.parent, *target.parent.parents) if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ScenarioError(where, f"cannot be created: {parent} is not a writable folder")
+
+
 def components(policy_config: Path | None, code: list[str] | None) -> dict[str, str]:
     """The candidate's named text components from the command line's files."""
     out: dict[str, str] = {}
@@ -80,6 +111,8 @@ def components(policy_config: Path | None, code: list[str] | None) -> dict[str, 
             axis, sep, path = item.partition("=")
             if not sep:
                 raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
+            if axis not in AXES:
+                raise ScenarioError("--code", f"{axis!r} is not a policy axis", ", ".join(AXES))
             out[axis] = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError("", f"cannot read a candidate file: {exc}") from None
@@ -104,7 +137,7 @@ def gepa_evaluate(
         weights = {} if fitness_weights is None else {
             "fitness.weights": parse_weights(fitness_weights)}
         scenarios = {f"{i}:{path}": load_scenario(
-            scenario_path(str(path), Path.cwd(), f"--workload[{i}]"), overrides=weights)
+            scenario_file(str(path), Path.cwd(), f"--workload[{i}]"), overrides=weights)
             for i, path in enumerate(workload)}
         candidate = components(policy_config, code)
     except ScenarioError as exc:
@@ -151,7 +184,7 @@ def openevolve_evaluate(
                    "'blis-simpy[search]'", err=True)
         raise typer.Exit(2) from None
     try:
-        paths = [scenario_path(str(p), Path.cwd(), f"--workload[{i}]")
+        paths = [scenario_file(str(p), Path.cwd(), f"--workload[{i}]")
                  for i, p in enumerate(workload)]
         blis = BlisEvaluator(paths, axis=axis, seeds=seed)
     except ScenarioError as exc:

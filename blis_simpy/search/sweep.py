@@ -18,6 +18,7 @@ records only (no wall time) and returned in job order.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -121,6 +122,11 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
     the static check refuses becomes zero rows (a search produces such candidates)."""
     seed_list = None if seeds is None else list(seeds)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
+    unweighted = [name for name, s in scenarios.items() if not s.fitness.weights]
+    if unweighted:
+        warnings.warn(f"fitness is 0 in every run of {', '.join(unweighted)}: the scenario "
+                      "sets no fitness.weights (README: Fitness); compare the metric columns "
+                      "or give weights", UserWarning, stacklevel=3)
     tasks: list[Task] = []
     for scenario_name, scenario in scenarios.items():
         for policy_name, (overrides, candidate_id, code, rejected) in prepared.items():

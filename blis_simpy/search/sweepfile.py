@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blis_simpy.config.library import scenario_file
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import load, spec
 from blis_simpy.core.yamlio import load_yaml
 from blis_simpy.policies.bundle import PolicyBundle
 from blis_simpy.sim.run import load as load_scenario
-
-LIBRARY = Path(__file__).resolve().parents[1] / "scenarios"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +57,7 @@ def read_sweep(path: Path) -> Sweep:
         folder = path.parent
         scenarios = {}
         for i, name in enumerate(spec_.scenarios):
-            scenario = load_scenario(scenario_path(name, folder, f"scenarios[{i}]"),
+            scenario = load_scenario(scenario_file(name, folder, f"scenarios[{i}]"),
                                      overrides=spec_.set)
             scenarios[scenario.name] = scenario
         policies = {name: policy(value, folder, f"policies.{name}")
@@ -67,19 +66,6 @@ def read_sweep(path: Path) -> Sweep:
         raise exc.in_file(path) from None
     return Sweep(scenarios, policies or {"scenario": None}, spec_.seeds or None,
                  folder / spec_.out)
-
-
-def scenario_path(name: str, folder: Path, where: str) -> Path:
-    """A path from the sweep file's folder, else a library scenario's name."""
-    local = folder / name
-    if local.is_file():
-        return local
-    shipped = LIBRARY / f"{name}.yaml"
-    if shipped.is_file():
-        return shipped
-    raise ScenarioError(where, f"{name!r} is neither a file next to the sweep file nor a "
-                        "library scenario", ", ".join(sorted(p.stem for p in
-                                                             LIBRARY.glob("*.yaml"))))
 
 
 def policy(value: Any, folder: Path, where: str) -> PolicyBundle | None:

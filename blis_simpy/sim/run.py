@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from blis_simpy.compat.results import ReferenceOutputs
+from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario, set_path
 from blis_simpy.core.errors import ScenarioError
@@ -33,7 +34,7 @@ def load(scenario: Scenario | str | Path, *, seed: int | None = None,
     "least-loaded"}) applied, validated as thoroughly as a file: an object built or changed
     in Python (`dataclasses.replace`) has skipped the loader's checks."""
     if isinstance(scenario, str | Path):
-        scenario = Scenario.from_yaml(scenario)
+        scenario = Scenario.from_yaml(scenario_file(scenario))
     if not isinstance(scenario, Scenario):
         raise ScenarioError("scenario", f"expected a Scenario or a YAML path, got "
                             f"{type(scenario).__name__}")

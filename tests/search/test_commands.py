@@ -22,7 +22,8 @@ def test_sweep_writes_the_same_table_as_run_many(tmp_path: Path):
         "scenarios": ["prefix.yaml"], "set": {"engine.kv_blocks": 250},
         "policies": {"rr": {"routing.type": "round-robin"}, "tuned": "tuned.yaml"},
         "seeds": [1, 2], "out": "table.csv"}))
-    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--workers", "2"])
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--workers", "2",
+                                      "--progress"])
     assert result.exit_code == 0, result.output
     assert "sweep: 4/4 runs" in result.output and "wrote" in result.output
     table = pd.read_csv(tmp_path / "table.csv", keep_default_na=False)
@@ -95,3 +96,24 @@ def test_fuzzed_sweep_files_fail_with_a_scenario_error(tmp_path: Path, data):
         read_sweep(path)
     except ScenarioError as exc:
         assert str(exc)
+
+
+def test_sweep_checks_its_table_before_any_run(tmp_path: Path):
+    """A format it cannot write, a folder, or a table that exists (without --force) stops
+    the sweep before its first run, never after all of them."""
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "scenarios": ["quickstart"], "set": {"workload.num_requests": 5},
+        "policies": {"rr": {"routing.type": "round-robin"}}, "seeds": [1]}))
+    (tmp_path / "old.csv").write_text("kept\n")
+    (tmp_path / "folder.csv").mkdir()
+    for out, message in (("t.txt", "unknown table format '.txt'"), ("folder.csv", "directory"),
+                         ("old.csv", "exists")):
+        result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--out",
+                                          str(tmp_path / out)])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert "runs" not in result.output
+    assert (tmp_path / "old.csv").read_text() == "kept\n"
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--out",
+                                      str(tmp_path / "old.csv"), "--force"])
+    assert result.exit_code == 0, result.output
+    assert "note: fitness is 0 in every run of quickstart" in result.output

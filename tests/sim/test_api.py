@@ -41,3 +41,10 @@ def test_group_tables_count_every_request_once():
     for instance in result.summary["instances"]:
         assert by_instance.loc[instance["instance_id"], "completed"] == \
             instance["completed_requests"]
+
+
+def test_a_library_scenario_runs_by_name_from_the_api_as_from_the_command_line():
+    result = run("quickstart", overrides={"workload.num_requests": 5})
+    assert result.summary["completed_requests"] == 5
+    with pytest.raises(ScenarioError, match=r"neither a file nor a library scenario.*quickstart"):
+        run("quickstartt")

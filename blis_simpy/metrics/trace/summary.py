@@ -175,7 +175,7 @@ def outcome(inputs: TraceInputs) -> Section:
     lines.append("- Policies: " + ", ".join(f"{axis} {policies[axis]['type']}" for axis in
                                            ("admission", "priority", "routing", "scheduler")
                                            if axis in policies)
-                 + f"; {s.get('cluster', {}).get('instances', 1)} instances")
+                 + f"; {plural(s.get('cluster', {}).get('instances', 1), 'instance')}")
     lines.append(f"- Requests: {m['completed']} completed of {m['requests']} "
                  f"({m['rejected']} rejected, {m['timed_out']} timed out)")
     lines.append(f"- Throughput: {m['output_tokens_per_s']:.0f} output tok/s, "
@@ -577,3 +577,7 @@ def pattern_mining(inputs: TraceInputs, issues: list[Issue]) -> list[Section]:
 BUILDERS: dict[str, Callable[[TraceInputs, list[Issue]], list[Section]]] = {
     "issue_focused": issue_focused, "decision_audit": decision_audit,
     "counterfactual": counterfactual, "pattern_mining": pattern_mining}
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
