@@ -21,7 +21,7 @@ from typing import cast
 
 import simpy
 
-from blis_simpy.cluster.fleet import Fleet
+from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
 from blis_simpy.config.scenario import ClusterConfig
 from blis_simpy.config.workload import ClientTimeouts
@@ -30,7 +30,6 @@ from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
 from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
-from blis_simpy.core.snapshot import Lifecycle
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
@@ -66,6 +65,22 @@ class Gateway:
         self.keep_tokens = False  # set to export the requests' token ids
         self.timeouts = timeouts if timeouts else None
         self.timed_out = 0
+        self.models: ModelFleets | None = None  # several models: each request to its own
+
+    def hand_back(self, instance: str, req: Request) -> None:
+        """A draining instance gives back a request it has queued or started (it has already
+        let go of it and its KV blocks): the request is routed again, as if just admitted, and
+        restarts from scratch there, as a client retrying a broken stream would; its latencies
+        still count from its first arrival."""
+        self.in_flight[instance] -= 1
+        req.state = State.ARRIVING
+        req.instance = ""
+        req.queued_at = req.first_scheduled = req.cached_tokens = -1
+        req.first_token_at = req.first_token_step = req.last_emit_step = -1
+        req.progress = req.emitted = 0
+        req.prefill_target = req.input_len
+        req.gaps = None
+        StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -121,12 +136,13 @@ class Gateway:
         now = self.env.now
         state = self.state
         state.clock = now
-        state.instances = self.fleet.routable_ids
-        routable = self.fleet.routable
+        fleet = self.fleet if self.models is None else self.models.fleet_of(req)
+        state.instances = fleet.routable_ids
+        routable = fleet.routable
         snapshots = Snapshots(self.snapshots, routable, now)
         decision = self.routing.route(req.view, req.priority, snapshots, self.state, now)
-        target = self.fleet.get(decision.target)
-        if target is None or target.state is not Lifecycle.ACTIVE:
+        target = fleet.get(decision.target)
+        if target is None or not target.routable:
             raise ValueError(f"routing policy {self.routing.name!r} chose instance "
                              f"{decision.target!r}; routable: "
                              + ", ".join(i.id for i in routable))
@@ -134,16 +150,17 @@ class Gateway:
             self.events.append((now, "routing", req.name, target.id))
         if self.decisions is not None:
             self.decisions.append(Decision(now, req.name, "routing", "route", target.id,
-                                           decision.reason, self._candidates(decision)))
+                                           decision.reason,
+                                           self._candidates(decision, fleet.routable_ids)))
         self.pending[target.id] = self.pending.get(target.id, 0) + 1
         self.in_flight[target.id] = self.in_flight.get(target.id, 0) + 1
         req.routed_at = now
         target.accept(req)
 
-    def _candidates(self, decision: RoutingDecision) -> tuple[Candidate, ...]:
+    def _candidates(self, decision: RoutingDecision, ids: tuple[str, ...]
+                    ) -> tuple[Candidate, ...]:
         """The top-k instances by score (ties: fleet order), each with its scorer breakdown."""
         scores, breakdown = decision.scores, decision.breakdown or {}
-        ids = self.fleet.routable_ids
         ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         return tuple(
             Candidate(ids[i], scores[i], tuple((name, shares[i]) for name, shares in

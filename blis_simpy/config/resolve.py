@@ -18,13 +18,17 @@ from blis_simpy.config.catalog import (
     read_json,
 )
 from blis_simpy.config.memory import memory_kv_blocks
-from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.deployment import DeploymentConfig, DeploymentSection, ModelDeployment
+from blis_simpy.config.scenario import EngineConfig, LatencyConfig, ModelConfig, Scenario
+from blis_simpy.core.schema import load, to_plain
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError, closest_first
 
 
 def resolve(scenario: Scenario) -> Scenario:
     """The same scenario with every derived default made explicit."""
+    if scenario.deployment is not None:
+        scenario = dataclasses.replace(scenario, deployment=resolve_deployment(scenario))
     model = scenario.model
     defaults = bundled().model_defaults(model.name)
     model = dataclasses.replace(
@@ -108,3 +112,40 @@ def catalog_entry(model: Any) -> CatalogEntry:
             "use latency.type: roofline)", valid,
         )
     return entry
+
+
+def config_scenario(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig
+                    ) -> Scenario:
+    """The one-model scenario a deployment config's replicas run: its model, GPU and TP, and
+    its own latency and engine sections where it gives them."""
+    return dataclasses.replace(
+        scenario, deployment=None,
+        model=ModelConfig(model.name, config.gpu, config.tp, model.vllm_version),
+        latency=scenario.latency if config.latency is None
+        else load(LatencyConfig, config.latency, "latency"),
+        engine=scenario.engine if config.engine is None
+        else load(EngineConfig, config.engine, "engine"))
+
+
+def resolve_deployment(scenario: Scenario) -> DeploymentSection:
+    """Every config resolved as its own one-model scenario would be (catalog GPU, TP,
+    coefficients, KV size), written back explicitly; errors name the config."""
+    section = scenario.deployment
+    assert section is not None
+    models = []
+    for i, model in enumerate(section.models):
+        configs = []
+        for j, config in enumerate(model.configs):
+            try:
+                own = resolve(config_scenario(scenario, model, config))
+            except ScenarioError as exc:
+                raise ScenarioError(f"deployment.models[{i}].configs[{j}]",
+                                    exc.text) from None
+            configs.append(dataclasses.replace(
+                config, gpu=own.model.gpu, tp=own.model.tp, latency=to_plain(own.latency),
+                engine=to_plain(own.engine)))
+        models.append(dataclasses.replace(model, configs=configs,
+                                          vllm_version=model.vllm_version or
+                                          bundled().model_defaults(model.name).get(
+                                              "vllm_version")))
+    return dataclasses.replace(section, models=models)

@@ -36,6 +36,7 @@ ANOMALY_TYPES = (
     "slo_violation",
     "preemption_storm",
     "rejection_burst",
+    "scale_oscillation",  # a config scaled up then down (or down then up) within the window
 )
 
 STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",

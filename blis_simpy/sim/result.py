@@ -39,6 +39,18 @@ class Result:
     reference: ReferenceOutputs | None = None  # compat mode: the reference's own outputs
     # (time µs, kind, subject, where) in the order they happened, when the recorder kept them
     events: tuple[tuple[int, str, str, str], ...] | None = None
+    scale_event_table: Table | None = None  # with a deployment section: one row per action
+    replica_table: Table | None = None  # ... and each config's replica count over time
+
+    @cached_property
+    def scale_events(self) -> pd.DataFrame | None:
+        """One row per scale action: time, config, action, from, to, reason, signals."""
+        return None if self.scale_event_table is None else self.scale_event_table.frame()
+
+    @cached_property
+    def replicas(self) -> pd.DataFrame | None:
+        """Each config's replica count after every lifecycle change."""
+        return None if self.replica_table is None else self.replica_table.frame()
 
     @cached_property
     def requests(self) -> pd.DataFrame:
@@ -113,7 +125,9 @@ class Result:
                 json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
         for name, table in (("anomalies", self.anomaly_table),
                             ("instances", self.instance_table),
-                            ("decisions", self.decision_table)):
+                            ("decisions", self.decision_table),
+                            ("scale_events", self.scale_event_table),
+                            ("replicas", self.replica_table)):
             if table is not None:
                 write_table(table, folder / f"{name}.{fmt}")
         for name, text in self.extra_files.items():
