@@ -25,6 +25,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import cast
 
 import simpy
+from simpy.events import NORMAL
 
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
@@ -40,6 +41,14 @@ from blis_simpy.engine.latency import LatencyModel
 
 GONE = (Lifecycle.DRAINING, Lifecycle.TERMINATED)
 STARTING = (Lifecycle.PROVISIONING, Lifecycle.LOADING, Lifecycle.WARMING)
+
+
+class Timer(StageEvent):
+    """An actuation delay (provisioning, load, warm-up, drain timeout). With no horizon, a run
+    ends when only these and the autoscaler's polls are left: they cannot bring new work."""
+
+    def __init__(self, env: Environment, delay: int) -> None:
+        super().__init__(env, delay, NORMAL)
 
 
 class WarmingLatency:
@@ -146,11 +155,11 @@ class DeploymentPool:
 
     def _bring_up(self, inst: Instance, provisioning: int, load: int
                   ) -> Generator[simpy.Event, object, None]:
-        yield self.env.timeout(provisioning)
+        yield Timer(self.env, provisioning)
         if inst.state is not Lifecycle.PROVISIONING:  # cancelled by a scale-down
             return
         self._enter(inst, Lifecycle.LOADING)
-        yield self.env.timeout(load)
+        yield Timer(self.env, load)
         if inst.state is not Lifecycle.LOADING:
             return
         warmup = self.actuation.warmup
@@ -160,7 +169,7 @@ class DeploymentPool:
             self._enter(inst, Lifecycle.WARMING)
             if self.actuation.warming_takes_traffic:
                 self._open(inst)
-            yield self.env.timeout(round(warmup.duration_s * US_PER_S))
+            yield Timer(self.env, round(warmup.duration_s * US_PER_S))
             inst.latency = base
             if inst.state is not Lifecycle.WARMING:  # drained or cancelled while warming
                 return
@@ -188,7 +197,7 @@ class DeploymentPool:
         elif drain.policy == "redirect":
             watch.hand_back_all(running=False)
         elif drain.timeout_s is not None:
-            self.env.timeout(round(drain.timeout_s * US_PER_S)).callbacks.append(
+            Timer(self.env, round(drain.timeout_s * US_PER_S)).callbacks.append(
                 lambda _: watch.time_up())
         watch.check()
 

@@ -19,7 +19,7 @@ from collections.abc import Generator
 
 import simpy
 
-from blis_simpy.cluster.actuation import STARTING, DeploymentPool
+from blis_simpy.cluster.actuation import STARTING, DeploymentPool, Timer
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.config.deployment import AutoscalerConfig
 from blis_simpy.core.clock import Environment
@@ -82,8 +82,9 @@ class Autoscaler:
             self.evaluate(scaler, "periodic")
 
     def _only_polls_left(self) -> bool:
+        """Nothing but polls and actuation timers is left: no request will come or move."""
         queue = self.env._queue  # SimPy's event heap: (time, priority, id, event)
-        return all(isinstance(entry[3], Poll) for entry in queue)
+        return all(isinstance(entry[3], Poll | Timer) for entry in queue)
 
     def trigger(self, scaler: ConfigScaler) -> None:
         """An event trigger fired: evaluate once the instance events of this time are done,
