@@ -49,8 +49,9 @@ class DeploymentConfig:
     `engine` default to the scenario's own sections (the catalog fills the rest per GPU/TP)."""
 
     id: str = spec(help="config id, unique in the scenario, e.g. llama8b-h100")
-    gpu: str | None = spec(None, help="GPU type; default: the catalog's for the model")
-    tp: int | None = spec(None, help="tensor parallelism; default: the catalog's", ge=1)
+    gpu: str | None = spec(None, help="GPU type; default: `model.gpu` for the default model, "
+                           "else the catalog's")
+    tp: int | None = spec(None, help="tensor parallelism; default as gpu", ge=1)
     architecture: Literal["monolithic"] = spec(
         "monolithic", help="monolithic: one engine per replica (disaggregated_pd: not yet)")
     latency: dict[str, Any] | None = spec(
@@ -72,7 +73,8 @@ class ModelDeployment:
     tenants: list[str] = spec(factory=list, help="tenants whose requests this model serves "
                               "(tenants named by no model go to the default model)")
     vllm_version: str | None = spec(None, help="vLLM image of the coefficients; default: "
-                                    "the catalog's")
+                                    "`model.vllm_version` for the default model, else the "
+                                    "catalog's")
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,10 +117,15 @@ def catalog_entry(model: Any) -> CatalogEntry:
 def config_scenario(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig
                     ) -> Scenario:
     """The one-model scenario a deployment config's replicas run: its model, GPU and TP, and
-    its own latency and engine sections where it gives them."""
+    its own latency and engine sections where it gives them. A config of the default model
+    (`model:`) takes the GPU, TP and vLLM version it leaves out from there."""
+    top = scenario.model
+    same = top.name.lower() == model.name.lower()
     return dataclasses.replace(
         scenario, deployment=None,
-        model=ModelConfig(model.name, config.gpu, config.tp, model.vllm_version),
+        model=ModelConfig(model.name, config.gpu or (top.gpu if same else None),
+                          config.tp or (top.tp if same else None),
+                          model.vllm_version or (top.vllm_version if same else None)),
         latency=scenario.latency if config.latency is None
         else load(LatencyConfig, config.latency, "latency"),
         engine=scenario.engine if config.engine is None
@@ -145,7 +150,5 @@ def resolve_deployment(scenario: Scenario) -> DeploymentSection:
                 config, gpu=own.model.gpu, tp=own.model.tp, latency=to_plain(own.latency),
                 engine=to_plain(own.engine)))
         models.append(dataclasses.replace(model, configs=configs,
-                                          vllm_version=model.vllm_version or
-                                          bundled().model_defaults(model.name).get(
-                                              "vllm_version")))
+                                          vllm_version=own.model.vllm_version))
     return dataclasses.replace(section, models=models)
