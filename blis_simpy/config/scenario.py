@@ -24,6 +24,7 @@ from blis_simpy.config.workload import (
     ClientTimeouts,
     DistributionWorkload,
     SLOTargets,
+    TenantsWorkload,
     TraceWorkload,
     Workload,
 )
@@ -279,7 +280,13 @@ class Scenario:
             raise ScenarioError(join(path, "models"), f"no model is the default model "
                                 f"{self.model.name!r} (model.name)",
                                 ", ".join(m.name for m in section.models))
+        tenants = ([t.id for t in self.workload.tenants]
+                   if isinstance(self.workload, TenantsWorkload) else None)
         for i, model in enumerate(section.models):
+            for tenant in model.tenants:
+                if tenants is not None and tenant not in tenants:
+                    raise ScenarioError(f"{path}.models[{i}].tenants", f"no workload tenant "
+                                        f"{tenant!r}", ", ".join(tenants))
             for j, config in enumerate(model.configs):
                 where = f"{path}.models[{i}].configs[{j}]"
                 if config.latency is not None:
