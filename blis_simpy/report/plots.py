@@ -17,7 +17,8 @@ import pandas as pd
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.units import US_PER_MS
-from blis_simpy.report import kv_blocks_total, read_table, run_folder
+from blis_simpy.report import TABLE_FORMATS, kv_blocks_total, read_table, run_folder
+from blis_simpy.report.scaling import REPLICA_COLUMNS, replica_plot
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -40,7 +41,8 @@ MAX_LEGEND = 16  # instances named in the legend; more would bury the plot
 
 
 def render(run_dir: Path, out_dir: Path) -> list[Path]:
-    """Write latency_cdf.png, instances.png and throughput.png into `out_dir`."""
+    """Write latency_cdf.png, instances.png and throughput.png into `out_dir`, and
+    replicas.png for an autoscaled run."""
     run_folder(run_dir)
     requests = read_table(run_dir, "requests", REQUEST_COLUMNS)
     steps = read_table(run_dir, "steps", STEP_COLUMNS)
@@ -51,6 +53,9 @@ def render(run_dir: Path, out_dir: Path) -> list[Path]:
         "instances.png": lambda: instances(steps, kv_total),
         "throughput.png": lambda: throughput(requests, steps),
     }
+    if any((run_dir / f"replicas.{fmt}").is_file() for fmt in TABLE_FORMATS):
+        replicas = read_table(run_dir, "replicas", REPLICA_COLUMNS)
+        figures["replicas.png"] = lambda: replica_plot(requests, replicas)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with mpl.style.context("default"):
