@@ -15,7 +15,7 @@ arrived and ended), so an autoscaled run ends as a fixed one does.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import simpy
 
@@ -72,7 +72,13 @@ class Autoscaler:
         for scaler in scalers:
             env.process(self._poll(scaler))
             if config.triggers.queue_depth is not None:
-                scaler.pool.watch(lambda inner, s=scaler: QueueTrigger(self, s, inner))
+                scaler.pool.watch(self._trigger_for(scaler))
+
+    def _trigger_for(self, scaler: ConfigScaler
+                     ) -> Callable[[InstanceObserver], InstanceObserver]:
+        def wrap(inner: InstanceObserver) -> InstanceObserver:
+            return QueueTrigger(self, scaler, inner)
+        return wrap
 
     def _poll(self, scaler: ConfigScaler) -> Generator[simpy.Event, object, None]:
         while True:

@@ -17,12 +17,12 @@ from blis_simpy.config.catalog import (
     bundled_model_config,
     read_json,
 )
-from blis_simpy.config.memory import memory_kv_blocks
 from blis_simpy.config.deployment import DeploymentConfig, DeploymentSection, ModelDeployment
+from blis_simpy.config.memory import memory_kv_blocks
 from blis_simpy.config.scenario import EngineConfig, LatencyConfig, ModelConfig, Scenario
-from blis_simpy.core.schema import load, to_plain
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError, closest_first
+from blis_simpy.core.schema import load, to_plain
 
 
 def resolve(scenario: Scenario) -> Scenario:

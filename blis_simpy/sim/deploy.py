@@ -8,7 +8,7 @@ deployment of one config and no autoscaler runs exactly as the `cluster.instance
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from blis_simpy.cluster.actuation import DeploymentPool
 from blis_simpy.cluster.autoscaler import Autoscaler, ConfigScaler
@@ -23,7 +23,7 @@ from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.units import US_PER_S
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.latency import LatencyModel, latency_model
-from blis_simpy.policies.autoscale import AUTOSCALE
+from blis_simpy.policies.autoscale import AUTOSCALE, AutoscalePolicy
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.sampling import sample_seconds
 
@@ -49,9 +49,7 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
         pool = DeploymentPool(
             env, config.id, model.name, config.replicas,
             (fleet, fleets[model.name]) if several else (fleet,), gateway,
-            lambda latency=latency, engine=own.engine: make(
-                f"instance_{next(numbers)}", latency, engine),
-            actuation, delays, log)
+            spawner(make, numbers, latency, own.engine), actuation, delays, log)
         log.configs[config.id] = (model.name, config.cost_per_replica_hour)
         pool.start(config.replicas.start)
         pools.append(pool)
@@ -59,22 +57,28 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
         gateway.models = ModelFleets(
             fleets, {t: m.name for m in section.models for t in m.tenants}, scenario.model.name)
     if autoscaler is not None:
-        scalers = [ConfigScaler(pool, AUTOSCALE.create(autoscaler.policy,
-                                                       "deployment.autoscaler.policy"),
-                                oscillation_window(autoscaler)) for pool in pools]
-        for scaler in scalers:
-            if scaler.policy.cooldown_us is not None and autoscaler.oscillation_window_s is None:
-                scaler.window_us = scaler.policy.cooldown_us or scaler.window_us
+        scalers = []
+        for pool in pools:
+            policy = AUTOSCALE.create(autoscaler.policy, "deployment.autoscaler.policy")
+            scalers.append(ConfigScaler(pool, policy, oscillation_window(autoscaler, policy)))
         Autoscaler(env, autoscaler, scalers, gateway, recorder, log,
                    "deployment.autoscaler.policy", not several)
     return log
 
 
-def oscillation_window(config: AutoscalerConfig) -> int:
-    """The scenario's window, else three poll intervals (a policy's cooldown overrides the
-    latter)."""
-    seconds = config.oscillation_window_s
-    return round((seconds if seconds is not None else 3 * config.interval_s) * US_PER_S)
+def spawner(make: MakeInstance, numbers: Iterator[int], latency: LatencyModel,
+            engine: EngineConfig) -> Callable[[], Instance]:
+    """Makes the next instance of one config, numbered across the whole deployment."""
+    def spawn() -> Instance:
+        return make(f"instance_{next(numbers)}", latency, engine)
+    return spawn
+
+
+def oscillation_window(config: AutoscalerConfig, policy: AutoscalePolicy) -> int:
+    """The scenario's window, else the policy's cooldown, else three poll intervals (µs)."""
+    if config.oscillation_window_s is not None:
+        return round(config.oscillation_window_s * US_PER_S)
+    return policy.cooldown_us or round(3 * config.interval_s * US_PER_S)
 
 
 def actuation_delays(actuation: Actuation, seed: int) -> Callable[[], tuple[int, int]]:

@@ -123,7 +123,8 @@ def test_scale_down_victim_is_the_newest_not_yet_routable_then_the_least_loaded_
             self.id, self.routable, self.state = name, routable, Lifecycle.ACTIVE
 
     class Gateway:
-        in_flight = {"a": 3, "b": 1, "c": 1}
+        def __init__(self) -> None:
+            self.in_flight = {"a": 3, "b": 1, "c": 1}
 
     pool = DeploymentPool.__new__(DeploymentPool)
     pool.gateway = Gateway()  # type: ignore[assignment]
@@ -173,7 +174,7 @@ def test_one_config_without_autoscaler_runs_exactly_as_the_shorthand():
 
 
 def test_cost_is_replica_seconds_times_the_hourly_price():
-    result, sim = run_with_log(scenario(THRESHOLD, rate=40))
+    result = run(scenario(THRESHOLD, rate=40))
     config = result.summary["deployment"]["configs"]["pool"]
     assert config["cost"] == pytest.approx(config["replica_seconds"] * 3.6 / 3600)
     fixed = run(scenario(None, pool={"min": 2, "max": 2, "initial": 2}))
