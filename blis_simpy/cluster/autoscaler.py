@@ -15,6 +15,7 @@ arrived and ended), so an autoscaled run ends as a fixed one does.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Generator
 
 import simpy
@@ -164,8 +165,10 @@ class Autoscaler:
         n = len(ready)
         now = self.env.now
         arrived = self.recorder.requests
-        new = arrived[scaler.seen_requests:]
-        count = len(new) if self.one_model else sum(1 for req in new if self._serves(pool, req))
+        count = len(arrived) - scaler.seen_requests
+        if not self.one_model:
+            count = sum(1 for req in itertools.islice(arrived, scaler.seen_requests, None)
+                        if self._serves(pool, req))
         elapsed = now - scaler.seen_at
         rate = count / (elapsed / US_PER_S) if elapsed > 0 else 0.0
         scaler.seen_requests, scaler.seen_at = len(arrived), now
