@@ -5,10 +5,12 @@ deployment serves is a clear error; metrics come per model and per config."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from blis_simpy.api import prepare
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
@@ -73,3 +75,30 @@ def test_a_deployment_tenant_missing_from_the_workload_is_refused():
     with pytest.raises(ScenarioError) as err:
         Scenario.from_dict(data)
     assert err.value.path == "deployment.models[1].tenants"
+
+
+BURSTGPT = Path(__file__).resolve().parents[2] / "scenarios" / "data" / "burstgpt-sample.csv"
+COEFFS = {"type": "blackbox", "alpha": [100.0, 1.0, 100.0], "beta": [5000.0, 10.0, 50.0]}
+
+
+def trace_models(*names: str) -> dict:
+    return {
+        "version": 1, "name": "trace-models", "model": {"name": names[0]},
+        "latency": COEFFS,
+        "workload": {"type": "trace", "path": str(BURSTGPT)},
+        "deployment": {"models": [{"name": name, "configs": [{"id": f"c{i}"}]}
+                                  for i, name in enumerate(names)]},
+    }
+
+
+def test_trace_rows_go_to_the_model_they_name():
+    requests = run(trace_models("ChatGPT", "GPT-4")).requests
+    by_model = requests.groupby("model").instance.unique()
+    assert set(by_model["ChatGPT"]) == {"instance_0"}
+    assert set(by_model["GPT-4"]) == {"instance_1"}
+
+
+def test_a_trace_naming_an_unserved_model_fails_before_the_run():
+    with pytest.raises(ScenarioError) as err:
+        prepare(Scenario.from_dict(trace_models("ChatGPT", "llama")))
+    assert err.value.path == "workload.path" and "'GPT-4'" in str(err.value)
