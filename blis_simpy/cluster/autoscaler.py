@@ -1,8 +1,8 @@
 """The autoscaler (seed 001 §4, G.1): one SimPy process per deployment config, evaluating the
 config's policy every poll interval, and also on events where the scenario asks (a config's
-waiting requests reaching a threshold). Evaluations run after every instance event of their
-timestamp (SCALE_CHECK, seed E.3), see aggregate signals only (D.7), and act through the
-config's DeploymentPool.
+waiting requests reaching a threshold, its recent TTFT above one). Evaluations run after
+every instance event of their timestamp (SCALE_CHECK, seed E.3), see aggregate signals only
+(D.7), and act through the config's DeploymentPool.
 
 Every target is clamped into the pool's [min, max]; after acting, min <= replicas <= max is
 asserted (invariant scale_bounds: an InvariantError names the config). Each action is written
@@ -72,13 +72,14 @@ class Autoscaler:
         self.interval = round(config.interval_s * US_PER_S)
         for scaler in scalers:
             env.process(self._poll(scaler))
-            if config.triggers.queue_depth is not None:
+            triggers = config.triggers
+            if triggers.queue_depth is not None or triggers.recent_ttft_ms is not None:
                 scaler.pool.watch(self._trigger_for(scaler))
 
     def _trigger_for(self, scaler: ConfigScaler
                      ) -> Callable[[InstanceObserver], InstanceObserver]:
         def wrap(inner: InstanceObserver) -> InstanceObserver:
-            return QueueTrigger(self, scaler, inner)
+            return TriggerWatch(self, scaler, inner)
         return wrap
 
     def _poll(self, scaler: ConfigScaler) -> Generator[simpy.Event, object, None]:
@@ -93,7 +94,7 @@ class Autoscaler:
         queue = self.env._queue  # SimPy's event heap: (time, priority, id, event)
         return all(isinstance(entry[3], Poll | Timer) for entry in queue)
 
-    def trigger(self, scaler: ConfigScaler) -> None:
+    def trigger(self, scaler: ConfigScaler, reason: str) -> None:
         """An event trigger fired: evaluate once the instance events of this time are done,
         at most once per min_gap."""
         now = self.env.now
@@ -102,7 +103,7 @@ class Autoscaler:
             return
         scaler.last_trigger = now
         StageEvent(self.env, 0, SCALE_CHECK, scaler,
-                   lambda event: self.evaluate(scaler, "queue_depth"))
+                   lambda event: self.evaluate(scaler, reason))
 
     # -- one evaluation ----------------------------------------------------------------------
 
@@ -200,24 +201,34 @@ def shown(signals: DeploymentSignals) -> str:
                                         for f in DeploymentSignals.__dataclass_fields__))
 
 
-class QueueTrigger:
+class TriggerWatch:
     """An instance observer (wrapping the gateway) that fires its config's evaluation when
-    the config's waiting requests reach `triggers.queue_depth`. Installed only when that
-    trigger is on, so it costs nothing otherwise."""
+    the config's waiting requests reach `triggers.queue_depth`, or when a request finishes
+    while the mean recent TTFT of the config's routable replicas is above
+    `triggers.recent_ttft_ms` (latency, hence SLO attainment, degrading). Installed only when
+    a trigger is on, so it costs nothing otherwise."""
 
     def __init__(self, autoscaler: Autoscaler, scaler: ConfigScaler,
                  inner: InstanceObserver) -> None:
         self.autoscaler = autoscaler
         self.scaler = scaler
         self.inner = inner
-        self.threshold = autoscaler.config.triggers.queue_depth or 0
+        triggers = autoscaler.config.triggers
+        self.queue_depth = triggers.queue_depth
+        self.ttft_ms = triggers.recent_ttft_ms
 
     def queued(self, instance: str, req: Request) -> None:
         self.inner.queued(instance, req)
-        waiting = 1 + sum(inst.queue_depth for inst in self.scaler.pool.members
-                          if inst.routable)  # this one joins the queue right after
-        if waiting >= self.threshold:
-            self.autoscaler.trigger(self.scaler)
+        if self.queue_depth is not None:
+            waiting = 1 + sum(inst.queue_depth for inst in self.scaler.pool.members
+                              if inst.routable)  # this one joins the queue right after
+            if waiting >= self.queue_depth:
+                self.autoscaler.trigger(self.scaler, "queue_depth")
 
     def finished(self, instance: str, req: Request) -> None:
         self.inner.finished(instance, req)
+        if self.ttft_ms is not None:
+            ready = [inst for inst in self.scaler.pool.members if inst.routable]
+            if ready and sum(inst.recent_ttft_ms() for inst in ready) / len(ready) \
+                    > self.ttft_ms:
+                self.autoscaler.trigger(self.scaler, "recent_ttft")

@@ -144,6 +144,10 @@ class Triggers:
 
     queue_depth: int | None = spec(None, help="evaluate when a config's requests waiting reach "
                                    "this many; null: off", ge=1)
+    recent_ttft_ms: float | None = spec(
+        None, help="evaluate when a request finishes while the mean recent TTFT of the "
+        "config's routable replicas is above this (ms; SLO attainment degrading); null: off",
+        gt=0, le=MAX_FLOAT)
     min_gap_s: float = spec(1.0, help="at most one event-triggered evaluation per config this "
                             "often (s)", gt=0, le=MAX_SIM_S)
 

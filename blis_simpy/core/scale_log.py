@@ -16,7 +16,7 @@ class ScaleEvent:
     after: int
     reason: str
     signals: str  # the aggregate signals the policy saw, as key=value pairs
-    trigger: str  # periodic | queue_depth
+    trigger: str  # periodic | queue_depth | recent_ttft
 
 
 @dataclass(slots=True)

@@ -56,7 +56,7 @@ class ScaleContext:
     max_replicas: int
     clock: int  # µs
     since_last_scale_us: int  # since this config's last up or down (the run's start if none)
-    trigger: str  # periodic | queue_depth
+    trigger: str  # periodic | queue_depth | recent_ttft
     signals: DeploymentSignals
 
 

@@ -222,3 +222,10 @@ def test_replica_count_stays_within_bounds(policy, low, extra, start, rate, seed
     events = result.scale_events
     assert events["to"].between(low, high).all() and events["from"].between(low, high).all()
     assert set(result.requests.final_state) <= TERMINAL
+
+
+def test_recent_ttft_trigger_evaluates_between_polls():
+    data = scenario({"type": "queue-depth", "params": {"up_per_replica": 1, "cooldown_s": 0}},
+                    rate=60, interval=100.0, triggers={"recent_ttft_ms": 300, "min_gap_s": 0.5})
+    events = run(data).scale_events
+    assert len(events) and set(events.trigger) == {"recent_ttft"}
