@@ -56,13 +56,17 @@ def lives(log: ScaleLog, ended_at: int, warming_routable: bool) -> list[Life]:
     return out
 
 
+def warming_routable(scenario: Scenario) -> bool:
+    """Whether warming replicas take traffic in this scenario."""
+    section = scenario.deployment
+    return (section is not None and section.autoscaler is not None
+            and section.autoscaler.actuation.warming_takes_traffic)
+
+
 def deployment_summary(log: ScaleLog, ended_at: int, scenario: Scenario, requests: Table
                        ) -> dict[str, Any]:
     """The summary's `deployment` section."""
-    section = scenario.deployment
-    warming_routable = (section is not None and section.autoscaler is not None
-                        and section.autoscaler.actuation.warming_takes_traffic)
-    return scaling_summary(log, ended_at, warming_routable, requests,
+    return scaling_summary(log, ended_at, warming_routable(scenario), requests,
                            request_targets(scenario, requests))
 
 
@@ -162,16 +166,17 @@ def scale_event_table(log: ScaleLog) -> Table:
     })
 
 
-def replica_table(log: ScaleLog) -> Table:
-    """Each config's replica count (not draining or terminated) and routable count after
-    every lifecycle change (replicas.csv): the replica count over time."""
+def replica_table(log: ScaleLog, scenario: Scenario) -> Table:
+    """Each config's replica count (not draining or terminated) and how many take traffic
+    after every lifecycle change (replicas.csv): the replica count over time."""
+    taking = ROUTABLE if warming_routable(scenario) else ("active",)
     state: dict[str, tuple[str, str]] = {}  # instance -> (config, state)
     rows: list[tuple[int, str, int, int]] = []
     for time, instance, config, new in log.lifecycle:
         state[instance] = (config, new)
         members = [s for c, s in state.values() if c == config]
         counted = sum(1 for s in members if s not in ("draining", "terminated"))
-        routable = sum(1 for s in members if s in ROUTABLE)
+        routable = sum(1 for s in members if s in taking)
         if rows and rows[-1][0] == time and rows[-1][1] == config:
             rows.pop()
         rows.append((time, config, counted, routable))

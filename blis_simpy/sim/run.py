@@ -95,5 +95,5 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         if sim.mode.reference_reporting else None,
         events=records.events,
         scale_event_table=None if scale_log is None else scale_event_table(scale_log),
-        replica_table=None if scale_log is None else replica_table(scale_log),
+        replica_table=None if scale_log is None else replica_table(scale_log, scenario),
     )

@@ -229,3 +229,18 @@ def test_recent_ttft_trigger_evaluates_between_polls():
                     rate=60, interval=100.0, triggers={"recent_ttft_ms": 300, "min_gap_s": 0.5})
     events = run(data).scale_events
     assert len(events) and set(events.trigger) == {"recent_ttft"}
+
+
+@pytest.mark.parametrize("takes_traffic", [True, False])
+def test_the_replica_table_counts_warming_replicas_as_taking_traffic_only_if_they_do(
+        takes_traffic):
+    data = scenario(ALWAYS_UP, pool={"min": 1, "max": 2, "initial": 1}, interval=3.0,
+                    actuation={"provisioning_s": {"type": "constant", "value": 0.5},
+                               "warmup": {"duration_s": 1.0},
+                               "warming_takes_traffic": takes_traffic})
+    replicas = run(data).replicas
+    growing = replicas[replicas.replicas == 2].iloc[0]
+    assert growing.routable == 1  # provisioning: counted, not taking traffic
+    assert replicas.routable.max() == 2
+    first_two = replicas[replicas.routable == 2].time_s.iloc[0]
+    assert first_two == pytest.approx(growing.time_s + (0.5 if takes_traffic else 1.5))
