@@ -23,7 +23,7 @@ from typing import cast
 
 import simpy
 
-from blis_simpy.cluster.fleet import Fleet
+from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
 from blis_simpy.config.scenario import ClusterConfig
 from blis_simpy.config.workload import ClientTimeouts
@@ -33,7 +33,6 @@ from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.shadow_kv import ShadowKV
-from blis_simpy.core.snapshot import Lifecycle
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
@@ -71,6 +70,22 @@ class Gateway:
         self.keep_tokens = False  # set to export the requests' token ids
         self.timeouts = timeouts if timeouts else None
         self.timed_out = 0
+        self.models: ModelFleets | None = None  # several models: each request to its own
+
+    def hand_back(self, instance: str, req: Request) -> None:
+        """A draining instance gives back a request it has queued or started (it has already
+        let go of it and its KV blocks): the request is routed again, as if just admitted, and
+        restarts from scratch there, as a client retrying a broken stream would; its latencies
+        still count from its first arrival."""
+        self.in_flight[instance] -= 1
+        req.state = State.ARRIVING
+        req.instance = ""
+        req.queued_at = req.first_scheduled = req.cached_tokens = -1
+        req.first_token_at = req.first_token_step = req.last_emit_step = -1
+        req.progress = req.emitted = 0
+        req.prefill_target = req.input_len
+        req.gaps = None
+        StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -131,19 +146,20 @@ class Gateway:
         now = self.env.now
         state = self.state
         state.clock = now
-        state.instances = self.fleet.routable_ids
-        routable = self.fleet.routable
+        fleet = self.fleet if self.models is None else self.models.fleet_of(req)
+        state.instances = fleet.routable_ids
+        routable = fleet.routable
         snapshots = Snapshots(self.snapshots, routable, now)
         decision = self.routing.route(req.view, req.priority, snapshots, self.state, now)
-        target = self.fleet.get(decision.target)
-        if target is None or target.state is not Lifecycle.ACTIVE:
+        target = fleet.get(decision.target)
+        if target is None or not target.routable:
             raise ValueError(f"routing policy {self.routing.name!r} chose instance "
                              f"{decision.target!r}; routable: "
                              + ", ".join(i.id for i in routable))
         if self.events is not None:
             self.events.append((now, "routing", req.name, target.id))
         if self.decisions is not None:
-            self.decisions.append(self._routing_record(req, decision, snapshots, now))
+            self.decisions.append(self._routing_record(req, decision, snapshots, fleet, now))
         if state.shadow_kv is not None:
             state.shadow_kv.routed(target.id, req.view.prefix_hashes)
         self.pending[target.id] = self.pending.get(target.id, 0) + 1
@@ -152,16 +168,17 @@ class Gateway:
         target.accept(req)
 
     def _routing_record(self, req: Request, decision: RoutingDecision, snapshots: Snapshots,
-                        now: int) -> Decision:
+                        fleet: Fleet, now: int) -> Decision:
         """The decision with its context: every routable instance as a candidate (best score
         first, ties in fleet order) with its scorer shares, the snapshot the policy read of it,
         its estimated wait and the prompt tokens the shadow KV expects cached there. Reading
-        nothing the policy did not read keeps the run the same at every trace level."""
+        nothing the policy did not read keeps the run the same at every trace level. `fleet`
+        is the request's model's (its instances not routable now are the filtered ones)."""
         shadow = self.state.shadow_kv
         assert shadow is not None  # kept whenever decisions are recorded
         view, block = req.view, self.block_size
         scores, breakdown = decision.scores, decision.breakdown or {}
-        routable = self.fleet.routable
+        routable = fleet.routable
         ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         candidates = tuple(
             Candidate(routable[i].id, scores[i],
@@ -170,8 +187,8 @@ class Gateway:
                       min(view.input_tokens,
                           shadow.expected_hit(routable[i].id, view.prefix_hashes) * block))
             for i in ranked)
-        ids = set(self.fleet.routable_ids)
-        filtered = tuple(i.id for i in self.fleet if i.id not in ids) + tuple(decision.filtered)
+        ids = set(fleet.routable_ids)
+        filtered = tuple(i.id for i in fleet if i.id not in ids) + tuple(decision.filtered)
         return Decision(now, req.name, "routing", "route", decision.target, decision.reason,
                         candidates, req.priority, req.tenant_id, req.slo_class,
                         view.input_tokens,

@@ -46,6 +46,14 @@ BUNDLE_KEYS = {
 # Each policy axis and its flag, in the order the reference checks them.
 AXIS_FLAGS = {"admission": "admission-policy", "routing": "routing-policy",
               "priority": "priority-policy", "scheduler": "scheduler"}
+# The later reference's autoscaling sections (cluster.md §8.1), named when refused.
+AUTOSCALER_KEYS = {
+    "autoscaler": "the later reference's autoscaler settings",
+    "node_pools": "the later reference's node pools (GPU nodes, bounds, provisioning delay, "
+                  "price)",
+    "instance_lifecycle": "the later reference's instance lifecycle (loading delay, warm "
+                          "start)",
+}
 
 
 @dataclass(slots=True)
@@ -139,6 +147,10 @@ class BundleReader:
             path = join(key, name)
             if name in out:
                 raise self.error(path, f"key {name!r} is repeated (line {line(key_node)})")
+            if not key and name in AUTOSCALER_KEYS:
+                raise self.error(path, f"(line {line(key_node)}) {AUTOSCALER_KEYS[name]}: "
+                                 "not converted; write a `deployment` section (replica pools "
+                                 "with prices, autoscaler with actuation)", ", ".join(fields))
             if name not in fields:
                 raise self.error(path, f"unknown key (line {line(key_node)})",
                                  ", ".join(fields))

@@ -24,6 +24,14 @@ INT64_MIN = -(2**63)
 DEFAULTS_FILE = "defaults.yaml"
 # Flags of the reference's `run` that exist but are not converted.
 LATER_FLAGS = frozenset({"fitness-weights"})
+# The later reference's autoscaler (cluster.md §8.1) is switched on by this flag but sized by
+# the node pools of its YAML config; a flag alone has no replica bounds to convert.
+AUTOSCALER_ADVICE = (
+    "is the later reference's autoscaler, which takes its replica bounds from the node_pools "
+    "of its YAML config, so it is not converted: write a `deployment` section (replicas "
+    "min/max per config, autoscaler.interval_s = the interval in seconds, policy kv-demand "
+    "for the reference's supply/demand analyzer)")
+AUTOSCALER_FLAGS = frozenset({"model-autoscaler-interval-us"})
 
 
 # ---------------------------------------------------------------- value parsing (Go rules)
@@ -223,6 +231,8 @@ def lookup_flag(name: str) -> Flag:
     flag = FLAGS.get(name)
     if flag is not None:
         return flag
+    if name in AUTOSCALER_FLAGS:
+        raise ScenarioError(f"--{name}", AUTOSCALER_ADVICE, FLAG_LIST)
     if name in LATER_FLAGS:
         raise ScenarioError(
             f"--{name}", "is a reference flag that is not converted (--fitness-weights has no "

@@ -17,15 +17,19 @@ from blis_simpy.config.catalog import (
     bundled_model_config,
     read_json,
 )
+from blis_simpy.config.deployment import DeploymentConfig, DeploymentSection, ModelDeployment
 from blis_simpy.config.kv_tiers import block_bytes, resolve_tiers
 from blis_simpy.config.memory import memory_kv_blocks
-from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.scenario import EngineConfig, LatencyConfig, ModelConfig, Scenario
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError, closest_first
+from blis_simpy.core.schema import load, to_plain
 
 
 def resolve(scenario: Scenario) -> Scenario:
     """The same scenario with every derived default made explicit."""
+    if scenario.deployment is not None:
+        scenario = dataclasses.replace(scenario, deployment=resolve_deployment(scenario))
     model = scenario.model
     defaults = bundled().model_defaults(model.name)
     model = dataclasses.replace(
@@ -131,3 +135,43 @@ def catalog_entry(model: Any) -> CatalogEntry:
             "use latency.type: roofline)", valid,
         )
     return entry
+
+
+def config_scenario(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig
+                    ) -> Scenario:
+    """The one-model scenario a deployment config's replicas run: its model, GPU and TP, and
+    its own latency and engine sections where it gives them. A config of the default model
+    (`model:`) takes the GPU, TP and vLLM version it leaves out from there."""
+    top = scenario.model
+    same = top.name.lower() == model.name.lower()
+    return dataclasses.replace(
+        scenario, deployment=None,
+        model=ModelConfig(model.name, config.gpu or (top.gpu if same else None),
+                          config.tp or (top.tp if same else None),
+                          model.vllm_version or (top.vllm_version if same else None)),
+        latency=scenario.latency if config.latency is None
+        else load(LatencyConfig, config.latency, "latency"),
+        engine=scenario.engine if config.engine is None
+        else load(EngineConfig, config.engine, "engine"))
+
+
+def resolve_deployment(scenario: Scenario) -> DeploymentSection:
+    """Every config resolved as its own one-model scenario would be (catalog GPU, TP,
+    coefficients, KV size), written back explicitly; errors name the config."""
+    section = scenario.deployment
+    assert section is not None
+    models = []
+    for i, model in enumerate(section.models):
+        configs = []
+        for j, config in enumerate(model.configs):
+            try:
+                own = resolve(config_scenario(scenario, model, config))
+            except ScenarioError as exc:
+                raise ScenarioError(f"deployment.models[{i}].configs[{j}]",
+                                    exc.text) from None
+            configs.append(dataclasses.replace(
+                config, gpu=own.model.gpu, tp=own.model.tp, latency=to_plain(own.latency),
+                engine=to_plain(own.engine)))
+        models.append(dataclasses.replace(model, configs=configs,
+                                          vllm_version=own.model.vllm_version))
+    return dataclasses.replace(section, models=models)

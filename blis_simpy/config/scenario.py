@@ -18,12 +18,14 @@ from typing import Any, Literal
 
 import yaml
 
+from blis_simpy.config.deployment import DeploymentSection
 from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
     DistributionWorkload,
     SLOTargets,
+    TenantsWorkload,
     TraceWorkload,
     Workload,
 )
@@ -253,6 +255,9 @@ class Scenario:
                                         help="SLO targets and anomaly thresholds")
     fitness: FitnessConfig = spec(factory=FitnessConfig, help="objective weights for search")
     outputs: OutputsConfig = spec(factory=OutputsConfig, help="what to write")
+    deployment: DeploymentSection | None = spec(
+        None, help="models, deployment configs with replica pools and prices, and the "
+        "autoscaler; null: `model` on cluster.instances fixed replicas")
 
     @property
     def horizon_us(self) -> int | None:
@@ -273,6 +278,8 @@ class Scenario:
             raise ScenarioError(join(path, "outputs.trace_formats"), "jsonl writes the decision "
                                 "trace, which cluster.trace_level none does not record",
                                 "cluster.trace_level: decisions or full, or no jsonl")
+        if self.deployment is not None:
+            self.check_deployment(join(path, "deployment"))
         if self.compat == "blis" and ClientTimeouts.of(self.workload):
             raise ScenarioError(join(path, "workload.timeout_s"), "client timeouts are not in "
                                 "the reference BLIS; compat: blis cannot reproduce them",
@@ -281,6 +288,32 @@ class Scenario:
             raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
                                 "only (the reference's tiers have defects, README \"KV tiers\")",
                                 "0, or compat: none")
+
+    def check_deployment(self, path: str) -> None:
+        """The deployment section against the rest: native mode only, the default model among
+        its models, each config's latency/engine sections valid."""
+        section = self.deployment
+        assert section is not None
+        if self.compat == "blis":
+            raise ScenarioError(path, "the reference BLIS has no deployment model; compat: "
+                                "blis cannot reproduce it", "no deployment, or compat: none")
+        if section.model_named(self.model.name) is None:
+            raise ScenarioError(join(path, "models"), f"no model is the default model "
+                                f"{self.model.name!r} (model.name)",
+                                ", ".join(m.name for m in section.models))
+        tenants = ([t.id for t in self.workload.tenants]
+                   if isinstance(self.workload, TenantsWorkload) else None)
+        for i, model in enumerate(section.models):
+            for tenant in model.tenants:
+                if tenants is not None and tenant not in tenants:
+                    raise ScenarioError(f"{path}.models[{i}].tenants", f"no workload tenant "
+                                        f"{tenant!r}", ", ".join(tenants))
+            for j, config in enumerate(model.configs):
+                where = f"{path}.models[{i}].configs[{j}]"
+                if config.latency is not None:
+                    load(LatencyConfig, config.latency, join(where, "latency"))
+                if config.engine is not None:
+                    load(EngineConfig, config.engine, join(where, "engine"))
 
     @classmethod
     def from_dict(cls, data: Any, base_dir: Path | None = None) -> Scenario:

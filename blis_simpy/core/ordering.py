@@ -3,8 +3,9 @@
 SimPy orders its event queue by (time, priority, insertion id). Its own events use priority 0
 (process start, URGENT) and 1 (everything else, NORMAL): every instance event. Gateway stages
 use negative priorities, so at one timestamp all cluster arrivals run first, then all admission
-decisions, then all routing decisions, and only then any instance event; within one type,
-events run in the order they were scheduled (ties follow event order, seed E.3).
+decisions, then all routing decisions, then any instance event, and last the autoscaler's
+evaluations (SCALE_CHECK); within one type, events run in the order they were scheduled (ties
+follow event order, seed E.3).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from blis_simpy.core.clock import Environment
 CLUSTER_ARRIVAL = EventPriority(-3)
 ADMISSION = EventPriority(-2)
 ROUTING = EventPriority(-1)
+# The autoscaler and drain hand-backs: after every instance event at the same time (E.3).
+SCALE_CHECK = EventPriority(2)
 
 
 class StageEvent(simpy.Event):

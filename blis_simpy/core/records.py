@@ -40,6 +40,7 @@ ANOMALY_TYPES = (
     "rejection_burst",
     "shadow_divergence",  # the shadow KV expected a prefix hit and there was none, or vice versa
     "kv_thrashing",  # reloads of blocks the GPU evicted moments before, in a burst
+    "scale_oscillation",  # a config scaled up then down (or down then up) within the window
 )
 
 STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",

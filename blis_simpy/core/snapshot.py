@@ -18,10 +18,16 @@ class Role(StrEnum):
 
 
 class Lifecycle(StrEnum):
-    """Where an instance is in its life. Only active instances are routable; the autoscaler
-    adds the states before (provisioning, warming) and after (draining, terminated)."""
+    """Where an instance is in its life: provisioning -> loading -> warming -> active ->
+    draining -> terminated. Active instances are routable, warming ones when the scenario says
+    so (`deployment.autoscaler.actuation.warming_takes_traffic`); the others never are."""
 
+    PROVISIONING = "provisioning"  # node and container starting
+    LOADING = "loading"  # model weights loading
+    WARMING = "warming"  # serving, with a step-time penalty
     ACTIVE = "active"
+    DRAINING = "draining"  # chosen for scale-down: finishing or handing back its requests
+    TERMINATED = "terminated"
 
 
 @dataclass(frozen=True, slots=True)

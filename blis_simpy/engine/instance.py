@@ -97,6 +97,7 @@ class Instance:
         self.id = instance_id
         self.role = role
         self.state = Lifecycle.ACTIVE
+        self.routable = True  # the gateway may send it requests (the fleet keeps this)
         self.latency = latency
         self.kv = pool
         self.max_running = engine.max_running_requests

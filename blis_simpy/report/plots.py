@@ -17,7 +17,14 @@ import pandas as pd
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.units import US_PER_MS
-from blis_simpy.report import kv_blocks_total, load_summary, read_table, run_folder
+from blis_simpy.report import (
+    TABLE_FORMATS,
+    kv_blocks_total,
+    load_summary,
+    read_table,
+    run_folder,
+)
+from blis_simpy.report.scaling import REPLICA_COLUMNS, replica_plot
 from blis_simpy.report.tier_plots import TIER_COLUMNS, kv_tiers
 
 if TYPE_CHECKING:
@@ -41,8 +48,8 @@ MAX_LEGEND = 16  # instances named in the legend; more would bury the plot
 
 
 def render(run_dir: Path, out_dir: Path) -> list[Path]:
-    """Write latency_cdf.png, instances.png and throughput.png into `out_dir` (and
-    kv_tiers.png for a run with KV tiers)."""
+    """Write latency_cdf.png, instances.png and throughput.png into `out_dir`, kv_tiers.png
+    for a run with KV tiers and replicas.png for an autoscaled run."""
     run_folder(run_dir)
     requests = read_table(run_dir, "requests", REQUEST_COLUMNS)
     steps = read_table(run_dir, "steps", STEP_COLUMNS)
@@ -57,6 +64,9 @@ def render(run_dir: Path, out_dir: Path) -> list[Path]:
     if isinstance(tiers, dict):  # a run with KV tiers below the GPU
         table = read_table(run_dir, "instances", TIER_COLUMNS)
         figures["kv_tiers.png"] = lambda: kv_tiers(table, tiers)
+    if any((run_dir / f"replicas.{fmt}").is_file() for fmt in TABLE_FORMATS):
+        replicas = read_table(run_dir, "replicas", REPLICA_COLUMNS)
+        figures["replicas.png"] = lambda: replica_plot(requests, replicas)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with mpl.style.context("default"):

@@ -7,6 +7,7 @@ unusable latency model fails here, before any event runs (EC-1).
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import time
@@ -17,15 +18,16 @@ from dataclasses import dataclass
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.config.resolve import kv_block_bytes
-from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.records import Recorder, Records
+from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.kv.tiered import TieredKVCache, tiered_pool
-from blis_simpy.engine.latency import latency_model, latency_notes
+from blis_simpy.engine.latency import LatencyModel, latency_model, latency_notes
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.policies.admission import ADMISSION
 from blis_simpy.policies.guard import guarded
@@ -33,6 +35,7 @@ from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.registry import P, PolicySpec, Registry
 from blis_simpy.policies.routing import ROUTING
 from blis_simpy.policies.scheduler import SCHEDULER
+from blis_simpy.sim.deploy import deploy
 from blis_simpy.sim.modes import Mode, mode_of
 from blis_simpy.workload import source
 
@@ -58,7 +61,8 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, env: Environment, mode: Mode,
                  recorder: Recorder, fleet: Fleet, gateway: Gateway,
-                 conventions: Conventions, checks: bool, input_notes: list[str]) -> None:
+                 conventions: Conventions, checks: bool, input_notes: list[str],
+                 scale_log: ScaleLog | None = None) -> None:
         self.scenario = scenario
         self.env = env
         self.mode = mode
@@ -68,6 +72,7 @@ class Simulation:
         self.conventions = conventions
         self.checks = checks
         self.input_notes = input_notes  # what the source noted (trace rows skipped)
+        self.scale_log = scale_log  # with a deployment section: lifecycle and scale actions
 
     def run(self, progress: Progress | None = None, every: int = 8192) -> float:
         """Process every event up to the horizon; returns the wall time spent (s)."""
@@ -160,20 +165,30 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     gateway = Gateway(env, fleet, cluster, admission, priority, routing, recorder,
                       engine.block_size, ClientTimeouts.of(scenario.workload))
     gateway.keep_tokens = keep_tokens
-    tier_bytes = kv_block_bytes(scenario) if engine.kv_tiers.enabled else 0
-    for i in range(cluster.instances):
-        pool = (tiered_pool(engine, lambda: env.now, tier_bytes, checks) if engine.kv_tiers.enabled
+    # one GPU's bytes per KV block, read once when a pool has tiers (the default model's)
+    tier_bytes = functools.cache(lambda: kv_block_bytes(scenario))
+
+    def make(name: str, latency: LatencyModel, engine: EngineConfig) -> Instance:
+        pool = (tiered_pool(engine, lambda: env.now, tier_bytes(), checks)
+                if engine.kv_tiers.enabled
                 else pool_type(engine.kv_blocks or 0, engine.block_size))
         instance = Instance(
-            env, f"instance_{i}", latency, engine, pool,
+            env, name, latency, engine, pool,
             policy(SCHEDULER, policies.scheduler, "policies.scheduler"), priority, recorder,
             class_ranks=ranks, reference_order=mode.reference_order)
         if isinstance(pool, TieredKVCache):
             instance.log.tiers = pool.log
         instance.observer = gateway
-        fleet.add(instance)
+        return instance
+
+    scale_log = None
+    if scenario.deployment is None:
+        for i in range(cluster.instances):
+            fleet.add(make(f"instance_{i}", latency, engine))
+    else:
+        scale_log = deploy(scenario, env, fleet, gateway, recorder, make)
     notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,
                                          reference_draws=mode.reference_draws,
                                          keep_tokens=keep_tokens)
     return Simulation(scenario, env, mode, recorder, fleet, gateway,
-                      mode.conventions(latency.output_delay), checks, notes)
+                      mode.conventions(latency.output_delay), checks, notes, scale_log)

@@ -42,6 +42,18 @@ class Result:
     events: tuple[tuple[int, str, str, str], ...] | None = None
     # file name -> text of the trace exports `outputs.trace_formats` asked for
     trace_files: dict[str, str] = field(default_factory=dict)
+    scale_event_table: Table | None = None  # with a deployment section: one row per action
+    replica_table: Table | None = None  # ... and each config's replica count over time
+
+    @cached_property
+    def scale_events(self) -> pd.DataFrame | None:
+        """One row per scale action: time, config, action, from, to, reason, signals."""
+        return None if self.scale_event_table is None else self.scale_event_table.frame()
+
+    @cached_property
+    def replicas(self) -> pd.DataFrame | None:
+        """Each config's replica count after every lifecycle change."""
+        return None if self.replica_table is None else self.replica_table.frame()
 
     @cached_property
     def requests(self) -> pd.DataFrame:
@@ -128,7 +140,9 @@ class Result:
                 json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
         for name, table in (("anomalies", self.anomaly_table),
                             ("instances", self.instance_table),
-                            ("decisions", self.decision_table)):
+                            ("decisions", self.decision_table),
+                            ("scale_events", self.scale_event_table),
+                            ("replicas", self.replica_table)):
             if table is not None:
                 write_table(table, folder / f"{name}.{fmt}")
         for name, text in {**self.extra_files, **self.trace_files}.items():

@@ -14,6 +14,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.evaluation import evaluate
+from blis_simpy.metrics.scaling import deployment_summary, replica_table, scale_event_table
 from blis_simpy.metrics.tables import (
     instance_series,
     request_table,
@@ -75,6 +76,10 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     stats = summary(records, lat, conventions, scenario.horizon_us)
     stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
     requests = request_table(records.requests, lat)
+    scale_log = sim.scale_log
+    if scale_log is not None:
+        stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
+                                                 requests)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
                                               wall)
     steps, anomaly_rows = step_table(records), anomaly_table(anomalies)
@@ -107,4 +112,6 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         reference=ReferenceOutputs.of(stats, lat, records.requests)
         if sim.mode.reference_reporting else None,
         events=records.events,
+        scale_event_table=None if scale_log is None else scale_event_table(scale_log),
+        replica_table=None if scale_log is None else replica_table(scale_log, scenario),
     )

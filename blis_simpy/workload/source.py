@@ -15,12 +15,14 @@ import simpy
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.hashing import hash_requests
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request
 from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
 from blis_simpy.workload.trace import load_trace
+from blis_simpy.workload.trace_file import Trace
 
 Deliver = Callable[[Request], None]
 
@@ -56,8 +58,25 @@ def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = Tr
         assert isinstance(workload, TraceWorkload)
         trace = load_trace(workload, seed=scenario.seed, horizon=horizon,
                            truncate=reference_draws)
+        served_models(scenario, trace)
         requests, notes = trace.requests(), trace.notes
     return (hashed(requests, scenario.engine.block_size) if prehash else requests), notes
+
+
+def served_models(scenario: Scenario, trace: Trace) -> None:
+    """With several deployed models, every model a trace row names must be served: checked
+    here, before the run (with one model, the rows' model names are informational)."""
+    section = scenario.deployment
+    if section is None or len(section.models) < 2:
+        return
+    served = {model.name.lower() for model in section.models}
+    unknown = sorted({row.model for row in trace.labels
+                      if row.model and row.model.lower() not in served})
+    if unknown:
+        shown = ", ".join(repr(m) for m in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+        raise ScenarioError("workload.path", f"trace rows name model(s) {shown} that no "
+                            "deployment serves (filter them with workload.models)",
+                            ", ".join(m.name for m in section.models))
 
 
 def hashed(requests: Iterable[Request], block_size: int, chunk: int = 256
