@@ -10,7 +10,9 @@ as the type gets), so a summary can rank occurrences of different types.
 * `preemption_storm`, `rejection_burst`, `kv_thrashing`: events in the episode / (2 x the
   threshold count), capped at 1 (`kv_thrashing`'s set where it is judged);
 * `priority_inversion`, `slo_class_inversion`: 0.25, one out-of-order admission is minor;
-  their count carries the weight.
+  their count carries the weight;
+* `scale_oscillation`: 0.5, each flip pays a replica's provisioning and load (or a drain) for
+  nothing; their count carries the weight.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from blis_simpy.core.records import Anomaly
 from blis_simpy.core.units import US_PER_S
 
 INVERSION_SEVERITY = 0.25
+OSCILLATION_SEVERITY = 0.5
 JUDGED_WITH_SEVERITY = ("slo_violation", "shadow_divergence", "kv_thrashing")
 
 
@@ -38,6 +41,8 @@ def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:
         return min(1.0, len(anomaly.requests) / (2 * config.rejection_burst.count))
     if kind in ("priority_inversion", "slo_class_inversion"):
         return INVERSION_SEVERITY
+    if kind == "scale_oscillation":
+        return OSCILLATION_SEVERITY
     raise ValueError(f"no severity rule for anomaly type {kind!r}")
 
 

@@ -368,6 +368,7 @@ FOCUS = {
     "rejection_burst": "Smooth admission (token bucket) instead of rejecting bursts",
     "shadow_divergence": "Do not trust old prefix placement: weigh recency or observed hit rate",
     "kv_thrashing": "Keep a session's requests on one instance, or give its KV a larger CPU tier",
+    "scale_oscillation": "Widen the autoscaler's hysteresis or lengthen its cooldown",
 }
 
 DETECTORS: tuple[Callable[[TraceInputs], list[Issue]], ...] = (
