@@ -257,7 +257,7 @@ class Scenario:
     outputs: OutputsConfig = spec(factory=OutputsConfig, help="what to write")
     deployment: DeploymentSection | None = spec(
         None, help="models, deployment configs with replica pools and prices, and the "
-        "autoscaler; null: `model` on cluster.instances fixed replicas")
+        "autoscaler; null: `model` on cluster.instances fixed replicas", omit_default=True)
 
     @property
     def horizon_us(self) -> int | None:
