@@ -25,14 +25,19 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import describe, join, load, spec
 from blis_simpy.core.yamlio import load_yaml
 from blis_simpy.policies.admission import ADMISSION
+from blis_simpy.policies.autoscale import AUTOSCALE
 from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.registry import Registry
 from blis_simpy.policies.routing import ROUTING
 from blis_simpy.policies.scheduler import SCHEDULER
 
-AXES = tuple(f.name for f in dataclasses.fields(PoliciesConfig))
+AXES = tuple(f.name for f in dataclasses.fields(PoliciesConfig))  # the gateway's and engines'
+# A bundle also carries the autoscaler's policy, which lives in the deployment section.
+BUNDLE_AXES = (*AXES, "autoscale")
+PLACES = {"autoscale": "deployment.autoscaler.policy"}
 REGISTRIES: dict[str, Registry[Any]] = {"admission": ADMISSION, "priority": PRIORITY,
-                                        "routing": ROUTING, "scheduler": SCHEDULER}
+                                        "routing": ROUTING, "scheduler": SCHEDULER,
+                                        "autoscale": AUTOSCALE}
 META_KEYS = ("id", "generation", "parent_id", "mutations")
 
 # Seed F.1 spellings -> ours: template names, and parameter names (a dotted params path).
@@ -95,7 +100,7 @@ class PolicyBundle:
             data = {}
         if not isinstance(data, Mapping):
             raise ScenarioError("", f"a policy bundle is a mapping, got {describe(data)}",
-                                "keys " + ", ".join((*META_KEYS, *AXES)))
+                                "keys " + ", ".join((*META_KEYS, *BUNDLE_AXES)))
         meta: dict[str, Any] = {}
         axes: dict[str, dict[str, Any]] = {}
         for key, value in data.items():
@@ -121,25 +126,25 @@ class PolicyBundle:
         """Dotted scenario paths -> values, applied to the scenario before `--set`."""
         out: dict[str, Any] = {}
         for axis, entry in self.axes.items():
+            place = PLACES.get(axis, f"policies.{axis}")
             if "type" in entry:
-                out[f"policies.{axis}"] = {"type": entry["type"],
-                                           "params": entry.get("params", {})}
+                out[place] = {"type": entry["type"], "params": entry.get("params", {})}
             else:
                 for name, value in flatten(entry.get("params", {})):
-                    out[f"policies.{axis}.params.{name}"] = value
+                    out[f"{place}.params.{name}"] = value
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """The nested form with metadata, as the K.4 export's deployable config."""
         meta = {k: v for k, v in dataclasses.asdict(self.meta).items() if v not in (None, [])}
-        return {**meta, **{axis: self.axes[axis] for axis in AXES if axis in self.axes}}
+        return {**meta, **{axis: self.axes[axis] for axis in BUNDLE_AXES if axis in self.axes}}
 
 
 def add_entry(axes: dict[str, dict[str, Any]], key: str, value: Any) -> None:
     """One top-level key of a bundle: an axis section, or a flat `axis.name` key."""
     axis, _, rest = key.partition(".")
-    if axis not in AXES:
-        raise ScenarioError(key, "unknown bundle key", ", ".join((*META_KEYS, *AXES)) +
+    if axis not in BUNDLE_AXES:
+        raise ScenarioError(key, "unknown bundle key", ", ".join((*META_KEYS, *BUNDLE_AXES)) +
                             ", or a flat key such as routing.weights.prefix-affinity")
     entry = axes.setdefault(axis, {})
     if not rest:

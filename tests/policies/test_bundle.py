@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import blis_simpy
 from blis_simpy.cli import app
+from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.policies.bundle import AXES, PolicyBundle
 from blis_simpy.sim.run import load
@@ -92,7 +94,7 @@ def test_params_only_axis_keeps_the_scenarios_template():
     ({"routing.type": "nope"}, "routing.type"),
     ({"routing": {"type": "weighted", "params": {"scorers": {"bogus": 1.0}}}},
      "routing.params.scorers.bogus"),
-    ({"autoscale.type": "threshold"}, "autoscale.type"),
+    ({"autoscale.type": "no-such-scaler"}, "autoscale.type"),
     ({"generation": -1}, "generation"),
     ({"routing": 3}, "routing"),
     ([1, 2], ""),
@@ -144,3 +146,16 @@ def test_cli_bad_bundle_names_its_file(tmp_path: Path):
                                       "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "b.yaml" in result.output and "routing.type" in result.output
+
+
+def test_a_bundle_carries_the_autoscale_axis_into_the_deployment_section():
+    """The autoscaler's policy is the fifth axis of a bundle; it lands in the scenario's
+    deployment section, and a bad parameter fails when the bundle is read."""
+    bundle = PolicyBundle.from_dict({"id": "scaler", "autoscale": {
+        "type": "threshold", "params": {"signal": "queue_depth", "up": 8, "down": 2}}})
+    diurnal = Path(blis_simpy.__file__).parent / "scenarios" / "autoscale-diurnal.yaml"
+    scenario = Scenario.from_yaml(diurnal, (), bundle.overrides())
+    assert scenario.deployment is not None and scenario.deployment.autoscaler is not None
+    policy = scenario.deployment.autoscaler.policy
+    assert policy.type == "threshold" and policy.params["signal"] == "queue_depth"
+    assert bundle.to_dict()["autoscale"]["params"]["up"] == 8
