@@ -279,17 +279,7 @@ class Instance:
         """Some decoders open or fill a block or finish; None (with no side effects) when the
         blocks they open are not free (the exact path preempts)."""
         kv, index = self.kv, len(self.steps)
-        block_size = kv.block_size
-        last_slot = block_size - 1
-        touched = []
-        blocks = 0
-        for req in due:
-            slot = (req.progress + index - req.lazy_base - req.kv_phase) % block_size
-            if slot == 0:
-                blocks += 1
-                touched.append(req)
-            elif slot == last_slot:
-                touched.append(req)
+        touched, blocks = self._block_events(due, index)
         if blocks > kv.free_blocks:
             return None
         if touched:
@@ -362,15 +352,8 @@ class Instance:
             new_tokens -= overrun
             demand -= overrun
         due = steady.peek(index)
-        last_slot = block_size - 1
-        touched = []
-        for req in due:
-            slot = (req.progress + index - req.lazy_base - req.kv_phase) % block_size
-            if slot == 0:
-                blocks += 1
-                touched.append(req)
-            elif slot == last_slot:
-                touched.append(req)
+        touched, opened = self._block_events(due, index)
+        blocks += opened
         if blocks > kv.free_blocks:
             return None
         self._allocate_in_order(explicit, touched, index)
@@ -383,6 +366,22 @@ class Instance:
         self._advance_steady(explicit + running[len(running) - admitted:] if admitted
                              else explicit, due, index, now + duration)
         return duration
+
+    def _block_events(self, due: list[Request], index: int) -> tuple[list[Request], int]:
+        """The implicit decoders whose token this step opens a KV block (slot 0) or fills
+        one (last slot), and how many blocks they open."""
+        block_size = self.kv.block_size
+        last_slot = block_size - 1
+        touched = []
+        blocks = 0
+        for req in due:
+            slot = (req.progress + index - req.lazy_base - req.kv_phase) % block_size
+            if slot == 0:
+                blocks += 1
+                touched.append(req)
+            elif slot == last_slot:
+                touched.append(req)
+        return touched, blocks
 
     def _allocate_in_order(self, explicit: list[Request], touched: list[Request], index: int
                            ) -> None:
