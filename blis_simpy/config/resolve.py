@@ -96,14 +96,8 @@ def roofline_kv_blocks(model: Any, latency: Any, block_size: int) -> int | None:
     """The KV blocks that fit in the GPUs' memory beside the weights (config/memory.py);
     None when that cannot be worked out, including an unreadable model config, which the
     roofline model reports when it is built."""
-    if model.gpu is None:
-        return None
-    try:
-        config = (read_json(latency.model_config, "config.json") if latency.model_config
-                  else bundled_model_config(model.name))
-    except ValueError:
-        return None
-    if not isinstance(config, dict):
+    config = model_config_of(model, latency)
+    if model.gpu is None or config is None:
         return None
     return memory_kv_blocks(config, model.gpu, model.tp or 1, block_size)
 

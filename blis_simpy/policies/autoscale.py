@@ -101,6 +101,14 @@ def cooling(ctx: ScaleContext, cooldown_s: float) -> bool:
     return ctx.since_last_scale_us < cooldown_s * US_PER_S
 
 
+class CooldownPolicy(AutoscalePolicy):
+    """A template with a `cooldown_s` parameter: it is also the oscillation window."""
+
+    @property
+    def cooldown_us(self) -> int | None:
+        return round(self.params.cooldown_s * US_PER_S)  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True, slots=True)
 class ThresholdParams:
     signal: Signal = spec("utilization", help="utilization (batch occupancy), kv_utilization, "
@@ -118,15 +126,11 @@ class ThresholdParams:
 
 
 @AUTOSCALE.register("threshold")
-class Threshold(AutoscalePolicy):
+class Threshold(CooldownPolicy):
     """Up by `step` above `up`, down by `step` below `down`, nothing within the cooldown."""
 
     Params = ThresholdParams
     params: ThresholdParams
-
-    @property
-    def cooldown_us(self) -> int | None:
-        return round(self.params.cooldown_s * US_PER_S)
 
     def evaluate(self, ctx: ScaleContext) -> ScaleDecision:
         p = self.params
@@ -151,15 +155,11 @@ class TargetParams:
 
 
 @AUTOSCALE.register("target-utilization")
-class TargetUtilization(AutoscalePolicy):
+class TargetUtilization(CooldownPolicy):
     """The Kubernetes HPA rule: desired = ceil(ready x signal / target), outside a tolerance."""
 
     Params = TargetParams
     params: TargetParams
-
-    @property
-    def cooldown_us(self) -> int | None:
-        return round(self.params.cooldown_s * US_PER_S)
 
     def evaluate(self, ctx: ScaleContext) -> ScaleDecision:
         p = self.params
@@ -189,16 +189,12 @@ class QueueDepthParams:
 
 
 @AUTOSCALE.register("queue-depth")
-class QueueDepth(AutoscalePolicy):
+class QueueDepth(CooldownPolicy):
     """Up by enough replicas to bring the queue per replica to the threshold; down by one when
     the queues are empty and the batches light."""
 
     Params = QueueDepthParams
     params: QueueDepthParams
-
-    @property
-    def cooldown_us(self) -> int | None:
-        return round(self.params.cooldown_s * US_PER_S)
 
     def evaluate(self, ctx: ScaleContext) -> ScaleDecision:
         p, s = self.params, ctx.signals

@@ -30,7 +30,11 @@ def run_folder(path: Path) -> Path:
 
 def load_summary(path: Path) -> dict[str, Any]:
     """The run's summary.json, checked to be a JSON object so callers can index it."""
-    file = run_folder(path) / "summary.json"
+    return json_object(run_folder(path) / "summary.json")
+
+
+def json_object(file: Path) -> dict[str, Any]:
+    """A JSON file holding an object; unreadable or other JSON is an input error."""
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -53,12 +57,13 @@ def read_table(path: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
     raise ScenarioError(str(path), f"no {name}.csv or {name}.parquet here")
 
 
-def read_file(file: Path) -> pd.DataFrame:
-    """One table, with read errors (and parquet without pyarrow) turned into input errors."""
+def read_file(file: Path, text: tuple[str, ...] = ()) -> pd.DataFrame:
+    """One table, with read errors (and parquet without pyarrow) turned into input errors;
+    `text` columns of a CSV are read as text (a hash of digits stays a string)."""
     try:
         if file.suffix == ".parquet":
             return pd.read_parquet(file)
-        return pd.read_csv(file)
+        return pd.read_csv(file, dtype=dict.fromkeys(text, str))
     except ImportError:
         raise ScenarioError(str(file), "reading parquet needs pyarrow: install "
                                        "blis-simpy[parquet]") from None

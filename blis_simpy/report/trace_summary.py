@@ -3,7 +3,6 @@ output folder (the same text `Result.summary_text` gives for the run)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import yaml
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.metrics.trace.summary import TEXT_COLUMNS, TraceInputs, summary_text
-from blis_simpy.report import TABLE_FORMATS, load_summary, run_folder
+from blis_simpy.report import TABLE_FORMATS, json_object, load_summary, read_file, run_folder
 
 
 def summarize(path: Path, max_tokens: int = 1000, strategy: str = "issue_focused") -> str:
@@ -26,19 +25,9 @@ def load_inputs(path: Path) -> TraceInputs:
     requests = table(folder, "requests")
     if requests is None:
         raise ScenarioError(str(folder), "no requests.csv or requests.parquet here")
-    return TraceInputs.of(summary, json_file(folder / "metrics.json"), requests,
+    return TraceInputs.of(summary, json_object(folder / "metrics.json"), requests,
                           table(folder, "anomalies"), table(folder, "decisions"),
                           scenario(folder / "scenario.yaml"))
-
-
-def json_file(file: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ScenarioError(str(file), f"unreadable: {exc}") from None
-    if not isinstance(data, dict):
-        raise ScenarioError(str(file), "not a JSON object")
-    return data
 
 
 def scenario(file: Path) -> dict[str, Any]:
@@ -52,18 +41,9 @@ def scenario(file: Path) -> dict[str, Any]:
 
 
 def table(folder: Path, name: str) -> pd.DataFrame | None:
-    """`name`.parquet or .csv; text columns read as text (a hash of digits stays a string)."""
+    """`name`.parquet or .csv, or None when the run wrote neither."""
     for fmt in TABLE_FORMATS:
         file = folder / f"{name}.{fmt}"
-        if not file.is_file():
-            continue
-        try:
-            if fmt == "parquet":
-                return pd.read_parquet(file)
-            return pd.read_csv(file, dtype=dict.fromkeys(TEXT_COLUMNS[name], str))
-        except ImportError:
-            raise ScenarioError(str(file), "reading parquet needs pyarrow: install "
-                                           "blis-simpy[parquet]") from None
-        except (OSError, ValueError) as exc:
-            raise ScenarioError(str(file), f"unreadable: {exc}") from None
+        if file.is_file():
+            return read_file(file, TEXT_COLUMNS[name])
     return None
