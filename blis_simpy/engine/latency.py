@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from mypy_extensions import mypyc_attr
+
 from blis_simpy.config.catalog import (
     bundled_hardware_config,
     bundled_model_config,
@@ -43,6 +45,7 @@ class LatencyModel(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # physical.PhysicalLatency is not compiled
 class Alpha:
     """The alpha coefficients: queueing delay and output-processing delay, in µs."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from blis_simpy.core.errors import ScenarioError
@@ -51,7 +53,7 @@ def test_schedulers_see_a_view_without_the_output_length():
     view = request(0).view
     assert view is not None
     assert not hasattr(view, "output_len") and not hasattr(view, "output_tokens")
-    assert {"arrival_us", "input_tokens", "id"} <= set(type(view).__slots__)
+    assert {"arrival_us", "input_tokens", "id"} <= {f.name for f in dataclasses.fields(view)}
 
 
 def test_reverse_priority_orders_lowest_priority_first():

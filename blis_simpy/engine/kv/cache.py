@@ -12,6 +12,8 @@ reference's accounting, defects included.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.request import Request
 from blis_simpy.engine.kv.freelist import FreeList
@@ -20,6 +22,8 @@ from blis_simpy.engine.kv.pool import PrefixHit
 GROW_MIN = 1024  # blocks the per-block lists grow by at least
 
 
+# Subclassed by pools that are not compiled (tiered.py) and at run time (checked.py).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class KVCache:
     """Block accounting for one instance. `used + len(free) == total` after every operation."""
 

@@ -5,11 +5,14 @@ exact `KVCache`; docs/differences-from-blis.md lists each rule next to the corre
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from blis_simpy.core.request import Request
 from blis_simpy.engine.kv.cache import KVCache
 from blis_simpy.engine.kv.pool import PrefixHit
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # checked.py subclasses it at run time
 class ReferenceKVCache(KVCache):
     """The reference's block accounting (spec engine.md §4, Go `sim/kvcache.go`), for compat
     mode. Where it differs from `KVCache`:
