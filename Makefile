@@ -3,25 +3,35 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The modules setup.py compiles with mypyc. An editable install builds their C extensions next
+# to the sources and the interpreter imports those instead: rebuilt when a source changes.
+COMPILED := $(shell sed -n 's/^    "\(blis_simpy\/.*\.py\)",$$/\1/p' setup.py)
+BUILT    := $(VENV)/.compiled
 
-.PHONY: demo test test-long lint bench validate-real clean
+.PHONY: demo test test-long lint bench validate-real compile clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]'  # compiles the extensions (setup.py)
 	$(BIN)/python -m compileall -q blis_simpy  # what a wheel install does; an editable one does not
-	touch $(STAMP)
+	touch $(STAMP) $(BUILT)
 
-demo: $(STAMP)  ## run the quickstart scenario; results in out/quickstart/
+$(BUILT): $(STAMP) $(COMPILED)
+	$(BIN)/python setup.py --quiet build_ext --inplace
+	touch $(BUILT)
+
+compile: $(BUILT)  ## rebuild the compiled modules' extensions after editing them
+
+demo: $(BUILT)  ## run the quickstart scenario; results in out/quickstart/
 	$(BIN)/blis-simpy run scenarios/quickstart.yaml
 
-test: $(STAMP)  ## lint, type-check, then the whole test suite
+test: $(BUILT)  ## lint, type-check, then the whole test suite
 	$(BIN)/ruff check blis_simpy tests scripts notebooks
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-test-long: $(STAMP)  ## the invariant properties with 1,000 examples each (nightly)
+test-long: $(BUILT)  ## the invariant properties with 1,000 examples each (nightly)
 	BLIS_TEST_PROFILE=long $(BIN)/pytest tests/sim/test_cluster_invariants.py \
 		tests/engine/test_invariants.py --hypothesis-show-statistics
 
@@ -29,7 +39,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check blis_simpy tests scripts notebooks
 	$(BIN)/mypy
 
-bench: $(STAMP)  ## time the bench cases side by side with the Go reference (docs/performance.md)
+bench: $(BUILT)  ## time the bench cases side by side with the Go reference (docs/performance.md)
 	$(BIN)/python scripts/bench.py
 
 # The 16 public vLLM runs: git clone https://github.com/inference-sim/training ../training
@@ -38,4 +48,5 @@ validate-real: $(STAMP)  ## simulated vs measured on real vLLM runs (needs GROUN
 	$(BIN)/blis-simpy validate-real $(GROUND_TRUTH)
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) out build .pytest_cache .ruff_cache .hypothesis
+	find blis_simpy -name '*.so' -delete

@@ -1,0 +1,73 @@
+"""The modules setup.py compiles with mypyc: compiled in this install (unless a pure one was
+asked for with BLIS_SIMPY_PURE), never older than their sources, and a run gives the same bytes
+compiled and as plain Python."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compiled_sources() -> list[str]:
+    """setup.py's COMPILED list."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED":
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no COMPILED list")
+
+
+def module_name(source: str) -> str:
+    return source.removesuffix(".py").replace("/", ".")
+
+
+def test_the_hot_modules_are_compiled_unless_a_pure_install_was_asked_for():
+    pure = bool(os.environ.get("BLIS_SIMPY_PURE"))
+    files = {s: importlib.import_module(module_name(s)).__file__ or "" for s in compiled_sources()}
+    extensions = {s for s, f in files.items() if f.endswith(".so")}
+    assert extensions == (set() if pure else set(files)), files
+
+
+def test_no_extension_is_older_than_its_source():
+    """An editable install builds the extensions next to the sources, and the interpreter
+    prefers them: after editing a compiled module, `make compile` (or `make test`) rebuilds."""
+    for source in compiled_sources():
+        path = Path(importlib.import_module(module_name(source)).__file__ or "")
+        if path.suffix == ".so" and path.parent == (ROOT / source).parent:
+            assert path.stat().st_mtime >= (ROOT / source).stat().st_mtime, (
+                f"{path.name} is older than {source}: run `make compile`")
+
+
+def run_cli(python_path: Path, scenario: str, smaller: str, out: Path) -> dict[str, bytes]:
+    env = {**os.environ, "PYTHONPATH": str(python_path)}
+    subprocess.run([sys.executable, "-m", "blis_simpy.cli", "run", str(ROOT / scenario),
+                    "--out", str(out), "--quiet", "--force", "--set", smaller],
+                   check=True, cwd=python_path, env=env, capture_output=True)
+    # the echoed scenario names the folder it was read from
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.name != "scenario.yaml"}
+
+
+@pytest.mark.parametrize(("scenario", "smaller"), [
+    ("blis_simpy/scenarios/bench/1k-1inst.yaml", "workload.num_requests=400"),
+    ("scenarios/prefix-heavy.yaml", "workload.duration_s=4"),
+])
+def test_a_run_gives_the_same_bytes_compiled_and_as_plain_python(scenario, smaller, tmp_path):
+    """Compat (the reference's KV accounting) and native (prefix caching) runs."""
+    pure = tmp_path / "pure"
+    shutil.copytree(ROOT / "blis_simpy", pure / "blis_simpy",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    assert not list(pure.rglob("*.so"))
+    compiled = run_cli(ROOT, scenario, smaller, tmp_path / "compiled-out")
+    plain = run_cli(pure, scenario, smaller, tmp_path / "pure-out")
+    assert compiled.keys() == plain.keys()
+    for name in compiled:
+        assert compiled[name] == plain[name], f"{name} differs compiled vs plain Python"
