@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m compileall -q blis_simpy  # what a wheel install does; an editable one does not
 	touch $(STAMP) $(BUILT)
 
-$(BUILT): $(STAMP) $(COMPILED)
+$(BUILT): $(STAMP) $(COMPILED) setup.py
+	find blis_simpy -name '*.so' -delete  # also those of modules no longer compiled
 	$(BIN)/python setup.py --quiet build_ext --inplace
 	touch $(BUILT)
 

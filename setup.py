@@ -14,15 +14,26 @@ import os
 
 from setuptools import setup
 
+# Work per step, per KV block and per request. Policies stay interpreted: user policies
+# subclass them, and a compiled class cannot be subclassed by an interpreted one unless
+# marked (`mypyc_attr(allow_interpreted_subclasses=True)`, as the KV caches are).
 COMPILED = [
     "blis_simpy/core/request.py",
+    "blis_simpy/core/shadow_kv.py",
+    "blis_simpy/engine/anomalies.py",
     "blis_simpy/engine/instance.py",
     "blis_simpy/engine/kv/cache.py",
     "blis_simpy/engine/kv/freelist.py",
     "blis_simpy/engine/kv/pool.py",
     "blis_simpy/engine/kv/reference.py",
     "blis_simpy/engine/latency.py",
+    "blis_simpy/engine/reference_order.py",
     "blis_simpy/engine/steady.py",
+    "blis_simpy/cluster/gateway.py",
+    "blis_simpy/cluster/snapshot.py",
+    "blis_simpy/rng/gomath.py",
+    "blis_simpy/workload/synthetic.py",
+    "blis_simpy/workload/tenants.py",
 ]
 
 
