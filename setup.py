@@ -29,7 +29,6 @@ COMPILED = [
     "blis_simpy/engine/latency.py",
     "blis_simpy/engine/reference_order.py",
     "blis_simpy/engine/steady.py",
-    "blis_simpy/cluster/gateway.py",
     "blis_simpy/cluster/snapshot.py",
     "blis_simpy/rng/gomath.py",
     "blis_simpy/workload/synthetic.py",
