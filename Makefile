@@ -15,11 +15,14 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'  # compiles the extensions (setup.py)
 	$(BIN)/python -m compileall -q blis_simpy  # what a wheel install does; an editable one does not
-	touch $(STAMP) $(BUILT)
+	touch $(STAMP)
 
+# Rebuilt when a compiled source changed since the last build (not right after the install,
+# which has just built them). Extensions of modules no longer listed are removed.
 $(BUILT): $(STAMP) $(COMPILED) setup.py
-	find blis_simpy -name '*.so' -delete  # also those of modules no longer compiled
-	$(BIN)/python setup.py --quiet build_ext --inplace
+	if [ -f $(BUILT) ] || [ -n "$$(find $(COMPILED) setup.py -newer $(STAMP))" ]; then \
+		rm -rf build && find blis_simpy -name '*.so' -delete && \
+		$(BIN)/python setup.py --quiet build_ext --inplace; fi
 	touch $(BUILT)
 
 compile: $(BUILT)  ## rebuild the compiled modules' extensions after editing them
@@ -28,7 +31,7 @@ demo: $(BUILT)  ## run the quickstart scenario; results in out/quickstart/
 	$(BIN)/blis-simpy run scenarios/quickstart.yaml
 
 test: $(BUILT)  ## lint, type-check, then the whole test suite
-	$(BIN)/ruff check blis_simpy tests scripts notebooks
+	$(BIN)/ruff check blis_simpy tests scripts notebooks setup.py
 	$(BIN)/mypy
 	$(BIN)/pytest
 
@@ -37,7 +40,7 @@ test-long: $(BUILT)  ## the invariant properties with 1,000 examples each (night
 		tests/engine/test_invariants.py --hypothesis-show-statistics
 
 lint: $(STAMP)
-	$(BIN)/ruff check blis_simpy tests scripts notebooks
+	$(BIN)/ruff check blis_simpy tests scripts notebooks setup.py
 	$(BIN)/mypy
 
 bench: $(BUILT)  ## time the bench cases side by side with the Go reference (docs/performance.md)

@@ -106,4 +106,7 @@ class Snapshots(Sequence[InstanceSnapshot]):
         return snap
 
     def __iter__(self) -> Iterator[InstanceSnapshot]:
-        return (self[i] for i in range(len(self)))
+        # A generator function, not a generator expression (which mypyc would make a list,
+        # taking every snapshot when a policy starts iterating).
+        for i in range(len(self)):
+            yield self[i]
