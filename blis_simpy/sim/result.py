@@ -9,16 +9,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blis_simpy.compat.results import ReferenceOutputs
-from blis_simpy.config.scenario import Scenario
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.fitness import EvaluationResult
 from blis_simpy.metrics.tables import group_table
-from blis_simpy.metrics.trace.summary import TraceInputs, summary_text
 from blis_simpy.sim.output import OutputFolder
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from blis_simpy.compat.results import ReferenceOutputs
+    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.metrics.trace.summary import TraceInputs
 
 
 @dataclass(frozen=True)
@@ -106,9 +107,13 @@ class Result:
         suggested focus, at most about `max_tokens` tokens (4 characters each). `strategy`:
         issue_focused, decision_audit, counterfactual or pattern_mining. The same run always
         gives the same text. Decision sections need `cluster.trace_level: decisions`."""
+        from blis_simpy.metrics.trace.summary import summary_text
+
         return summary_text(self.trace_inputs(), max_tokens, strategy)
 
     def trace_inputs(self) -> TraceInputs:
+        from blis_simpy.metrics.trace.summary import TraceInputs
+
         return TraceInputs.of(self.summary, self.metrics, self.requests, self.anomalies,
                               self.decisions, self.scenario.to_dict())
 
