@@ -17,7 +17,7 @@ import pytest
 
 # a real command line, then the interpreter's loaded modules and BLAS setting as JSON
 RUN_CLI = """
-import json, os, sys
+import gc, json, os, sys
 from blis_simpy.cli import main
 out, sys.argv = sys.argv[1], ["blis-simpy", *sys.argv[2:]]
 try:
@@ -25,7 +25,8 @@ try:
 except SystemExit as exc:
     assert exc.code in (0, None), exc.code
 with open(out, "w") as f:
-    json.dump({"modules": sorted(sys.modules), "blas": os.environ.get("OPENBLAS_NUM_THREADS")}, f)
+    json.dump({"modules": sorted(sys.modules), "blas": os.environ.get("OPENBLAS_NUM_THREADS"),
+               "frozen": gc.get_freeze_count()}, f)
 """
 
 # loaded by no `blis-simpy run`, native or compat
@@ -79,6 +80,13 @@ def test_compat_run_loads_its_writers_and_nothing_else_extra(tmp_path):
 def test_command_line_keeps_blas_to_one_thread_unless_told(tmp_path):
     assert cli_session(tmp_path, "--help")["blas"] == "1"
     assert cli_session(tmp_path, "--help", blas="3")["blas"] == "3"
+
+
+def test_command_line_spares_the_collections_at_exit(tmp_path):
+    """What exists when `main` returns is frozen: the interpreter's final collections skip it."""
+    session = cli_session(tmp_path, "run", "quickstart", "--set", "workload.num_requests=10",
+                          "--out", str(tmp_path / "o"), "--quiet")
+    assert session["frozen"] > 10_000
 
 
 def test_help_and_package_import_load_no_numpy(tmp_path):
