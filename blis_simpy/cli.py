@@ -62,8 +62,11 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
         from blis_simpy.policies.bundle import PolicyBundle
 
         bundle = PolicyBundle.from_yaml(policy_config)
-    scenario = Scenario.from_yaml(path, overrides or (),
-                                  None if bundle is None else bundle.overrides())
+    try:
+        scenario = Scenario.from_yaml(path, overrides or (),
+                                      None if bundle is None else bundle.overrides())
+    except ScenarioError as exc:
+        raise exc if bundle is None else bundle.blame(exc, policy_config) from None
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
     if fitness_weights is not None:

@@ -426,8 +426,8 @@ def test_unwritable_out_fails_before_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(sim_run, "simulate", must_not_run)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    result = cli("run", write_scenario(tmp_path), "--out", blocker / "run", "--quiet")
-    assert_clean_usage_error(result, "--out", "cannot write")
+    result = cli("run", write_scenario(tmp_path), "--out", blocker / "run" / "deep", "--quiet")
+    assert_clean_usage_error(result, "--out", f"{blocker} is a file, not a folder")
     result = cli("run", write_scenario(tmp_path), "--out", blocker, "--quiet")
     assert_clean_usage_error(result, "--out", "not a folder")
 
