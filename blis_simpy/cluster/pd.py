@@ -268,7 +268,7 @@ class PDHandoff:
             decode.reservations.remove(reservation)
             decode.kv.release(reservation.as_request)
         move.prefill.let_go(move.req)
-        self._record(move, -1, outcome, reason)
+        self._record(move, self.env.now, outcome, reason)
         if reservation is not None and decode is not None:
             self.room(decode)
         self._check()
@@ -276,10 +276,9 @@ class PDHandoff:
     def _record(self, move: Move, end: int, outcome: str, reason: str) -> None:
         blocks = -(-move.req.input_len // self.block_size)
         decode = move.decode.id if move.decode is not None else ""
-        start = move.start if end >= 0 else -1
         self.recorder.transfers.append((
             move.req.name, self.config, move.prefill.id, decode, move.asked, move.reserved,
-            start, end, blocks, blocks * self.block_bytes, outcome, reason))
+            move.start, end, blocks, blocks * self.block_bytes, outcome, reason))
 
     def _check(self) -> None:
         if self.checks:

@@ -49,9 +49,9 @@ STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_u
 StepRow = tuple[int, int, int, int, int, int, int]
 
 # P/D handoffs, one row per request whose prefill finished on a prefill instance: where its KV
-# went, when it was asked for, when decode KV room was reserved, when the link started and
-# finished moving it (-1 where it did not happen), its size, and how it ended
-# (transferred | dropped | abandoned) with the reason.
+# went, when it was asked for, when decode KV room was reserved, when the link started moving
+# it (-1 where that did not happen), when the handoff ended (transfer done, or dropped or
+# abandoned), its size, and how it ended (transferred | dropped | abandoned) with the reason.
 TRANSFER_FIELDS = ("request", "config", "prefill", "decode", "asked", "reserved", "start", "end",
                    "blocks", "bytes", "outcome", "reason")
 TransferRow = tuple[str, str, str, str, int, int, int, int, int, int, str, str]
