@@ -130,10 +130,10 @@ class PDHandoff:
 
     # -- the instances' reports (engine/pd.Handoff) ----------------------------------------
 
-    def prefilled(self, instance: PrefillInstance, req: Request) -> None:
-        move = Move(req, instance, self.env.now)
+    def prefilled(self, instance: PrefillInstance, req: Request, ready: int) -> None:
+        move = Move(req, instance, ready)
         self.moving[req.name] = move
-        self.store.put(move)
+        self.env.timeout(ready - self.env.now).callbacks.append(lambda _: self.store.put(move))
 
     def abandoned(self, req: Request) -> None:
         move = self.moving.pop(req.name)

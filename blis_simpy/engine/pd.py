@@ -1,8 +1,9 @@
 """The two instance roles of P/D disaggregation, as seams on the ordinary step loop.
 
-A prefill instance runs every request it is given as a request of one output token: when that
-token is out, instead of completing, the request is handed to its deployment's handoff (a
-SimPy Store the handoff process reads), still holding its KV blocks here. The instance lets go
+A prefill instance runs every request it is given as a request of one output token: when the
+step computing that token ends, instead of completing, the request is handed to its
+deployment's handoff (a SimPy Store the handoff process reads), still holding its KV blocks
+here. The instance lets go
 of them only when the handoff says ownership has moved (or the request was dropped), so each
 block has one owner at every moment. While it holds `bound` such requests it admits nothing
 new (backpressure, a `pd_backpressure` episode), and when holding them is all that keeps it
@@ -35,8 +36,9 @@ from blis_simpy.engine.instance import Instance
 class Handoff(Protocol):
     """What the instances of a disaggregated config report to its handoff."""
 
-    def prefilled(self, instance: PrefillInstance, req: Request) -> None:
-        """The request's prompt and first token are done; its KV is held there."""
+    def prefilled(self, instance: PrefillInstance, req: Request, ready: int) -> None:
+        """The request's prompt and first token are computed by the step ending at `ready`;
+        its KV is held there."""
         ...
 
     def abandoned(self, req: Request) -> None:
@@ -109,12 +111,13 @@ class PrefillInstance(Instance):
             return
         assert self.handoff is not None
         running = self.running
+        ready = at - self.latency.output_delay  # the step's end: its KV is all there then
         for req in done:
             if req.output_len > 1:
                 running.remove(req)
                 req.state = State.TRANSFERRING
                 self.holding[req.name] = req
-                self.handoff.prefilled(self, req)
+                self.handoff.prefilled(self, req, ready)
 
     def let_go(self, req: Request) -> None:
         """Ownership of the request's KV has moved (or the request was dropped): free the
