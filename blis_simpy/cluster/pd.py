@@ -133,7 +133,10 @@ class PDHandoff:
     def prefilled(self, instance: PrefillInstance, req: Request, ready: int) -> None:
         move = Move(req, instance, ready)
         self.moving[req.name] = move
-        self.env.timeout(ready - self.env.now).callbacks.append(lambda _: self.store.put(move))
+        self.env.timeout(ready - self.env.now, move).callbacks.append(self._ready)
+
+    def _ready(self, event: simpy.Event) -> None:
+        self.store.put(event.value)
 
     def abandoned(self, req: Request) -> None:
         move = self.moving.pop(req.name)

@@ -162,16 +162,28 @@ def pool_config(config: DeploymentConfig, pool: PoolSpec) -> DeploymentConfig:
 def resolve_pools(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig,
                   pd: Disaggregation, path: str) -> Disaggregation:
     """Both P/D pools resolved like configs of their own, written back explicitly."""
-    pools = {}
+    pools, own = {}, {}
     for role in ("prefill", "decode"):
         pool = getattr(pd, role)
         try:
-            own = resolve(config_scenario(scenario, model, pool_config(config, pool)))
+            own[role] = resolve(config_scenario(scenario, model, pool_config(config, pool)))
         except ScenarioError as exc:
             raise ScenarioError(f"{path}.pd.{role}", exc.text) from None
-        pools[role] = dataclasses.replace(pool, gpu=own.model.gpu, tp=own.model.tp,
-                                          latency=to_plain(own.latency),
-                                          engine=to_plain(own.engine))
+        if own[role].engine.kv_tiers.enabled:
+            raise ScenarioError(f"{path}.pd.{role}.engine.kv_tiers", "KV tiers and P/D "
+                                "disaggregation do not combine yet", "no kv_tiers")
+        pools[role] = dataclasses.replace(pool, gpu=own[role].model.gpu, tp=own[role].model.tp,
+                                          latency=to_plain(own[role].latency),
+                                          engine=to_plain(own[role].engine))
+    size = own["prefill"].engine.block_size
+    if own["decode"].engine.block_size != size:
+        raise ScenarioError(f"{path}.pd.decode.engine.block_size", f"differs from the prefill "
+                            f"pool's {size}: KV blocks move between them as they are",
+                            str(size))
+    if kv_block_bytes(own["prefill"]) <= 0:
+        raise ScenarioError(f"{path}.pd.link", f"the bytes of a KV block of {model.name} are "
+                            "unknown (no model config), so transfers cannot be timed",
+                            "a model with a bundled config, or latency.model_config")
     return dataclasses.replace(pd, **pools)
 
 

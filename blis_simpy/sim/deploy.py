@@ -25,7 +25,6 @@ from blis_simpy.config.pd import Disaggregation
 from blis_simpy.config.resolve import config_scenario, kv_block_bytes, pool_config
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.snapshot import Role
@@ -108,26 +107,12 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
                   checks: bool) -> list[DeploymentPool]:
     """A disaggregated_pd config: its prefill and decode pools (`<id>/prefill`,
     `<id>/decode`, scaled independently) and the handoff between them."""
-    where = f"deployment.models[{model.name}].configs[{config.id}].pd"
     own = {role: config_scenario(scenario, model, pool_config(config, getattr(pd, role)))
-           for role in ("prefill", "decode")}
-    for role, scen in own.items():
-        if scen.engine.kv_tiers.enabled:
-            raise ScenarioError(f"{where}.{role}.engine.kv_tiers", "KV tiers and P/D "
-                                "disaggregation do not combine yet", "no kv_tiers")
+           for role in ("prefill", "decode")}  # checked when resolved (resolve_pools)
     block_size = own["prefill"].engine.block_size
-    if own["decode"].engine.block_size != block_size:
-        raise ScenarioError(f"{where}.decode.engine.block_size", f"differs from the prefill "
-                            f"pool's {block_size}: KV blocks move between them as they are",
-                            str(block_size))
-    block_bytes = kv_block_bytes(own["prefill"])
-    if block_bytes <= 0:
-        raise ScenarioError(f"{where}.link", f"the bytes of a KV block of {model.name} are "
-                            "unknown (no model config), so transfers cannot be timed",
-                            "a model with a bundled config, or latency.model_config")
     split = {role: Fleet() for role in own}
     handoff = PDHandoff(env, config.id, pd, gateway, split["prefill"], split["decode"],
-                        recorder, block_bytes, block_size, checks)
+                        recorder, kv_block_bytes(own["prefill"]), block_size, checks)
     choice.by_fleet[id(homes[-1])] = handoff
     pools = []
     for role, scen in own.items():

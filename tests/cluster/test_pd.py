@@ -100,7 +100,7 @@ def test_backpressure_stops_prefill_admission_and_records_pd_backpressure():
     data = pd_scenario(requests=30, rate=200, prompt=1024, output=64, decode_kv_blocks=160,
                        pd={"max_held": 1}, max_running=16)
     data["workload"]["prompt"] = const(1024)
-    result, sim = run_pd(data, watch=True)
+    result, _ = run_pd(data, watch=True)
     anomalies = result.anomalies
     assert anomalies is not None and "pd_backpressure" in set(anomalies.type)
     assert result.summary["pd"]["kv_room_wait_max_ms"] > 0
