@@ -147,13 +147,18 @@ class PDHandoff:
         queue = self.waiting.get(instance.id)
         while queue:
             move = queue[0]
-            if move.req.state is not State.TRANSFERRING or move.event is None:
-                queue.popleft()  # abandoned or given up while waiting
-                continue
             if not self._reserve(move, instance):
                 return
-            queue.popleft()
+            self._unwait(move)
+            assert move.event is not None
             move.event.succeed()
+
+    def _unwait(self, move: Move) -> None:
+        """The handoff no longer waits for room on its decode instance."""
+        decode = move.decode
+        assert decode is not None
+        self.waiting[decode.id].remove(move)
+        decode.awaiting -= 1
 
     # -- the handoff --------------------------------------------------------------------------
 
@@ -171,10 +176,9 @@ class PDHandoff:
                 return
             decode = self._decode_for(req)
             if decode is None:  # none routable (all starting or draining): look again soon
-                if env.now + NO_DECODE_POLL_US > deadline:
-                    yield env.timeout(max(0, deadline - env.now))
+                if env.now >= deadline:
                     return self._drop(move, RejectCode.PD_HANDOFF_TIMEOUT, "no decode instance")
-                yield env.timeout(NO_DECODE_POLL_US)
+                yield env.timeout(min(NO_DECODE_POLL_US, deadline - env.now))
                 continue
             move.decode = decode
             if req.input_len + req.output_len > decode.max_len:
@@ -185,11 +189,13 @@ class PDHandoff:
                 break
             move.event = env.event()
             self.waiting.setdefault(decode.id, deque()).append(move)
+            decode.awaiting += 1
             yield move.event | env.timeout(deadline - env.now)
-            if move.reservation is None:
-                move.event = None
+            if move.reservation is None:  # timed out (or abandoned: already unwaited)
                 if req.state is not State.TRANSFERRING:
                     return
+                self._unwait(move)
+                move.event = None
                 return self._drop(move, RejectCode.PD_HANDOFF_TIMEOUT,
                                   f"no KV room on {decode.id} within "
                                   f"{self.pd.handoff_timeout_s} s")
@@ -267,6 +273,8 @@ class PDHandoff:
     def _cancel(self, move: Move, outcome: str, reason: str) -> None:
         """Free the prefill copy and any decode reservation of a handoff that ends early."""
         decode, reservation = move.decode, move.reservation
+        if move.event is not None and not move.event.triggered:  # waiting for room
+            self._unwait(move)
         if reservation is not None and decode is not None:
             decode.reservations.remove(reservation)
             decode.kv.release(reservation.as_request)

@@ -165,6 +165,13 @@ class DecodeInstance(Instance):
         self.handoff: Handoff | None = None
         self.arrived: deque[Request] = deque()  # handed over, waiting for a batch slot
         self.reservations: list[Reservation] = []  # transfers under way into this instance
+        self.awaiting = 0  # handoffs waiting for KV room here (kept by the handoff)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting here: whole ones in the queue, handed-over ones for a batch slot,
+        and handoffs for KV room (what the autoscaler and routing see of decode demand)."""
+        return len(self.wait_queue) + len(self.inbox.items) + len(self.arrived) + self.awaiting
 
     def receive(self, req: Request) -> None:
         """Ownership of the request's KV (already in `req.blocks`) is here now: its full

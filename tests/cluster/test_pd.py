@@ -241,3 +241,40 @@ def test_same_seed_same_pd_run():
 
 def test_transferring_is_a_state_only_pd_runs_use():
     assert State.TRANSFERRING == "transferring"
+
+
+def test_the_autoscaler_scales_the_prefill_and_decode_pools_independently():
+    # long prompts, two output tokens: prefill is the bottleneck, decode idles
+    data = pd_scenario(requests=300, rate=60, prompt=3000, output=2)
+    data["workload"]["output"] = const(2)
+    pools = data["deployment"]["models"][0]["configs"][0]["pd"]
+    pools["prefill"]["replicas"] = {"min": 1, "max": 4}
+    pools["decode"]["replicas"] = {"min": 1, "max": 4}
+    data["deployment"]["autoscaler"] = {
+        "interval_s": 0.5, "policy": {"type": "queue-depth",
+                                      "params": {"up_per_replica": 4, "cooldown_s": 0}}}
+    result, sim = run_pd(data)
+    ups = result.scale_events[result.scale_events.action == "up"]
+    assert set(ups.config) == {"pd/prefill"}
+    configs = result.summary["deployment"]["configs"]
+    assert set(configs) == {"pd/prefill", "pd/decode"}
+    assert result.summary["pd"]["pools"]["prefill"]["instances"] > 1
+    assert result.summary["pd"]["pools"]["decode"]["instances"] == 1
+    assert {str(i.role) for i in sim.fleet} == {"prefill", "decode"}
+
+
+def test_the_autoscaler_scales_the_decode_pool_when_decode_is_the_bottleneck():
+    # short prompts, long outputs, four batch slots per decode instance
+    data = pd_scenario(requests=200, rate=40, prompt=64, output=400, max_running=4)
+    data["workload"]["output"] = const(400)
+    pools = data["deployment"]["models"][0]["configs"][0]["pd"]
+    pools["prefill"]["replicas"] = {"min": 1, "max": 4}
+    pools["decode"]["replicas"] = {"min": 1, "max": 4}
+    data["deployment"]["autoscaler"] = {
+        "interval_s": 0.5, "policy": {"type": "queue-depth",
+                                      "params": {"up_per_replica": 4, "cooldown_s": 0}}}
+    result, _ = run_pd(data)
+    ups = result.scale_events[result.scale_events.action == "up"]
+    assert set(ups.config) == {"pd/decode"}
+    assert result.summary["pd"]["pools"]["decode"]["instances"] > 1
+    assert result.summary["pd"]["pools"]["prefill"]["instances"] == 1
