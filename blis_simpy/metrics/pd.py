@@ -8,9 +8,10 @@ step rows, the transfers channel, and the requests table.
   not started: asked to start, or to the drop) over time, its peak and time-weighted mean;
 * the pools' imbalance (prefill utilization / decode utilization: above 1, prefill is the
   bottleneck; null when the decode pool never ran), the disaggregated fraction (handoffs /
-  requests routed), handoffs dropped or abandoned, by reason;
-* goodput: requests completed within their SLO class's TTFT and TPOT targets
-  (`evaluation.slo_targets`), per second of the run.
+  requests routed), handoffs dropped or abandoned, by reason.
+
+Goodput at the TTFT/TPOT targets is the run's own (`metrics.json` `goodput_per_s`: requests
+completed within their SLO class's targets per second), the same figure for a monolithic run.
 
 Each request is counted once: in the requests table by its final state, in the per-pool
 completions by the instance it completed on, in the transfers by one row per handoff.
@@ -22,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from blis_simpy.config.scenario import EvaluationConfig
 from blis_simpy.core.records import TRANSFER_FIELDS, Records
 from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_S
@@ -74,8 +74,7 @@ def queue_depth_table(records: Records) -> Table:
     return Table({"time_s": times / US_PER_S, "waiting_transfers": depth})
 
 
-def pd_summary(records: Records, requests: Table, evaluation: EvaluationConfig
-               ) -> dict[str, Any]:
+def pd_summary(records: Records, requests: Table) -> dict[str, Any]:
     """The summary's `pd` section."""
     span = max(records.ended_at, 1)
     pools: dict[str, Any] = {}
@@ -117,7 +116,6 @@ def pd_summary(records: Records, requests: Table, evaluation: EvaluationConfig
         "transfer_queue_mean": time_weighted(times, depth, span),
         "handoffs_dropped": dropped,
     }
-    out.update(goodput(requests, evaluation, span))
     return out
 
 
@@ -127,24 +125,3 @@ def time_weighted(times: np.ndarray, depth: np.ndarray, span: int) -> float:
         return 0.0
     ends = np.append(times[1:], max(span, int(times[-1])))
     return float((depth * (ends - times)).sum() / span)
-
-
-def goodput(requests: Table, evaluation: EvaluationConfig, span: int) -> dict[str, Any]:
-    """Completed requests within their class's TTFT and TPOT targets, per second; absent
-    when no class has either target."""
-    targets = evaluation.slo_targets
-    if not any(t.ttft_ms is not None or t.tpot_ms is not None for t in targets.values()):
-        return {}
-    good = 0
-    for cls, state, ttft, tpot in zip(requests["slo_class"], requests["final_state"],
-                                      requests.array("ttft_ms"), requests.array("itl_mean_ms"),
-                                      strict=True):
-        target = targets.get(cls) or (targets.get("default") if cls == "" else None)
-        if state != "completed" or target is None:
-            continue
-        if target.ttft_ms is not None and not ttft <= target.ttft_ms:
-            continue
-        if target.tpot_ms is not None and not tpot <= target.tpot_ms:
-            continue
-        good += 1
-    return {"goodput_requests": good, "goodput_per_s": good * US_PER_S / span}

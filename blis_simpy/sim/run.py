@@ -83,7 +83,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
                                                  requests)
     pd_tables = None
     if disaggregated(records):
-        stats["pd"] = pd_summary(records, requests, scenario.evaluation)
+        stats["pd"] = pd_summary(records, requests)
         pd_tables = transfer_table(records), queue_depth_table(records)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
                                               wall)

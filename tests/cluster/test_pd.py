@@ -8,8 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import blis_simpy
+from blis_simpy.config.library import LIBRARY
+from blis_simpy.config.pd_twin import monolithic_twin
 from blis_simpy.config.resolve import kv_block_bytes
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import State
 from tests.cluster.pd_helpers import MODEL, pd_scenario, run_pd
 
@@ -278,3 +282,23 @@ def test_the_autoscaler_scales_the_decode_pool_when_decode_is_the_bottleneck():
     assert set(ups.config) == {"pd/decode"}
     assert result.summary["pd"]["pools"]["decode"]["instances"] > 1
     assert result.summary["pd"]["pools"]["prefill"]["instances"] == 1
+
+
+def test_pd_vs_monolithic_runs_the_same_gpus_and_workload_both_ways():
+    scenario = Scenario.from_yaml(LIBRARY / "pd-vs-monolithic.yaml")
+    twin = monolithic_twin(scenario)
+    (config,) = twin.deployment.models[0].configs
+    assert config.architecture == "monolithic" and config.replicas.min == config.replicas.max == 4
+    split, whole = blis_simpy.run(scenario), blis_simpy.run(twin)
+    assert split.requests.input_tokens.equals(whole.requests.input_tokens)
+    assert split.summary["pd"]["pools"]["prefill"]["instances"] == 3
+    assert "pd" not in whole.summary and whole.transfers is None
+    # long prompts, tight TPOT: the split wins on goodput (DistServe)
+    assert split.metrics["goodput_per_s"] > 2 * whole.metrics["goodput_per_s"]
+    assert split.metrics["tpot_p90_ms"] < 15 < whole.metrics["tpot_p90_ms"]
+
+
+def test_a_twin_needs_pools_of_the_same_hardware():
+    data = pd_scenario(pd={"decode": {"replicas": {"min": 1, "max": 1}, "tp": 2}})
+    with pytest.raises(ScenarioError, match="same GPUs"):
+        monolithic_twin(Scenario.from_dict(data))
