@@ -63,7 +63,7 @@ def queue_depth(records: Records) -> tuple[np.ndarray, np.ndarray]:
         asked, start, end = row[4], row[6], row[7]
         changes.append((asked, 1))
         changes.append((start if start >= 0 else end, -1))
-    changes.sort()
+    changes.sort(key=lambda c: (c[0], -c[1]))  # one that starts as it is asked is counted
     times = np.array([c[0] for c in changes], dtype=np.int64)
     depth = np.cumsum([c[1] for c in changes]).astype(np.int64)
     return times, depth

@@ -302,3 +302,12 @@ def test_a_twin_needs_pools_of_the_same_hardware():
     data = pd_scenario(pd={"decode": {"replicas": {"min": 1, "max": 1}, "tp": 2}})
     with pytest.raises(ScenarioError, match="same GPUs"):
         monolithic_twin(Scenario.from_dict(data))
+
+
+def test_transfer_queue_depth_never_goes_below_zero_and_ends_empty():
+    data = pd_scenario(prefill=2, decode=1, requests=30, rate=300, decode_kv_blocks=200,
+                       pd={"link": {"shared": True, "bandwidth_gb_s": 2}})
+    result, _ = run_pd(data)
+    depth = result.transfer_queue_table.array("waiting_transfers")
+    assert depth.min() >= 0 and depth[-1] == 0 and depth.max() > 1
+    assert result.summary["pd"]["transfer_queue_peak"] == depth.max()
