@@ -165,16 +165,19 @@ class Gateway:
         req.routed_at = now
         target.accept(req)
 
-    def choose(self, req: Request, fleet: Fleet, now: int
+    def choose(self, req: Request, fleet: Fleet, now: int,
+               routing: RoutingPolicy | None = None
                ) -> tuple[Instance, RoutingDecision, Snapshots]:
-        """The routing policy's choice among the fleet's routable instances."""
+        """The routing policy's (or `routing`'s: a P/D pool's own) choice among the fleet's
+        routable instances."""
+        policy = self.routing if routing is None else routing
         self.state.instances = fleet.routable_ids
         routable = fleet.routable
         snapshots = Snapshots(self.snapshots, routable, now)
-        decision = self.routing.route(req.view, req.priority, snapshots, self.state, now)
+        decision = policy.route(req.view, req.priority, snapshots, self.state, now)
         target = fleet.get(decision.target)
         if target is None or not target.routable:
-            raise ValueError(f"routing policy {self.routing.name!r} chose instance "
+            raise ValueError(f"routing policy {policy.name!r} chose instance "
                              f"{decision.target!r}; routable: "
                              + ", ".join(i.id for i in routable))
         return target, decision, snapshots

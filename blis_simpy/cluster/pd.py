@@ -3,7 +3,8 @@ of a prefilled request's KV from its prefill instance to a decode instance (seed
 
 Routing: the decider picks the pool. A disaggregated request runs on a prefill instance as a
 request of one output token; a request kept whole runs on a decode instance like on any other.
-The decode instance of a disaggregated request is chosen by the routing policy, either with the
+The decode instance of a disaggregated request is chosen by the routing policy (an instance of
+its own for the decode pool, so a stateful policy keeps per-pool state), either with the
 prefill one (`decode_choice: routing`) or when its prefill is done (`handoff`), among the decode
 pool's routable instances; policies see the pool through the snapshots' `role`.
 
@@ -46,6 +47,7 @@ from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.engine.kv.checked import check_ownership
 from blis_simpy.engine.kv.tiers import Link
 from blis_simpy.engine.pd import DecodeInstance, PrefillInstance, Reservation
+from blis_simpy.policies.routing import RoutingPolicy
 
 NO_DECODE_POLL_US = US_PER_MS  # how often a handoff looks for a routable decode instance
 
@@ -83,7 +85,7 @@ class PDHandoff:
 
     def __init__(self, env: Environment, config: str, pd: Disaggregation, gateway: Gateway,
                  prefill: Fleet, decode: Fleet, recorder: Recorder, block_bytes: int,
-                 block_size: int, checks: bool = False) -> None:
+                 block_size: int, routing: RoutingPolicy, checks: bool = False) -> None:
         self.env = env
         self.config = config
         self.pd = pd
@@ -93,6 +95,7 @@ class PDHandoff:
         self.recorder = recorder
         self.block_bytes = block_bytes
         self.block_size = block_size
+        self.routing = routing  # the decode pool's own instance of the routing policy
         self.checks = checks
         self.timeout_us = round(pd.handoff_timeout_s * US_PER_S)
         link = pd.link
@@ -115,7 +118,8 @@ class PDHandoff:
             return self.decode
         req.max_tokens = 1
         if self.pd.decode_choice == "routing" and self.decode.routable:
-            req.decode_target = self.gateway.choose(req, self.decode, self.env.now)[0].id
+            req.decode_target = self.gateway.choose(req, self.decode, self.env.now,
+                                                    self.routing)[0].id
         return self.prefill
 
     def disaggregate(self, req: Request) -> bool:
@@ -217,7 +221,8 @@ class PDHandoff:
                 return cast(DecodeInstance, chosen)
         if not self.decode.routable:
             return None
-        return cast(DecodeInstance, self.gateway.choose(req, self.decode, self.env.now)[0])
+        return cast(DecodeInstance, self.gateway.choose(req, self.decode, self.env.now,
+                                                    self.routing)[0])
 
     def _reserve(self, move: Move, decode: DecodeInstance) -> bool:
         """Room on the decode instance for the prompt's KV, all or nothing."""

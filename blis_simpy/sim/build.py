@@ -193,7 +193,8 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
         for i in range(cluster.instances):
             fleet.add(make(f"instance_{i}", latency, engine))
     else:
-        scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks)
+        scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
+                           lambda: policy(ROUTING, policies.routing, "policies.routing"))
     notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,
                                          reference_draws=mode.reference_draws,
                                          keep_tokens=keep_tokens)

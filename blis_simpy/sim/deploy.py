@@ -33,6 +33,7 @@ from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.latency import LatencyModel, latency_model
 from blis_simpy.engine.pd import DecodeInstance, PrefillInstance
 from blis_simpy.policies.autoscale import AUTOSCALE, AutoscalePolicy
+from blis_simpy.policies.routing import RoutingPolicy
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.sampling import sample_seconds
 
@@ -40,7 +41,9 @@ MakeInstance = Callable[[str, LatencyModel, EngineConfig, Role], Instance]
 
 
 def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
-           recorder: Recorder, make: MakeInstance, checks: bool = False) -> ScaleLog:
+           recorder: Recorder, make: MakeInstance, checks: bool = False,
+           routing: Callable[[], RoutingPolicy] | None = None) -> ScaleLog:
+    """`routing` makes the routing policy object of a P/D config's decode pool."""
     section = scenario.deployment
     assert section is not None
     log = ScaleLog()
@@ -57,8 +60,14 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
         homes = (fleet, fleets[model.name]) if several else (fleet,)
         pd = config.disaggregation
         if pd is not None:
-            pools += disaggregated(scenario, model, config, pd, env, homes, gateway, recorder,
-                                   make, numbers, actuation, delays, log, choice, checks)
+            assert routing is not None
+            prefill = pool_scenario(scenario, model, config, pd, "prefill")
+            handoff = PDHandoff(env, config.id, pd, gateway, Fleet(), Fleet(), recorder,
+                                kv_block_bytes(prefill), prefill.engine.block_size, routing(),
+                                checks)
+            choice.by_fleet[id(homes[-1])] = handoff
+            pools += disaggregated(scenario, model, config, pd, env, homes, gateway,
+                                   make, numbers, actuation, delays, log, handoff)
             continue
         own = config_scenario(scenario, model, config)
         latency = latency_model(own)
@@ -99,28 +108,27 @@ def spawner(make: MakeInstance, numbers: Iterator[int], latency: LatencyModel,
     return spawn
 
 
+def pool_scenario(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig,
+                  pd: Disaggregation, role: str) -> Scenario:
+    """The one-model scenario a P/D pool's replicas run (checked when resolved)."""
+    return config_scenario(scenario, model, pool_config(config, getattr(pd, role)))
+
+
 def disaggregated(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig,
                   pd: Disaggregation, env: Environment, homes: tuple[Fleet, ...],
-                  gateway: Gateway, recorder: Recorder, make: MakeInstance,
-                  numbers: Iterator[int], actuation: Actuation,
-                  delays: Callable[[], tuple[int, int]], log: ScaleLog, choice: PoolChoice,
-                  checks: bool) -> list[DeploymentPool]:
-    """A disaggregated_pd config: its prefill and decode pools (`<id>/prefill`,
-    `<id>/decode`, scaled independently) and the handoff between them."""
-    own = {role: config_scenario(scenario, model, pool_config(config, getattr(pd, role)))
-           for role in ("prefill", "decode")}  # checked when resolved (resolve_pools)
-    block_size = own["prefill"].engine.block_size
-    split = {role: Fleet() for role in own}
-    handoff = PDHandoff(env, config.id, pd, gateway, split["prefill"], split["decode"],
-                        recorder, kv_block_bytes(own["prefill"]), block_size, checks)
-    choice.by_fleet[id(homes[-1])] = handoff
+                  gateway: Gateway, make: MakeInstance, numbers: Iterator[int],
+                  actuation: Actuation, delays: Callable[[], tuple[int, int]], log: ScaleLog,
+                  handoff: PDHandoff) -> list[DeploymentPool]:
+    """A disaggregated_pd config's prefill and decode pools (`<id>/prefill`, `<id>/decode`,
+    scaled independently), joined by its handoff."""
     pools = []
-    for role, scen in own.items():
+    for role, split in (("prefill", handoff.prefill), ("decode", handoff.decode)):
+        own = pool_scenario(scenario, model, config, pd, role)
         spec = getattr(pd, role)
         pool = DeploymentPool(
-            env, f"{config.id}/{role}", model.name, spec.replicas, (*homes, split[role]),
-            gateway, spawner(make, numbers, latency_model(scen), scen.engine, Role(role),
-                             handoff), actuation, delays, log)
+            env, f"{config.id}/{role}", model.name, spec.replicas, (*homes, split), gateway,
+            spawner(make, numbers, latency_model(own), own.engine, Role(role), handoff),
+            actuation, delays, log)
         log.configs[pool.config] = (model.name, config.cost_per_replica_hour)
         pool.start(spec.replicas.start)
         pools.append(pool)
