@@ -311,3 +311,13 @@ def test_transfer_queue_depth_never_goes_below_zero_and_ends_empty():
     depth = result.transfer_queue_table.array("waiting_transfers")
     assert depth.min() >= 0 and depth[-1] == 0 and depth.max() > 1
     assert result.summary["pd"]["transfer_queue_peak"] == depth.max()
+
+
+def test_decode_instances_never_prefill_a_handed_over_request():
+    result, sim = run_pd(pd_scenario(prefill=2, decode=2, requests=40, rate=100))
+    kinds = roles(sim)
+    steps = result.steps
+    decode = steps[steps.instance.map(kinds) == "decode"]
+    assert len(decode) and int(decode.prefill_tokens.sum()) == 0  # KV arrives, no prefill
+    prefill = steps[steps.instance.map(kinds) == "prefill"]
+    assert int(prefill.decode_requests.sum()) == 0  # prefill instances never decode
