@@ -49,8 +49,6 @@ from blis_simpy.engine.kv.tiers import Link
 from blis_simpy.engine.pd import DecodeInstance, PrefillInstance, Reservation
 from blis_simpy.policies.routing import RoutingPolicy
 
-NO_DECODE_POLL_US = US_PER_MS  # how often a handoff looks for a routable decode instance
-
 
 class PoolChoice:
     """The gateway's `pools`: for a disaggregated config's model fleet, the pool its handoff
@@ -105,7 +103,7 @@ class PDHandoff:
         self.links: dict[str, Link] = {}
         self.waiting: dict[str, deque[Move]] = {}  # per decode instance, FIFO
         self.moving: dict[str, Move] = {}  # by request name
-        self.store = simpy.Store(env)  # (prefill instance, request) when a prefill is done
+        self.store = simpy.Store(env)  # a Move when its prefill step has ended
         env.process(self._dispatch())
 
     # -- routing (the gateway's `pools`) -------------------------------------------------------
@@ -117,14 +115,14 @@ class PDHandoff:
             req.max_tokens = max(req.output_len, 1)
             return self.decode
         req.max_tokens = 1
-        if self.pd.decode_choice == "routing" and self.decode.routable:
+        if self.pd.decode_choice == "routing":
             req.decode_target = self.gateway.choose(req, self.decode, self.env.now,
                                                     self.routing)[0].id
         return self.prefill
 
     def disaggregate(self, req: Request) -> bool:
         decider = self.pd.decider
-        if decider.type == "never" or not self.prefill.routable:
+        if decider.type == "never":
             return False
         if decider.type == "always":
             return True
@@ -179,11 +177,6 @@ class PDHandoff:
             if req.state is not State.TRANSFERRING:  # abandoned
                 return
             decode = self._decode_for(req)
-            if decode is None:  # none routable (all starting or draining): look again soon
-                if env.now >= deadline:
-                    return self._drop(move, RejectCode.PD_HANDOFF_TIMEOUT, "no decode instance")
-                yield env.timeout(min(NO_DECODE_POLL_US, deadline - env.now))
-                continue
             move.decode = decode
             if req.input_len + req.output_len > decode.max_len:
                 return self._drop(move, RejectCode.PD_DECODE_CAPACITY,
@@ -191,6 +184,10 @@ class PDHandoff:
                                   f"holds {decode.max_len}")
             if self._reserve(move, decode):
                 break
+            if env.now >= deadline:
+                return self._drop(move, RejectCode.PD_HANDOFF_TIMEOUT,
+                                  f"no KV room on {decode.id} within "
+                                  f"{self.pd.handoff_timeout_s} s")
             move.event = env.event()
             self.waiting.setdefault(decode.id, deque()).append(move)
             decode.awaiting += 1
@@ -212,15 +209,14 @@ class PDHandoff:
         if req.state is State.TRANSFERRING and req.name in self.moving:
             self._move(move, end)
 
-    def _decode_for(self, req: Request) -> DecodeInstance | None:
+    def _decode_for(self, req: Request) -> DecodeInstance:
         """The decode instance chosen at routing while it is routable, else the routing
-        policy's choice now; None when no decode instance is routable."""
+        policy's choice now (a pool always has a routable replica: scale-down removes
+        starting replicas first and keeps `min` >= 1)."""
         if req.decode_target:
             chosen = self.decode.get(req.decode_target)
             if chosen is not None and chosen.routable:
                 return cast(DecodeInstance, chosen)
-        if not self.decode.routable:
-            return None
         return cast(DecodeInstance, self.gateway.choose(req, self.decode, self.env.now,
                                                     self.routing)[0])
 
