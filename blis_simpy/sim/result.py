@@ -45,6 +45,13 @@ class Result:
     trace_files: dict[str, str] = field(default_factory=dict)
     scale_event_table: Table | None = None  # with a deployment section: one row per action
     replica_table: Table | None = None  # ... and each config's replica count over time
+    transfer_table: Table | None = None  # P/D: one row per KV handoff
+    transfer_queue_table: Table | None = None  # P/D: handoffs waiting for the link over time
+
+    @cached_property
+    def transfers(self) -> pd.DataFrame | None:
+        """P/D: one row per KV handoff (transfers.csv)."""
+        return None if self.transfer_table is None else self.transfer_table.frame()
 
     @cached_property
     def scale_events(self) -> pd.DataFrame | None:
@@ -147,7 +154,9 @@ class Result:
                             ("instances", self.instance_table),
                             ("decisions", self.decision_table),
                             ("scale_events", self.scale_event_table),
-                            ("replicas", self.replica_table)):
+                            ("replicas", self.replica_table),
+                            ("transfers", self.transfer_table),
+                            ("transfer_queue", self.transfer_queue_table)):
             if table is not None:
                 write_table(table, folder / f"{name}.{fmt}")
         for name, text in {**self.extra_files, **self.trace_files}.items():

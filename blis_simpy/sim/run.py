@@ -13,6 +13,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.evaluation import evaluate
+from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.scaling import deployment_summary, replica_table, scale_event_table
 from blis_simpy.metrics.tables import (
     instance_series,
@@ -82,6 +83,10 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     if scale_log is not None:
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
+    pd_tables = None
+    if disaggregated(records):
+        stats["pd"] = pd_summary(records, requests)
+        pd_tables = transfer_table(records), queue_depth_table(records)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
                                               wall)
     steps, anomaly_rows = step_table(records), anomaly_table(anomalies)
@@ -118,6 +123,8 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         events=records.events,
         scale_event_table=None if scale_log is None else scale_event_table(scale_log),
         replica_table=None if scale_log is None else replica_table(scale_log, scenario),
+        transfer_table=None if pd_tables is None else pd_tables[0],
+        transfer_queue_table=None if pd_tables is None else pd_tables[1],
     )
 
 
