@@ -25,7 +25,7 @@ from blis_simpy.core.request import Request, State
 from blis_simpy.core.units import US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.arrivals import arrival_times
-from blis_simpy.workload.sampling import sample_seconds, sample_tokens
+from blis_simpy.workload.sampling import WeightedPick, one_duration, one_token_count
 
 Process = Generator[simpy.Event, object, None]
 
@@ -40,10 +40,10 @@ class TenantStreams:
         self.choices = stream(seed, f"tenant:{tenant}:choices")
 
     def count(self, dist: Distribution, factor: float = 1.0) -> int:
-        return max(1, round(int(sample_tokens(dist, self.lengths, 1)[0]) * factor))
+        return max(1, round(one_token_count(dist, self.lengths) * factor))
 
     def seconds(self, dist: Distribution) -> float:
-        return float(sample_seconds(dist, self.lengths, 1)[0])
+        return one_duration(dist, self.lengths)
 
     def ids(self, n: int) -> np.ndarray:
         return self.tokens.integers(0, VOCAB, n)
@@ -63,11 +63,18 @@ class TenantWorkload:
         self.end_us = round(workload.duration_s * US_PER_S)
         self.prefixes = {g.id: stream(seed, f"prefix:{g.id}") for g in workload.prefix_groups}
         self.prefix_tokens = {
-            g.id: self.prefixes[g.id].integers(0, VOCAB, int(sample_tokens(
-                g.length, self.prefixes[g.id], 1)[0]))
+            g.id: self.prefixes[g.id].integers(0, VOCAB, one_token_count(
+                g.length, self.prefixes[g.id]))
             for g in workload.prefix_groups
         }
-        self.popularity = {g.id: g.popularity for g in workload.prefix_groups}
+        popularity = {g.id: g.popularity for g in workload.prefix_groups}
+        # Each tenant's prefix groups and its pick among them by popularity, made once.
+        self.prefix_choice: dict[str, tuple[list[str], WeightedPick]] = {}
+        for tenant in workload.tenants:
+            if tenant.prefix is not None:
+                names = list(tenant.prefix.groups or sorted(self.prefix_tokens))
+                pick = WeightedPick.of([popularity[n] for n in names])
+                self.prefix_choice[tenant.id] = (names, pick)
         open_total = workload.open_fraction_total
         for tenant in workload.tenants:
             streams = TenantStreams(seed, tenant.id)
@@ -103,10 +110,8 @@ class TenantWorkload:
         use = tenant.prefix
         if use is None or streams.choices.random() >= use.reuse_probability:
             return np.zeros(0, dtype=np.int64)
-        names = use.groups or sorted(self.prefix_tokens)
-        weights = np.array([self.popularity[n] for n in names], dtype=float)
-        name = names[int(streams.choices.choice(len(names), p=weights / weights.sum()))]
-        return self.prefix_tokens[name]
+        names, pick = self.prefix_choice[tenant.id]
+        return self.prefix_tokens[names[pick.pick(streams.choices)]]
 
     def _prompt(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
         factor = tenant.behavior.prompt_multiplier if tenant.behavior.type == "abusive" else 1
