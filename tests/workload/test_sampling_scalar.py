@@ -4,6 +4,8 @@ outputs depend on both."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,28 +34,29 @@ scale = st.floats(0.01, 2000.0)
 
 @st.composite
 def distributions(draw: st.DrawFn) -> Distribution:
-    low, high = draw(bounds), draw(bounds)
-    if low is not None and high is not None and low > high:
-        low, high = high, low
-    box = {"min": low, "max": high}
+    return replace(draw(shapes()), min=draw(bounds), max=draw(bounds))
+
+
+@st.composite
+def shapes(draw: st.DrawFn) -> Distribution:
     shape = draw(st.sampled_from(["gaussian", "constant", "uniform", "exponential",
                                   "lognormal", "pareto", "empirical"]))
     if shape == "gaussian":
-        return Gaussian(mean=draw(scale), stdev=draw(st.floats(0, 500)), **box)
+        return Gaussian(mean=draw(scale), stdev=draw(st.floats(0, 500)))
     if shape == "constant":
-        return Constant(value=draw(st.floats(0, 3000)), **box)
+        return Constant(value=draw(st.floats(0, 3000)))
     if shape == "uniform":
         a, b = sorted((draw(scale), draw(scale)))
-        return Uniform(low=a, high=b, **box)
+        return Uniform(low=a, high=b)
     if shape == "exponential":
-        return Exponential(mean=draw(scale), **box)
+        return Exponential(mean=draw(scale))
     if shape == "lognormal":
-        return LogNormal(mean=draw(scale), sigma=draw(st.floats(0, 2)), **box)
+        return LogNormal(mean=draw(scale), sigma=draw(st.floats(0, 2)))
     if shape == "pareto":
         return ParetoLogNormal(alpha=draw(st.floats(0.5, 3)), xm=draw(scale),
                                mu=draw(st.floats(0, 7)), sigma=draw(st.floats(0, 2)),
-                               mix_weight=draw(st.floats(0, 1)), **box)
-    return Empirical(samples=draw(st.lists(st.floats(0, 3000), min_size=1, max_size=8)), **box)
+                               mix_weight=draw(st.floats(0, 1)))
+    return Empirical(samples=draw(st.lists(st.floats(0, 3000), min_size=1, max_size=8)))
 
 
 def token_range_ok(dist: Distribution) -> bool:
