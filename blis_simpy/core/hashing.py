@@ -31,19 +31,35 @@ def mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def block_hashes(tokens: np.ndarray, block_size: int) -> list[int]:
-    """Hash of every full block of `tokens`, each covering all tokens before it."""
+def block_hashes(tokens: np.ndarray, block_size: int, known: Sequence[int] = ()) -> list[int]:
+    """Hash of every full block of `tokens`, each covering all tokens before it. `known`: the
+    hashes of its first blocks when the caller has them (a shared system prompt, the previous
+    turn of a conversation), so only the blocks after them are hashed: the chain is a running
+    sum, so it continues from the last known hash."""
     full = len(tokens) // block_size
-    if full == 0:
-        return []
-    n = full * block_size
+    done = min(len(known), full)
+    if full == done:
+        return list(known[:full])
+    start, n = done * block_size, full * block_size
     with np.errstate(over="ignore"):
-        ids = tokens[:n].astype(np.uint64)
-        positions = np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
+        ids = tokens[start:n].astype(np.uint64)
+        positions = np.arange(start + 1, n + 1, dtype=np.uint64) * _GOLDEN
         words = mix64(ids ^ positions)
-        chain = np.cumsum(words.reshape(full, block_size).sum(axis=1, dtype=np.uint64),
-                          dtype=np.uint64)
-    return chain.tolist()
+        sums = words.reshape(full - done, block_size).sum(axis=1, dtype=np.uint64)
+        if done:
+            sums[0] += np.uint64(known[done - 1])
+        chain = np.cumsum(sums, dtype=np.uint64)
+    return [*known[:done], *chain.tolist()]
+
+
+def hash_request(req: Request, block_size: int, known: Sequence[int] = ()) -> list[int]:
+    """`Request.hash_blocks` done by its source before delivery, continuing from the hashes of
+    its first blocks if `known`; returns the chain (a later request that extends this one's
+    sequence continues from it)."""
+    if req.tokens is not None and not req.hashed:
+        req.hashes = block_hashes(req.tokens, block_size, known)
+        req.tokens, req.hashed = None, True
+    return req.hashes
 
 
 def hash_requests(requests: Sequence[Request], block_size: int) -> None:
