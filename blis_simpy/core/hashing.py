@@ -23,12 +23,23 @@ _M2 = np.uint64(0x94D049BB133111EB)
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser: a bijection on 64-bit words with full avalanche."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    return x ^ (x >> np.uint64(31))
+    """splitmix64 finaliser: a bijection on 64-bit words with full avalanche. Overwrites `x`
+    (in-place steps: the hash of a long prompt is memory-bound) and returns it."""
+    shifted = x >> np.uint64(30)
+    x ^= shifted
+    x *= _M1
+    np.right_shift(x, np.uint64(27), out=shifted)
+    x ^= shifted
+    x *= _M2
+    np.right_shift(x, np.uint64(31), out=shifted)
+    x ^= shifted
+    return x
+
+
+def as_words(ids: np.ndarray) -> np.ndarray:
+    """Token ids as 64-bit words (their int64 bit patterns), without a copy when they are
+    int64 already."""
+    return np.asarray(ids, dtype=np.int64).view(np.uint64)
 
 
 def block_hashes(tokens: np.ndarray, block_size: int, known: Sequence[int] = ()) -> list[int]:
@@ -42,9 +53,10 @@ def block_hashes(tokens: np.ndarray, block_size: int, known: Sequence[int] = ())
         return list(known[:full])
     start, n = done * block_size, full * block_size
     with np.errstate(over="ignore"):
-        ids = tokens[start:n].astype(np.uint64)
-        positions = np.arange(start + 1, n + 1, dtype=np.uint64) * _GOLDEN
-        words = mix64(ids ^ positions)
+        words = np.arange(start + 1, n + 1, dtype=np.uint64)  # positions, mixed in place
+        words *= _GOLDEN
+        words ^= as_words(tokens[start:n])
+        mix64(words)
         sums = words.reshape(full - done, block_size).sum(axis=1, dtype=np.uint64)
         if done:
             sums[0] += np.uint64(known[done - 1])
@@ -77,11 +89,13 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
             req.hashes, req.tokens, req.hashed = [], None, True
         return
     ids = np.concatenate([t[:n] for t, n in zip(tokens, lengths.tolist(), strict=True)])
-    starts = np.cumsum(lengths) - lengths
+    starts = (np.cumsum(lengths) - lengths).astype(np.uint64)
     with np.errstate(over="ignore"):
-        positions = (np.arange(1, len(ids) + 1, dtype=np.int64)
-                     - np.repeat(starts, lengths)).astype(np.uint64) * _GOLDEN
-        words = mix64(ids.astype(np.uint64) ^ positions)
+        words = np.arange(1, len(ids) + 1, dtype=np.uint64)  # positions, mixed in place
+        words -= np.repeat(starts, lengths)
+        words *= _GOLDEN
+        words ^= as_words(ids)
+        mix64(words)
         sums = words.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
         running = np.cumsum(sums, dtype=np.uint64)
         first_block = np.cumsum(fulls) - fulls

@@ -36,3 +36,17 @@ def test_hash_request_equals_the_vectorised_pass(pairs: list[tuple[list[int], li
     hash_requests(many, block)
     for a, b in zip(one, many, strict=True):
         assert a.hashes == b.hashes and a.hashed and a.tokens is None
+
+
+def test_hash_values_are_pinned() -> None:
+    """The hash values themselves (any int dtype of token ids), as the first version made them:
+    faster arithmetic must not change them."""
+    ids = np.array([7, 127999, 0, 5] * 10, dtype=np.int64)
+    assert block_hashes(ids, 8) == [14835165632749611527, 2163514148668446572,
+                                    14909644425002849180, 6500444836506182198,
+                                    18045263892353993537]
+    assert block_hashes(np.arange(0, 48, dtype=np.int32), 16) == [
+        12244052726516627542, 3229044313069531283, 17543082615597613097]
+    req = Request(0, 0, np.arange(0, 40, dtype=np.int32), np.arange(40, 48, dtype=np.int32))
+    hash_requests([req], 16)
+    assert req.hashes == [12244052726516627542, 3229044313069531283, 17543082615597613097]
