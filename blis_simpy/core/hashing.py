@@ -57,10 +57,9 @@ def block_hashes(tokens: np.ndarray, block_size: int, known: Sequence[int] = ())
         words *= _GOLDEN
         words ^= as_words(tokens[start:n])
         mix64(words)
-        sums = words.reshape(full - done, block_size).sum(axis=1, dtype=np.uint64)
         if done:
-            sums[0] += np.uint64(known[done - 1])
-        chain = np.cumsum(sums, dtype=np.uint64)
+            words[0] += np.uint64(known[done - 1])
+        chain = np.cumsum(words, out=words)[block_size - 1 :: block_size]
     return [*known[:done], *chain.tolist()]
 
 
@@ -76,8 +75,8 @@ def hash_request(req: Request, block_size: int, known: Sequence[int] = ()) -> li
 
 def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     """`Request.hash_blocks` for many requests in one vectorised pass (same hashes): blocks of
-    different requests never straddle, so one reshape sums them all, and each request's chain
-    is the running sum since its first block."""
+    different requests never straddle, so one running sum covers them all, and each request's
+    chain is that sum since its first block."""
     todo = [r for r in requests if not r.hashed and r.tokens is not None]
     if not todo:
         return
@@ -96,8 +95,7 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
         words *= _GOLDEN
         words ^= as_words(ids)
         mix64(words)
-        sums = words.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
-        running = np.cumsum(sums, dtype=np.uint64)
+        running = np.cumsum(words, out=words)[block_size - 1 :: block_size]
         first_block = np.cumsum(fulls) - fulls
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],
                           np.uint64(0))
