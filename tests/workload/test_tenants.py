@@ -460,7 +460,7 @@ def test_same_seed_same_table_different_seed_different_table():
     {"prompt": {"type": "lognormal", "mean": 2000, "sigma": 1.0}},
     {"arrival": {"type": "gamma", "cv": 3.0}},
     {"behavior": {"type": "bursty", "burst_size": {"type": "constant", "value": 30}}},
-    {"request_type": "completion"},
+    {"request_type": "completion", "chat": None},
 ], ids=["output", "prompt", "arrival", "behavior", "request_type"])
 def test_changing_one_tenant_leaves_another_tenants_requests_unchanged(change):
     """The open-loop tenant `steady` draws from its own streams: whatever the chat tenant
