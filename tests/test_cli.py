@@ -418,16 +418,16 @@ def test_out_mount_point_is_replaced_in_place(tmp_path, monkeypatch):
 
 
 def test_unwritable_out_fails_before_the_run(tmp_path, monkeypatch):
-    from blis_simpy import cli as cli_module
+    from blis_simpy.sim import run as sim_run
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("the simulation ran before the output folder was checked")
 
-    monkeypatch.setattr(cli_module, "simulate", must_not_run)
+    monkeypatch.setattr(sim_run, "simulate", must_not_run)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    result = cli("run", write_scenario(tmp_path), "--out", blocker / "run", "--quiet")
-    assert_clean_usage_error(result, "--out", "cannot write")
+    result = cli("run", write_scenario(tmp_path), "--out", blocker / "run" / "deep", "--quiet")
+    assert_clean_usage_error(result, "--out", f"{blocker} is a file, not a folder")
     result = cli("run", write_scenario(tmp_path), "--out", blocker, "--quiet")
     assert_clean_usage_error(result, "--out", "not a folder")
 

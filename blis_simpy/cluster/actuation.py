@@ -231,6 +231,10 @@ class DrainWatch:
             self.inner.finished(instance, req)
         self.check()
 
+    def handed_off(self, instance: str, req: Request) -> None:
+        self.inner.handed_off(instance, req)
+        self.check()
+
     def hand_back(self, req: Request) -> None:
         self.handing = req
         self.inst.abandon(req)  # reports back through `finished`

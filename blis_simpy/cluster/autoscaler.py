@@ -225,6 +225,9 @@ class TriggerWatch:
             if waiting >= self.queue_depth:
                 self.autoscaler.trigger(self.scaler, "queue_depth")
 
+    def handed_off(self, instance: str, req: Request) -> None:
+        self.inner.handed_off(instance, req)
+
     def finished(self, instance: str, req: Request) -> None:
         self.inner.finished(instance, req)
         if self.ttft_ms is not None:

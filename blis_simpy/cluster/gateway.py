@@ -19,6 +19,7 @@ instance's queueing delay, waiting, or running: its KV blocks freed) and ends `t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import simpy
@@ -33,6 +34,7 @@ from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.shadow_kv import ShadowKV
+from blis_simpy.engine.instance import Instance
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
@@ -71,6 +73,8 @@ class Gateway:
         self.timeouts = timeouts if timeouts else None
         self.timed_out = 0
         self.models: ModelFleets | None = None  # several models: each request to its own
+        # P/D: the pool of its model's fleet a request is routed in (cluster/pd.py)
+        self.pools: Callable[[Request, Fleet], Fleet] | None = None
 
     def hand_back(self, instance: str, req: Request) -> None:
         """A draining instance gives back a request it has queued or started (it has already
@@ -147,15 +151,9 @@ class Gateway:
         state = self.state
         state.clock = now
         fleet = self.fleet if self.models is None else self.models.fleet_of(req)
-        state.instances = fleet.routable_ids
-        routable = fleet.routable
-        snapshots = Snapshots(self.snapshots, routable, now)
-        decision = self.routing.route(req.view, req.priority, snapshots, self.state, now)
-        target = fleet.get(decision.target)
-        if target is None or not target.routable:
-            raise ValueError(f"routing policy {self.routing.name!r} chose instance "
-                             f"{decision.target!r}; routable: "
-                             + ", ".join(i.id for i in routable))
+        if self.pools is not None:  # P/D: the pool the request goes to first
+            fleet = self.pools(req, fleet)
+        target, decision, snapshots = self.choose(req, fleet, now)
         if self.events is not None:
             self.events.append((now, "routing", req.name, target.id))
         if self.decisions is not None:
@@ -166,6 +164,23 @@ class Gateway:
         self.in_flight[target.id] = self.in_flight.get(target.id, 0) + 1
         req.routed_at = now
         target.accept(req)
+
+    def choose(self, req: Request, fleet: Fleet, now: int,
+               routing: RoutingPolicy | None = None
+               ) -> tuple[Instance, RoutingDecision, Snapshots]:
+        """The routing policy's (or `routing`'s: a P/D pool's own) choice among the fleet's
+        routable instances."""
+        policy = self.routing if routing is None else routing
+        self.state.instances = fleet.routable_ids
+        routable = fleet.routable
+        snapshots = Snapshots(self.snapshots, routable, now)
+        decision = policy.route(req.view, req.priority, snapshots, self.state, now)
+        target = fleet.get(decision.target)
+        if target is None or not target.routable:
+            raise ValueError(f"routing policy {policy.name!r} chose instance "
+                             f"{decision.target!r}; routable: "
+                             + ", ".join(i.id for i in routable))
+        return target, decision, snapshots
 
     def _routing_record(self, req: Request, decision: RoutingDecision, snapshots: Snapshots,
                         fleet: Fleet, now: int) -> Decision:
@@ -229,6 +244,10 @@ class Gateway:
 
     def queued(self, instance: str, req: Request) -> None:
         self.pending[instance] = max(0, self.pending.get(instance, 0) - 1)
+
+    def handed_off(self, instance: str, req: Request) -> None:
+        """P/D: the request's KV has left the instance for a decode instance."""
+        self.in_flight[instance] -= 1
 
     def finished(self, instance: str, req: Request) -> None:
         if req.queued_at < 0:  # rejected on arrival at the instance: never queued

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 
-__all__ = ["dumps", "format_float", "quote"]
+__all__ = ["dumps", "format_float", "format_floats", "quote", "quote_all"]
 
 _ERRORS = "blis_simpy.gojson.surrogates"
 # Lead byte -> total length of a well-formed UTF-8 sequence (RFC 3629 / Go's utf8 package).
@@ -122,6 +122,15 @@ def quote(s: str) -> str:
     return "".join(out)
 
 
+def quote_all(strings: list[str]) -> list[str]:
+    """`quote` of each string, in bulk: when every one is plain ASCII (the usual ids and
+    instance names) they are quoted at once, without a call per string."""
+    if not _SAFE_ASCII.fullmatch("".join(strings)):
+        return [quote(s) for s in strings]
+    # none holds NUL (not in the safe set), so it can separate them
+    return ('"' + '"\0"'.join(strings) + '"').split("\0") if strings else []
+
+
 def _shortest_decimal(a: float) -> tuple[str, int]:
     """Split positive finite ``a`` into shortest round-trip digits and decimal point.
 
@@ -180,6 +189,18 @@ def format_float(x: float) -> str:
     digits, point = _shortest_decimal(a)
     body = _exponent(digits, point) if a < 1e-6 or a >= 1e21 else _fixed(digits, point)
     return sign + body
+
+
+def format_floats(values: list[float]) -> list[str]:
+    """`format_float` of each value, in bulk: when every repr is plain decimal (no exponent,
+    NaN or Inf: nearly always) the reprs are joined, the ".0" of integral ones dropped in
+    one replace, and split again, without a call per value."""
+    if not values:
+        return []
+    text = "\0".join(map(repr, values)) + "\0"
+    if "e" in text or "n" in text:
+        return [format_float(v) for v in values]
+    return text.replace(".0\0", "\0").split("\0")[:-1]
 
 
 def _scalar(obj: object) -> str | None:

@@ -86,19 +86,27 @@ class ReferenceOutputs:
         reference writes them (Q10).
 
         The rows are rendered from a template (`ROW`), the bytes `gojson.dumps` gives for the
-        same dicts at their depth, about 3x faster; `row_dicts` is that form."""
+        same dicts at their depth, each field's column formatted at once; `row_dicts` is the
+        dict form."""
         head = gojson.dumps(reference_summary(self.summary))
         if not self.ids:
             return head[:-2] + ',\n  "requests": []\n}\n'
-        fmt, quote = gojson.format_float, gojson.quote
-        arrival, ids = self.arrival.tolist(), self.ids
-        inputs, outputs = self.input_len.tolist(), self.output_len.tolist()
-        ttft, itl, e2e = self.ttft.tolist(), self.itl_mean.tolist(), self.e2e.tolist()
-        delay, handled = self.scheduling_delay.tolist(), self.handled_by
-        rows = ",".join(ROW % (
-            fmt(arrival[i] / US_PER_S), quote(ids[i]), inputs[i], outputs[i],
-            fmt(ttft[i] / US_PER_MS), fmt(float(itl[i])), fmt(e2e[i] / US_PER_MS), delay[i],
-            quote(handled[i])) for i in self.order())
+        order = self.order()
+
+        def ordered(values: list[Any]) -> list[Any]:
+            return [values[i] for i in order]
+
+        floats, quoted = gojson.format_floats, gojson.quote_all
+        cells = zip(
+            floats([a / US_PER_S for a in ordered(self.arrival.tolist())]),
+            quoted(ordered(self.ids)),
+            ordered(self.input_len.tolist()), ordered(self.output_len.tolist()),
+            floats([t / US_PER_MS for t in ordered(self.ttft.tolist())]),
+            floats([float(x) for x in ordered(self.itl_mean.tolist())]),
+            floats([e / US_PER_MS for e in ordered(self.e2e.tolist())]),
+            ordered(self.scheduling_delay.tolist()),
+            quoted(ordered(self.handled_by)), strict=True)
+        rows = ",".join(map(ROW.__mod__, cells))
         return f'{head[:-2]},\n  "requests": [{rows}\n  ]\n}}\n'
 
     def order(self) -> list[int]:

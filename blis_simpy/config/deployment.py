@@ -14,33 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from blis_simpy.config.distributions import Constant, Distribution
+from blis_simpy.config.pd import Disaggregation
+from blis_simpy.config.replicas import ReplicaPool
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
-from blis_simpy.core.units import MAX_FLOAT, MAX_INSTANCES, MAX_SIM_S
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaPool:
-    """How many replicas a config may run: the autoscaler keeps min <= replicas <= max."""
-
-    min: int = spec(1, help="fewest replicas (scale-to-zero is not modelled)", ge=1,
-                    le=MAX_INSTANCES)
-    max: int = spec(1, help="most replicas", ge=1, le=MAX_INSTANCES)
-    initial: int | None = spec(None, help="replicas active at t=0; default: min", ge=1,
-                               le=MAX_INSTANCES)
-
-    def validate(self, path: str) -> None:
-        if self.min > self.max:
-            raise ScenarioError(join(path, "min"), f"{self.min} is above max {self.max}",
-                                f"at most {self.max}")
-        if self.initial is not None and not self.min <= self.initial <= self.max:
-            raise ScenarioError(join(path, "initial"), f"{self.initial} is outside "
-                                f"[min, max] = [{self.min}, {self.max}]",
-                                f"{self.min}..{self.max}")
-
-    @property
-    def start(self) -> int:
-        return self.min if self.initial is None else self.initial
+from blis_simpy.core.units import MAX_FLOAT, MAX_SIM_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +30,9 @@ class DeploymentConfig:
     gpu: str | None = spec(None, help="GPU type; default: `model.gpu` for the default model, "
                            "else the catalog's")
     tp: int | None = spec(None, help="tensor parallelism; default as gpu", ge=1)
-    architecture: Literal["monolithic"] = spec(
-        "monolithic", help="monolithic: one engine per replica (disaggregated_pd: not yet)")
+    architecture: Literal["monolithic", "disaggregated_pd"] = spec(
+        "monolithic", help="monolithic: one engine per replica; disaggregated_pd: a prefill "
+        "and a decode pool (`pd`), KV handed over between them")
     latency: dict[str, Any] | None = spec(
         None, help="step-time model of this config (like `latency:`); default: the scenario's")
     engine: dict[str, Any] | None = spec(
@@ -61,6 +40,28 @@ class DeploymentConfig:
     replicas: ReplicaPool = spec(factory=ReplicaPool, help="min/max/initial replicas")
     cost_per_replica_hour: float = spec(0.0, help="price of one replica for an hour ($)", ge=0,
                                         le=MAX_FLOAT)
+    pd: Disaggregation | None = spec(None, help="disaggregated_pd: the prefill and decode "
+                                     "pools, decider, link and backpressure; default: one "
+                                     "replica each", omit_default=True)
+
+    def validate(self, path: str) -> None:
+        if self.architecture == "monolithic":
+            if self.pd is not None:
+                raise ScenarioError(join(path, "pd"), "is only read with architecture "
+                                    "disaggregated_pd", "leave it out, or architecture: "
+                                    "disaggregated_pd")
+        elif self.replicas != ReplicaPool():
+            raise ScenarioError(join(path, "replicas"), "a disaggregated_pd config has no "
+                                "replicas of its own", "pd.prefill.replicas and "
+                                "pd.decode.replicas")
+
+    @property
+    def disaggregation(self) -> Disaggregation | None:
+        """The P/D section of a disaggregated_pd config (defaults when left out); None for a
+        monolithic one."""
+        if self.architecture == "monolithic":
+            return None
+        return self.pd if self.pd is not None else Disaggregation()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,10 @@ class DeploymentSection:
                     raise ScenarioError(join(join(join(where, "configs"), j), "id"),
                                         f"duplicate config id {config.id!r}")
                 ids.add(config.id)
+                if config.architecture != "monolithic" and len(model.configs) > 1:
+                    raise ScenarioError(join(join(join(where, "configs"), j), "architecture"),
+                                        "a disaggregated_pd config serves its model alone",
+                                        "one config for this model, or monolithic")
 
     def configs(self) -> list[tuple[ModelDeployment, DeploymentConfig]]:
         return [(model, config) for model in self.models for config in model.configs]

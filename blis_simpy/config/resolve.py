@@ -20,6 +20,7 @@ from blis_simpy.config.catalog import (
 from blis_simpy.config.deployment import DeploymentConfig, DeploymentSection, ModelDeployment
 from blis_simpy.config.kv_tiers import block_bytes, resolve_tiers
 from blis_simpy.config.memory import memory_kv_blocks
+from blis_simpy.config.pd import Disaggregation, PoolSpec
 from blis_simpy.config.scenario import EngineConfig, LatencyConfig, ModelConfig, Scenario
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError, closest_first
@@ -149,6 +150,43 @@ def config_scenario(scenario: Scenario, model: ModelDeployment, config: Deployme
         else load(EngineConfig, config.engine, "engine"))
 
 
+def pool_config(config: DeploymentConfig, pool: PoolSpec) -> DeploymentConfig:
+    """A P/D pool as a deployment config of its own: what the pool gives over the config's."""
+    return dataclasses.replace(
+        config, gpu=pool.gpu or config.gpu, tp=pool.tp or config.tp,
+        latency=config.latency if pool.latency is None else pool.latency,
+        engine=config.engine if pool.engine is None else pool.engine, pd=None,
+        architecture="monolithic")
+
+
+def resolve_pools(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig,
+                  pd: Disaggregation, path: str) -> Disaggregation:
+    """Both P/D pools resolved like configs of their own, written back explicitly."""
+    pools, own = {}, {}
+    for role in ("prefill", "decode"):
+        pool = getattr(pd, role)
+        try:
+            own[role] = resolve(config_scenario(scenario, model, pool_config(config, pool)))
+        except ScenarioError as exc:
+            raise ScenarioError(f"{path}.pd.{role}", exc.text) from None
+        if own[role].engine.kv_tiers.enabled:
+            raise ScenarioError(f"{path}.pd.{role}.engine.kv_tiers", "KV tiers and P/D "
+                                "disaggregation do not combine yet", "no kv_tiers")
+        pools[role] = dataclasses.replace(pool, gpu=own[role].model.gpu, tp=own[role].model.tp,
+                                          latency=to_plain(own[role].latency),
+                                          engine=to_plain(own[role].engine))
+    size = own["prefill"].engine.block_size
+    if own["decode"].engine.block_size != size:
+        raise ScenarioError(f"{path}.pd.decode.engine.block_size", f"differs from the prefill "
+                            f"pool's {size}: KV blocks move between them as they are",
+                            str(size))
+    if kv_block_bytes(own["prefill"]) <= 0:
+        raise ScenarioError(f"{path}.pd.link", f"the bytes of a KV block of {model.name} are "
+                            "unknown (no model config), so transfers cannot be timed",
+                            "a model with a bundled config, or latency.model_config")
+    return dataclasses.replace(pd, **pools)
+
+
 def resolve_deployment(scenario: Scenario) -> DeploymentSection:
     """Every config resolved as its own one-model scenario would be (catalog GPU, TP,
     coefficients, KV size), written back explicitly; errors name the config."""
@@ -163,9 +201,14 @@ def resolve_deployment(scenario: Scenario) -> DeploymentSection:
             except ScenarioError as exc:
                 raise ScenarioError(f"deployment.models[{i}].configs[{j}]",
                                     exc.text) from None
-            configs.append(dataclasses.replace(
+            resolved = dataclasses.replace(
                 config, gpu=own.model.gpu, tp=own.model.tp, latency=to_plain(own.latency),
-                engine=to_plain(own.engine)))
+                engine=to_plain(own.engine))
+            pd = config.disaggregation
+            if pd is not None:
+                resolved = dataclasses.replace(resolved, pd=resolve_pools(
+                    scenario, model, config, pd, f"deployment.models[{i}].configs[{j}]"))
+            configs.append(resolved)
         models.append(dataclasses.replace(model, configs=configs,
                                           vllm_version=own.model.vllm_version))
     return dataclasses.replace(section, models=models)

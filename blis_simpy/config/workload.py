@@ -141,6 +141,14 @@ class TenantsWorkload:
         for i, tenant in enumerate(self.tenants):
             if ids.count(tenant.id) > 1:
                 raise ScenarioError(join(path, f"tenants[{i}].id"), f"duplicate {tenant.id!r}")
+        for i, tenant in enumerate(self.tenants):
+            for kind, default in (("chat", ChatConfig()), ("agentic", AgenticConfig()),
+                                  ("reasoning", ReasoningConfig())):
+                if getattr(tenant, kind) != default and tenant.request_type != kind:
+                    raise ScenarioError(join(path, f"tenants[{i}].{kind}"),
+                                        f"is set but request_type is {tenant.request_type!r}, "
+                                        "so it would be ignored",
+                                        f"request_type: {kind}, or drop the {kind} section")
         groups = {g.id for g in self.prefix_groups}
         for i, tenant in enumerate(self.tenants):
             for name in tenant.prefix.groups if tenant.prefix else ():

@@ -4,7 +4,6 @@ can say where; `PolicyError` when it is a user policy's code), and broken invari
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -51,6 +50,8 @@ class InvariantError(RuntimeError):
 def closest_first(name: str, options: Iterable[str]) -> list[str]:
     """`options` with the ones that look most like `name` first (typos are the usual cause),
     the rest in sorted order."""
+    import difflib  # only when a name is wrong: kept off every run's start-up
+
     pool = sorted(set(options))
     lowered = {o.lower(): o for o in pool}
     near = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3,

@@ -23,33 +23,60 @@ _M2 = np.uint64(0x94D049BB133111EB)
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser: a bijection on 64-bit words with full avalanche."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    return x ^ (x >> np.uint64(31))
+    """splitmix64 finaliser: a bijection on 64-bit words with full avalanche. Overwrites `x`
+    (in-place steps: the hash of a long prompt is memory-bound) and returns it."""
+    shifted = x >> np.uint64(30)
+    x ^= shifted
+    x *= _M1
+    np.right_shift(x, np.uint64(27), out=shifted)
+    x ^= shifted
+    x *= _M2
+    np.right_shift(x, np.uint64(31), out=shifted)
+    x ^= shifted
+    return x
 
 
-def block_hashes(tokens: np.ndarray, block_size: int) -> list[int]:
-    """Hash of every full block of `tokens`, each covering all tokens before it."""
+def as_words(ids: np.ndarray) -> np.ndarray:
+    """Token ids as 64-bit words (their int64 bit patterns), without a copy when they are
+    int64 already."""
+    return np.asarray(ids, dtype=np.int64).view(np.uint64)
+
+
+def block_hashes(tokens: np.ndarray, block_size: int, known: Sequence[int] = ()) -> list[int]:
+    """Hash of every full block of `tokens`, each covering all tokens before it. `known`: the
+    hashes of its first blocks when the caller has them (a shared system prompt, the previous
+    turn of a conversation), so only the blocks after them are hashed: the chain is a running
+    sum, so it continues from the last known hash."""
     full = len(tokens) // block_size
-    if full == 0:
-        return []
-    n = full * block_size
+    done = min(len(known), full)
+    if full == done:
+        return list(known[:full])
+    start, n = done * block_size, full * block_size
     with np.errstate(over="ignore"):
-        ids = tokens[:n].astype(np.uint64)
-        positions = np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
-        words = mix64(ids ^ positions)
-        chain = np.cumsum(words.reshape(full, block_size).sum(axis=1, dtype=np.uint64),
-                          dtype=np.uint64)
-    return chain.tolist()
+        words = np.arange(start + 1, n + 1, dtype=np.uint64)  # positions, mixed in place
+        words *= _GOLDEN
+        words ^= as_words(tokens[start:n])
+        mix64(words)
+        if done:
+            words[0] += np.uint64(known[done - 1])
+        chain = np.cumsum(words, out=words)[block_size - 1 :: block_size]
+    return [*known[:done], *chain.tolist()]
+
+
+def hash_request(req: Request, block_size: int, known: Sequence[int] = ()) -> list[int]:
+    """`Request.hash_blocks` done by its source before delivery, continuing from the hashes of
+    its first blocks if `known`; returns the chain (a later request that extends this one's
+    sequence continues from it)."""
+    if req.tokens is not None and not req.hashed:
+        req.hashes = block_hashes(req.tokens, block_size, known)
+        req.tokens, req.hashed = None, True
+    return req.hashes
 
 
 def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     """`Request.hash_blocks` for many requests in one vectorised pass (same hashes): blocks of
-    different requests never straddle, so one reshape sums them all, and each request's chain
-    is the running sum since its first block."""
+    different requests never straddle, so one running sum covers them all, and each request's
+    chain is that sum since its first block."""
     todo = [r for r in requests if not r.hashed and r.tokens is not None]
     if not todo:
         return
@@ -61,13 +88,14 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
             req.hashes, req.tokens, req.hashed = [], None, True
         return
     ids = np.concatenate([t[:n] for t, n in zip(tokens, lengths.tolist(), strict=True)])
-    starts = np.cumsum(lengths) - lengths
+    starts = (np.cumsum(lengths) - lengths).astype(np.uint64)
     with np.errstate(over="ignore"):
-        positions = (np.arange(1, len(ids) + 1, dtype=np.int64)
-                     - np.repeat(starts, lengths)).astype(np.uint64) * _GOLDEN
-        words = mix64(ids.astype(np.uint64) ^ positions)
-        sums = words.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
-        running = np.cumsum(sums, dtype=np.uint64)
+        words = np.arange(1, len(ids) + 1, dtype=np.uint64)  # positions, mixed in place
+        words -= np.repeat(starts, lengths)
+        words *= _GOLDEN
+        words ^= as_words(ids)
+        mix64(words)
+        running = np.cumsum(words, out=words)[block_size - 1 :: block_size]
         first_block = np.cumsum(fulls) - fulls
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],
                           np.uint64(0))

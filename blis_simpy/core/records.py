@@ -41,11 +41,20 @@ ANOMALY_TYPES = (
     "shadow_divergence",  # the shadow KV expected a prefix hit and there was none, or vice versa
     "kv_thrashing",  # reloads of blocks the GPU evicted moments before, in a burst
     "scale_oscillation",  # a config scaled up then down (or down then up) within the window
+    "pd_backpressure",  # a prefill instance held its bound of unmoved KV and stopped admitting
 )
 
 STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",
                "queue_depth")
 StepRow = tuple[int, int, int, int, int, int, int]
+
+# P/D handoffs, one row per request whose prefill finished on a prefill instance: where its KV
+# went, when it was asked for, when decode KV room was reserved, when the link started moving
+# it (-1 where that did not happen), when the handoff ended (transfer done, or dropped or
+# abandoned), its size, and how it ended (transferred | dropped | abandoned) with the reason.
+TRANSFER_FIELDS = ("request", "config", "prefill", "decode", "asked", "reserved", "start", "end",
+                   "blocks", "bytes", "outcome", "reason")
+TransferRow = tuple[str, str, str, str, int, int, int, int, int, int, str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +139,7 @@ class Recorder:
         self.rejections: list[tuple[int, str, str]] = []
         self.decisions: list[Decision] | None = [] if decisions else None
         self.events: list[tuple[int, str, str, str]] | None = [] if events else None
+        self.transfers: list[TransferRow] = []  # P/D handoffs (TRANSFER_FIELDS)
 
     def instance(self, instance_id: str, role: Role, kv_total: int) -> InstanceLog:
         log = InstanceLog(instance_id, role, kv_total)
@@ -168,6 +178,7 @@ class Recorder:
             decisions=None if self.decisions is None else tuple(self.decisions),
             events=None if self.events is None else tuple(self.events),
             ended_at=ended_at,
+            transfers=tuple(self.transfers),
         )
 
 
@@ -309,3 +320,4 @@ class Records:
     decisions: tuple[Decision, ...] | None
     events: tuple[tuple[int, str, str, str], ...] | None
     ended_at: int  # time of the last event that ran, capped at the horizon
+    transfers: tuple[TransferRow, ...] = ()  # P/D handoffs (TRANSFER_FIELDS)

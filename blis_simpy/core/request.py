@@ -45,6 +45,9 @@ class State(StrEnum):
     ARRIVING = "arriving"  # routed to an instance, inside its queueing delay
     QUEUED = "queued"
     RUNNING = "running"
+    # P/D: prefilled, its KV on its way to (or waiting for room at) a decode instance, or
+    # arrived there and waiting for a batch slot
+    TRANSFERRING = "transferring"
     COMPLETED = "completed"
     REJECTED = "rejected"
     TIMED_OUT = "timed_out"  # its client gave up before the last token reached it
@@ -57,6 +60,9 @@ class RejectCode(StrEnum):
     ADMISSION = "admission"  # the admission policy said no
     MAX_MODEL_LEN = "exceeds_max_model_len"  # prompt + output over engine.max_model_len
     KV_CAPACITY = "exceeds_kv_capacity"  # prompt + output over the instance's whole KV pool
+    # P/D: dropped at the handoff, its prefill done
+    PD_HANDOFF_TIMEOUT = "pd_handoff_timeout"  # no decode KV room within the handoff timeout
+    PD_DECODE_CAPACITY = "pd_exceeds_decode_kv"  # prompt + output over the decode KV pool
 
 
 class Request:
@@ -70,6 +76,7 @@ class Request:
         "chunk",
         "completed_at",
         "deadline",
+        "decode_target",
         "done",
         "emitted",
         "first_scheduled",
@@ -161,6 +168,7 @@ class Request:
         self.last_emit_step = -1
         self.completed_at = -1
         self.deadline = -1  # when its client gives up (µs), -1 if it never does
+        self.decode_target = ""  # P/D: the decode instance chosen at routing, if any
         self.timed_out_at = -1
         self.reject_code = ""  # a RejectCode when rejected
         self.reject_reason = ""

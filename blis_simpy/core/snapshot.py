@@ -12,9 +12,12 @@ from enum import StrEnum
 
 
 class Role(StrEnum):
-    """What an instance serves. Prefill/decode pools add their roles with disaggregation."""
+    """What an instance serves: whole requests, or (P/D disaggregation) prompts and first
+    tokens, or the tokens after them."""
 
     MONOLITHIC = "monolithic"
+    PREFILL = "prefill"
+    DECODE = "decode"
 
 
 class Lifecycle(StrEnum):

@@ -50,6 +50,8 @@ class InstanceObserver(Protocol):
 
     def finished(self, instance: str, req: Request) -> None: ...
 
+    def handed_off(self, instance: str, req: Request) -> None: ...
+
 
 class Inbox(simpy.Store):
     """An instance's inbox: an unbounded SimPy Store. A put can never wait, so it hands the
@@ -627,6 +629,10 @@ class Instance:
         running = self.running
         for req in done:
             running.remove(req)
+
+    def kv_holders(self) -> list[Request]:
+        """Every request holding KV blocks here (the ownership checks read it)."""
+        return list(self.running)
 
     # -- observation (what snapshots read) -------------------------------------------------------
 

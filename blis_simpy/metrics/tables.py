@@ -10,6 +10,7 @@ import numpy as np
 
 from blis_simpy.core.records import InstanceRecord, Records, RequestColumns
 from blis_simpy.core.request import RejectCode, State
+from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
@@ -175,6 +176,9 @@ def instance_series(records: Records) -> Table:
         "kv_utilization": each_step(insts, lambda i: i.kv_used / (i.kv_total or 1))[order],
         "busy_s": each_step(insts, lambda i: i.duration / US_PER_S)[order],
     }
+    if any(i.role is not Role.MONOLITHIC for i in insts):  # P/D: each instance's role
+        roles = np.array([str(i.role) for i in insts for _ in range(len(i.start))], object)
+        table["role"] = roles[order].tolist()
     if any(i.tiers is not None for i in insts):  # the KV tiers' use (none: columns absent)
         table["kv_cpu_utilization"] = each_step(insts, lambda i: tier_levels(i)[0])[order]
         table["kv_storage_utilization"] = each_step(insts, lambda i: tier_levels(i)[1])[order]

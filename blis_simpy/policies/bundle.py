@@ -134,6 +134,16 @@ class PolicyBundle:
                     out[f"{place}.params.{name}"] = value
         return out
 
+    def blame(self, exc: ScenarioError, file: object) -> ScenarioError:
+        """`exc` from applying `overrides()`, said against the bundle when the bundle caused
+        it: an axis given params only, on a scenario that names no policy for it."""
+        for axis, entry in self.axes.items():
+            if "type" not in entry and exc.path == f"{PLACES.get(axis, f'policies.{axis}')}.type":
+                return ScenarioError(f"{axis}.type", f"is required: this bundle sets only "
+                                     f"{axis} params and the scenario names no {axis} policy",
+                                     exc.valid, str(file))
+        return exc
+
     def to_dict(self) -> dict[str, Any]:
         """The nested form with metadata, as the K.4 export's deployable config."""
         meta = {k: v for k, v in dataclasses.asdict(self.meta).items() if v not in (None, [])}

@@ -24,6 +24,7 @@ from blis_simpy.report import (
     read_table,
     run_folder,
 )
+from blis_simpy.report.pd_plots import QUEUE_COLUMNS, ROLE_COLUMNS, TRANSFER_COLUMNS, pd_plot
 from blis_simpy.report.scaling import REPLICA_COLUMNS, replica_plot
 from blis_simpy.report.tier_plots import TIER_COLUMNS, kv_tiers
 
@@ -49,7 +50,8 @@ MAX_LEGEND = 16  # instances named in the legend; more would bury the plot
 
 def render(run_dir: Path, out_dir: Path) -> list[Path]:
     """Write latency_cdf.png, instances.png and throughput.png into `out_dir`, kv_tiers.png
-    for a run with KV tiers and replicas.png for an autoscaled run."""
+    for a run with KV tiers, pd.png for a disaggregated one and replicas.png for an
+    autoscaled run."""
     run_folder(run_dir)
     requests = read_table(run_dir, "requests", REQUEST_COLUMNS)
     steps = read_table(run_dir, "steps", STEP_COLUMNS)
@@ -64,6 +66,13 @@ def render(run_dir: Path, out_dir: Path) -> list[Path]:
     if isinstance(tiers, dict):  # a run with KV tiers below the GPU
         table = read_table(run_dir, "instances", TIER_COLUMNS)
         figures["kv_tiers.png"] = lambda: kv_tiers(table, tiers)
+    if any((run_dir / f"transfers.{fmt}").is_file() for fmt in TABLE_FORMATS):  # P/D
+        table = read_table(run_dir, "instances", ROLE_COLUMNS)
+        roles = dict(zip(table["instance"], table["role"], strict=True))
+        figures["instances.png"] = lambda: instances(steps, kv_total, roles)
+        figures["pd.png"] = lambda: pd_plot(
+            table, read_table(run_dir, "transfers", TRANSFER_COLUMNS),
+            read_table(run_dir, "transfer_queue", QUEUE_COLUMNS))
     if any((run_dir / f"replicas.{fmt}").is_file() for fmt in TABLE_FORMATS):
         replicas = read_table(run_dir, "replicas", REPLICA_COLUMNS)
         figures["replicas.png"] = lambda: replica_plot(requests, replicas)
@@ -152,8 +161,10 @@ def ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # --- per-instance state -------------------------------------------------------------------
 
-def instances(steps: pd.DataFrame, kv_total: int | None) -> Figure:
-    """Queue depth, batch size and KV use at each step start, one step-wise line per instance."""
+def instances(steps: pd.DataFrame, kv_total: int | None,
+              roles: dict[str, str] | None = None) -> Figure:
+    """Queue depth, batch size and KV use at each step start, one step-wise line per instance
+    (named with its role in a P/D run)."""
     from matplotlib.ticker import MaxNLocator
 
     figure, axes = new_figure(11, 8.5, 3, sharex=True)
@@ -170,7 +181,8 @@ def instances(steps: pd.DataFrame, kv_total: int | None) -> Figure:
             if column == "kv_blocks_used" and kv_total:
                 y = 100 * y / kv_total
             colour, style = line_style(i)
-            ax.step(frame["start_s"].to_numpy(dtype=float), y, where="post", label=name,
+            label = name if roles is None else f"{name} ({roles.get(name, '')})"
+            ax.step(frame["start_s"].to_numpy(dtype=float), y, where="post", label=label,
                     linewidth=0.9, color=colour, linestyle=style)
         ax.set(title=title, ylabel=ylabel)
         top = 100 if column == "kv_blocks_used" and kv_total else max(ax.get_ylim()[1], 1)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import struct
+from bisect import bisect_left
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from importlib import resources
@@ -28,7 +30,7 @@ _MASK64 = (1 << 64) - 1
 _INT32_MAX = (1 << 31) - 1
 _SEED_ZERO = 89482311
 _TWO_NEG63 = 2.0**-63
-_SCALAR_BLOCK = 4096  # raw values generated per refill when only scalar draws are made
+_BLOCK = 1 << 15  # raw values generated per refill (one Intn reduction covers a block)
 _SCALAR_WINDOW = 64  # values converted to Python ints at a time for scalar draws
 
 
@@ -247,21 +249,27 @@ class GoRand:
         self._source = _LaggedFibonacci(seed)
         self._block = np.empty(0, dtype=np.int64)  # Int63 values; consumed up to _pos
         self._pos = 0
-        self._vals: list[int] = []  # the head of _block as Python ints (up to _nvals), for speed
+        self._vals: list[int] = []  # _block[_win : _win + _nvals] as Python ints, for speed
+        self._win = 0
         self._nvals = 0
+        self._reduced: _Reduced | None = None  # the block reduced for one Intn bound
 
     # -- buffer management
 
     def _refill_scalar(self) -> None:
         """Make the Python-int view cover the next few unconsumed values of the block (or a
-        new one). A small window: bulk draws in between invalidate it, and converting the
+        new one). A small window: bulk draws in between skip over it, and converting the
         whole rest of the block each time cost more than the draws."""
-        rest = self._block[self._pos :]
-        if rest.size == 0:
-            rest = self._generate(_SCALAR_BLOCK)
-        self._block, self._pos = rest, 0
-        self._vals = rest[:_SCALAR_WINDOW].tolist()
+        if self._pos >= self._block.size:
+            self._replace(self._generate(_BLOCK))
+        self._win = self._pos
+        self._vals = self._block[self._pos : self._pos + _SCALAR_WINDOW].tolist()
         self._nvals = len(self._vals)
+
+    def _replace(self, block: np.ndarray) -> None:
+        """Start consuming a new block from its first value."""
+        self._block, self._pos, self._win = block, 0, 0
+        self._vals, self._nvals, self._reduced = [], 0, None
 
     def _generate(self, count: int) -> np.ndarray:
         """Next ``count`` Int63 values from the source (Go's Int63 masks the sign bit)."""
@@ -272,10 +280,8 @@ class GoRand:
         """Next ``count`` Int63 values without consuming them (extends the block if needed)."""
         avail = self._block.size - self._pos
         if avail < count:
-            extra = self._generate(max(count - avail, _SCALAR_BLOCK))
-            self._block = np.concatenate((self._block[self._pos :], extra))
-            self._pos = 0
-            self._vals, self._nvals = [], 0
+            extra = self._generate(max(count - avail, _BLOCK))
+            self._replace(np.concatenate((self._block[self._pos :], extra)))
         return self._block[self._pos : self._pos + count]
 
     # -- Go's Rand methods
@@ -283,11 +289,12 @@ class GoRand:
     def int63(self) -> int:
         """Go Rand.Int63: a non-negative 63-bit integer."""
         pos = self._pos
-        if pos >= self._nvals:
+        i = pos - self._win
+        if i >= self._nvals:
             self._refill_scalar()
-            pos = 0
+            pos, i = self._pos, 0
         self._pos = pos + 1
-        return self._vals[pos]
+        return self._vals[i]
 
     def uint32(self) -> int:
         """Go Rand.Uint32: the top 32 of the 63 bits."""
@@ -369,6 +376,14 @@ class GoRand:
             raw = self._peek(count) >> shift
             self._pos += count
             return raw & (n - 1)
+        self._peek(count)  # so that the whole draw lies in one block, reduced once
+        reduced = self._reduced
+        if reduced is None or reduced.bound != (n, shift):
+            reduced = self._reduced = _Reduced.of(self._block, n, shift)
+        start = self._pos
+        if not reduced.rejects_in(start, start + count):
+            self._pos = start + count
+            return reduced.values[start : start + count]
         return self._bounded_array(n, count, shift)
 
     def _bounded_array(self, n: int, count: int, shift: int) -> np.ndarray:
@@ -387,6 +402,28 @@ class GoRand:
                 self._pos += int(accepted[count - 1]) + 1
                 return raw[accepted[:count]] % n
             want *= 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Reduced:
+    """A block of Int63 values as Intn(n) results, computed once for the whole block so that
+    each bulk draw is a slice; the positions Go's rejection loop would skip (rare: ~n/2^31)
+    are kept so a draw that meets one takes the exact path."""
+
+    bound: tuple[int, int]  # (n, shift)
+    values: np.ndarray
+    rejected: list[int]
+
+    @classmethod
+    def of(cls, block: np.ndarray, n: int, shift: int) -> _Reduced:
+        raw = block >> shift
+        rejected = np.flatnonzero(raw > _reject_limit(n, 63 - shift)).tolist()
+        return cls((n, shift), raw % n, rejected)
+
+    def rejects_in(self, start: int, stop: int) -> bool:
+        """Whether a rejected value lies in [start, stop)."""
+        i = bisect_left(self.rejected, start)
+        return i < len(self.rejected) and self.rejected[i] < stop
 
 
 # ------------------------------------------------------------------- seed helpers

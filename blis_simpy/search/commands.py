@@ -1,5 +1,6 @@
 """The search commands of the command line (`blis-simpy sweep`, `gepa-evaluate`,
-`openevolve-evaluate`), registered by `cli.py`."""
+`openevolve-evaluate`), registered by `cli.py`. Each imports the search layer when it runs,
+so the other commands' start-up does not pay for it."""
 
 from __future__ import annotations
 
@@ -15,14 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
-from blis_simpy.config.fitness import parse_weights
 from blis_simpy.config.library import scenario_file
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.policies.bundle import AXES
-from blis_simpy.search.code import BUNDLE, candidate_policy
-from blis_simpy.search.sweep import run_many
-from blis_simpy.search.sweepfile import read_sweep
-from blis_simpy.sim.run import load as load_scenario
 
 
 class SweepProgress:
@@ -54,6 +49,9 @@ def sweep(
 ) -> None:
     """Run every scenario x policy x seed of a sweep file on a process pool; write one row
     per run (ids, seed, every summary metric, fitness)."""
+    from blis_simpy.search.sweep import run_many
+    from blis_simpy.search.sweepfile import read_sweep
+
     try:
         spec = read_sweep(sweep_file)
         target = out or spec.out
@@ -103,6 +101,9 @@ def check_table_target(target: Path, force: bool) -> None:
 
 def components(policy_config: Path | None, code: list[str] | None) -> dict[str, str]:
     """The candidate's named text components from the command line's files."""
+    from blis_simpy.policies.bundle import AXES
+    from blis_simpy.search.code import BUNDLE
+
     out: dict[str, str] = {}
     try:
         if policy_config is not None:
@@ -133,6 +134,11 @@ def gepa_evaluate(
 ) -> None:
     """Evaluate one candidate as GEPA's adapter does: print its score (mean fitness) and
     per-run feedback as JSON. A candidate that fails scores 0 with the reason."""
+    from blis_simpy.config.fitness import parse_weights
+    from blis_simpy.search.code import candidate_policy
+    from blis_simpy.search.sweep import run_many
+    from blis_simpy.sim.run import load as load_scenario
+
     try:
         weights = {} if fitness_weights is None else {
             "fitness.weights": parse_weights(fitness_weights)}

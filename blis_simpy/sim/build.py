@@ -24,10 +24,12 @@ from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.core.scale_log import ScaleLog
+from blis_simpy.core.snapshot import Role
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.kv.tiered import TieredKVCache, tiered_pool
 from blis_simpy.engine.latency import LatencyModel, latency_model, latency_notes
+from blis_simpy.engine.pd import DecodeInstance, PrefillInstance
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.policies.admission import ADMISSION
 from blis_simpy.policies.guard import guarded
@@ -38,6 +40,10 @@ from blis_simpy.policies.scheduler import SCHEDULER
 from blis_simpy.sim.deploy import deploy
 from blis_simpy.sim.modes import Mode, mode_of
 from blis_simpy.workload import source
+
+# The instance class of each role (P/D pools use the prefill and decode ones: engine/pd.py).
+ROLES: dict[Role, type[Instance]] = {Role.MONOLITHIC: Instance, Role.PREFILL: PrefillInstance,
+                                     Role.DECODE: DecodeInstance}
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +174,12 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     # one GPU's bytes per KV block, read once when a pool has tiers (the default model's)
     tier_bytes = functools.cache(lambda: kv_block_bytes(scenario))
 
-    def make(name: str, latency: LatencyModel, engine: EngineConfig) -> Instance:
+    def make(name: str, latency: LatencyModel, engine: EngineConfig,
+             role: Role = Role.MONOLITHIC) -> Instance:
         pool = (tiered_pool(engine, lambda: env.now, tier_bytes(), checks)
                 if engine.kv_tiers.enabled
                 else pool_type(engine.kv_blocks or 0, engine.block_size))
-        instance = Instance(
+        instance = ROLES[role](
             env, name, latency, engine, pool,
             policy(SCHEDULER, policies.scheduler, "policies.scheduler"), priority, recorder,
             class_ranks=ranks, reference_order=mode.reference_order)
@@ -186,7 +193,8 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
         for i in range(cluster.instances):
             fleet.add(make(f"instance_{i}", latency, engine))
     else:
-        scale_log = deploy(scenario, env, fleet, gateway, recorder, make)
+        scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
+                           lambda: policy(ROUTING, policies.routing, "policies.routing"))
     notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,
                                          reference_draws=mode.reference_draws,
                                          keep_tokens=keep_tokens)

@@ -14,24 +14,36 @@ from blis_simpy.cluster.actuation import DeploymentPool
 from blis_simpy.cluster.autoscaler import Autoscaler, ConfigScaler
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.gateway import Gateway
-from blis_simpy.config.deployment import Actuation, AutoscalerConfig
-from blis_simpy.config.resolve import config_scenario
+from blis_simpy.cluster.pd import PDHandoff, PoolChoice
+from blis_simpy.config.deployment import (
+    Actuation,
+    AutoscalerConfig,
+    DeploymentConfig,
+    ModelDeployment,
+)
+from blis_simpy.config.pd import Disaggregation
+from blis_simpy.config.resolve import config_scenario, kv_block_bytes, pool_config
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.scale_log import ScaleLog
+from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_S
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.latency import LatencyModel, latency_model
+from blis_simpy.engine.pd import DecodeInstance, PrefillInstance
 from blis_simpy.policies.autoscale import AUTOSCALE, AutoscalePolicy
+from blis_simpy.policies.routing import RoutingPolicy
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.sampling import sample_seconds
 
-MakeInstance = Callable[[str, LatencyModel, EngineConfig], Instance]
+MakeInstance = Callable[[str, LatencyModel, EngineConfig, Role], Instance]
 
 
 def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
-           recorder: Recorder, make: MakeInstance) -> ScaleLog:
+           recorder: Recorder, make: MakeInstance, checks: bool = False,
+           routing: Callable[[], RoutingPolicy] | None = None) -> ScaleLog:
+    """`routing` makes the routing policy object of a P/D config's decode pool."""
     section = scenario.deployment
     assert section is not None
     log = ScaleLog()
@@ -42,17 +54,31 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
     numbers = itertools.count()
     pools: list[DeploymentPool] = []
     fleets: dict[str, Fleet] = {}
+    choice = PoolChoice()
     for model, config in section.configs():
+        fleets.setdefault(model.name, Fleet() if several else fleet)
+        homes = (fleet, fleets[model.name]) if several else (fleet,)
+        pd = config.disaggregation
+        if pd is not None:
+            assert routing is not None
+            prefill = pool_scenario(scenario, model, config, pd, "prefill")
+            handoff = PDHandoff(env, config.id, pd, gateway, Fleet(), Fleet(), recorder,
+                                kv_block_bytes(prefill), prefill.engine.block_size, routing(),
+                                checks)
+            choice.by_fleet[id(homes[-1])] = handoff
+            pools += disaggregated(scenario, model, config, pd, env, homes, gateway,
+                                   make, numbers, actuation, delays, log, handoff)
+            continue
         own = config_scenario(scenario, model, config)
         latency = latency_model(own)
-        fleets.setdefault(model.name, Fleet() if several else fleet)
         pool = DeploymentPool(
-            env, config.id, model.name, config.replicas,
-            (fleet, fleets[model.name]) if several else (fleet,), gateway,
+            env, config.id, model.name, config.replicas, homes, gateway,
             spawner(make, numbers, latency, own.engine), actuation, delays, log)
         log.configs[config.id] = (model.name, config.cost_per_replica_hour)
         pool.start(config.replicas.start)
         pools.append(pool)
+    if choice.by_fleet:
+        gateway.pools = choice
     if several:
         gateway.models = ModelFleets(
             fleets, {t: m.name for m in section.models for t in m.tenants}, scenario.model.name)
@@ -67,11 +93,46 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
 
 
 def spawner(make: MakeInstance, numbers: Iterator[int], latency: LatencyModel,
-            engine: EngineConfig) -> Callable[[], Instance]:
-    """Makes the next instance of one config, numbered across the whole deployment."""
+            engine: EngineConfig, role: Role = Role.MONOLITHIC,
+            handoff: PDHandoff | None = None) -> Callable[[], Instance]:
+    """Makes the next instance of one config (or P/D pool), numbered across the whole
+    deployment."""
     def spawn() -> Instance:
-        return make(f"instance_{next(numbers)}", latency, engine)
+        instance = make(f"instance_{next(numbers)}", latency, engine, role)
+        if handoff is not None:
+            assert isinstance(instance, PrefillInstance | DecodeInstance)
+            instance.handoff = handoff
+            if isinstance(instance, PrefillInstance):
+                instance.bound = handoff.pd.max_held
+        return instance
     return spawn
+
+
+def pool_scenario(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig,
+                  pd: Disaggregation, role: str) -> Scenario:
+    """The one-model scenario a P/D pool's replicas run (checked when resolved)."""
+    return config_scenario(scenario, model, pool_config(config, getattr(pd, role)))
+
+
+def disaggregated(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig,
+                  pd: Disaggregation, env: Environment, homes: tuple[Fleet, ...],
+                  gateway: Gateway, make: MakeInstance, numbers: Iterator[int],
+                  actuation: Actuation, delays: Callable[[], tuple[int, int]], log: ScaleLog,
+                  handoff: PDHandoff) -> list[DeploymentPool]:
+    """A disaggregated_pd config's prefill and decode pools (`<id>/prefill`, `<id>/decode`,
+    scaled independently), joined by its handoff."""
+    pools = []
+    for role, split in (("prefill", handoff.prefill), ("decode", handoff.decode)):
+        own = pool_scenario(scenario, model, config, pd, role)
+        spec = getattr(pd, role)
+        pool = DeploymentPool(
+            env, f"{config.id}/{role}", model.name, spec.replicas, (*homes, split), gateway,
+            spawner(make, numbers, latency_model(own), own.engine, Role(role), handoff),
+            actuation, delays, log)
+        log.configs[pool.config] = (model.name, config.cost_per_replica_hour)
+        pool.start(spec.replicas.start)
+        pools.append(pool)
+    return pools
 
 
 def oscillation_window(config: AutoscalerConfig, policy: AutoscalePolicy) -> int:

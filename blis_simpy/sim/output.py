@@ -72,6 +72,10 @@ class OutputFolder:
         # folders this claim creates, deepest last: removed again if the run never writes
         self.created = [p for p in reversed(target.parents) if not p.exists()]
         self.staging = staging
+        blocker = next((p for p in target.parents if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            raise ScenarioError(self.field, f"cannot write {self.path}: {blocker} is a file, "
+                                "not a folder", "a path whose existing parents are folders")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             staging.mkdir()

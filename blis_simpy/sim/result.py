@@ -9,16 +9,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blis_simpy.compat.results import ReferenceOutputs
-from blis_simpy.config.scenario import Scenario
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.fitness import EvaluationResult
 from blis_simpy.metrics.tables import group_table
-from blis_simpy.metrics.trace.summary import TraceInputs, summary_text
 from blis_simpy.sim.output import OutputFolder
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from blis_simpy.compat.results import ReferenceOutputs
+    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.metrics.trace.summary import TraceInputs
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ class Result:
     trace_files: dict[str, str] = field(default_factory=dict)
     scale_event_table: Table | None = None  # with a deployment section: one row per action
     replica_table: Table | None = None  # ... and each config's replica count over time
+    transfer_table: Table | None = None  # P/D: one row per KV handoff
+    transfer_queue_table: Table | None = None  # P/D: handoffs waiting for the link over time
+
+    @cached_property
+    def transfers(self) -> pd.DataFrame | None:
+        """P/D: one row per KV handoff (transfers.csv)."""
+        return None if self.transfer_table is None else self.transfer_table.frame()
 
     @cached_property
     def scale_events(self) -> pd.DataFrame | None:
@@ -106,9 +114,13 @@ class Result:
         suggested focus, at most about `max_tokens` tokens (4 characters each). `strategy`:
         issue_focused, decision_audit, counterfactual or pattern_mining. The same run always
         gives the same text. Decision sections need `cluster.trace_level: decisions`."""
+        from blis_simpy.metrics.trace.summary import summary_text
+
         return summary_text(self.trace_inputs(), max_tokens, strategy)
 
     def trace_inputs(self) -> TraceInputs:
+        from blis_simpy.metrics.trace.summary import TraceInputs
+
         return TraceInputs.of(self.summary, self.metrics, self.requests, self.anomalies,
                               self.decisions, self.scenario.to_dict())
 
@@ -142,7 +154,9 @@ class Result:
                             ("instances", self.instance_table),
                             ("decisions", self.decision_table),
                             ("scale_events", self.scale_event_table),
-                            ("replicas", self.replica_table)):
+                            ("replicas", self.replica_table),
+                            ("transfers", self.transfer_table),
+                            ("transfer_queue", self.transfer_queue_table)):
             if table is not None:
                 write_table(table, folder / f"{name}.{fmt}")
         for name, text in {**self.extra_files, **self.trace_files}.items():

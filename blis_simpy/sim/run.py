@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from blis_simpy.compat.results import ReferenceOutputs
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario, set_path
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.records import Recorder
+from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.evaluation import evaluate
+from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.scaling import deployment_summary, replica_table, scale_event_table
 from blis_simpy.metrics.tables import (
     instance_series,
@@ -22,11 +22,14 @@ from blis_simpy.metrics.tables import (
     summary,
 )
 from blis_simpy.metrics.trace.decisions import DecisionRows
-from blis_simpy.metrics.trace.perfetto import perfetto_json
 from blis_simpy.metrics.trace.regret import prefill_ms_per_token
 from blis_simpy.metrics.warnings import run_warnings
 from blis_simpy.sim.build import Progress, Simulation, build
 from blis_simpy.sim.result import Result
+
+if TYPE_CHECKING:
+    from blis_simpy.compat.results import ReferenceOutputs
+    from blis_simpy.metrics.conventions import RequestLatencies
 
 
 def load(scenario: Scenario | str | Path, *, seed: int | None = None,
@@ -80,6 +83,10 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     if scale_log is not None:
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
+    pd_tables = None
+    if disaggregated(records):
+        stats["pd"] = pd_summary(records, requests)
+        pd_tables = transfer_table(records), queue_depth_table(records)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
                                               wall)
     steps, anomaly_rows = step_table(records), anomaly_table(anomalies)
@@ -95,6 +102,8 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     if "jsonl" in formats:
         trace_files["decisions.jsonl"] = "" if decisions is None else decisions.jsonl()
     if "perfetto" in formats:
+        from blis_simpy.metrics.trace.perfetto import perfetto_json
+
         trace_files["trace.json"] = perfetto_json([i.id for i in records.instances], requests,
                                                    steps, anomaly_rows, decision_table)
     return Result(
@@ -109,9 +118,19 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         anomaly_table=anomaly_rows,
         instance_table=instance_series(records),
         trace_files=trace_files,
-        reference=ReferenceOutputs.of(stats, lat, records.requests)
-        if sim.mode.reference_reporting else None,
+        reference=reference_outputs(stats, lat, records) if sim.mode.reference_reporting
+        else None,
         events=records.events,
         scale_event_table=None if scale_log is None else scale_event_table(scale_log),
         replica_table=None if scale_log is None else replica_table(scale_log, scenario),
+        transfer_table=None if pd_tables is None else pd_tables[0],
+        transfer_queue_table=None if pd_tables is None else pd_tables[1],
     )
+
+
+def reference_outputs(stats: dict[str, Any], lat: RequestLatencies,
+                      records: Records) -> ReferenceOutputs:
+    """The reference's own output files of a compat run; the writers are loaded only then."""
+    from blis_simpy.compat.results import ReferenceOutputs
+
+    return ReferenceOutputs.of(stats, lat, records.requests)

@@ -9,6 +9,8 @@ is not a request; `sample_seconds` only clamps at 0, because a duration can be e
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -63,12 +65,18 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return whole + np.copysign(np.abs(x - whole) >= 0.5, x)
 
 
-def sample_tokens(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
-    """n token counts (int64): draw, round half away from zero, clamp to [max(min, 1), max]."""
+def token_bounds(dist: Distribution) -> tuple[int, int]:
+    """The integer range token counts are clamped to: [max(min, 1), max] within MAX_TOKENS."""
     lo = math.ceil(max(dist.min if dist.min is not None else 1.0, 1.0))
     hi = min(math.floor(dist.max), MAX_TOKENS) if dist.max is not None else MAX_TOKENS
     if hi < lo:
         raise ValueError(f"no token count >= 1 lies in [{dist.min}, {dist.max}]")
+    return lo, hi
+
+
+def sample_tokens(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
+    """n token counts (int64): draw, round half away from zero, clamp to [max(min, 1), max]."""
+    lo, hi = token_bounds(dist)
     # Clip in float space first so huge draws cannot overflow int64, then round and re-clip
     # to the integer bounds (rounding may cross a fractional bound).
     values = round_half_away(np.clip(draw(dist, rng, n), lo, float(hi)))
@@ -77,6 +85,44 @@ def sample_tokens(dist: Distribution, rng: np.random.Generator, n: int) -> np.nd
 
 def sample_seconds(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
     """n durations in seconds (float64), clamped to [max(min, 0), max]."""
+    return np.clip(draw(dist, rng, n), *seconds_bounds(dist))
+
+
+def seconds_bounds(dist: Distribution) -> tuple[float, float]:
     lo = max(dist.min if dist.min is not None else 0.0, 0.0)
-    hi = dist.max if dist.max is not None else np.inf
-    return np.clip(draw(dist, rng, n), lo, hi)
+    return lo, dist.max if dist.max is not None else math.inf
+
+
+def one_token_count(dist: Distribution, rng: np.random.Generator) -> int:
+    """`sample_tokens(dist, rng, 1)[0]` (the same draw, the same value) in scalar arithmetic:
+    a source that draws one count at a time (tenants react to completions, so their draws
+    cannot be made ahead) would otherwise pay for six numpy calls on one-element arrays."""
+    lo, hi = token_bounds(dist)
+    x = min(max(float(draw(dist, rng, 1)[0]), lo), float(hi))
+    whole = math.trunc(x)
+    return min(max(whole + (x - whole >= 0.5), lo), hi)  # x >= lo >= 1: halves round up
+
+
+def one_duration(dist: Distribution, rng: np.random.Generator) -> float:
+    """`sample_seconds(dist, rng, 1)[0]` in scalar arithmetic (the same draw and value)."""
+    lo, hi = seconds_bounds(dist)
+    return min(max(float(draw(dist, rng, 1)[0]), lo), hi)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedPick:
+    """`rng.choice(len(weights), p=weights / weights.sum())` without its per-call checks: the
+    cumulative table is built once, the same way numpy's Generator.choice builds it, and each
+    pick consumes the same single `random()` draw and searches it the same way (right side)."""
+
+    cdf: list[float]
+
+    @classmethod
+    def of(cls, weights: list[float]) -> WeightedPick:
+        p = np.array(weights, dtype=float)
+        cdf = (p / p.sum()).cumsum()
+        cdf /= cdf[-1]
+        return cls(cdf.tolist())
+
+    def pick(self, rng: np.random.Generator) -> int:
+        return bisect_right(self.cdf, rng.random())

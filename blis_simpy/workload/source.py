@@ -35,7 +35,8 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
     about its input (trace rows it skipped), for the run's warnings."""
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
-        TenantWorkload(env, workload, scenario.seed, deliver)
+        TenantWorkload(env, workload, scenario.seed, deliver,
+                       None if keep_tokens else scenario.engine.block_size)
         return []
     requests, notes = requests_of(scenario, reference_draws=reference_draws,
                                   prehash=not keep_tokens)

@@ -20,12 +20,13 @@ from blis_simpy.config.arrivals import ConstantProfile
 from blis_simpy.config.distributions import Distribution
 from blis_simpy.config.workload import TenantSpec, TenantsWorkload
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.hashing import block_hashes, hash_request
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.units import US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.arrivals import arrival_times
-from blis_simpy.workload.sampling import sample_seconds, sample_tokens
+from blis_simpy.workload.sampling import WeightedPick, one_duration, one_token_count
 
 Process = Generator[simpy.Event, object, None]
 
@@ -40,10 +41,10 @@ class TenantStreams:
         self.choices = stream(seed, f"tenant:{tenant}:choices")
 
     def count(self, dist: Distribution, factor: float = 1.0) -> int:
-        return max(1, round(int(sample_tokens(dist, self.lengths, 1)[0]) * factor))
+        return max(1, round(one_token_count(dist, self.lengths) * factor))
 
     def seconds(self, dist: Distribution) -> float:
-        return float(sample_seconds(dist, self.lengths, 1)[0])
+        return one_duration(dist, self.lengths)
 
     def ids(self, n: int) -> np.ndarray:
         return self.tokens.integers(0, VOCAB, n)
@@ -53,8 +54,12 @@ class TenantWorkload:
     """Starts one process per tenant (plus its users, sessions and bursts) on `env`."""
 
     def __init__(self, env: Environment, workload: TenantsWorkload, seed: int,
-                 deliver: Callable[[Request], None]) -> None:
+                 deliver: Callable[[Request], None], block_size: int | None = None) -> None:
+        """`block_size`: hash each request's blocks before delivering it, reusing the hashes
+        of a shared prefix and of the conversation so far (None: leave it to the gateway, which
+        then can keep the token ids)."""
         self.env = env
+        self.block_size = block_size
         self.workload = workload
         self.seed = seed
         self.deliver = deliver
@@ -63,11 +68,22 @@ class TenantWorkload:
         self.end_us = round(workload.duration_s * US_PER_S)
         self.prefixes = {g.id: stream(seed, f"prefix:{g.id}") for g in workload.prefix_groups}
         self.prefix_tokens = {
-            g.id: self.prefixes[g.id].integers(0, VOCAB, int(sample_tokens(
-                g.length, self.prefixes[g.id], 1)[0]))
+            g.id: self.prefixes[g.id].integers(0, VOCAB, one_token_count(
+                g.length, self.prefixes[g.id]))
             for g in workload.prefix_groups
         }
-        self.popularity = {g.id: g.popularity for g in workload.prefix_groups}
+        self.prefix_hashes = {
+            name: block_hashes(tokens, block_size) if block_size else []
+            for name, tokens in self.prefix_tokens.items()
+        }
+        popularity = {g.id: g.popularity for g in workload.prefix_groups}
+        # Each tenant's prefix groups and its pick among them by popularity, made once.
+        self.prefix_choice: dict[str, tuple[list[str], WeightedPick]] = {}
+        for tenant in workload.tenants:
+            if tenant.prefix is not None:
+                names = list(tenant.prefix.groups or sorted(self.prefix_tokens))
+                pick = WeightedPick.of([popularity[n] for n in names])
+                self.prefix_choice[tenant.id] = (names, pick)
         open_total = workload.open_fraction_total
         for tenant in workload.tenants:
             streams = TenantStreams(seed, tenant.id)
@@ -89,24 +105,27 @@ class TenantWorkload:
         cap = self.workload.max_requests
         return cap is not None and self.issued >= cap
 
-    def _issue(self, tenant: TenantSpec, prompt: np.ndarray, output: np.ndarray,
-               kind: str, session: str = "", turn: int = 0) -> Request:
+    def _issue(self, tenant: TenantSpec, prompt: np.ndarray, output: np.ndarray, kind: str,
+               known: list[int], session: str = "", turn: int = 0) -> tuple[Request, list[int]]:
+        """Deliver a request; `known`: the block hashes of a sequence its prompt starts with.
+        Returns it and its block hashes (empty if the gateway hashes it)."""
         req = Request(self.issued, self.env.now, prompt, output, tenant.id, tenant.slo_class)
         req.request_type = kind
         req.session_id = session
         req.turn = turn
         self.issued += 1
+        hashes = hash_request(req, self.block_size, known) if self.block_size else []
         self.deliver(req)
-        return req
+        return req, hashes
 
-    def _prefix(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
+    def _prefix(self, tenant: TenantSpec, streams: TenantStreams) -> tuple[np.ndarray, list[int]]:
+        """The shared prefix a request starts with (maybe none), and its block hashes."""
         use = tenant.prefix
         if use is None or streams.choices.random() >= use.reuse_probability:
-            return np.zeros(0, dtype=np.int64)
-        names = use.groups or sorted(self.prefix_tokens)
-        weights = np.array([self.popularity[n] for n in names], dtype=float)
-        name = names[int(streams.choices.choice(len(names), p=weights / weights.sum()))]
-        return self.prefix_tokens[name]
+            return np.zeros(0, dtype=np.int64), []
+        names, pick = self.prefix_choice[tenant.id]
+        name = names[pick.pick(streams.choices)]
+        return self.prefix_tokens[name], self.prefix_hashes[name]
 
     def _prompt(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
         factor = tenant.behavior.prompt_multiplier if tenant.behavior.type == "abusive" else 1
@@ -139,13 +158,14 @@ class TenantWorkload:
             session = f"{tenant.id}-s{self.sessions}"
             run = self._chat if kind == "chat" else self._agentic
             return self.env.process(run(tenant, streams, session))
-        prompt = np.concatenate((self._prefix(tenant, streams), self._prompt(tenant, streams)))
+        prefix, known = self._prefix(tenant, streams)
+        prompt = np.concatenate((prefix, self._prompt(tenant, streams)))
         output = self._output(tenant, streams)
         if kind == "reasoning":
             steps = streams.count(tenant.reasoning.chain_length)
             thinking = sum(streams.count(tenant.reasoning.tokens_per_step) for _ in range(steps))
             output = np.concatenate((streams.ids(thinking), output))
-        return self._issue(tenant, prompt, output, kind)
+        return self._issue(tenant, prompt, output, kind, known)[0]
 
     def _respond(self, req: Request) -> Generator[simpy.Event, object, bool]:
         """Wait until the response is complete (its last token delivered), rejected or given
@@ -164,7 +184,7 @@ class TenantWorkload:
 
     def _chat(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
         chat = tenant.chat
-        prefix = self._prefix(tenant, streams)
+        prefix, known = self._prefix(tenant, streams)
         exchanges: list[np.ndarray] = []
         for turn in range(streams.count(chat.turns)):
             if self.exhausted:
@@ -173,21 +193,24 @@ class TenantWorkload:
             prompt = np.concatenate([prefix, *carried(exchanges, chat.context_growth,
                                                       chat.max_context_tokens, turn), message])
             output = self._output(tenant, streams)
-            req = self._issue(tenant, prompt, output, "chat", session, turn)
+            req, hashes = self._issue(tenant, prompt, output, "chat", known, session, turn)
             if not (yield from self._respond(req)):
                 return
+            if chat.context_growth == "linear":  # the next prompt starts with this exchange
+                known = hashes
             exchanges.append(np.concatenate((message, output)))
             yield from self._wait_until(self.env.now + round(
                 streams.seconds(chat.think_time_s) * US_PER_S))
 
     def _agentic(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
         agent = tenant.agentic
-        context = np.concatenate((self._prefix(tenant, streams), self._prompt(tenant, streams)))
+        prefix, known = self._prefix(tenant, streams)
+        context = np.concatenate((prefix, self._prompt(tenant, streams)))
         calls_left = streams.count(agent.max_tool_calls)
         step = 0
         while not self.exhausted:
             output = self._output(tenant, streams)
-            req = self._issue(tenant, context, output, "agentic", session, step)
+            req, known = self._issue(tenant, context, output, "agentic", known, session, step)
             delivered = yield from self._respond(req)
             if (not delivered or calls_left <= 0 or self.exhausted
                     or streams.choices.random() >= agent.tool_call_probability):

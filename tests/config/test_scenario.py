@@ -551,3 +551,20 @@ def test_setting_a_policy_type_drops_the_params_of_the_template_it_replaces():
                                          "policies.routing.params.scorers.queue-depth=5"])
     assert kept.policies.routing.params["scorers"]["queue-depth"] == 5
     assert "prefix-affinity" in kept.policies.routing.params["scorers"]
+
+
+@pytest.mark.parametrize("kind, section", [
+    ("chat", {"turns": {"type": "constant", "value": 3}}),
+    ("agentic", {"tool_call_probability": 0.5}),
+    ("reasoning", {"chain_length": {"type": "constant", "value": 3}}),
+])
+def test_session_section_without_its_request_type_is_refused(kind, section):
+    """A tenant's chat/agentic/reasoning section only shapes requests of that type: given
+    without it, it would be ignored without a word (the tenants bench did this)."""
+    tenant = {"id": "t", kind: section}
+    with pytest.raises(ScenarioError) as err:
+        Scenario.from_dict({**BASE, "workload": {"type": "tenants", "tenants": [tenant]}})
+    assert err.value.path == f"workload.tenants[0].{kind}"
+    assert f"request_type: {kind}" in str(err.value)
+    Scenario.from_dict({**BASE, "workload": {"type": "tenants",
+                                             "tenants": [{**tenant, "request_type": kind}]}})

@@ -148,6 +148,18 @@ def test_cli_bad_bundle_names_its_file(tmp_path: Path):
     assert "b.yaml" in result.output and "routing.type" in result.output
 
 
+def test_cli_params_only_bundle_axis_without_a_scenario_policy_blames_the_bundle(
+        tmp_path: Path):
+    bundle_file = tmp_path / "b.yaml"
+    bundle_file.write_text("admission: {params: {rate: 5}}\n")
+    result = CliRunner().invoke(app, ["run", "quickstart", "--policy-config", str(bundle_file),
+                                      "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert f"{bundle_file}: admission.type: is required" in result.output
+    assert "names no admission policy" in result.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_bundle_carries_the_autoscale_axis_into_the_deployment_section():
     """The autoscaler's policy is the fifth axis of a bundle; it lands in the scenario's
     deployment section, and a bad parameter fails when the bundle is read."""

@@ -460,7 +460,7 @@ def test_same_seed_same_table_different_seed_different_table():
     {"prompt": {"type": "lognormal", "mean": 2000, "sigma": 1.0}},
     {"arrival": {"type": "gamma", "cv": 3.0}},
     {"behavior": {"type": "bursty", "burst_size": {"type": "constant", "value": 30}}},
-    {"request_type": "completion"},
+    {"request_type": "completion", "chat": None},
 ], ids=["output", "prompt", "arrival", "behavior", "request_type"])
 def test_changing_one_tenant_leaves_another_tenants_requests_unchanged(change):
     """The open-loop tenant `steady` draws from its own streams: whatever the chat tenant
@@ -534,3 +534,37 @@ def test_duration_stops_new_sessions_and_the_horizon_stops_running_ones():
     assert (cut.groupby("session").size() < 8).any()
     assert len(cut) < len(free)
     assert (cut.final_state != "completed").any()
+
+
+def test_hashing_at_the_source_equals_hashing_at_the_gateway():
+    """A run hashes each request in the workload, continuing from its shared prefix's hashes
+    and (linear chats, agent loops) the previous request's; a run that keeps token ids leaves
+    hashing to the gateway, from scratch. Same cache hits and the same table either way, with
+    prefix groups, every context growth, agent loops and reasoning (cache hits are asserted, so
+    the comparison is not vacuous)."""
+    chat = {"prompt": {"type": "uniform", "low": 5, "high": 60}, "output": const(17),
+            "prefix": {"reuse_probability": 0.7}}
+    s = tenants_scenario([
+        {"id": "lin", "request_type": "chat", **chat,
+         "chat": {"turns": const(4), "think_time_s": const(0.1), "context_growth": "linear"}},
+        {"id": "sub", "request_type": "chat", **chat,
+         "chat": {"turns": const(4), "think_time_s": const(0.1), "context_growth": "sublinear"}},
+        {"id": "bnd", "request_type": "chat", **chat,
+         "chat": {"turns": const(4), "think_time_s": const(0.1), "context_growth": "bounded",
+                  "max_context_tokens": 50}},
+        {"id": "agent", "request_type": "agentic", **chat,
+         "agentic": {"tool_call_probability": 0.8, "max_tool_calls": const(3),
+                     "tool_latency_s": const(0.1), "tool_result_tokens": const(23)}},
+        {"id": "think", "request_type": "reasoning", **chat},
+    ], rate_per_s=10, duration_s=10, instances=2,
+        prefix_groups=[{"id": "a", "length": const(40)}, {"id": "b", "length": const(77)}])
+
+    def table(keep_tokens: bool) -> list[tuple[Any, ...]]:
+        sim = build(resolve(s), keep_tokens=keep_tokens)
+        sim.run()
+        return [(r.name, r.arrival, r.input_len, r.output_len, r.instance, r.cached_tokens,
+                 r.completed_at) for r in sim.recorder.requests]
+
+    at_source = table(keep_tokens=False)
+    assert sum(row[5] > 0 for row in at_source) > len(at_source) // 4
+    assert at_source == table(keep_tokens=True)

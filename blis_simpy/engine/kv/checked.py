@@ -5,8 +5,11 @@ Chosen at build time (`build(..., checks=True)`), so ordinary runs pay nothing f
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
 
+from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.request import Request
 from blis_simpy.engine.kv.cache import KVCache
 from blis_simpy.engine.kv.pool import PrefixHit
@@ -47,3 +50,34 @@ def checked(pool_type: type[P]) -> type[P]:
 
     Checked.__name__ = Checked.__qualname__ = f"Checked{pool_type.__name__}"
     return Checked
+
+
+class KVOwner(Protocol):
+    """An instance as the ownership check sees it: its id, its pool and who holds blocks."""
+
+    id: str
+    kv: Any
+
+    def kv_holders(self) -> list[Request]: ...
+
+
+def check_ownership(instances: Iterable[KVOwner]) -> None:
+    """P/D single ownership (`pd_ownership`): every holder of KV blocks (a request, or a
+    transfer's reservation) holds them at one instance only, and every block's reference
+    count at each instance is exactly the number of its holders there referencing it, so no
+    block is shared across owners, leaked or freed twice."""
+    where: dict[int, str] = {}
+    for inst in instances:
+        counts: Counter[int] = Counter()
+        for holder in inst.kv_holders():
+            other = where.setdefault(id(holder), inst.id)
+            if other != inst.id:
+                raise InvariantError(f"{getattr(holder, 'name', 'a reservation')} holds KV "
+                                     f"blocks at both {other} and {inst.id}")
+            counts.update(holder.blocks)
+        refcount = inst.kv.refcount
+        held = {block: count for block, count in enumerate(refcount) if count}
+        if held != dict(counts):
+            wrong = sorted(set(held.items()) ^ set(counts.items()))[:3]
+            raise InvariantError(f"{inst.id}: KV block references differ from their holders' "
+                                 f"(block, count): {wrong}")

@@ -12,7 +12,9 @@ as the type gets), so a summary can rank occurrences of different types.
 * `priority_inversion`, `slo_class_inversion`: 0.25, one out-of-order admission is minor;
   their count carries the weight;
 * `scale_oscillation`: 0.5, each flip pays a replica's provisioning and load (or a drain) for
-  nothing; their count carries the weight.
+  nothing; their count carries the weight;
+* `pd_backpressure`: the episode's length in seconds, capped at 1 (a prefill instance unable to
+  admit for a second or more).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:
     kind = anomaly.type
     if kind in JUDGED_WITH_SEVERITY:
         return anomaly.severity
-    if kind in ("hol_blocking", "kv_hol_blocking"):
+    if kind in ("hol_blocking", "kv_hol_blocking", "pd_backpressure"):
         return min(1.0, (anomaly.end - anomaly.time) / US_PER_S)
     if kind == "preemption_storm":
         return min(1.0, len(anomaly.requests) / (2 * config.preemption_storm.count))

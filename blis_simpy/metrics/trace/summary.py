@@ -369,6 +369,7 @@ FOCUS = {
     "shadow_divergence": "Do not trust old prefix placement: weigh recency or observed hit rate",
     "kv_thrashing": "Keep a session's requests on one instance, or give its KV a larger CPU tier",
     "scale_oscillation": "Widen the autoscaler's hysteresis or lengthen its cooldown",
+    "pd_backpressure": "Add decode replicas, or lower the P:D ratio",
 }
 
 DETECTORS: tuple[Callable[[TraceInputs], list[Issue]], ...] = (

@@ -1,0 +1,245 @@
+"""The two instance roles of P/D disaggregation, as seams on the ordinary step loop.
+
+A prefill instance runs every request it is given as a request of one output token: when the
+step computing that token ends, instead of completing, the request is handed to its
+deployment's handoff (a SimPy Store the handoff process reads), still holding its KV blocks
+here. The instance lets go
+of them only when the handoff says ownership has moved (or the request was dropped), so each
+block has one owner at every moment. While it holds `bound` such requests it admits nothing
+new (backpressure, a `pd_backpressure` episode), and when holding them is all that keeps it
+from making progress it waits until one is let go instead of spinning.
+
+A decode instance takes two kinds of requests: whole ones (the decider kept them monolithic),
+which run as on any instance, and handed-over ones, which arrive with their KV blocks already
+attached and their first token already streamed (through the inbox when the step loop is idle
+and waits on it): they go straight into
+the running batch (before any waiting request, as they hold KV) and decode from there, with no
+prefill. Whenever its requests finish the handoff is told, so transfers waiting for KV room
+here can go on.
+
+The monolithic instance is untouched: these classes are used only by disaggregated configs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from typing import Any, Protocol, cast
+
+import simpy
+
+from blis_simpy.core.request import Request, State
+from blis_simpy.core.snapshot import Role
+from blis_simpy.engine.instance import Instance
+
+
+class Handoff(Protocol):
+    """What the instances of a disaggregated config report to its handoff."""
+
+    def prefilled(self, instance: PrefillInstance, req: Request, ready: int) -> None:
+        """The request's prompt and first token are computed by the step ending at `ready`;
+        its KV is held there."""
+        ...
+
+    def abandoned(self, req: Request) -> None:
+        """Its client gave up while its KV was held or moving: drop the handoff."""
+        ...
+
+    def room(self, instance: DecodeInstance) -> None:
+        """KV blocks were freed on a decode instance."""
+        ...
+
+
+class Reservation:
+    """Decode KV blocks set aside for a transfer under way: written by the link, owned by no
+    request until the transfer completes (it has no hashes, so nothing can hit its blocks
+    before their content has arrived)."""
+
+    __slots__ = ("blocks", "hashes")
+
+    def __init__(self) -> None:
+        self.blocks: list[int] = []
+        self.hashes: list[int] = []
+
+    @property
+    def as_request(self) -> Request:
+        """What the block pool's interface takes: anything with `blocks` and `hashes`."""
+        return cast(Request, self)
+
+
+class PrefillInstance(Instance):
+    """Computes prompts and first tokens; holds each request's KV until it moves."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, role=Role.PREFILL, **kwargs)
+        self.handoff: Handoff | None = None  # set by the deployment that owns it
+        self.bound = 1 << 62  # held requests at which admission stops (set with the handoff)
+        self.holding: dict[str, Request] = {}  # prefilled, KV here, not yet moved
+        self.blocked_at = -1  # start of the current backpressure episode, -1 if none
+        self.blocked_queue: tuple[str, ...] = ()
+        self.wake: simpy.Event | None = None
+
+    def _loop(self) -> Generator[simpy.Event, object, None]:
+        env = self.env
+        inbox = self.inbox
+        while True:
+            if not self.running and not self.wait_queue and not inbox.items:
+                self.wait_queue.append((yield inbox.get()))  # type: ignore[arg-type]
+            duration = self.step()
+            if duration is None:
+                if self.holding:  # held KV or the bound stops it: wait for a let-go
+                    self.wake = env.event()
+                    yield self.wake
+                continue
+            yield env.timeout(duration)
+            self.last_event = env.now
+
+    def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
+        if len(self.holding) >= self.bound:
+            if self.blocked_at < 0 and self.wait_queue:
+                self.blocked_at = self.env.now
+                self.blocked_queue = tuple(r.name for r in self.wait_queue)
+            return 0, 0
+        return super()._admit(running, budget)
+
+    def _complete(self, done: list[Request], at: int) -> None:
+        """Requests of one output token are done here; the others move on with their KV."""
+        whole = [req for req in done if req.output_len <= 1]
+        if whole:
+            super()._complete(whole, at)
+        if len(whole) == len(done):
+            return
+        assert self.handoff is not None
+        running = self.running
+        ready = at - self.latency.output_delay  # the step's end: its KV is all there then
+        for req in done:
+            if req.output_len > 1:
+                running.remove(req)
+                req.state = State.TRANSFERRING
+                self.holding[req.name] = req
+                self.handoff.prefilled(self, req, ready)
+
+    def let_go(self, req: Request) -> None:
+        """Ownership of the request's KV has moved (or the request was dropped): free the
+        blocks here, and admit again if the bound stopped admission."""
+        del self.holding[req.name]
+        self.kv.release(req)
+        now = self.env.now
+        self.last_event = now
+        if self.blocked_at >= 0 and len(self.holding) < self.bound:
+            self._end_backpressure(now)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+            self.wake = None
+
+    def _end_backpressure(self, now: int) -> None:
+        self.recorder.anomaly("pd_backpressure", self.blocked_at, self.id, self.blocked_queue,
+                              f"held {self.bound} prefilled requests waiting for decode",
+                              end=now)
+        self.blocked_at = -1
+        self.blocked_queue = ()
+
+    def abandon(self, req: Request) -> None:
+        if req.state is State.TRANSFERRING:
+            assert self.handoff is not None
+            self.handoff.abandoned(req)  # lets go of its KV here
+            if self.observer is not None:
+                self.observer.finished(self.id, req)
+            return
+        super().abandon(req)
+
+    def finish(self) -> None:
+        if self.blocked_at >= 0:
+            self._end_backpressure(self.last_event)
+        super().finish()
+
+    def kv_holders(self) -> list[Request]:
+        return [*super().kv_holders(), *self.holding.values()]
+
+
+class DecodeInstance(Instance):
+    """Decodes requests whose KV was handed over, and runs whole requests too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, role=Role.DECODE, **kwargs)
+        self.handoff: Handoff | None = None
+        self.arrived: deque[Request] = deque()  # handed over, waiting for a batch slot
+        self.reservations: list[Reservation] = []  # transfers under way into this instance
+        self.awaiting = 0  # handoffs waiting for KV room here (kept by the handoff)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting here: whole ones in the queue, handed-over ones for a batch slot,
+        and handoffs for KV room (what the autoscaler and routing see of decode demand)."""
+        return len(self.wait_queue) + len(self.inbox.items) + len(self.arrived) + self.awaiting
+
+    def receive(self, req: Request) -> None:
+        """Ownership of the request's KV (already in `req.blocks`) is here now: its full
+        blocks become hits for later requests, and it joins through the inbox."""
+        req.instance = self.id
+        kv = self.kv
+        for block in range(req.input_len // kv.block_size):
+            kv.publish(req, block * kv.block_size)
+        self.last_event = self.env.now
+        # no token run on this instance yet: the token gaps start from its next step
+        req.first_token_step = req.last_emit_step = len(self.steps) - 1
+        self.arrived.append(req)
+        if self.inbox.get_queue:  # the step loop is idle, waiting on its inbox: wake it
+            self.inbox.put(req)
+
+    def _loop(self) -> Generator[simpy.Event, object, None]:
+        env = self.env
+        inbox = self.inbox
+        while True:
+            if (not self.running and not self.wait_queue and not inbox.items
+                    and not self.arrived):
+                req = cast(Request, (yield inbox.get()))
+                if req.state is not State.TRANSFERRING:  # a handed-over one is in `arrived`
+                    self.wait_queue.append(req)
+            duration = self.step()
+            if duration is None:
+                continue
+            yield env.timeout(duration)
+            self.last_event = env.now
+
+    def step(self) -> int | None:
+        if self.arrived:
+            self._seat()
+        return super().step()
+
+    def _seat(self) -> None:
+        """Handed-over requests take free batch slots ahead of the wait queue: their KV is
+        here and their next token is a decode."""
+        arrived, running = self.arrived, self.running
+        last = len(self.steps) - 1
+        while arrived and len(running) < self.max_running:
+            req = arrived.popleft()
+            req.state = State.RUNNING
+            req.seq = self._seq
+            self._seq += 1
+            req.first_token_step = req.last_emit_step = last
+            running.append(req)
+            self.explicit.append(req)
+            self.admissions += 1
+
+    def abandon(self, req: Request) -> None:
+        if req.state is State.TRANSFERRING:  # waiting for a batch slot
+            self.arrived.remove(req)
+            self.kv.release(req)
+            if self.observer is not None:
+                self.observer.finished(self.id, req)
+            self._freed()
+            return
+        super().abandon(req)
+        self._freed()
+
+    def _complete(self, done: list[Request], at: int) -> None:
+        super()._complete(done, at)
+        self._freed()
+
+    def _freed(self) -> None:
+        if self.handoff is not None:
+            self.handoff.room(self)
+
+    def kv_holders(self) -> list[Request]:
+        return [*super().kv_holders(), *self.arrived, *(r.as_request for r in self.reservations)]

@@ -1,0 +1,56 @@
+"""The P/D plot of a disaggregated run (one with a transfers table): each pool's busy share
+over time, the KV handoffs waiting for their link, and how long the transfers took, so a
+pool that is the bottleneck, a saturated link or a decode pool short of KV room can be read
+off one figure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+TRANSFER_COLUMNS = ("asked_s", "reserved_s", "start_s", "end_s", "outcome")
+QUEUE_COLUMNS = ("time_s", "waiting_transfers")
+ROLE_COLUMNS = ("instance", "role", "time_s", "busy_s")
+
+
+def pd_plot(instances: pd.DataFrame, transfers: pd.DataFrame, queue: pd.DataFrame
+            ) -> Figure:
+    from blis_simpy.report.plots import bin_edges, bin_width, line_style, new_figure
+
+    figure, (busy_ax, queue_ax, took_ax) = new_figure(11, 8.5, 3)
+    end = max(float((instances["time_s"] + instances["busy_s"]).max())
+              if len(instances) else 0.0, 1e-3)
+    width = bin_width(end)
+    edges = bin_edges(end, width)
+    for i, role in enumerate(("prefill", "decode")):
+        rows = instances[instances["role"] == role]
+        count = rows["instance"].nunique()
+        busy = np.histogram(rows["time_s"].to_numpy(dtype=float), edges,
+                            weights=rows["busy_s"].to_numpy(dtype=float))[0]
+        share = busy / (width * max(count, 1))
+        busy_ax.stairs(share, edges, color=line_style(i)[0], label=f"{role} ({count})")
+    busy_ax.set(title=f"Pool busy share ({width:g} s bins, by step start)", ylabel="busy share")
+    busy_ax.set_ylim(0, 1.05)
+    busy_ax.legend(loc="upper right")
+    times = np.append(queue["time_s"].to_numpy(dtype=float), end)
+    depth = queue["waiting_transfers"].to_numpy(dtype=float)
+    if len(depth):
+        queue_ax.step(times, np.append(depth, depth[-1]), where="post")
+    queue_ax.set(title="KV handoffs waiting for their link (incl. for decode KV room)",
+                 xlabel="simulated time (s)", ylabel="handoffs")
+    moved = transfers[transfers["outcome"] == "transferred"]
+    took = (moved["end_s"] - moved["start_s"]).to_numpy(dtype=float) * 1000
+    waited = (moved["start_s"] - moved["asked_s"]).to_numpy(dtype=float) * 1000
+    took_ax.hist([took, waited], bins=30, label=["on the link", "waiting before it"])
+    took_ax.set(title=f"KV transfers ({len(moved)} moved, {len(transfers) - len(moved)} "
+                "dropped or abandoned)", xlabel="ms", ylabel="transfers")
+    took_ax.legend(loc="upper right")
+    for ax in (busy_ax, queue_ax, took_ax):
+        ax.grid(alpha=0.3)
+    figure.suptitle("P/D disaggregation: pools and KV transfers")
+    return figure

@@ -1,0 +1,122 @@
+"""Start-up stays small: `blis-simpy run` imports what the run needs and nothing more (no search
+layer or process pool, no pandas, no plotting, no importers, compat writers only in compat
+mode), `--help` needs no numpy, and the public API still resolves its names on first use.
+
+Each check runs in a fresh interpreter, since this test process has loaded everything.
+(docs/performance.md: Start-up.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# a real command line, then the interpreter's loaded modules and BLAS setting as JSON
+RUN_CLI = """
+import gc, json, os, sys
+from blis_simpy.cli import main
+out, sys.argv = sys.argv[1], ["blis-simpy", *sys.argv[2:]]
+try:
+    main()
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+with open(out, "w") as f:
+    json.dump({"modules": sorted(sys.modules), "blas": os.environ.get("OPENBLAS_NUM_THREADS"),
+               "frozen": gc.get_freeze_count()}, f)
+"""
+
+# loaded by no `blis-simpy run`, native or compat
+NEVER = ("pandas", "matplotlib", "pyarrow", "rich", "pydantic", "concurrent.futures.process",
+         "multiprocessing", "blis_simpy.search.sweep", "blis_simpy.search.paired",
+         "blis_simpy.search.code", "blis_simpy.report", "blis_simpy.validate",
+         "blis_simpy.calibrate", "blis_simpy.compat.convert", "blis_simpy.compat.policy_config",
+         "blis_simpy.compat.workload_spec", "blis_simpy.workload.imported",
+         "blis_simpy.metrics.trace.perfetto")
+COMPAT_WRITERS = ("blis_simpy.compat.results", "blis_simpy.compat.gojson")
+
+
+def cli_session(tmp_path: Path, *args: str, blas: str | None = None) -> dict:
+    """The command line run in a fresh interpreter; `blas`: OPENBLAS_NUM_THREADS as the user
+    set it (None: not set)."""
+    report = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if blas is not None:
+        env["OPENBLAS_NUM_THREADS"] = blas
+    proc = subprocess.run([sys.executable, "-c", RUN_CLI, str(report), *args],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(report.read_text())
+
+
+def loaded(modules: list[str], prefix: str) -> list[str]:
+    return [m for m in modules if m == prefix or m.startswith(prefix + ".")]
+
+
+def test_native_run_loads_no_search_pandas_plotting_or_compat_writers(tmp_path):
+    session = cli_session(tmp_path, "run", "quickstart", "--set", "workload.num_requests=10",
+                          "--out", str(tmp_path / "o"), "--quiet")
+    modules = session["modules"]
+    assert "blis_simpy.sim.run" in modules and "numpy" in modules  # it did run
+    for name in (*NEVER, *COMPAT_WRITERS):
+        assert not loaded(modules, name), f"`blis-simpy run` imported {name}"
+    assert (tmp_path / "o" / "summary.json").is_file()
+
+
+def test_compat_run_loads_its_writers_and_nothing_else_extra(tmp_path):
+    scenario = Path(__file__).resolve().parents[1] / "blis_simpy/scenarios/bench/1k-1inst.yaml"
+    session = cli_session(tmp_path, "run", str(scenario), "--set", "workload.num_requests=10",
+                          "--out", str(tmp_path / "o"), "--quiet")
+    modules = session["modules"]
+    for name in NEVER:
+        assert not loaded(modules, name), f"`blis-simpy run` (compat) imported {name}"
+    assert set(COMPAT_WRITERS) <= set(modules)
+    assert (tmp_path / "o" / "results.json").is_file()
+
+
+def test_command_line_keeps_blas_to_one_thread_unless_told(tmp_path):
+    assert cli_session(tmp_path, "--help")["blas"] == "1"
+    assert cli_session(tmp_path, "--help", blas="3")["blas"] == "3"
+
+
+def test_command_line_spares_the_collections_at_exit(tmp_path):
+    """What exists when `main` returns is frozen: the interpreter's final collections skip it."""
+    session = cli_session(tmp_path, "run", "quickstart", "--set", "workload.num_requests=10",
+                          "--out", str(tmp_path / "o"), "--quiet")
+    assert session["frozen"] > 10_000
+
+
+def test_help_and_package_import_load_no_numpy(tmp_path):
+    """numpy must load after `main` starts, or the BLAS setting above comes too late."""
+    modules = cli_session(tmp_path, "--help")["modules"]
+    others = [n for n in NEVER if n != "rich"]  # typer formats help with rich
+    for name in ("numpy", "simpy", "blis_simpy.config.scenario", "blis_simpy.sim", *others):
+        assert not loaded(modules, name), f"`blis-simpy --help` imported {name}"
+
+
+@pytest.mark.parametrize("name", ["run", "run_many", "compare_policies", "Scenario",
+                                  "ScenarioError", "InvariantError", "Recorder", "Result"])
+def test_public_names_resolve_on_first_use(name):
+    code = (f"import sys, blis_simpy\n"
+            f"assert 'numpy' not in sys.modules\n"
+            f"from blis_simpy import {name}\n"
+            f"import blis_simpy.api\n"
+            f"assert getattr(blis_simpy, {name!r}) is {name}\n"
+            f"assert {name!r} in dir(blis_simpy)\n"
+            f"if {name!r} in blis_simpy.api.__all__:\n"
+            f"    assert getattr(blis_simpy.api, {name!r}) is {name}\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_unknown_names_still_raise_attribute_error():
+    import blis_simpy
+    import blis_simpy.api
+
+    for module in (blis_simpy, blis_simpy.api):
+        with pytest.raises(AttributeError, match="no_such_name"):
+            module.no_such_name  # noqa: B018
