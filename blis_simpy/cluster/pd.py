@@ -46,7 +46,7 @@ from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.engine.kv.checked import check_ownership
 from blis_simpy.engine.kv.tiers import Link
-from blis_simpy.engine.pd import DecodeInstance, PrefillInstance, Reservation
+from blis_simpy.engine.pd import DecodeInstance, PrefillInstance, reservation
 from blis_simpy.policies.routing import RoutingPolicy
 
 
@@ -73,7 +73,7 @@ class Move:
         self.prefill = prefill
         self.asked = asked
         self.decode: DecodeInstance | None = None
-        self.reservation: Reservation | None = None
+        self.reservation: Request | None = None
         self.reserved = self.start = -1
         self.event: simpy.Event | None = None  # set while waiting for decode KV room
 
@@ -222,12 +222,12 @@ class PDHandoff:
 
     def _reserve(self, move: Move, decode: DecodeInstance) -> bool:
         """Room on the decode instance for the prompt's KV, all or nothing."""
-        reservation = Reservation()
-        if not decode.kv.allocate(reservation.as_request, 0, move.req.input_len):
+        held = reservation(move.req)
+        if not decode.kv.allocate(held, 0, move.req.input_len):
             return False
-        decode.reservations.append(reservation)
+        decode.reservations.append(held)
         move.decode = decode
-        move.reservation = reservation
+        move.reservation = held
         move.reserved = self.env.now
         self._check()
         return True
@@ -278,7 +278,7 @@ class PDHandoff:
             self._unwait(move)
         if reservation is not None and decode is not None:
             decode.reservations.remove(reservation)
-            decode.kv.release(reservation.as_request)
+            decode.kv.release(reservation)
         move.prefill.let_go(move.req)
         self._record(move, self.env.now, outcome, reason)
         if reservation is not None and decode is not None:

@@ -24,6 +24,7 @@ from collections.abc import Generator, Iterable
 from typing import Protocol, cast
 
 import simpy
+from mypy_extensions import mypyc_attr
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
@@ -77,6 +78,7 @@ def prefill_chunk(remaining: int, threshold: int, budget: int) -> int:
     return budget if n > budget else n
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # P/D's prefill and decode roles
 class Instance:
     """A vLLM-like engine replica simulated as one SimPy process."""
 

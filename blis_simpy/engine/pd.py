@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Generator
 from typing import Any, Protocol, cast
 
+import numpy as np
 import simpy
 
 from blis_simpy.core.request import Request, State
@@ -50,21 +51,17 @@ class Handoff(Protocol):
         ...
 
 
-class Reservation:
-    """Decode KV blocks set aside for a transfer under way: written by the link, owned by no
-    request until the transfer completes (it has no hashes, so nothing can hit its blocks
-    before their content has arrived)."""
+NO_TOKENS = np.zeros(0, dtype=np.int64)
 
-    __slots__ = ("blocks", "hashes")
 
-    def __init__(self) -> None:
-        self.blocks: list[int] = []
-        self.hashes: list[int] = []
-
-    @property
-    def as_request(self) -> Request:
-        """What the block pool's interface takes: anything with `blocks` and `hashes`."""
-        return cast(Request, self)
+def reservation(req: Request) -> Request:
+    """Decode KV blocks set aside for `req`'s transfer under way: written by the link, owned
+    by `req` only when the transfer completes. A stand-in request holds them meanwhile; it has
+    no hashes, so nothing can hit its blocks before their content has arrived."""
+    holder = Request(req.index, req.arrival, NO_TOKENS, NO_TOKENS)
+    holder.name = f"{req.name} (reservation)"
+    holder.tokens = None
+    return holder
 
 
 class PrefillInstance(Instance):
@@ -164,7 +161,7 @@ class DecodeInstance(Instance):
         super().__init__(*args, role=Role.DECODE, **kwargs)
         self.handoff: Handoff | None = None
         self.arrived: deque[Request] = deque()  # handed over, waiting for a batch slot
-        self.reservations: list[Reservation] = []  # transfers under way into this instance
+        self.reservations: list[Request] = []  # transfers under way into this instance
         self.awaiting = 0  # handoffs waiting for KV room here (kept by the handoff)
 
     @property
@@ -242,4 +239,4 @@ class DecodeInstance(Instance):
             self.handoff.room(self)
 
     def kv_holders(self) -> list[Request]:
-        return [*super().kv_holders(), *self.arrived, *(r.as_request for r in self.reservations)]
+        return [*super().kv_holders(), *self.arrived, *self.reservations]
