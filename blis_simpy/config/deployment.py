@@ -41,8 +41,7 @@ class DeploymentConfig:
     cost_per_replica_hour: float = spec(0.0, help="price of one replica for an hour ($)", ge=0,
                                         le=MAX_FLOAT)
     pd: Disaggregation | None = spec(None, help="disaggregated_pd: the prefill and decode "
-                                     "pools, decider, link and backpressure; default: one "
-                                     "replica each", omit_default=True)
+                                     "pools, decider, link and backpressure", omit_default=True)
 
     def validate(self, path: str) -> None:
         if self.architecture == "monolithic":
@@ -50,6 +49,11 @@ class DeploymentConfig:
                 raise ScenarioError(join(path, "pd"), "is only read with architecture "
                                     "disaggregated_pd", "leave it out, or architecture: "
                                     "disaggregated_pd")
+        elif self.pd is None:
+            raise ScenarioError(join(path, "pd"), "is required with architecture "
+                                "disaggregated_pd", "a pd section with prefill and decode "
+                                "pools, e.g. pd: {prefill: {replicas: {min: 1, max: 1}}, "
+                                "decode: {replicas: {min: 1, max: 1}}}")
         elif self.replicas != ReplicaPool():
             raise ScenarioError(join(path, "replicas"), "a disaggregated_pd config has no "
                                 "replicas of its own", "pd.prefill.replicas and "
@@ -57,11 +61,8 @@ class DeploymentConfig:
 
     @property
     def disaggregation(self) -> Disaggregation | None:
-        """The P/D section of a disaggregated_pd config (defaults when left out); None for a
-        monolithic one."""
-        if self.architecture == "monolithic":
-            return None
-        return self.pd if self.pd is not None else Disaggregation()
+        """The P/D section of a disaggregated_pd config; None for a monolithic one."""
+        return None if self.architecture == "monolithic" else self.pd
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,8 +60,8 @@ class TransferLink:
 class Disaggregation:
     """The `disaggregated_pd` architecture of a deployment config."""
 
-    prefill: PoolSpec = spec(factory=PoolSpec, help="the prefill pool")
-    decode: PoolSpec = spec(factory=PoolSpec, help="the decode pool")
+    prefill: PoolSpec = spec(help="the prefill pool")
+    decode: PoolSpec = spec(help="the decode pool")
     decider: Decider = spec(factory=Decider, help="which requests are disaggregated")
     decode_choice: Literal["routing", "handoff"] = spec(
         "handoff", help="when the decode instance is chosen: routing (with the prefill one) or "

@@ -297,6 +297,11 @@ class Scenario:
         if self.compat == "blis":
             raise ScenarioError(path, "the reference BLIS has no deployment model; compat: "
                                 "blis cannot reproduce it", "no deployment, or compat: none")
+        if self.cluster.instances != 1:
+            raise ScenarioError("cluster.instances", f"{self.cluster.instances} would be "
+                                "ignored: with a deployment section the replica pools "
+                                "decide how many instances run", "leave it out, and set "
+                                "deployment.models[].configs[].replicas")
         if section.model_named(self.model.name) is None:
             raise ScenarioError(join(path, "models"), f"no model is the default model "
                                 f"{self.model.name!r} (model.name)",

@@ -38,7 +38,8 @@ def disaggregated(records: Records) -> bool:
 
 
 def transfer_table(records: Records) -> Table:
-    """One row per handoff (transfers.csv): times in s, -1 where it did not happen."""
+    """One row per handoff (transfers.csv): times in s, empty where it did not happen (as in
+    requests.csv)."""
     rows = records.transfers
     cols: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in TRANSFER_FIELDS]
     data = dict(zip(TRANSFER_FIELDS, cols, strict=True))
@@ -47,7 +48,7 @@ def transfer_table(records: Records) -> Table:
         values = data[name]
         if name in ("asked", "reserved", "start", "end"):
             us = np.array(values, dtype=np.int64)
-            out[f"{name}_s"] = np.where(us < 0, -1.0, us / US_PER_S)
+            out[f"{name}_s"] = np.where(us < 0, np.nan, us / US_PER_S)
         elif name in ("blocks", "bytes"):
             out[name] = np.array(values, dtype=np.int64)
         else:

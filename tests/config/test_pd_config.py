@@ -57,6 +57,33 @@ def test_bad_pd_values_name_their_field(path, value, where, says):
     assert says in str(err.value)
 
 
+@pytest.mark.parametrize(("drop", "where"), [
+    ("pd", f"{CONFIG}.pd"), ("pd.prefill", f"{CONFIG}.pd.prefill"),
+    ("pd.decode", f"{CONFIG}.pd.decode"),
+])
+def test_pools_are_never_made_up(drop, where):
+    """A disaggregated config says how many replicas each pool has: no silent one-and-one."""
+    data = copy.deepcopy(BASE)
+    node = data["deployment"]["models"][0]["configs"][0]
+    *parents, key = drop.split(".")
+    for parent in parents:
+        node = node[parent]
+    del node[key]
+    with pytest.raises(ScenarioError) as err:
+        Scenario.from_dict(data)
+    assert err.value.path == where
+    assert "required" in str(err.value)
+
+
+def test_cluster_instances_beside_a_deployment_is_refused():
+    data = copy.deepcopy(BASE)
+    data.setdefault("cluster", {})["instances"] = 8
+    with pytest.raises(ScenarioError) as err:
+        Scenario.from_dict(data)
+    assert err.value.path == "cluster.instances"
+    assert "replicas" in str(err.value)
+
+
 def test_threshold_only_with_prefix_threshold():
     data = changed("pd.decider", {"type": "always", "threshold": 5})
     with pytest.raises(ScenarioError, match="prefix-threshold"):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import blis_simpy
 from blis_simpy.config import catalog
@@ -103,6 +104,17 @@ def test_integral_float_is_accepted_for_int_and_int_for_float():
     sc = scenario(engine={"kv_blocks": 2000.0}, workload={"rate_per_s": 3})
     assert sc.engine.kv_blocks == 2000 and isinstance(sc.engine.kv_blocks, int)
     assert sc.workload.rate_per_s == 3.0 and isinstance(sc.workload.rate_per_s, float)
+
+
+def test_exponent_without_a_dot_is_a_number():
+    """PyYAML (YAML 1.1) reads `1e-9` as text; a number field takes it as the number it is."""
+    sc = Scenario.from_yaml_text(
+        yaml.safe_dump(merge(BASE, {"engine": {"kv_blocks": 2000}})).replace(
+            "kv_blocks: 2000", "kv_blocks: 2e3") + "horizon_s: 1E+2\n")
+    assert sc.engine.kv_blocks == 2000 and isinstance(sc.engine.kv_blocks, int)
+    assert sc.horizon_s == 100.0
+    assert load_error(engine={"kv_blocks": "2.5e0"}).path == "engine.kv_blocks"
+    assert load_error(engine={"kv_blocks": "1e"}).path == "engine.kv_blocks"
 
 
 # --- unknown keys -------------------------------------------------------------------------------

@@ -167,6 +167,15 @@ def targets_of(inputs: TraceInputs) -> dict[str, dict[str, float]]:
 # ---------------------------------------------------------------- outcome
 
 
+def instance_count(inputs: TraceInputs) -> int:
+    """Instances that served: the summary lists each (a deployment's pools, every replica an
+    autoscaler started); `cluster.instances` for runs written before it did."""
+    listed = inputs.summary.get("instances")
+    if listed:
+        return len(listed)
+    return int(inputs.scenario.get("cluster", {}).get("instances", 1))
+
+
 def outcome(inputs: TraceInputs) -> Section:
     m, s = inputs.metrics, inputs.scenario
     section = Section("Outcome", 0)
@@ -175,7 +184,7 @@ def outcome(inputs: TraceInputs) -> Section:
     lines.append("- Policies: " + ", ".join(f"{axis} {policies[axis]['type']}" for axis in
                                            ("admission", "priority", "routing", "scheduler")
                                            if axis in policies)
-                 + f"; {plural(s.get('cluster', {}).get('instances', 1), 'instance')}")
+                 + f"; {plural(instance_count(inputs), 'instance')}")
     lines.append(f"- Requests: {m['completed']} completed of {m['requests']} "
                  f"({m['rejected']} rejected, {m['timed_out']} timed out)")
     lines.append(f"- Throughput: {m['output_tokens_per_s']:.0f} output tok/s, "
