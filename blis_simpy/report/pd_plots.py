@@ -30,11 +30,12 @@ def pd_plot(instances: pd.DataFrame, transfers: pd.DataFrame, queue: pd.DataFram
     for i, role in enumerate(("prefill", "decode")):
         rows = instances[instances["role"] == role]
         count = rows["instance"].nunique()
-        busy = np.histogram(rows["time_s"].to_numpy(dtype=float), edges,
-                            weights=rows["busy_s"].to_numpy(dtype=float))[0]
+        busy = sum((np.diff(busy_before(group["time_s"].to_numpy(dtype=float),
+                                        group["busy_s"].to_numpy(dtype=float), edges))
+                    for _, group in rows.groupby("instance")), np.zeros(len(edges) - 1))
         share = busy / (width * max(count, 1))
         busy_ax.stairs(share, edges, color=line_style(i)[0], label=f"{role} ({count})")
-    busy_ax.set(title=f"Pool busy share ({width:g} s bins, by step start)", ylabel="busy share")
+    busy_ax.set(title=f"Pool busy share ({width:g} s bins)", ylabel="busy share")
     busy_ax.set_ylim(0, 1.05)
     busy_ax.legend(loc="upper right")
     times = np.append(queue["time_s"].to_numpy(dtype=float), end)
@@ -54,3 +55,16 @@ def pd_plot(instances: pd.DataFrame, transfers: pd.DataFrame, queue: pd.DataFram
         ax.grid(alpha=0.3)
     figure.suptitle("P/D disaggregation: pools and KV transfers")
     return figure
+
+
+def busy_before(starts: np.ndarray, busy: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """One instance's busy seconds before each edge: its steps (start, length) never overlap,
+    so a step that spans an edge is split there, not counted whole in the bin it starts in."""
+    order = np.argsort(starts, kind="stable")
+    starts, busy = starts[order], busy[order]
+    done = np.concatenate(([0.0], np.cumsum(busy)))
+    i = np.searchsorted(starts, edges, side="right")  # steps started before each edge
+    last = np.maximum(i - 1, 0)
+    partial = np.where(i > 0, np.minimum(edges - starts[last], busy[last]), 0.0) \
+        if len(starts) else np.zeros(len(edges))
+    return done[np.maximum(i - 1, 0)] * (i > 0) + partial

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from blis_simpy.metrics.trace.summary import TraceInputs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Result:
     """One simulation's outcome. Small and picklable: plain values and column tables, each
     turned into a pandas DataFrame the first time it is read (`requests`, `steps`, ...), so a
@@ -123,6 +123,15 @@ class Result:
 
         return TraceInputs.of(self.summary, self.metrics, self.requests, self.anomalies,
                               self.decisions, self.scenario.to_dict())
+
+    def __repr__(self) -> str:
+        """A line a notebook can show: which run and its headline figures, not the tables."""
+        s = self.summary
+        return (f"<Result {self.scenario.name!r}: {s.get('completed_requests', 0)} of "
+                f"{s.get('arrived_requests', s.get('injected_requests', 0))} requests completed, "
+                f"TTFT p99 {s.get('ttft_p99_ms', 0.0):.1f} ms, E2E p99 "
+                f"{s.get('e2e_p99_ms', 0.0):.1f} ms, {s.get('responses_per_sec', 0.0):.2f} req/s; "
+                f"tables: .requests .steps .instances .anomalies; .summary; .save(folder)>")
 
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2) + "\n"

@@ -48,3 +48,11 @@ def test_a_library_scenario_runs_by_name_from_the_api_as_from_the_command_line()
     assert result.summary["completed_requests"] == 5
     with pytest.raises(ScenarioError, match=r"neither a file nor a library scenario.*quickstart"):
         run("quickstartt")
+
+
+def test_a_result_shows_as_one_line_of_headline_figures():
+    """A notebook cell ending in `run(...)` shows the run, not megabytes of tables."""
+    result = run(scenario(workload={"num_requests": 20}))
+    shown = repr(result)
+    assert "\n" not in shown and len(shown) < 300
+    assert f"{result.summary['completed_requests']} of 20 requests completed" in shown
