@@ -387,19 +387,56 @@ def apply_override(data: Any, override: str) -> dict[str, Any]:
 
 def set_path(data: Any, key: str, value: Any) -> dict[str, Any]:
     """A copy of the scenario's data with dotted `key` set to `value`, creating missing
-    sections. Setting a policy axis's `type` to another template drops the axis's `params`."""
+    sections; `[i]` steps into an existing list entry (`deployment.models[0].configs[1]...`).
+    Setting a policy axis's `type` to another template drops the axis's `params`."""
     root = dict(data) if isinstance(data, dict) else {}
-    node = root
-    parts = key.strip().split(".")
-    for depth, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is not None and not isinstance(child, dict):
-            raise ScenarioError(".".join(parts[: depth + 1]), "is not a section, cannot set "
-                                f"{key} inside it")
-        node[part] = dict(child or {})
-        node = node[part]
-    if (len(parts) == 3 and parts[0] == "policies" and parts[2] == "type"
+    path = key_steps(key)
+    node: Any = root
+    for depth, step in enumerate(path[:-1]):
+        where = written(path[: depth + 1])
+        child = entry(node, step, where)
+        if isinstance(path[depth + 1], int):
+            if not isinstance(child, list):
+                raise ScenarioError(where, f"is not a list, cannot set {key} inside it")
+            child = list(child)
+        else:
+            if child is not None and not isinstance(child, dict):
+                raise ScenarioError(where, f"is not a section, cannot set {key} inside it")
+            child = dict(child or {})
+        node[step] = child
+        node = child
+    last = path[-1]
+    if isinstance(last, int):
+        entry(node, last, key)  # an existing entry only
+    elif (len(path) == 3 and path[0] == "policies" and last == "type"
             and node.get("type") != value):
         node.pop("params", None)  # they were written for the template being replaced
-    node[parts[-1]] = value
+    node[last] = value
     return root
+
+
+def key_steps(key: str) -> list[str | int]:
+    """`a.b[0].c` -> ["a", "b", 0, "c"]."""
+    steps: list[str | int] = []
+    for part in key.strip().split("."):
+        name, *indices = part.split("[")
+        if not name or any(not i.endswith("]") or not i[:-1].isdigit() for i in indices):
+            raise ScenarioError(key, "is not a dotted key path", "names joined by dots, "
+                                "with [index] for a list entry, e.g. "
+                                "deployment.models[0].configs[0].replicas.max")
+        steps.append(name)
+        steps.extend(int(i[:-1]) for i in indices)
+    return steps
+
+
+def written(path: list[str | int]) -> str:
+    return "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in path).lstrip(".")
+
+
+def entry(node: Any, step: str | int, where: str) -> Any:
+    if isinstance(step, str):
+        return node.get(step)
+    if not 0 <= step < len(node):
+        raise ScenarioError(where, f"the list has {len(node)} entries", f"[0] to "
+                            f"[{len(node) - 1}]" if node else "none: the list is empty")
+    return node[step]

@@ -565,6 +565,27 @@ def test_setting_a_policy_type_drops_the_params_of_the_template_it_replaces():
     assert "prefix-affinity" in kept.policies.routing.params["scorers"]
 
 
+def test_set_reaches_list_entries_by_index():
+    """`--set deployment.models[0].configs[0].pd.max_held=2`: settings inside lists (models,
+    configs, tenants) can be swept too; a wrong index or shape says what the list holds."""
+    pd_file = Path(blis_simpy.__file__).parent / "scenarios" / "pd-vs-monolithic.yaml"
+    changed = Scenario.from_yaml(pd_file, ["deployment.models[0].configs[0].pd.max_held=2"])
+    assert changed.deployment is not None
+    assert changed.deployment.models[0].configs[0].pd.max_held == 2
+    original = Scenario.from_yaml(pd_file)
+    assert original.deployment is not None
+    assert original.deployment.models[0].configs[0].pd.max_held != 2  # the file says otherwise
+    for key, path, says in [
+        ("deployment.models[1].name=x", "deployment.models[1]", "1 entries"),
+        ("model[0]=x", "model", "not a list"),
+        ("deployment.models[0]x.y=1", "deployment.models[0]x.y", "dotted key path"),
+        ("a..b=1", "a..b", "dotted key path"),
+    ]:
+        with pytest.raises(ScenarioError) as err:
+            Scenario.from_yaml(pd_file, [key])
+        assert err.value.path == path and says in str(err.value), str(err.value)
+
+
 @pytest.mark.parametrize("kind, section", [
     ("chat", {"turns": {"type": "constant", "value": 3}}),
     ("agentic", {"tool_call_probability": 0.5}),
