@@ -35,9 +35,10 @@ test: $(BUILT)  ## lint, type-check, then the whole test suite
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-test-long: $(BUILT)  ## the invariant properties with 1,000 examples each (nightly)
+test-long: $(BUILT)  ## the invariant and P/D properties with 1,000 examples each (nightly)
 	BLIS_TEST_PROFILE=long $(BIN)/pytest tests/sim/test_cluster_invariants.py \
-		tests/engine/test_invariants.py --hypothesis-show-statistics
+		tests/engine/test_invariants.py tests/cluster/test_pd.py --hypothesis-show-statistics \
+		-k 'not test_pd.py or pd_ownership or pd_handoff or no_double_counting'
 
 lint: $(STAMP)
 	$(BIN)/ruff check blis_simpy tests scripts notebooks setup.py

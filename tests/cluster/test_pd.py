@@ -4,6 +4,8 @@ pool sizes including saturation."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -166,7 +168,9 @@ def pd_cases(draw: st.DrawFn) -> dict:
                      "bandwidth_gb_s": draw(st.sampled_from([1.0, 25.0]))}})
 
 
-PROPERTY = settings(max_examples=40, deadline=None,
+# 40 examples in `make test`; `make test-long` (BLIS_TEST_PROFILE=long) gives its count
+PROPERTY = settings(max_examples=settings.default.max_examples
+                    if os.environ.get("BLIS_TEST_PROFILE") else 40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
