@@ -6,8 +6,9 @@ they do not use; `import blis_simpy; blis_simpy.run(...)` works as before."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from blis_simpy.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from blis_simpy.api import compare_policies, run, run_many
@@ -33,13 +34,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later reads skip this function
-    return value
+__getattr__ = lazy_names(__name__, _HOMES, globals())
 
 
 def __dir__() -> list[str]:

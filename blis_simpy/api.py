@@ -6,9 +6,9 @@ loads the search layer and its process pool."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from blis_simpy.core.lazy import lazy_names
 from blis_simpy.sim.build import Progress, Simulation, build
 from blis_simpy.sim.run import load, prepare, run, simulate
 
@@ -20,12 +20,4 @@ __all__ = ["Progress", "Simulation", "build", "compare_policies", "load", "prepa
            "run_many", "simulate"]
 
 _SEARCH = {"compare_policies": "blis_simpy.search.paired", "run_many": "blis_simpy.search.sweep"}
-
-
-def __getattr__(name: str) -> Any:
-    home = _SEARCH.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _SEARCH, globals())

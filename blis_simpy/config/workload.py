@@ -141,6 +141,7 @@ class TenantsWorkload:
         for i, tenant in enumerate(self.tenants):
             if ids.count(tenant.id) > 1:
                 raise ScenarioError(join(path, f"tenants[{i}].id"), f"duplicate {tenant.id!r}")
+        groups = {g.id for g in self.prefix_groups}
         for i, tenant in enumerate(self.tenants):
             for kind, default in (("chat", ChatConfig()), ("agentic", AgenticConfig()),
                                   ("reasoning", ReasoningConfig())):
@@ -149,8 +150,6 @@ class TenantsWorkload:
                                         f"is set but request_type is {tenant.request_type!r}, "
                                         "so it would be ignored",
                                         f"request_type: {kind}, or drop the {kind} section")
-        groups = {g.id for g in self.prefix_groups}
-        for i, tenant in enumerate(self.tenants):
             for name in tenant.prefix.groups if tenant.prefix else ():
                 if name not in groups:
                     raise ScenarioError(join(path, f"tenants[{i}].prefix.groups"),

@@ -63,6 +63,11 @@ F1_UNSUPPORTED = {
 }
 
 
+def place(axis: str) -> str:
+    """Where a bundle axis lands in the scenario."""
+    return PLACES.get(axis, f"policies.{axis}")
+
+
 @dataclass(frozen=True, slots=True)
 class BundleMeta:
     """Where a candidate came from, carried into its evaluation for the search's records."""
@@ -126,19 +131,19 @@ class PolicyBundle:
         """Dotted scenario paths -> values, applied to the scenario before `--set`."""
         out: dict[str, Any] = {}
         for axis, entry in self.axes.items():
-            place = PLACES.get(axis, f"policies.{axis}")
+            where = place(axis)
             if "type" in entry:
-                out[place] = {"type": entry["type"], "params": entry.get("params", {})}
+                out[where] = {"type": entry["type"], "params": entry.get("params", {})}
             else:
                 for name, value in flatten(entry.get("params", {})):
-                    out[f"{place}.params.{name}"] = value
+                    out[f"{where}.params.{name}"] = value
         return out
 
     def blame(self, exc: ScenarioError, file: object) -> ScenarioError:
         """`exc` from applying `overrides()`, said against the bundle when the bundle caused
         it: an axis given params only, on a scenario that names no policy for it."""
         for axis, entry in self.axes.items():
-            if "type" not in entry and exc.path == f"{PLACES.get(axis, f'policies.{axis}')}.type":
+            if "type" not in entry and exc.path == f"{place(axis)}.type":
                 return ScenarioError(f"{axis}.type", f"is required: this bundle sets only "
                                      f"{axis} params and the scenario names no {axis} policy",
                                      exc.valid, str(file))

@@ -5,6 +5,7 @@ pool sizes including saturation."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -251,17 +252,22 @@ def test_transferring_is_a_state_only_pd_runs_use():
     assert State.TRANSFERRING == "transferring"
 
 
-def test_the_autoscaler_scales_the_prefill_and_decode_pools_independently():
-    # long prompts, two output tokens: prefill is the bottleneck, decode idles
-    data = pd_scenario(requests=300, rate=60, prompt=3000, output=2)
-    data["workload"]["output"] = const(2)
+def autoscaled(data: dict[str, Any]) -> dict[str, Any]:
+    """Both pools from 1 to 4 replicas under a queue-depth autoscaler without cooldown."""
     pools = data["deployment"]["models"][0]["configs"][0]["pd"]
     pools["prefill"]["replicas"] = {"min": 1, "max": 4}
     pools["decode"]["replicas"] = {"min": 1, "max": 4}
     data["deployment"]["autoscaler"] = {
         "interval_s": 0.5, "policy": {"type": "queue-depth",
                                       "params": {"up_per_replica": 4, "cooldown_s": 0}}}
-    result, sim = run_pd(data)
+    return data
+
+
+def test_the_autoscaler_scales_the_prefill_and_decode_pools_independently():
+    # long prompts, two output tokens: prefill is the bottleneck, decode idles
+    data = pd_scenario(requests=300, rate=60, prompt=3000, output=2)
+    data["workload"]["output"] = const(2)
+    result, sim = run_pd(autoscaled(data))
     ups = result.scale_events[result.scale_events.action == "up"]
     assert set(ups.config) == {"pd/prefill"}
     configs = result.summary["deployment"]["configs"]
@@ -275,13 +281,7 @@ def test_the_autoscaler_scales_the_decode_pool_when_decode_is_the_bottleneck():
     # short prompts, long outputs, four batch slots per decode instance
     data = pd_scenario(requests=200, rate=40, prompt=64, output=400, max_running=4)
     data["workload"]["output"] = const(400)
-    pools = data["deployment"]["models"][0]["configs"][0]["pd"]
-    pools["prefill"]["replicas"] = {"min": 1, "max": 4}
-    pools["decode"]["replicas"] = {"min": 1, "max": 4}
-    data["deployment"]["autoscaler"] = {
-        "interval_s": 0.5, "policy": {"type": "queue-depth",
-                                      "params": {"up_per_replica": 4, "cooldown_s": 0}}}
-    result, _ = run_pd(data)
+    result, _ = run_pd(autoscaled(data))
     ups = result.scale_events[result.scale_events.action == "up"]
     assert set(ups.config) == {"pd/decode"}
     assert result.summary["pd"]["pools"]["decode"]["instances"] > 1

@@ -15,8 +15,12 @@ from tests.conftest import scenario, trace_run_scenario
 from tests.engine.test_invariants import build_trace, engines, request_rows
 
 
-def both_ways(make):
+def both_ways(make, paths=None):
+    """The run with the steady fast path and without it; `paths` (a dict) gets the fast run's
+    step paths counted."""
     fast = make()
+    if paths is not None:
+        count_paths(fast, paths)
     exact = make()
     for inst in exact.fleet:
         inst.steady = None
@@ -54,11 +58,10 @@ class StepPaths:
         return self.model.step_time(new_tokens, decodes, batch, extra_us)
 
 
-def count_paths(sim):
-    counts = {"exact": 0, "quiet": 0, "decode": 0}
+def count_paths(sim, counts):
+    counts.update(exact=0, quiet=0, decode=0)
     for inst in sim.fleet:
         inst.latency = StepPaths(inst, counts)
-    return counts
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -86,13 +89,9 @@ def test_a_prefill_overrunning_the_budget_at_the_batch_end_stays_on_the_fast_pat
                          workload={"num_requests": 60, "rate_per_s": 30,
                                    "prompt": {"mean": 900, "stdev": 100, "min": 600, "max": 1200},
                                    "output": {"mean": 40, "stdev": 10, "min": 5, "max": 80}}))
-    sim = build(s)
-    paths = count_paths(sim)
-    fast = simulate(sim)
-    exact = build(s)
-    for inst in exact.fleet:
-        inst.steady = None
-    assert_same(fast, simulate(exact))
+    paths: dict[str, int] = {}
+    fast, exact = both_ways(lambda: build(s), paths)
+    assert_same(fast, exact)
     assert fast.summary["completed_requests"] == 60
     assert paths["exact"] == 0
 
@@ -105,13 +104,9 @@ def test_decode_only_steps_skip_batch_formation_with_the_same_results():
                          workload={"num_requests": 80, "rate_per_s": 4,
                                    "prompt": {"mean": 200, "stdev": 50, "min": 50, "max": 400},
                                    "output": {"mean": 300, "stdev": 100, "min": 20, "max": 600}}))
-    sim = build(s)
-    paths = count_paths(sim)
-    fast = simulate(sim)
-    exact = build(s)
-    for inst in exact.fleet:
-        inst.steady = None
-    assert_same(fast, simulate(exact))
+    paths: dict[str, int] = {}
+    fast, exact = both_ways(lambda: build(s), paths)
+    assert_same(fast, exact)
     assert fast.summary["preemption_count"] > 0
     assert paths["quiet"] > 100
     assert paths["decode"] > 0
