@@ -34,7 +34,8 @@ def test_the_hot_modules_are_compiled_unless_a_pure_install_was_asked_for():
     pure = bool(os.environ.get("BLIS_SIMPY_PURE"))
     files = {s: importlib.import_module(module_name(s)).__file__ or "" for s in compiled_sources()}
     extensions = {s for s, f in files.items() if f.endswith(".so")}
-    assert extensions == (set() if pure else set(files)), files
+    assert extensions == (set() if pure else set(files)), (
+        f"{files}: not compiled (no C compiler when installing? then set BLIS_SIMPY_PURE=1)")
 
 
 def test_no_extension_is_older_than_its_source():
