@@ -4,8 +4,8 @@ Bad input exits with status 2 and one line on stderr naming what was wrong; noth
 
 Each command imports what it needs when it runs (`--help` and `run` load neither the search
 layer nor the importers and plotting of other commands); `main` keeps numpy's BLAS to one
-thread before numpy is first imported, and spares the interpreter's last garbage collections
-at exit (docs/performance.md: Start-up).
+thread before numpy is first imported, collects no garbage while a run loads, and spares the
+interpreter's last garbage collections at exit (docs/performance.md: Start-up).
 """
 
 from __future__ import annotations
@@ -39,6 +39,15 @@ convert_app = typer.Typer(no_args_is_help=True, help="Convert reference BLIS inp
 app.add_typer(convert_app, name="convert")
 workload_app = typer.Typer(no_args_is_help=True, help="Export a scenario's workload.")
 app.add_typer(workload_app, name="workload")
+
+
+@app.callback()
+def collect_unless_running(ctx: typer.Context) -> None:
+    """`main` turns garbage collection off while the process loads; a `run` has it back on
+    while its event loop runs (sim/build.py: sparse_collection), every other command from
+    here on."""
+    if ctx.invoked_subcommand != "run":
+        gc.enable()
 
 
 def fail(exc: ScenarioError) -> typer.Exit:
@@ -510,6 +519,11 @@ def main() -> None:
     # One simulation is one thread: OpenBLAS would start a thread per core when numpy loads
     # (60 ms of a 1K run here) for no gain. A value the user set wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # Loading (imports, ~125 dataclasses, the scenario, building) allocates a great many
+    # objects and almost no garbage cycles: collecting during it cost 30-40 ms of a 1K run.
+    # A run's event loop collects again (sim/build.py: sparse_collection), every other
+    # command from its start (`collect_unless_running`).
+    gc.disable()
     try:
         app()
     finally:

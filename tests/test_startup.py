@@ -19,6 +19,20 @@ import pytest
 RUN_CLI = """
 import gc, json, os, sys
 from blis_simpy.cli import main
+collections, in_loop = [], []  # collections outside the event loop; collecting inside it?
+gc.callbacks.append(lambda phase, info: phase == "start" and not in_loop
+                    and collections.append(info["generation"]))
+if sys.argv[2] == "run":  # (other commands need not load the simulator)
+    import blis_simpy.sim.build as build
+    from contextlib import contextmanager
+    sparse = build.sparse_collection
+    @contextmanager
+    def watched():
+        with sparse():
+            in_loop.append(gc.isenabled())
+            yield
+    build.sparse_collection = watched
+collections.clear()  # from here on: `main`
 out, sys.argv = sys.argv[1], ["blis-simpy", *sys.argv[2:]]
 try:
     main()
@@ -26,7 +40,8 @@ except SystemExit as exc:
     assert exc.code in (0, None), exc.code
 with open(out, "w") as f:
     json.dump({"modules": sorted(sys.modules), "blas": os.environ.get("OPENBLAS_NUM_THREADS"),
-               "frozen": gc.get_freeze_count()}, f)
+               "frozen": gc.get_freeze_count(), "collecting": gc.isenabled(),
+               "collections": collections, "in_loop": in_loop}, f)
 """
 
 # loaded by no `blis-simpy run`, native or compat
@@ -87,6 +102,21 @@ def test_command_line_spares_the_collections_at_exit(tmp_path):
     session = cli_session(tmp_path, "run", "quickstart", "--set", "workload.num_requests=10",
                           "--out", str(tmp_path / "o"), "--quiet")
     assert session["frozen"] > 10_000
+
+
+def test_a_run_collects_garbage_in_its_event_loop_only(tmp_path):
+    """Imports, the scenario, the build and the writing run with collection off; the event
+    loop collects (at a gen-0 threshold of 50,000, sim/build.py: sparse_collection)."""
+    session = cli_session(tmp_path, "run", "quickstart", "--set", "workload.num_requests=10",
+                          "--out", str(tmp_path / "o"), "--quiet")
+    assert session["in_loop"] == [True]
+    assert session["collections"] == []
+    assert not session["collecting"]
+
+
+def test_other_commands_collect_garbage_as_usual(tmp_path):
+    session = cli_session(tmp_path, "scenarios")
+    assert session["collecting"]
 
 
 def test_help_and_package_import_load_no_numpy(tmp_path):

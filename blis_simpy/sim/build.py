@@ -138,15 +138,19 @@ def sparse_collection() -> Iterator[None]:
     the scenario, the workload) is frozen out of every collection, and the youngest
     generation is collected every 50,000 allocations instead of 700. A run creates few
     reference cycles; collecting them late costs little memory and saves several percent of
-    the run. The interpreter's settings are restored afterwards."""
-    threshold = gc.get_threshold()
+    the run. Collection is on while the loop runs even if the caller had it off (the command
+    line does while it loads); the interpreter's settings are restored afterwards."""
+    threshold, enabled = gc.get_threshold(), gc.isenabled()
     gc.freeze()
     gc.set_threshold(50_000, threshold[1], threshold[2])
+    gc.enable()
     try:
         yield
     finally:
         gc.set_threshold(*threshold)
         gc.unfreeze()
+        if not enabled:
+            gc.disable()
 
 
 def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool = False,
