@@ -52,6 +52,12 @@ NEVER = ("pandas", "matplotlib", "pyarrow", "rich", "pydantic", "concurrent.futu
          "blis_simpy.compat.workload_spec", "blis_simpy.workload.imported",
          "blis_simpy.metrics.trace.perfetto")
 COMPAT_WRITERS = ("blis_simpy.compat.results", "blis_simpy.compat.gojson")
+# loaded only by a scenario that uses them: a deployment section (its config classes, the
+# autoscaler, actuation, P/D), decision-tree policies; and never numpy.ma (np.percentile's)
+UNUSED = ("blis_simpy.config.deployment", "blis_simpy.config.pd", "blis_simpy.config.replicas",
+          "blis_simpy.sim.deploy", "blis_simpy.cluster.autoscaler", "blis_simpy.cluster.actuation",
+          "blis_simpy.cluster.pd", "blis_simpy.policies.autoscale", "blis_simpy.metrics.scaling",
+          "blis_simpy.policies.tree", "numpy.ma")
 
 
 def cli_session(tmp_path: Path, *args: str, blas: str | None = None) -> dict:
@@ -76,7 +82,7 @@ def test_native_run_loads_no_search_pandas_plotting_or_compat_writers(tmp_path):
                           "--out", str(tmp_path / "o"), "--quiet")
     modules = session["modules"]
     assert "blis_simpy.sim.run" in modules and "numpy" in modules  # it did run
-    for name in (*NEVER, *COMPAT_WRITERS):
+    for name in (*NEVER, *COMPAT_WRITERS, *UNUSED):
         assert not loaded(modules, name), f"`blis-simpy run` imported {name}"
     assert (tmp_path / "o" / "summary.json").is_file()
 
@@ -86,10 +92,21 @@ def test_compat_run_loads_its_writers_and_nothing_else_extra(tmp_path):
     session = cli_session(tmp_path, "run", str(scenario), "--set", "workload.num_requests=10",
                           "--out", str(tmp_path / "o"), "--quiet")
     modules = session["modules"]
-    for name in NEVER:
+    for name in (*NEVER, *UNUSED):
         assert not loaded(modules, name), f"`blis-simpy run` (compat) imported {name}"
     assert set(COMPAT_WRITERS) <= set(modules)
     assert (tmp_path / "o" / "results.json").is_file()
+
+
+def test_a_deployment_or_a_decision_tree_loads_what_it_uses(tmp_path):
+    session = cli_session(tmp_path, "run", "autoscale-spike", "--set", "workload.max_requests=20",
+                          "--set", "policies.admission.type=decision-tree", "--set",
+                          "policies.admission.params={tree: {action: admit}}",
+                          "--out", str(tmp_path / "o"), "--quiet")
+    modules = session["modules"]
+    for name in ("blis_simpy.config.deployment", "blis_simpy.sim.deploy",
+                 "blis_simpy.cluster.autoscaler", "blis_simpy.policies.tree"):
+        assert loaded(modules, name), name
 
 
 def test_command_line_keeps_blas_to_one_thread_unless_told(tmp_path):
