@@ -62,18 +62,18 @@ class FieldTypes(Mapping[str, Any]):
     config/scenario.py's deployment section."""
 
     def __init__(self, cls: type) -> None:
-        self.declared: dict[str, tuple[Any, Any]] = {}  # name -> (annotation, module)
+        self.declared: dict[str, tuple[Any, type]] = {}  # name -> (annotation, declared in)
         for base in reversed(cls.__mro__):
-            module = sys.modules.get(base.__module__)
             for name, annotation in inspect.get_annotations(base).items():
-                self.declared[name] = (annotation, module)
+                self.declared[name] = (annotation, base)
         self.resolved: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> Any:
         if name not in self.resolved:
-            annotation, module = self.declared[name]
+            annotation, base = self.declared[name]
             if isinstance(annotation, str):
-                annotation = eval(annotation, vars(module), LazyTypes(module))
+                module = vars(sys.modules[base.__module__])
+                annotation = eval(annotation, module, LazyTypes(module, base))
             self.resolved[name] = type(None) if annotation is None else annotation
         return self.resolved[name]
 
@@ -85,15 +85,19 @@ class FieldTypes(Mapping[str, Any]):
 
 
 class LazyTypes(Mapping[str, Any]):
-    """A module's `LAZY_TYPES`, imported when an annotation names one."""
+    """The names an annotation may use besides its module's own: the module's `LAZY_TYPES`,
+    imported when named, then the declaring class's namespace (as get_type_hints reads it)."""
 
-    def __init__(self, module: Any) -> None:
-        self.lazy: Mapping[str, str] = getattr(module, "LAZY_TYPES", {})
+    def __init__(self, module: Mapping[str, Any], cls: type) -> None:
+        self.lazy: Mapping[str, str] = module.get("LAZY_TYPES", {})
+        self.module, self.cls = module, cls
 
     def __getitem__(self, name: str) -> Any:
-        if name not in self.lazy:
-            raise KeyError(name)  # then the module's own names, then builtins
-        return getattr(importlib.import_module(self.lazy[name]), name)
+        if name in self.lazy:
+            return getattr(importlib.import_module(self.lazy[name]), name)
+        if name in self.module or name not in vars(self.cls):
+            raise KeyError(name)  # the module's own names, then builtins
+        return vars(self.cls)[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.lazy)

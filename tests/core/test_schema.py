@@ -46,5 +46,27 @@ def test_the_deployment_section_type_is_imported_when_read():
     assert field_types(Scenario)["deployment"] == DeploymentSection | None
 
 
+Number, Shadowed = int, float  # module names the classes below use
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    size: Number = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class WithInner(Base):
+    Inner, Shadowed = str, bytes
+    label: Inner = ""
+    weight: Shadowed = 0.0
+
+
+def test_names_resolve_as_get_type_hints_resolves_them():
+    """The module's names first, then the declaring class's namespace; a base's fields from
+    the base."""
+    expected = {"size": int, "label": str, "weight": float}
+    assert dict(field_types(WithInner)) == typing.get_type_hints(WithInner) == expected
+
+
 def test_enough_classes_are_checked():
     assert len(CLASSES) > 60
