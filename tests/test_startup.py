@@ -167,3 +167,23 @@ def test_unknown_names_still_raise_attribute_error():
     for module in (blis_simpy, blis_simpy.api):
         with pytest.raises(AttributeError, match="no_such_name"):
             module.no_such_name  # noqa: B018
+
+
+def test_command_signatures_need_no_evaluation():
+    """typer reads every command's signature on each start; string annotations (a `from
+    __future__ import annotations` in cli.py or search/commands.py) cost ~10 ms of eval each
+    time."""
+    import inspect
+
+    from blis_simpy.cli import app
+
+    def commands(typer_app):
+        yield from (c.callback for c in typer_app.registered_commands)
+        for group in typer_app.registered_groups:
+            yield from commands(group.typer_instance)
+
+    callbacks = [c for c in commands(app) if c is not None]
+    assert len(callbacks) > 15
+    for callback in callbacks:
+        strings = [k for k, v in inspect.get_annotations(callback).items() if isinstance(v, str)]
+        assert not strings, f"{callback.__qualname__}: {strings} are strings"
