@@ -4,12 +4,12 @@ Bad input exits with status 2 and one line on stderr naming what was wrong; noth
 
 Each command imports what it needs when it runs (`--help` and `run` load neither the search
 layer nor the importers and plotting of other commands); `main` keeps numpy's BLAS to one
-thread before numpy is first imported, and spares the interpreter's last garbage collections
-at exit (docs/performance.md: Start-up).
+thread before numpy is first imported, collects no garbage while a run loads, and spares the
+interpreter's last garbage collections at exit (docs/performance.md: Start-up).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here, unlike elsewhere: typer reads every command's
+# signature on each start, and string annotations made it compile ~290 of them (10 ms a run).
 import dataclasses
 import gc
 import os
@@ -41,6 +41,15 @@ workload_app = typer.Typer(no_args_is_help=True, help="Export a scenario's workl
 app.add_typer(workload_app, name="workload")
 
 
+@app.callback()
+def collect_unless_running(ctx: typer.Context) -> None:
+    """`main` turns garbage collection off while the process loads; a `run` has it back on
+    while its event loop runs (sim/build.py: sparse_collection), every other command from
+    here on."""
+    if ctx.invoked_subcommand != "run":
+        gc.enable()
+
+
 def fail(exc: ScenarioError) -> typer.Exit:
     typer.echo(f"error: {exc}", err=True)
     return typer.Exit(2)
@@ -48,7 +57,7 @@ def fail(exc: ScenarioError) -> typer.Exit:
 
 def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None,
              fitness_weights: str | None = None, policy_config: Path | None = None
-             ) -> Simulation:
+             ) -> "Simulation":
     """Load, apply the policy bundle then the overrides, and build, so every input error
     surfaces before running."""
     from blis_simpy.config.fitness import FitnessConfig, parse_weights
@@ -98,13 +107,13 @@ class ProgressBar:
         self.forced = forced
         self.shown = False
 
-    def __call__(self, p: RunProgress) -> None:
+    def __call__(self, p: "RunProgress") -> None:
         if not (self.forced or p.wall_s >= 1.0):
             return
         self.shown = True
         self.show(self.line(p))
 
-    def line(self, p: RunProgress) -> str:
+    def line(self, p: "RunProgress") -> str:
         rate = p.events / p.wall_s if p.wall_s > 0 else 0.0
         sim = f"sim {p.now_us / US_PER_S:,.1f} s, {rate:,.0f} events/s"
         if p.done:
@@ -117,7 +126,7 @@ class ProgressBar:
         return (f"{phase}{p.finished:,}{of} requests finished ({p.arrived:,} arrived), {sim}"
                 f"{self.eta(p)}")
 
-    def eta(self, p: RunProgress) -> str:
+    def eta(self, p: "RunProgress") -> str:
         """Wall time left, from the share of the work done: requests finished of the total,
         else simulated time of the horizon (or of the arrival window)."""
         end = self.horizon or self.arrivals_end
@@ -142,7 +151,7 @@ class ProgressBar:
             sys.stderr.write("\n")
 
 
-def progress_bar(scenario: Scenario, forced: bool) -> ProgressBar:
+def progress_bar(scenario: "Scenario", forced: bool) -> ProgressBar:
     """What the bar can know in advance: the request count and when arrivals stop."""
     workload = scenario.workload
     total = getattr(workload, "num_requests", None) or getattr(workload, "max_requests", None)
@@ -510,6 +519,11 @@ def main() -> None:
     # One simulation is one thread: OpenBLAS would start a thread per core when numpy loads
     # (60 ms of a 1K run here) for no gain. A value the user set wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # Loading (imports, ~125 dataclasses, the scenario, building) allocates a great many
+    # objects and almost no garbage cycles: collecting during it cost 30-40 ms of a 1K run.
+    # A run's event loop collects again (sim/build.py: sparse_collection), every other
+    # command from its start (`collect_unless_running`).
+    gc.disable()
     try:
         app()
     finally:

@@ -7,7 +7,7 @@ size per (model, GPU, TP, version), exactly as the reference resolves them (engi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from blis_simpy.config.catalog import (
     CATALOG_BLOCK_SIZE,
@@ -17,14 +17,16 @@ from blis_simpy.config.catalog import (
     bundled_model_config,
     read_json,
 )
-from blis_simpy.config.deployment import DeploymentConfig, DeploymentSection, ModelDeployment
 from blis_simpy.config.kv_tiers import block_bytes, resolve_tiers
 from blis_simpy.config.memory import memory_kv_blocks
-from blis_simpy.config.pd import Disaggregation, PoolSpec
 from blis_simpy.config.scenario import EngineConfig, LatencyConfig, ModelConfig, Scenario
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError, closest_first
 from blis_simpy.core.schema import load, to_plain
+
+if TYPE_CHECKING:
+    from blis_simpy.config.deployment import DeploymentConfig, DeploymentSection, ModelDeployment
+    from blis_simpy.config.pd import Disaggregation, PoolSpec
 
 
 def resolve(scenario: Scenario) -> Scenario:

@@ -14,11 +14,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
-from blis_simpy.config.deployment import DeploymentSection
 from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.workload import (
@@ -40,6 +39,13 @@ from blis_simpy.core.units import (
     US_PER_S,
 )
 from blis_simpy.core.yamlio import load_yaml
+
+if TYPE_CHECKING:
+    from blis_simpy.config.deployment import DeploymentSection
+
+# Most scenarios have no deployment section: its classes load when one does (core/schema.py:
+# FieldTypes), not with every scenario.
+LAZY_TYPES = {"DeploymentSection": "blis_simpy.config.deployment"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,15 @@ wrong types and out-of-range values fail with the YAML path, what was wrong and 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
+import inspect
 import math
 import re
+import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, get_args, get_origin
 
 from blis_simpy.core.errors import ScenarioError, closest_first
@@ -50,13 +54,70 @@ def type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+class FieldTypes(Mapping[str, Any]):
+    """A dataclass's field annotations, each evaluated when first read, in the module that
+    declares it (what `typing.get_type_hints` gives, field by field). So a section's classes
+    load only when a scenario has the section: its module imports them for type checking
+    only and names where they live in `LAZY_TYPES` ({class name: module}), e.g.
+    config/scenario.py's deployment section."""
+
+    def __init__(self, cls: type) -> None:
+        self.declared: dict[str, tuple[Any, type]] = {}  # name -> (annotation, declared in)
+        for base in reversed(cls.__mro__):
+            for name, annotation in inspect.get_annotations(base).items():
+                self.declared[name] = (annotation, base)
+        self.resolved: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.resolved:
+            annotation, base = self.declared[name]
+            if isinstance(annotation, str):
+                module = vars(sys.modules[base.__module__])
+                annotation = eval(annotation, module, LazyTypes(module, base))
+            self.resolved[name] = type(None) if annotation is None else annotation
+        return self.resolved[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.declared)
+
+    def __len__(self) -> int:
+        return len(self.declared)
+
+
+class LazyTypes(Mapping[str, Any]):
+    """The names an annotation may use besides its module's own: the module's `LAZY_TYPES`,
+    imported when named, then the declaring class's namespace (as get_type_hints reads it)."""
+
+    def __init__(self, module: Mapping[str, Any], cls: type) -> None:
+        self.lazy: Mapping[str, str] = module.get("LAZY_TYPES", {})
+        self.module, self.cls = module, cls
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.lazy:
+            return getattr(importlib.import_module(self.lazy[name]), name)
+        if name in self.module or name not in vars(self.cls):
+            raise KeyError(name)  # the module's own names, then builtins
+        return vars(self.cls)[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.lazy)
+
+    def __len__(self) -> int:
+        return len(self.lazy)
+
+
+@functools.cache
+def field_types(cls: type) -> FieldTypes:
+    return FieldTypes(cls)
+
+
 def load(cls: type, data: Any, path: str) -> Any:
     """Build dataclass `cls` from `data`, validating every field; raises ScenarioError."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
         raise ScenarioError(path, f"expected a mapping, got {describe(data)}")
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(str(k) for k in data if k not in fields)
     if unknown:
@@ -138,7 +199,7 @@ def tagged_union(options: tuple[Any, ...]) -> dict[str, type]:
     for option in options:
         if not (isinstance(option, type) and dataclasses.is_dataclass(option)):
             return {}
-        tag = typing.get_type_hints(option).get("type")
+        tag = field_types(option).get("type")
         if get_origin(tag) is not Literal:
             return {}
         for name in get_args(tag):

@@ -8,6 +8,7 @@ per-instance utilisation and time-weighted queue depth, batch size and KV use.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,15 +26,35 @@ def distribution(prefix: str, values: np.ndarray) -> dict[str, float | None]:
     """mean, p50..p99 (linear interpolation at rank p/100*(n-1)) and max, in ms; None (null in
     metrics.json) without samples: no sample is no evidence of a good latency."""
     data = values[~np.isnan(values)]
+    exact = data.dtype == np.float64
     out: dict[str, float | None] = {}
     for name, p in STATS:
         if not len(data):
             out[f"{prefix}_{name}_ms"] = None
         elif p is None:
             out[f"{prefix}_{name}_ms"] = float(data.mean())
+        elif exact:
+            out[f"{prefix}_{name}_ms"] = percentile(data, p)
         else:
             out[f"{prefix}_{name}_ms"] = float(np.percentile(data, p))
     return out
+
+
+def percentile(data: np.ndarray, p: int) -> float:
+    """`np.percentile(data, p)` of float64 samples without NaN: numpy's default "linear"
+    method step by step (the same partition, so even 0.0 and -0.0 land where numpy puts them,
+    and the same float operations), without the `numpy.ma` import (8 ms of every run's start)
+    that numpy's version pulls in on first use."""
+    n = len(data)
+    virtual = (n - 1) * (p / 100)
+    below = -1 if virtual >= n - 1 else math.floor(virtual)
+    above = -1 if below == -1 else below + 1
+    arr = data.copy()
+    arr.partition(sorted({0, -1, below, above}))
+    gamma = virtual - below
+    a, b = float(arr[below]), float(arr[above])
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 def meets(requests: Table, targets: list[SLOTargets | None]) -> np.ndarray:

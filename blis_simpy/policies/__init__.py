@@ -1,4 +1,2 @@
-"""Policy templates per axis. Importing the package registers every template, the
-decision-tree ones (which sit on top of the axes' modules) included."""
-
-from blis_simpy.policies import tree as tree
+"""Policy templates per axis. The decision-tree templates, which sit on top of the axes'
+modules, register themselves when a registry first needs them (registry.LATER)."""

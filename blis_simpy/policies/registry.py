@@ -17,6 +17,11 @@ from blis_simpy.core.schema import load
 
 P = TypeVar("P")
 
+# Modules that register templates on several axes at once, imported the first time a registry
+# is asked for a name it does not hold or for all its names: few scenarios use decision trees,
+# and importing them costs every run 5 ms.
+LATER = ("blis_simpy.policies.tree",)
+
 
 class PolicySpec(Protocol):
     """What names a policy in a scenario: a template (or module:Class) and its parameters."""
@@ -53,19 +58,29 @@ class Registry(Generic[P]):
             return cls
         return add
 
+    def holds(self, name: str) -> bool:
+        """A template's name (importing the `LATER` modules before saying no)."""
+        if name not in self.templates:
+            for module in LATER:
+                importlib.import_module(module)
+        return name in self.templates
+
     @property
     def names(self) -> list[str]:
+        for module in LATER:
+            importlib.import_module(module)
         return sorted(self.templates)
 
     def create(self, config: PolicySpec, path: str) -> P:
         """Instantiate the configured policy; EC-1: an unknown name lists the valid ones."""
         cls = self.resolve(config.type, f"{path}.type")
-        params_cls = getattr(cls, "Params", NoParams if config.type in self.templates else None)
+        template = self.holds(config.type)
+        params_cls = getattr(cls, "Params", NoParams if template else None)
         if params_cls is None:  # a user policy without a Params dataclass gets the mapping
             params: Any = dict(config.params)
         else:
             params = load(params_cls, config.params, f"{path}.params")
-        if config.type in self.templates:
+        if template:
             return cls(params)
         try:
             return cls(params)
@@ -75,10 +90,10 @@ class Registry(Generic[P]):
 
     def is_user(self, config: PolicySpec) -> bool:
         """A `module:Class` policy (guarded during the run), not a template."""
-        return config.type not in self.templates
+        return not self.holds(config.type)
 
     def resolve(self, name: str, path: str) -> type:
-        if name in self.templates:
+        if self.holds(name):
             return self.templates[name]
         if ":" in name:
             return self.load_user_class(name, path)

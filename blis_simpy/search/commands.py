@@ -2,8 +2,8 @@
 `openevolve-evaluate`), registered by `cli.py`. Each imports the search layer when it runs,
 so the other commands' start-up does not pay for it."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads these signatures on every start of the
+# command line (cli.py says why).
 import importlib.util
 import json
 import math

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
@@ -23,7 +24,6 @@ from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.records import Recorder, Records
-from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.snapshot import Role
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
@@ -37,9 +37,11 @@ from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.registry import P, PolicySpec, Registry
 from blis_simpy.policies.routing import ROUTING
 from blis_simpy.policies.scheduler import SCHEDULER
-from blis_simpy.sim.deploy import deploy
 from blis_simpy.sim.modes import Mode, mode_of
 from blis_simpy.workload import source
+
+if TYPE_CHECKING:
+    from blis_simpy.core.scale_log import ScaleLog
 
 # The instance class of each role (P/D pools use the prefill and decode ones: engine/pd.py).
 ROLES: dict[Role, type[Instance]] = {Role.MONOLITHIC: Instance, Role.PREFILL: PrefillInstance,
@@ -138,15 +140,19 @@ def sparse_collection() -> Iterator[None]:
     the scenario, the workload) is frozen out of every collection, and the youngest
     generation is collected every 50,000 allocations instead of 700. A run creates few
     reference cycles; collecting them late costs little memory and saves several percent of
-    the run. The interpreter's settings are restored afterwards."""
-    threshold = gc.get_threshold()
+    the run. Collection is on while the loop runs even if the caller had it off (the command
+    line does while it loads); the interpreter's settings are restored afterwards."""
+    threshold, enabled = gc.get_threshold(), gc.isenabled()
     gc.freeze()
     gc.set_threshold(50_000, threshold[1], threshold[2])
+    gc.enable()
     try:
         yield
     finally:
         gc.set_threshold(*threshold)
         gc.unfreeze()
+        if not enabled:
+            gc.disable()
 
 
 def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool = False,
@@ -192,7 +198,9 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     if scenario.deployment is None:
         for i in range(cluster.instances):
             fleet.add(make(f"instance_{i}", latency, engine))
-    else:
+    else:  # replica pools and autoscaling, imported only by scenarios that deploy
+        from blis_simpy.sim.deploy import deploy
+
         scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
                            lambda: policy(ROUTING, policies.routing, "policies.routing"))
     notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,

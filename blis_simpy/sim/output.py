@@ -20,7 +20,6 @@ the same target.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -65,7 +64,7 @@ class OutputFolder:
         """Create the staging folder beside the target (inside it for a mount point): proves
         the place is writable and on the target's own file system."""
         target = self.target
-        token = f"{os.getpid()}-{secrets.token_hex(4)}"
+        token = f"{os.getpid()}-{os.urandom(4).hex()}"
         prefix = ".staging-" if self.in_place else f".{target.name}.staging-"
         staging = (target if self.in_place else target.parent) / f"{prefix}{token}"
         remove_orphans(staging.parent, prefix)
@@ -111,7 +110,7 @@ class OutputFolder:
     def set_aside(self) -> Path | None:
         if not self.target.exists():
             return None
-        old = self.target.parent / f".{self.target.name}.old-{secrets.token_hex(4)}"
+        old = self.target.parent / f".{self.target.name}.old-{os.urandom(4).hex()}"
         os.rename(self.target, old)
         return old
 

@@ -14,7 +14,6 @@ from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.evaluation import evaluate
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
-from blis_simpy.metrics.scaling import deployment_summary, replica_table, scale_event_table
 from blis_simpy.metrics.tables import (
     instance_series,
     request_table,
@@ -79,10 +78,17 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     stats = summary(records, lat, conventions, scenario.horizon_us)
     stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
     requests = request_table(records.requests, lat)
-    scale_log = sim.scale_log
-    if scale_log is not None:
+    scale_log, scale_tables = sim.scale_log, None
+    if scale_log is not None:  # a deployment section (its metrics imported only then)
+        from blis_simpy.metrics.scaling import (
+            deployment_summary,
+            replica_table,
+            scale_event_table,
+        )
+
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
+        scale_tables = scale_event_table(scale_log), replica_table(scale_log, scenario)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)
@@ -121,8 +127,8 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         reference=reference_outputs(stats, lat, records) if sim.mode.reference_reporting
         else None,
         events=records.events,
-        scale_event_table=None if scale_log is None else scale_event_table(scale_log),
-        replica_table=None if scale_log is None else replica_table(scale_log, scenario),
+        scale_event_table=None if scale_tables is None else scale_tables[0],
+        replica_table=None if scale_tables is None else scale_tables[1],
         transfer_table=None if pd_tables is None else pd_tables[0],
         transfer_queue_table=None if pd_tables is None else pd_tables[1],
     )
