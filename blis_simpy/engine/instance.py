@@ -1,9 +1,13 @@
 """One inference instance: an inbox, a wait queue, a running batch, a block pool and one step loop.
 
-The step loop is the instance's only SimPy process. A routed request waits out its queueing
-delay, joins the wait queue's accounting and is put into the instance's inbox (a SimPy Store);
-the loop drains the inbox at the start of every step, so every request that arrived by that
-time is seen before the batch is formed, and waits on the inbox when it has nothing to do.
+The step loop is driven by SimPy events: a routed request waits out its queueing delay, joins
+the wait queue's accounting and is put into the instance's inbox (a SimPy Store); the loop
+drains the inbox at the start of every step, so every request that arrived by that time is seen
+before the batch is formed, and waits on the inbox when it has nothing to do. It is written as
+callbacks on the same events a SimPy process would wait on (the start event, each step's
+timeout, the inbox get), created in the same order, so the run is the same event for event; a
+process would add an interpreted resume and a generator switch to each of the millions of
+steps of a long run.
 Each step forms a batch (running requests first, in order, each taking a prefill chunk or one
 decode token from the token budget; then waiting requests from the head of the queue while
 slots, budget and KV last), charges the step time, and applies the progress. Work is never left
@@ -20,11 +24,12 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from typing import Protocol, cast
 
 import simpy
 from mypy_extensions import mypyc_attr
+from simpy.events import URGENT, Timeout
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
@@ -122,6 +127,7 @@ class Instance:
         self.events = recorder.events
         self.watch = QueueWatch(instance_id, recorder, class_ranks, not priority.ages)
         self.inbox = Inbox(env)  # requests whose queueing delay is over
+        self.delivered: list[Request] = self.inbox.items  # the inbox's list, read every step
         self.wait_queue: deque[Request] = deque()
         self.running: list[Request] = []  # the batch, in admission order (Request.seq)
         # Running requests handled one by one each step; the rest decode implicitly (steady.py)
@@ -143,7 +149,7 @@ class Instance:
         # ends.
         self.order = ReferenceEventOrder(self) if reference_order else None
         if self.order is None:
-            env.process(self._loop())
+            self._start()
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -199,8 +205,8 @@ class Instance:
         step already under way keeps the time it was charged with the request in it."""
         state = req.state
         if state is State.QUEUED:
-            if req in self.inbox.items:
-                self.inbox.items.remove(req)
+            if req in self.delivered:
+                self.delivered.remove(req)
             else:
                 self.wait_queue.remove(req)
             self.queued_tokens -= req.prefill_target
@@ -218,21 +224,43 @@ class Instance:
     @property
     def queue_depth(self) -> int:
         """Requests waiting: in the wait queue, or in the inbox until the next step start."""
-        return len(self.wait_queue) + len(self.inbox.items)
+        return len(self.wait_queue) + len(self.delivered)
 
     # -- the step loop ------------------------------------------------------------------------
 
-    def _loop(self) -> Generator[simpy.Event, object, None]:
-        env = self.env
-        inbox = self.inbox
+    def _start(self) -> None:
+        """Start the step loop at time 0 as SimPy starts a process: an urgent event, already
+        succeeded, whose callback runs the loop."""
+        start = simpy.Event(self.env)
+        start._ok = True
+        start._value = None
+        start.callbacks.append(self._started)
+        self.env.schedule(start, URGENT)
+
+    def _started(self, event: simpy.Event) -> None:
+        self._run()
+
+    def _stepped(self, event: simpy.Event) -> None:
+        """A step's time is over."""
+        self.last_event = self.env.now
+        self._run()
+
+    def _woken(self, event: simpy.Event) -> None:
+        """The idle loop's inbox get: a request arrived."""
+        self.wait_queue.append(cast(Request, event.value))
+        self._run()
+
+    def _run(self) -> None:
+        """Step until a step takes time (its end resumes the loop) or there is nothing to do
+        (the next arrival does)."""
         while True:
-            if not self.running and not self.wait_queue and not inbox.items:
-                self.wait_queue.append((yield inbox.get()))  # type: ignore[arg-type]
+            if not self.running and not self.wait_queue and not self.delivered:
+                self.inbox.get().callbacks.append(self._woken)
+                return
             duration = self.step()
-            if duration is None:
-                continue
-            yield env.timeout(duration)
-            self.last_event = env.now
+            if duration is not None:
+                Timeout(self.env, duration).callbacks.append(self._stepped)
+                return
 
     def step(self) -> int | None:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
@@ -240,7 +268,7 @@ class Instance:
         self.last_event = now
         steady = self.steady
         if (steady is not None and not self.explicit and not self.wait_queue
-                and not self.inbox.items and self.events is None
+                and not self.delivered and self.events is None
                 and self.watch.kv_head is None and len(self.running) <= self.token_budget):
             due = steady.buckets.get(len(self.steps))
             duration = self._decode_step(now, due) if due else self._quiet_step(now)
@@ -250,7 +278,7 @@ class Instance:
         self._load_us = 0
         index = len(self.steps)
         queue = self.wait_queue
-        arrived = self.inbox.items
+        arrived = self.delivered
         if arrived:
             queue.extend(arrived)
             arrived.clear()

@@ -76,6 +76,9 @@ class PrefillInstance(Instance):
         self.blocked_queue: tuple[str, ...] = ()
         self.wake: simpy.Event | None = None
 
+    def _start(self) -> None:
+        self.env.process(self._loop())  # its own loop, a SimPy process
+
     def _loop(self) -> Generator[simpy.Event, object, None]:
         env = self.env
         inbox = self.inbox
@@ -183,6 +186,9 @@ class DecodeInstance(Instance):
         self.arrived.append(req)
         if self.inbox.get_queue:  # the step loop is idle, waiting on its inbox: wake it
             self.inbox.put(req)
+
+    def _start(self) -> None:
+        self.env.process(self._loop())  # its own loop, a SimPy process
 
     def _loop(self) -> Generator[simpy.Event, object, None]:
         env = self.env
