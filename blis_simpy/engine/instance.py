@@ -422,7 +422,9 @@ class Instance:
         block_size = kv.block_size
         last_slot = block_size - 1
         if touched:
-            explicit = sorted(explicit + touched, key=seq_of)
+            explicit = explicit + touched
+            if len(explicit) > 1:
+                explicit.sort(key=seq_of)
         for req in explicit:
             if req.lazy_base >= 0:
                 position = req.progress + index - req.lazy_base
