@@ -33,7 +33,7 @@ from simpy.events import URGENT, Timeout
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.records import InstanceLog, Recorder
+from blis_simpy.core.records import STEP_CHUNK, InstanceLog, Recorder, StepRow
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
 from blis_simpy.core.units import US_PER_MS
@@ -135,8 +135,10 @@ class Instance:
         self.explicit: list[Request] = []
         self.steady = None if latency.per_request else SteadyDecoders(pool.block_size)
         self._seq = 0
-        # One row per step (records.STEP_FIELDS). Token gaps are derived from them at the end.
+        # One row per step (records.STEP_FIELDS), the newest ones: the log packs them into
+        # arrays a chunk at a time. Token gaps are derived from them at the end.
         self.steps = self.log.steps
+        self.steps_packed = 0
         self.queued_tokens = 0  # prompt tokens waiting: the basis of the wait estimate
         self.recent_ttft: deque[int] = deque(maxlen=RECENT)
         self.recent_tpot: deque[float] = deque(maxlen=RECENT)
@@ -212,7 +214,7 @@ class Instance:
             self.queued_tokens -= req.prefill_target
         elif state is State.RUNNING:
             if req.lazy_base >= 0:  # an implicit decoder: write every decoder's state back
-                self._materialize(len(self.steps))
+                self._materialize(self.step_index())
             self.kv.release(req)
             self.running.remove(req)
             if req in self.explicit:
@@ -262,6 +264,17 @@ class Instance:
                 Timeout(self.env, duration).callbacks.append(self._stepped)
                 return
 
+    def step_index(self) -> int:
+        """The number of the next step (of the steps so far)."""
+        return self.steps_packed + len(self.steps)
+
+    def _record(self, row: StepRow) -> None:
+        steps = self.steps
+        steps.append(row)
+        if len(steps) == STEP_CHUNK:
+            self.log.pack()
+            self.steps_packed += STEP_CHUNK
+
     def step(self) -> int | None:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
         now = self.env.now
@@ -270,13 +283,13 @@ class Instance:
         if (steady is not None and not self.explicit and not self.wait_queue
                 and not self.delivered and self.events is None
                 and self.watch.kv_head is None and len(self.running) <= self.token_budget):
-            due = steady.buckets.get(len(self.steps))
+            due = steady.buckets.get(self.step_index())
             duration = self._decode_step(now, due) if due else self._quiet_step(now)
             if duration is not None:
                 return duration
         self._preempted = False
         self._load_us = 0
-        index = len(self.steps)
+        index = self.step_index()
         queue = self.wait_queue
         arrived = self.delivered
         if arrived:
@@ -304,13 +317,13 @@ class Instance:
         """No decoder opens or fills a KV block or finishes."""
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
-        self.steps.append((now, duration, 0, decodes, decodes, self.kv.used, 0))
+        self._record((now, duration, 0, decodes, decodes, self.kv.used, 0))
         return duration
 
     def _decode_step(self, now: int, due: list[Request]) -> int | None:
         """Some decoders open or fill a block or finish; None (with no side effects) when the
         blocks they open are not free (the exact path preempts)."""
-        kv, index = self.kv, len(self.steps)
+        kv, index = self.kv, self.step_index()
         touched, blocks = self._block_events(due, index)
         if blocks > kv.free_blocks:
             return None
@@ -318,7 +331,7 @@ class Instance:
             self._allocate_in_order([], touched, index)
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
-        self.steps.append((now, duration, 0, decodes, decodes, kv.used, 0))
+        self._record((now, duration, 0, decodes, decodes, kv.used, 0))
         self._advance_steady([], due, index, now + duration)
         return duration
 
@@ -341,7 +354,7 @@ class Instance:
         batch = running[:scheduled] + running[kept:] if scheduled < kept else running
         new_tokens += admitted_tokens
         duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
-        self.steps.append((now, duration, new_tokens, decodes, len(batch), self.kv.used,
+        self._record((now, duration, new_tokens, decodes, len(batch), self.kv.used,
                            len(self.wait_queue)))
         self._execute(batch, index, now + duration)
         self.explicit = list(self.running)
@@ -393,7 +406,7 @@ class Instance:
         new_tokens += admitted_tokens
         decodes = demand - (new_tokens - admitted_tokens)
         duration = self.latency.step_time(new_tokens, decodes, (), self._load_us)
-        self.steps.append((now, duration, new_tokens, decodes, len(running), kv.used,
+        self._record((now, duration, new_tokens, decodes, len(running), kv.used,
                            len(self.wait_queue)))
         self._advance_steady(explicit + running[len(running) - admitted:] if admitted
                              else explicit, due, index, now + duration)
@@ -494,7 +507,7 @@ class Instance:
         """The run is over: write back implicit state, end the anomaly episodes still open
         and close this instance's records."""
         if self.steady is not None:
-            self._materialize(len(self.steps))
+            self._materialize(self.step_index())
         self.watch.finish(self.last_event)
         self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
 
@@ -680,5 +693,8 @@ class Instance:
         """Steps needed to prefill everything waiting, at the last step's duration."""
         if not self.queued_tokens:
             return 0.0
-        last = self.steps[-1][1] if self.steps else 0
+        if self.steps:
+            last = self.steps[-1][1]
+        else:
+            last = int(self.log.packed[-1][-1, 1]) if self.log.packed else 0
         return -(-self.queued_tokens // self.token_budget) * last / US_PER_MS
