@@ -9,7 +9,7 @@ system cannot know in advance (the output length, the token ids).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -196,8 +196,10 @@ class Request:
         """The request finished: drop its block hashes and its view's copy of them (its KV
         blocks keep their own). About 2 KB a request that a long run would otherwise hold."""
         self.hashes = []
-        if self.view.prefix_hashes:
-            self.view = replace(self.view, prefix_hashes=())
+        view = self.view
+        if view.prefix_hashes:  # `replace` would spend ~5 µs finding the fields
+            self.view = RequestView(view.id, view.arrival_us, view.input_tokens,
+                                    view.tenant_id, view.slo_class, ())
 
     def __repr__(self) -> str:
         return (

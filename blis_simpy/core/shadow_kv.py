@@ -49,10 +49,11 @@ class ShadowKV:
         if seen is None:
             seen = self.sets[instance] = OrderedDict()
         capacity = self.capacity
+        touch, add, evict = seen.move_to_end, seen.__setitem__, seen.popitem  # bound once
         for h in hashes:
             if h in seen:
-                seen.move_to_end(h)
+                touch(h)
             else:
-                seen[h] = None
+                add(h, None)
                 if len(seen) > capacity:
-                    seen.popitem(last=False)
+                    evict(False)

@@ -1,9 +1,13 @@
 """One inference instance: an inbox, a wait queue, a running batch, a block pool and one step loop.
 
-The step loop is the instance's only SimPy process. A routed request waits out its queueing
-delay, joins the wait queue's accounting and is put into the instance's inbox (a SimPy Store);
-the loop drains the inbox at the start of every step, so every request that arrived by that
-time is seen before the batch is formed, and waits on the inbox when it has nothing to do.
+The step loop is driven by SimPy events: a routed request waits out its queueing delay, joins
+the wait queue's accounting and is put into the instance's inbox (a SimPy Store); the loop
+drains the inbox at the start of every step, so every request that arrived by that time is seen
+before the batch is formed, and waits on the inbox when it has nothing to do. It is written as
+callbacks on the same events a SimPy process would wait on (the start event, each step's
+timeout, the inbox get), created in the same order, so the run is the same event for event; a
+process would add an interpreted resume and a generator switch to each of the millions of
+steps of a long run.
 Each step forms a batch (running requests first, in order, each taking a prefill chunk or one
 decode token from the token budget; then waiting requests from the head of the queue while
 slots, budget and KV last), charges the step time, and applies the progress. Work is never left
@@ -20,15 +24,16 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from typing import Protocol, cast
 
 import simpy
 from mypy_extensions import mypyc_attr
+from simpy.events import URGENT, Timeout
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.records import InstanceLog, Recorder
+from blis_simpy.core.records import STEP_CHUNK, InstanceLog, Recorder, StepRow
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
 from blis_simpy.core.units import US_PER_MS
@@ -122,6 +127,7 @@ class Instance:
         self.events = recorder.events
         self.watch = QueueWatch(instance_id, recorder, class_ranks, not priority.ages)
         self.inbox = Inbox(env)  # requests whose queueing delay is over
+        self.delivered: list[Request] = self.inbox.items  # the inbox's list, read every step
         self.wait_queue: deque[Request] = deque()
         self.running: list[Request] = []  # the batch, in admission order (Request.seq)
         # Running requests handled one by one each step; the rest decode implicitly (steady.py)
@@ -129,8 +135,10 @@ class Instance:
         self.explicit: list[Request] = []
         self.steady = None if latency.per_request else SteadyDecoders(pool.block_size)
         self._seq = 0
-        # One row per step (records.STEP_FIELDS). Token gaps are derived from them at the end.
+        # One row per step (records.STEP_FIELDS), the newest ones: the log packs them into
+        # arrays a chunk at a time. Token gaps are derived from them at the end.
         self.steps = self.log.steps
+        self.steps_packed = 0
         self.queued_tokens = 0  # prompt tokens waiting: the basis of the wait estimate
         self.recent_ttft: deque[int] = deque(maxlen=RECENT)
         self.recent_tpot: deque[float] = deque(maxlen=RECENT)
@@ -143,7 +151,7 @@ class Instance:
         # ends.
         self.order = ReferenceEventOrder(self) if reference_order else None
         if self.order is None:
-            env.process(self._loop())
+            self._start()
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -199,14 +207,14 @@ class Instance:
         step already under way keeps the time it was charged with the request in it."""
         state = req.state
         if state is State.QUEUED:
-            if req in self.inbox.items:
-                self.inbox.items.remove(req)
+            if req in self.delivered:
+                self.delivered.remove(req)
             else:
                 self.wait_queue.remove(req)
             self.queued_tokens -= req.prefill_target
         elif state is State.RUNNING:
             if req.lazy_base >= 0:  # an implicit decoder: write every decoder's state back
-                self._materialize(len(self.steps))
+                self._materialize(self.step_index())
             self.kv.release(req)
             self.running.remove(req)
             if req in self.explicit:
@@ -218,21 +226,54 @@ class Instance:
     @property
     def queue_depth(self) -> int:
         """Requests waiting: in the wait queue, or in the inbox until the next step start."""
-        return len(self.wait_queue) + len(self.inbox.items)
+        return len(self.wait_queue) + len(self.delivered)
 
     # -- the step loop ------------------------------------------------------------------------
 
-    def _loop(self) -> Generator[simpy.Event, object, None]:
-        env = self.env
-        inbox = self.inbox
+    def _start(self) -> None:
+        """Start the step loop at time 0 as SimPy starts a process: an urgent event, already
+        succeeded, whose callback runs the loop."""
+        start = simpy.Event(self.env)
+        start._ok = True
+        start._value = None
+        start.callbacks.append(self._started)
+        self.env.schedule(start, URGENT)
+
+    def _started(self, event: simpy.Event) -> None:
+        self._run()
+
+    def _stepped(self, event: simpy.Event) -> None:
+        """A step's time is over."""
+        self.last_event = self.env.now
+        self._run()
+
+    def _woken(self, event: simpy.Event) -> None:
+        """The idle loop's inbox get: a request arrived."""
+        self.wait_queue.append(cast(Request, event.value))
+        self._run()
+
+    def _run(self) -> None:
+        """Step until a step takes time (its end resumes the loop) or there is nothing to do
+        (the next arrival does)."""
         while True:
-            if not self.running and not self.wait_queue and not inbox.items:
-                self.wait_queue.append((yield inbox.get()))  # type: ignore[arg-type]
+            if not self.running and not self.wait_queue and not self.delivered:
+                self.inbox.get().callbacks.append(self._woken)
+                return
             duration = self.step()
-            if duration is None:
-                continue
-            yield env.timeout(duration)
-            self.last_event = env.now
+            if duration is not None:
+                Timeout(self.env, duration).callbacks.append(self._stepped)
+                return
+
+    def step_index(self) -> int:
+        """The number of the next step (of the steps so far)."""
+        return self.steps_packed + len(self.steps)
+
+    def _record(self, row: StepRow) -> None:
+        steps = self.steps
+        steps.append(row)
+        if len(steps) == STEP_CHUNK:
+            self.log.pack()
+            self.steps_packed += STEP_CHUNK
 
     def step(self) -> int | None:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
@@ -240,17 +281,17 @@ class Instance:
         self.last_event = now
         steady = self.steady
         if (steady is not None and not self.explicit and not self.wait_queue
-                and not self.inbox.items and self.events is None
+                and not self.delivered and self.events is None
                 and self.watch.kv_head is None and len(self.running) <= self.token_budget):
-            due = steady.buckets.get(len(self.steps))
+            due = steady.buckets.get(self.step_index())
             duration = self._decode_step(now, due) if due else self._quiet_step(now)
             if duration is not None:
                 return duration
         self._preempted = False
         self._load_us = 0
-        index = len(self.steps)
+        index = self.step_index()
         queue = self.wait_queue
-        arrived = self.inbox.items
+        arrived = self.delivered
         if arrived:
             queue.extend(arrived)
             arrived.clear()
@@ -276,13 +317,13 @@ class Instance:
         """No decoder opens or fills a KV block or finishes."""
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
-        self.steps.append((now, duration, 0, decodes, decodes, self.kv.used, 0))
+        self._record((now, duration, 0, decodes, decodes, self.kv.used, 0))
         return duration
 
     def _decode_step(self, now: int, due: list[Request]) -> int | None:
         """Some decoders open or fill a block or finish; None (with no side effects) when the
         blocks they open are not free (the exact path preempts)."""
-        kv, index = self.kv, len(self.steps)
+        kv, index = self.kv, self.step_index()
         touched, blocks = self._block_events(due, index)
         if blocks > kv.free_blocks:
             return None
@@ -290,7 +331,7 @@ class Instance:
             self._allocate_in_order([], touched, index)
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
-        self.steps.append((now, duration, 0, decodes, decodes, kv.used, 0))
+        self._record((now, duration, 0, decodes, decodes, kv.used, 0))
         self._advance_steady([], due, index, now + duration)
         return duration
 
@@ -313,7 +354,7 @@ class Instance:
         batch = running[:scheduled] + running[kept:] if scheduled < kept else running
         new_tokens += admitted_tokens
         duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
-        self.steps.append((now, duration, new_tokens, decodes, len(batch), self.kv.used,
+        self._record((now, duration, new_tokens, decodes, len(batch), self.kv.used,
                            len(self.wait_queue)))
         self._execute(batch, index, now + duration)
         self.explicit = list(self.running)
@@ -365,7 +406,7 @@ class Instance:
         new_tokens += admitted_tokens
         decodes = demand - (new_tokens - admitted_tokens)
         duration = self.latency.step_time(new_tokens, decodes, (), self._load_us)
-        self.steps.append((now, duration, new_tokens, decodes, len(running), kv.used,
+        self._record((now, duration, new_tokens, decodes, len(running), kv.used,
                            len(self.wait_queue)))
         self._advance_steady(explicit + running[len(running) - admitted:] if admitted
                              else explicit, due, index, now + duration)
@@ -394,7 +435,9 @@ class Instance:
         block_size = kv.block_size
         last_slot = block_size - 1
         if touched:
-            explicit = sorted(explicit + touched, key=seq_of)
+            explicit = explicit + touched
+            if len(explicit) > 1:
+                explicit.sort(key=seq_of)
         for req in explicit:
             if req.lazy_base >= 0:
                 position = req.progress + index - req.lazy_base
@@ -464,7 +507,7 @@ class Instance:
         """The run is over: write back implicit state, end the anomaly episodes still open
         and close this instance's records."""
         if self.steady is not None:
-            self._materialize(len(self.steps))
+            self._materialize(self.step_index())
         self.watch.finish(self.last_event)
         self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
 
@@ -650,5 +693,8 @@ class Instance:
         """Steps needed to prefill everything waiting, at the last step's duration."""
         if not self.queued_tokens:
             return 0.0
-        last = self.steps[-1][1] if self.steps else 0
+        if self.steps:
+            last = self.steps[-1][1]
+        else:
+            last = int(self.log.packed[-1][-1, 1]) if self.log.packed else 0
         return -(-self.queued_tokens // self.token_budget) * last / US_PER_MS

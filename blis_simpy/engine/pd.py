@@ -76,6 +76,9 @@ class PrefillInstance(Instance):
         self.blocked_queue: tuple[str, ...] = ()
         self.wake: simpy.Event | None = None
 
+    def _start(self) -> None:
+        self.env.process(self._loop())  # its own loop, a SimPy process
+
     def _loop(self) -> Generator[simpy.Event, object, None]:
         env = self.env
         inbox = self.inbox
@@ -179,10 +182,13 @@ class DecodeInstance(Instance):
             kv.publish(req, block * kv.block_size)
         self.last_event = self.env.now
         # no token run on this instance yet: the token gaps start from its next step
-        req.first_token_step = req.last_emit_step = len(self.steps) - 1
+        req.first_token_step = req.last_emit_step = self.step_index() - 1
         self.arrived.append(req)
         if self.inbox.get_queue:  # the step loop is idle, waiting on its inbox: wake it
             self.inbox.put(req)
+
+    def _start(self) -> None:
+        self.env.process(self._loop())  # its own loop, a SimPy process
 
     def _loop(self) -> Generator[simpy.Event, object, None]:
         env = self.env
@@ -208,7 +214,7 @@ class DecodeInstance(Instance):
         """Handed-over requests take free batch slots ahead of the wait queue: their KV is
         here and their next token is a decode."""
         arrived, running = self.arrived, self.running
-        last = len(self.steps) - 1
+        last = self.step_index() - 1
         while arrived and len(running) < self.max_running:
             req = arrived.popleft()
             req.state = State.RUNNING

@@ -91,9 +91,10 @@ class Simulation:
         started = time.perf_counter()
         count = 0
         last = 0.0
+        checks, inf = self.checks, math.inf  # locals: this loop runs once per event
         with sparse_collection():
-            while (now := peek()) <= until and now != math.inf:
-                if self.checks and now < last:
+            while (now := peek()) <= until and now != inf:
+                if checks and now < last:
                     raise InvariantError(f"the clock went back from {last} to {now}")
                 last = now
                 step()

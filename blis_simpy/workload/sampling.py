@@ -93,12 +93,28 @@ def seconds_bounds(dist: Distribution) -> tuple[float, float]:
     return lo, dist.max if dist.max is not None else math.inf
 
 
+def draw_one(dist: Distribution, rng: np.random.Generator) -> float:
+    """`draw(dist, rng, 1)[0]`: numpy's scalar form of the same draw (one value is one call
+    of the same generator function either way) where there is one, without the array."""
+    if isinstance(dist, Gaussian):
+        return float(rng.normal(dist.mean, dist.stdev))
+    if isinstance(dist, Constant):
+        return float(dist.value)
+    if isinstance(dist, Uniform):
+        return float(rng.uniform(dist.low, dist.high))
+    if isinstance(dist, Exponential):
+        return float(rng.exponential(dist.mean))
+    if isinstance(dist, LogNormal):
+        return float(rng.lognormal(lognormal_mu(dist.mean, dist.sigma), dist.sigma))
+    return float(draw(dist, rng, 1)[0])
+
+
 def one_token_count(dist: Distribution, rng: np.random.Generator) -> int:
     """`sample_tokens(dist, rng, 1)[0]` (the same draw, the same value) in scalar arithmetic:
     a source that draws one count at a time (tenants react to completions, so their draws
     cannot be made ahead) would otherwise pay for six numpy calls on one-element arrays."""
     lo, hi = token_bounds(dist)
-    x = min(max(float(draw(dist, rng, 1)[0]), lo), float(hi))
+    x = min(max(draw_one(dist, rng), lo), float(hi))
     whole = math.trunc(x)
     return min(max(whole + (x - whole >= 0.5), lo), hi)  # x >= lo >= 1: halves round up
 
@@ -106,7 +122,7 @@ def one_token_count(dist: Distribution, rng: np.random.Generator) -> int:
 def one_duration(dist: Distribution, rng: np.random.Generator) -> float:
     """`sample_seconds(dist, rng, 1)[0]` in scalar arithmetic (the same draw and value)."""
     lo, hi = seconds_bounds(dist)
-    return min(max(float(draw(dist, rng, 1)[0]), lo), hi)
+    return min(max(draw_one(dist, rng), lo), hi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +142,40 @@ class WeightedPick:
 
     def pick(self, rng: np.random.Generator) -> int:
         return bisect_right(self.cdf, rng.random())
+
+
+class UniformIds:
+    """`rng.integers(0, high, n)` call after call (the same values), for a generator that
+    draws nothing else: token ids, one array per request. numpy draws each value by Lemire's
+    method from the bit generator's 32-bit outputs (a 64-bit output split low half first, the
+    high half kept for the next call, even the next `integers` call), rejecting the rare words
+    whose low product is below a threshold; so the ids of successive calls are one stream of
+    accepted words, and it is drawn here a block at a time. A call to `integers` spends ~3 µs
+    in per-call checks (`np.prod` of the size), more than the draws of a typical prompt."""
+
+    BLOCK = 1 << 14  # 64-bit outputs drawn at a time
+
+    def __init__(self, rng: np.random.Generator, high: int) -> None:
+        if not 1 < high < 1 << 32:
+            raise ValueError(f"token id range must be in (1, 2**32), got {high}")
+        self.bits = rng.bit_generator
+        self.high = high
+        self.threshold = ((1 << 32) - high) % high  # numpy's (UINT32_MAX - rng) % (rng + 1)
+        self.ready = np.zeros(0, dtype=np.int64)  # accepted values not handed out yet
+        self.used = 0
+
+    def take(self, n: int) -> np.ndarray:
+        """The next n ids (a new array)."""
+        while len(self.ready) - self.used < n:
+            self._refill()
+        start = self.used
+        self.used = start + n
+        return self.ready[start : start + n].copy()
+
+    def _refill(self) -> None:
+        words = self.bits.random_raw(self.BLOCK).view(np.uint32).astype(np.uint64)
+        words *= np.uint64(self.high)
+        accepted = (words & np.uint64(0xFFFFFFFF)) >= np.uint64(self.threshold)
+        fresh = (words[accepted] >> np.uint64(32)).astype(np.int64)
+        self.ready = np.concatenate((self.ready[self.used :], fresh))
+        self.used = 0

@@ -26,7 +26,12 @@ from blis_simpy.core.request import Request, State
 from blis_simpy.core.units import US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.arrivals import arrival_times
-from blis_simpy.workload.sampling import WeightedPick, one_duration, one_token_count
+from blis_simpy.workload.sampling import (
+    UniformIds,
+    WeightedPick,
+    one_duration,
+    one_token_count,
+)
 
 Process = Generator[simpy.Event, object, None]
 
@@ -37,7 +42,7 @@ class TenantStreams:
     def __init__(self, seed: int, tenant: str) -> None:
         self.arrivals = stream(seed, f"tenant:{tenant}:arrivals")
         self.lengths = stream(seed, f"tenant:{tenant}:lengths")
-        self.tokens = stream(seed, f"tenant:{tenant}:tokens")
+        self.tokens = UniformIds(stream(seed, f"tenant:{tenant}:tokens"), VOCAB)
         self.choices = stream(seed, f"tenant:{tenant}:choices")
 
     def count(self, dist: Distribution, factor: float = 1.0) -> int:
@@ -47,7 +52,7 @@ class TenantStreams:
         return one_duration(dist, self.lengths)
 
     def ids(self, n: int) -> np.ndarray:
-        return self.tokens.integers(0, VOCAB, n)
+        return self.tokens.take(n)
 
 
 class TenantWorkload:

@@ -53,7 +53,7 @@ class StepPaths:
         if not isinstance(batch, tuple):
             self.counts["exact"] += 1
         elif not inst.explicit and not inst.wait_queue and new_tokens == 0:
-            due = inst.steady.buckets.get(len(inst.steps))
+            due = inst.steady.buckets.get(inst.step_index())
             self.counts["decode" if due else "quiet"] += 1
         return self.model.step_time(new_tokens, decodes, batch, extra_us)
 

@@ -21,6 +21,7 @@ from blis_simpy.config.distributions import (
     Uniform,
 )
 from blis_simpy.workload.sampling import (
+    UniformIds,
     WeightedPick,
     one_duration,
     one_token_count,
@@ -100,3 +101,16 @@ def test_weighted_pick_equals_generator_choice(weights: list[float], seed: int) 
     for _ in range(50):
         assert pick.pick(ours) == int(numpy.choice(len(weights), p=p))
     assert ours.random() == numpy.random()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), high=st.one_of(st.sampled_from([2, 128_000, 2**32 - 1]),
+                                                 st.integers(2, 2**32 - 1)),
+       sizes=st.lists(st.one_of(st.integers(0, 40), st.integers(0, 40_000)), max_size=12))
+def test_uniform_ids_are_numpy_integers_call_after_call(seed, high, sizes):
+    """The block-drawn ids equal `rng.integers(0, high, n)` for any sequence of calls, also
+    where Lemire's method rejects many words (a range just over 2**31 rejects about half)."""
+    numpy_rng = np.random.default_rng(seed)
+    ids = UniformIds(np.random.default_rng(seed), high)
+    for n in sizes:
+        assert np.array_equal(ids.take(n), numpy_rng.integers(0, high, n))

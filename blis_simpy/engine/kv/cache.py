@@ -64,10 +64,10 @@ class KVCache:
 
     def lookup(self, req: Request, tokens: int) -> PrefixHit:
         """Blocks holding the longest cached prefix of the request's first `tokens` tokens."""
-        found = []
-        index = self.index
-        for h in req.hashes[: tokens // self.block_size]:
-            block = index.get(h)
+        found: list[int] = []
+        index, hashes = self.index, req.hashes
+        for i in range(min(tokens // self.block_size, len(hashes))):
+            block = index.get(hashes[i])
             if block is None:
                 break
             found.append(block)
