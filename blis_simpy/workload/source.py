@@ -80,16 +80,20 @@ def served_models(scenario: Scenario, trace: Trace) -> None:
                             ", ".join(m.name for m in section.models))
 
 
-def hashed(requests: Iterable[Request], block_size: int, chunk: int = 256
+def hashed(requests: Iterable[Request], block_size: int, chunk_tokens: int = 1 << 15
            ) -> Iterator[Request]:
-    """Requests with their block hashes computed a chunk at a time (vectorised)."""
+    """Requests with their block hashes computed a chunk at a time (vectorised), each chunk
+    about `chunk_tokens` tokens: small enough that its arrays stay in the CPU's cache, which
+    makes hashing about twice as fast as chunks ten times larger."""
     batch: list[Request] = []
+    size = 0
     for req in requests:
         batch.append(req)
-        if len(batch) == chunk:
+        size += req.input_len + req.output_len
+        if size >= chunk_tokens:
             hash_requests(batch, block_size)
             yield from batch
-            batch = []
+            batch, size = [], 0
     hash_requests(batch, block_size)
     yield from batch
 
