@@ -20,8 +20,9 @@ Channels:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -209,11 +210,18 @@ class InstanceRecord:
 
     @classmethod
     def of(cls, log: InstanceLog) -> InstanceRecord:
-        rows = np.array(log.steps, dtype=np.int64).reshape(-1, len(STEP_FIELDS))
+        rows = rows_matrix(log.steps, len(log.steps), len(STEP_FIELDS))
         return cls(log.id, log.role, log.kv_total, log.kv_hits, log.kv_misses, log.kv_failures,
                    log.last_event,
                    *(rows[:, i].copy() for i in range(len(STEP_FIELDS))),
                    tiers=None if log.tiers is None else TierRecord.of(log.tiers))
+
+
+def rows_matrix(rows: Iterable[tuple[int, ...]], count: int, width: int) -> np.ndarray:
+    """`count` rows of `width` ints as an int64 matrix, read as one flat stream (faster than
+    `np.array` on a list of tuples, which first works out the shape)."""
+    flat = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=count * width)
+    return flat.reshape(count, width)
 
 
 INT_FIELDS = ("index", "arrival", "admitted_at", "routed_at", "queued_at", "first_scheduled",
@@ -226,7 +234,7 @@ def int_columns(requests: Sequence[Request]) -> dict[str, np.ndarray]:
     """Every integer field of the requests as its own int64 array, read in one pass (one
     tuple per request, then one matrix: several times faster than a pass per field)."""
     read = attrgetter(*INT_FIELDS)
-    matrix = np.array([read(r) for r in requests], dtype=np.int64).reshape(-1, len(INT_FIELDS))
+    matrix = rows_matrix(map(read, requests), len(requests), len(INT_FIELDS))
     return {name: matrix[:, i].copy() for i, name in enumerate(INT_FIELDS)}
 
 
