@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import cast
 
 import simpy
+from mypy_extensions import mypyc_attr
 from simpy.events import EventPriority
 
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
@@ -49,6 +50,7 @@ def settle(req: Request) -> None:
         req.done.succeed()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Gateway:
     """Admission, priority and routing for the fleet's routable instances."""
 
