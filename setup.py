@@ -20,6 +20,7 @@ from setuptools import setup
 # marked (`mypyc_attr(allow_interpreted_subclasses=True)`, as the KV caches are).
 COMPILED = [
     "blis_simpy/core/request.py",
+    "blis_simpy/core/router_state.py",
     "blis_simpy/core/shadow_kv.py",
     "blis_simpy/engine/anomalies.py",
     "blis_simpy/engine/instance.py",
@@ -30,6 +31,7 @@ COMPILED = [
     "blis_simpy/engine/latency.py",
     "blis_simpy/engine/reference_order.py",
     "blis_simpy/engine/steady.py",
+    "blis_simpy/cluster/gateway.py",
     "blis_simpy/cluster/snapshot.py",
     "blis_simpy/rng/gomath.py",
     "blis_simpy/workload/synthetic.py",

@@ -4,7 +4,9 @@ latency) -> priority -> routing (after the routing latency) -> the chosen instan
 Each stage is an event at its own time and priority (`core.ordering`); requests reach instances
 only through `_route` (NC-1). The stages are priority callbacks rather than processes handing
 requests over through Stores: they hold no capacity and never wait for anything but time, so a
-Store between them would add an event per request and per stage and nothing else. The hand-over
+Store between them would add an event per request and per stage and nothing else. A
+zero-latency stage whose event would be the very next to run is run at once instead (same
+order, same time; `_runs_next`): a request arriving alone takes one event, not three. The hand-over
 that does involve waiting, into an instance, goes through the instance's inbox Store.
 
 The gateway owns the router state (with the shadow KV model, updated after every routing
@@ -23,6 +25,8 @@ from collections.abc import Callable
 from typing import cast
 
 import simpy
+from mypy_extensions import mypyc_attr
+from simpy.events import EventPriority
 
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
@@ -46,6 +50,7 @@ def settle(req: Request) -> None:
         req.done.succeed()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Gateway:
     """Admission, priority and routing for the fleet's routable instances."""
 
@@ -93,23 +98,39 @@ class Gateway:
 
     # -- stages -------------------------------------------------------------------------------
 
-    def arrive(self, req: Request) -> None:
-        """ClusterArrival: the request exists; admission follows after its latency."""
+    def arrive(self, req: Request, alone: bool = False) -> None:
+        """ClusterArrival: the request exists; admission follows after its latency. `alone`:
+        the source knows no other request arrives at this time (`_runs_next`)."""
         now = self.env.now
         self.recorder.requests.append(req)
         req.observe(self.block_size, self.keep_tokens)
         self.state.on_arrival(req.tenant_id, now)
         if self.events is not None:
             self.events.append((now, "arrival", req.name, ""))
-        StageEvent(self.env, self.config.admission_latency_us, ADMISSION, req, self._admit)
         if self.timeouts is not None:
             wait = self.timeouts.for_tenant(req.tenant_id)
             if wait is not None:
                 req.deadline = now + wait
                 self.env.timeout(wait, req).callbacks.append(self._give_up)
+        latency = self.config.admission_latency_us
+        if alone and latency == 0 and self._runs_next(ADMISSION):
+            self._admit_now(req)
+        else:
+            StageEvent(self.env, latency, ADMISSION, req, self._admit)
+
+    def _runs_next(self, priority: EventPriority) -> bool:
+        """Whether an event scheduled now, with no delay and this priority, would be the very
+        next to run: nothing else is due now at a priority that runs before it or with it (an
+        equal one scheduled earlier). Then the stage runs at once instead, in the same order
+        and at the same time, without an event (zero-latency stages: two fewer events per
+        request). The event queue is SimPy's heap of (time, priority, id, event)."""
+        queue = self.env._queue
+        return not queue or queue[0][:2] > (self.env.now, priority)
 
     def _admit(self, event: simpy.Event) -> None:
-        req = cast(Request, event.value)
+        self._admit_now(cast(Request, event.value))
+
+    def _admit_now(self, req: Request) -> None:
         if req.state is State.TIMED_OUT:
             return
         now = self.env.now
@@ -129,7 +150,11 @@ class Gateway:
                 self.decisions.append(Decision(now, req.name, "priority", "score", "",
                                                self.priority.name, priority=req.priority,
                                                tenant=req.tenant_id, slo_class=req.slo_class))
-            StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
+            latency = self.config.routing_latency_us
+            if latency == 0 and self._runs_next(ROUTING):
+                self._route_now(req)
+            else:
+                StageEvent(self.env, latency, ROUTING, req, self._route)
         elif decision.action == "delay":
             if decision.delay_us <= 0:
                 raise ValueError(f"admission policy {self.admission.name!r} delayed "
@@ -144,7 +169,9 @@ class Gateway:
             settle(req)
 
     def _route(self, event: simpy.Event) -> None:
-        req = cast(Request, event.value)
+        self._route_now(cast(Request, event.value))
+
+    def _route_now(self, req: Request) -> None:
         if req.state is State.TIMED_OUT:
             return
         now = self.env.now

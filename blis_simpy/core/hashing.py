@@ -5,6 +5,12 @@ equal chains mean equal prefixes here too, so hits and misses are the same, but 
 linear in the sequence length. Each token id is mixed with its position (splitmix64 on 64-bit
 words, numpy wraparound arithmetic), a block's words are summed, and the running sum is the
 chain: hash_i = hash_{i-1} + sum(block i). Distinct prefixes collide with probability ~2^-64.
+
+The chain is summed a block at a time (a row sum of the words as a blocks x block_size matrix,
+then a running sum over the blocks, not over every token: numpy's running sum of 64-bit words is
+several times slower per element than a row sum), and positions are mixed from a table of
+`position x golden` kept for the longest sequence hashed so far; wraparound addition makes the
+values the same whichever way they are summed.
 """
 
 from __future__ import annotations
@@ -20,6 +26,29 @@ if TYPE_CHECKING:
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+
+
+_positions = np.empty(0, dtype=np.uint64)  # `position x golden` for positions 1, 2, ...
+
+
+def scrambled_positions(count: int) -> np.ndarray:
+    """`position x golden` (mod 2^64) for positions 1..count at least: a read-only table,
+    grown (doubled) when a longer sequence comes, so a run computes it a few times in all."""
+    global _positions
+    if len(_positions) < count:
+        with np.errstate(over="ignore"):
+            table = np.arange(1, max(count, 2 * len(_positions), 4096) + 1, dtype=np.uint64)
+            table *= _GOLDEN
+        table.flags.writeable = False
+        _positions = table
+    return _positions
+
+
+def chain_sums(words: np.ndarray, block_size: int) -> np.ndarray:
+    """Running sum (mod 2^64) of `words` at the end of each block: `words` holds whole
+    blocks; each block is summed, then the block sums are. Overwrites nothing."""
+    sums = words.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
+    return np.cumsum(sums, out=sums)
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
@@ -53,13 +82,11 @@ def block_hashes(tokens: np.ndarray, block_size: int, known: Sequence[int] = ())
         return list(known[:full])
     start, n = done * block_size, full * block_size
     with np.errstate(over="ignore"):
-        words = np.arange(start + 1, n + 1, dtype=np.uint64)  # positions, mixed in place
-        words *= _GOLDEN
-        words ^= as_words(tokens[start:n])
+        words = scrambled_positions(n)[start:n] ^ as_words(tokens[start:n])
         mix64(words)
         if done:
             words[0] += np.uint64(known[done - 1])
-        chain = np.cumsum(words, out=words)[block_size - 1 :: block_size]
+        chain = chain_sums(words, block_size)
     return [*known[:done], *chain.tolist()]
 
 
@@ -81,26 +108,23 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     if not todo:
         return
     tokens = [r.tokens for r in todo if r.tokens is not None]
-    fulls = np.array([len(t) // block_size for t in tokens], dtype=np.int64)
-    lengths = fulls * block_size
-    if lengths.sum() == 0:
+    fulls = [len(t) // block_size for t in tokens]
+    lengths = [n * block_size for n in fulls]
+    if not any(lengths):
         for req in todo:
             req.hashes, req.tokens, req.hashed = [], None, True
         return
-    ids = np.concatenate([t[:n] for t, n in zip(tokens, lengths.tolist(), strict=True)])
-    starts = (np.cumsum(lengths) - lengths).astype(np.uint64)
+    positions = scrambled_positions(max(lengths))
     with np.errstate(over="ignore"):
-        words = np.arange(1, len(ids) + 1, dtype=np.uint64)  # positions, mixed in place
-        words -= np.repeat(starts, lengths)
-        words *= _GOLDEN
-        words ^= as_words(ids)
+        words = np.concatenate([positions[:n] for n in lengths])
+        words ^= as_words(np.concatenate([t[:n] for t, n in zip(tokens, lengths, strict=True)]))
         mix64(words)
-        running = np.cumsum(words, out=words)[block_size - 1 :: block_size]
+        running = chain_sums(words, block_size)
         first_block = np.cumsum(fulls) - fulls
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],
                           np.uint64(0))
         chains = (running - np.repeat(before, fulls)).tolist()
-    for req, lo, n in zip(todo, first_block.tolist(), fulls.tolist(), strict=True):
+    for req, lo, n in zip(todo, first_block.tolist(), fulls, strict=True):
         req.hashes = chains[lo: lo + n]
         req.tokens = None
         req.hashed = True

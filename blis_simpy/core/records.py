@@ -21,9 +21,10 @@ Channels:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -134,9 +135,7 @@ class InstanceLog:
         """Move the rows in `steps` into one int64 array (the writer calls this every
         STEP_CHUNK rows)."""
         rows = self.steps
-        self.packed.append(np.fromiter(chain.from_iterable(rows), dtype=np.int64,
-                                       count=len(rows) * len(STEP_FIELDS)
-                                       ).reshape(-1, len(STEP_FIELDS)))
+        self.packed.append(rows_matrix(rows, len(rows), len(STEP_FIELDS)))
         rows.clear()
 
     def rows(self) -> np.ndarray:
@@ -238,9 +237,25 @@ class InstanceRecord:
                    tiers=None if log.tiers is None else TierRecord.of(log.tiers))
 
 
-def ints(requests: Sequence[Request], attr: str) -> np.ndarray:
-    return np.fromiter((getattr(r, attr) for r in requests), dtype=np.int64,
-                       count=len(requests))
+def rows_matrix(rows: Iterable[tuple[int, ...]], count: int, width: int) -> np.ndarray:
+    """`count` rows of `width` ints as an int64 matrix, read as one flat stream (faster than
+    `np.array` on a list of tuples, which first works out the shape)."""
+    flat = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=count * width)
+    return flat.reshape(count, width)
+
+
+INT_FIELDS = ("index", "arrival", "admitted_at", "routed_at", "queued_at", "first_scheduled",
+              "first_token_at", "completed_at", "timed_out_at", "input_len", "output_len",
+              "cached_tokens", "emitted", "preemptions", "turn", "first_token_step",
+              "last_emit_step")  # the requests' integer fields, read into columns
+
+
+def int_columns(requests: Sequence[Request]) -> dict[str, np.ndarray]:
+    """Every integer field of the requests as its own int64 array, read in one pass (one
+    tuple per request, then one matrix: several times faster than a pass per field)."""
+    read = attrgetter(*INT_FIELDS)
+    matrix = rows_matrix(map(read, requests), len(requests), len(INT_FIELDS))
+    return {name: matrix[:, i].copy() for i, name in enumerate(INT_FIELDS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +287,7 @@ class RequestColumns:
     session: list[str]
     turn: np.ndarray
     state: list[str]
+    state_array: np.ndarray  # the same as a numpy string array, for masks
     reject_code: list[str]
     reject_reason: list[str]
     first_token_step: np.ndarray  # step (of its instance) that emitted the first token
@@ -290,22 +306,10 @@ class RequestColumns:
         gaps = [(i, before, after) for i, r in enumerate(requests) if r.gaps
                 for before, after in r.gaps]
         gap_cols = np.array(gaps, dtype=np.int64).reshape(-1, 3)
+        state = [str(r.state) for r in requests]
         return cls(
             id=[r.name for r in requests],
-            index=ints(requests, "index"),
-            arrival=ints(requests, "arrival"),
-            admitted_at=ints(requests, "admitted_at"),
-            routed_at=ints(requests, "routed_at"),
-            queued_at=ints(requests, "queued_at"),
-            first_scheduled=ints(requests, "first_scheduled"),
-            first_token_at=ints(requests, "first_token_at"),
-            completed_at=ints(requests, "completed_at"),
-            timed_out_at=ints(requests, "timed_out_at"),
-            input_len=ints(requests, "input_len"),
-            output_len=ints(requests, "output_len"),
-            cached_tokens=ints(requests, "cached_tokens"),
-            emitted=ints(requests, "emitted"),
-            preemptions=ints(requests, "preemptions"),
+            **int_columns(requests),
             instance=[r.instance for r in requests],
             instance_index=np.fromiter((index.get(r.instance, -1) for r in requests),
                                        dtype=np.int64, count=len(requests)),
@@ -314,12 +318,10 @@ class RequestColumns:
             model=[r.model for r in requests],
             request_type=[r.request_type for r in requests],
             session=[r.session_id for r in requests],
-            turn=ints(requests, "turn"),
-            state=[str(r.state) for r in requests],
+            state=state,
+            state_array=np.array(state, dtype=str),
             reject_code=[r.reject_code for r in requests],
             reject_reason=[r.reject_reason for r in requests],
-            first_token_step=ints(requests, "first_token_step"),
-            last_emit_step=ints(requests, "last_emit_step"),
             gap_request=gap_cols[:, 0].copy(),
             gap_before=gap_cols[:, 1].copy(),
             gap_after=gap_cols[:, 2].copy(),
@@ -327,8 +329,7 @@ class RequestColumns:
 
     def in_state(self, state: State) -> np.ndarray:
         """Boolean mask of the requests whose final state is `state`."""
-        value = str(state)
-        return np.fromiter((s == value for s in self.state), dtype=bool, count=len(self.state))
+        return self.state_array == str(state)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,11 +53,34 @@ class Table:
         return pd.DataFrame(self.columns)
 
     def write_csv(self, path: Path) -> None:
-        with path.open("w", newline="", encoding="utf-8") as f:
+        with path.open("wb") as f:
             names = quoted(list(self.columns))
-            f.write((",".join(names) if names != [""] else LONE_EMPTY) + "\n")
+            f.write(((",".join(names) if names != [""] else LONE_EMPTY) + "\n").encode())
             for start in range(0, len(self), CHUNK):
-                f.write("\n".join(map(",".join, self.rows(start, start + CHUNK))) + "\n")
+                stop = start + CHUNK
+                text = self.csv_bytes(start, stop)
+                if text is None:
+                    rows = self.rows(start, stop)
+                    text = ("\n".join(map(",".join, rows)) + "\n").encode()
+                f.write(text)
+
+    def csv_bytes(self, start: int, stop: int) -> bytes | None:
+        """Rows start..stop-1 as CSV text built as one byte matrix (`cell_matrix`): each
+        column's cells NUL-padded to one width, commas and line ends between them, then the
+        padding dropped. None for a one-column table or a column with text that is not plain
+        ASCII; those go cell by cell."""
+        if len(self.columns) < 2:
+            return None
+        blocks = []
+        for values in self.columns.values():
+            block = cell_matrix(values[start:stop])
+            if block is None:
+                return None
+            blocks.append(block)
+            blocks.append(np.full((len(block), 1), ord(","), dtype=np.uint8))
+        blocks[-1][:] = ord("\n")
+        matrix = np.concatenate(blocks, axis=1)
+        return matrix[matrix != 0].tobytes()
 
     def rows(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[str, ...]]:
         """Rows start..stop-1 as CSV cells, quoted where needed (a chunk at a time keeps the
@@ -99,3 +122,102 @@ def csv_cells(values: Column) -> list[str]:
         return list(map(str, values.tolist()))
     return quoted(["" if v is None or (isinstance(v, float) and v != v) else str(v)
                    for v in values])
+
+
+# ----------------------------------------------------------------- cells as byte matrices
+
+MAX_DIGITS = 15  # decimals of at most this many digits are what a double's repr prints
+
+
+def cell_matrix(values: Column) -> np.ndarray | None:
+    """A column's CSV cells (as `csv_cells` writes them) as a (rows x width) uint8 matrix of
+    ASCII, each cell NUL-padded. Integers are written digit by digit with numpy; a float
+    column whose every value is a decimal of at most 3 or 6 places (times in ms and s made
+    from integer µs) likewise; anything else is formatted by `csv_cells` first. None when a
+    cell is not plain ASCII (or holds a NUL)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and len(values) \
+            and int(values.min()) > -10**18 and int(values.max()) < 10**18:
+        whole = values.astype(np.int64)
+        return join_parts(whole < 0, digits(np.abs(whole)))
+    if isinstance(values, np.ndarray) and values.dtype == np.float64 and len(values):
+        block = decimal_matrix(values)
+        if block is not None:
+            return block
+    if type(values) is list and values and set(map(type, values)) == {str}:
+        distinct = set(values)
+        if len(distinct) == 1:  # a constant column (no tenants, one model): one cell, tiled
+            one = ascii_matrix(quoted(list(distinct)))
+            return None if one is None else np.tile(one, (len(values), 1))
+        return ascii_matrix(quoted(values))
+    return ascii_matrix(csv_cells(values))
+
+
+def ascii_matrix(cells: list[str]) -> np.ndarray | None:
+    joined = "".join(cells)
+    if not joined.isascii() or "\0" in joined:
+        return None
+    array = np.array(cells, dtype="S")
+    return array.view(np.uint8).reshape(len(cells), array.dtype.itemsize)
+
+
+def digits(values: np.ndarray, width: int | None = None) -> np.ndarray:
+    """Non-negative int64 values in decimal, right-aligned, leading zeros as NUL (0 is "0");
+    with `width`, exactly that many digits with their leading zeros (a fraction's)."""
+    pad = width is None
+    if width is None:
+        width = len(str(int(values.max()))) if len(values) else 1
+    out = np.empty((len(values), width), dtype=np.uint8)
+    rest = values.copy()
+    for col in range(width - 1, -1, -1):
+        rest, digit = np.divmod(rest, 10)
+        out[:, col] = digit
+    out += ord("0")
+    if pad:
+        count = np.ones(len(values), dtype=np.int64)
+        for k in range(1, width):
+            count += values >= 10**k
+        out[np.arange(width) < (width - count)[:, None]] = 0
+    return out
+
+
+def join_parts(negative: np.ndarray, *parts: np.ndarray) -> np.ndarray:
+    sign = np.where(negative, ord("-"), 0).astype(np.uint8)[:, None]
+    return np.concatenate((sign, *parts), axis=1)
+
+
+def decimal_matrix(values: np.ndarray) -> np.ndarray | None:
+    """Floats that are each the double nearest to n / 10^places (places 3, else 6) with
+    |n| < 10^15, written as Python's repr writes them: such a value has at most 15 digits,
+    and distinct decimals of at most 15 digits are distinct doubles, so repr's shortest
+    round-trip digits are n's, with the point put back and trailing zeros dropped (at least
+    one digit after the point). NaN is an empty cell. None when some value is not such a
+    decimal, is infinite, or is non-zero below 1e-4 (which repr writes with an exponent)."""
+    nan = np.isnan(values)
+    finite = np.where(nan, 0.0, values)
+    if not np.isfinite(finite).all():
+        return None
+    small = (finite != 0) & (np.abs(finite) < 1e-4)
+    for places in (3, 6):
+        scale = 10**places
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = np.rint(finite * scale)
+        if not np.abs(scaled).max() < 10**MAX_DIGITS:
+            return None
+        whole = np.abs(scaled).astype(np.int64)
+        if (np.where(finite < 0, -whole, whole) / scale == finite).all() and not small.any():
+            return decimal_cells(np.signbit(values) & ~nan, whole, places, nan)
+    return None
+
+
+def decimal_cells(negative: np.ndarray, whole: np.ndarray, places: int, empty: np.ndarray
+                  ) -> np.ndarray:
+    integral, fraction = np.divmod(whole, 10**places)
+    tail = digits(fraction, places)
+    zeros = np.zeros(len(whole), dtype=np.int64)  # trailing zeros to drop, keeping one digit
+    for k in range(1, places):
+        zeros += fraction % 10**k == 0
+    tail[np.arange(places) >= (places - zeros)[:, None]] = 0
+    point = np.full((len(whole), 1), ord("."), dtype=np.uint8)
+    matrix = join_parts(negative, digits(integral), point, tail)
+    matrix[empty] = 0
+    return matrix

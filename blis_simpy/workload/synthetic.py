@@ -48,7 +48,7 @@ def compat_requests(spec: DistributionWorkload, seed: int, horizon: int | None
             return
         prompt = rng.intn_array(VOCAB, go_length(rng, spec.prompt))
         output = rng.intn_array(VOCAB, go_length(rng, spec.output))
-        yield Request(i, t, np.concatenate((prefix, prompt)), output)
+        yield Request(i, t, np.concatenate((prefix, prompt)) if len(prefix) else prompt, output)
         t += gap
 
 

@@ -18,8 +18,8 @@ from blis_simpy.cluster.actuation import DeploymentPool
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.snapshot import Lifecycle
-from blis_simpy.engine.instance import Instance
 from blis_simpy.metrics.columns import Table
+from blis_simpy.sim.run import prepare, simulate
 from tests.cluster.autoscale_helpers import run, run_with_log, scenario
 
 TERMINAL = {"completed", "rejected", "timed_out"}
@@ -64,22 +64,26 @@ def test_warm_up_slows_the_new_replicas_steps_through_the_step_time():
 
 @pytest.mark.parametrize("takes_traffic", [True, False])
 @pytest.mark.parametrize("drain", ["wait", "immediate", "redirect"])
-def test_no_request_is_routed_to_a_replica_that_is_not_routable(monkeypatch, drain,
-                                                                 takes_traffic):
+def test_no_request_is_routed_to_a_replica_that_is_not_routable(drain, takes_traffic):
     routed_to: list[Lifecycle] = []
-    accept = Instance.accept
-
-    def spy(self, req):  # type: ignore[no-untyped-def]
-        routed_to.append(self.state)
-        return accept(self, req)
-
-    monkeypatch.setattr(Instance, "accept", spy)
     data = scenario({"type": "oscillator"}, rate=40, pool={"min": 1, "max": 3, "initial": 2},
                     interval=0.5, actuation={
                         "provisioning_s": {"type": "constant", "value": 0.3},
                         "warmup": {"duration_s": 0.4}, "warming_takes_traffic": takes_traffic,
                         "drain": {"policy": drain}})
-    run(data, checks=True)
+    sim = prepare(Scenario.from_dict(data), checks=True)
+    policy = sim.gateway.routing
+    route = policy.route
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        decision = route(*args)  # the gateway hands the request to this instance
+        target = sim.fleet.get(decision.target)
+        assert target is not None
+        routed_to.append(target.state)
+        return decision
+
+    policy.route = spy  # type: ignore[method-assign]
+    simulate(sim)
     allowed = {Lifecycle.ACTIVE, Lifecycle.WARMING} if takes_traffic else {Lifecycle.ACTIVE}
     assert routed_to and set(routed_to) <= allowed
 

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blis_simpy.metrics.columns import Table, csv_cells
+from blis_simpy.metrics.columns import Table, cell_matrix, csv_cells, decimal_matrix
 
 TEXT = st.text(alphabet=st.sampled_from(list('ab ,"\r\n\t;\'é')), max_size=6)
 FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=64)
@@ -80,3 +80,38 @@ def test_a_table_longer_than_a_chunk_is_written_whole(tmp_path, monkeypatch):
     table = Table({"a": np.arange(10), "b": [f"x{i}" if i % 2 else "y,z" for i in range(10)]})
     table.write_csv(tmp_path / "t.csv")
     assert (tmp_path / "t.csv").read_bytes() == through_csv_writer(table).encode()
+
+
+def matrix_cells(values) -> list[str] | None:
+    """`cell_matrix`'s cells as text (None when it declines the column)."""
+    matrix = cell_matrix(values)
+    return None if matrix is None else [bytes(row[row != 0]).decode() for row in matrix]
+
+
+DECIMALS = st.tuples(st.lists(st.integers(-10**15, 10**15), min_size=1, max_size=30),
+                     st.sampled_from([1, 10, 1000, 10**6, 10**7])).map(
+    lambda case: np.array(case[0], dtype=np.int64) / case[1])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(DECIMALS, DECIMALS.map(lambda v: np.where(v > 1e9, np.nan, v)),
+                 st.lists(FLOATS, min_size=1, max_size=10).map(np.array)))
+def test_float_cells_from_the_byte_matrix_are_repr(values):
+    assert matrix_cells(values) in (csv_cells(values), None)
+
+
+def test_decimal_floats_take_the_byte_matrix():
+    values = np.array([0.0, -0.0, 1.5, -2.25, 0.001, 123456789.123, np.nan, 3.0, 1e-4])
+    assert matrix_cells(values) == csv_cells(values)
+    assert decimal_matrix(values) is not None
+    exponent = np.array([1.0, 5e-05])  # repr writes 5e-05: formatted cell by cell
+    assert decimal_matrix(exponent) is None and matrix_cells(exponent) == ["1.0", "5e-05"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1), min_size=1, max_size=20))
+def test_int_cells_from_the_byte_matrix_are_str(values):
+    array = np.array(values, dtype=np.int64)
+    assert matrix_cells(array) in (csv_cells(array), None)
+    assert matrix_cells(np.array([0, -1, 10, 999, -10**17], dtype=np.int64)) == [
+        "0", "-1", "10", "999", str(-10**17)]
