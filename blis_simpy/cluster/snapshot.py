@@ -5,6 +5,10 @@ Fields with a rule (queue depth, batch size, KV utilization, cache hit rate, rec
 TPOT) are immediate, periodic or on demand; on-demand fields change only when a policy calls
 `Snapshots.refresh()`. Free KV blocks, in-flight and pending counts and the estimated wait are
 always read fresh (seed G.2).
+
+Every field is read when the snapshot is taken, not when a policy first reads the field: a
+snapshot is a value a policy or the decision trace may keep (later changes to the instance
+must not reach it), and a periodic field's refresh times are the times snapshots are taken.
 """
 
 from __future__ import annotations
