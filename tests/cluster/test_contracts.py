@@ -20,6 +20,7 @@ from blis_simpy.core.ordering import ADMISSION, CLUSTER_ARRIVAL, ROUTING, StageE
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.request import Request, RequestView
 from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.snapshot import InstanceSnapshot, Role
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.latency import latency_model
 from blis_simpy.policies.admission import ADMISSION as ADMISSION_POLICIES
@@ -183,6 +184,27 @@ def test_bc6_in_flight_pending_and_estimated_wait_are_always_fresh():
     assert (before.pending_requests, before.in_flight_requests) == (0, 0)
     assert (after.pending_requests, after.in_flight_requests) == (2, 3)
     assert before.estimated_wait_ms == 0.0 and after.estimated_wait_ms == 20.0  # 2 steps
+
+
+def test_snapshot_reads_each_field_from_its_own_source():
+    """Every field distinct, so a snapshot built with its fields out of order shows it."""
+    inst, _ = one_instance()
+    provider = SnapshotProvider(ObservabilityConfig(), {"instance_0": 3}, {"instance_0": 4})
+    inst.wait_queue.append(request(1))
+    inst.running.extend([request(2), request(3)])
+    inst.kv.allocate(request(4, tokens=16 * 10), 0, 16 * 10)
+    inst.kv.hits, inst.kv.misses = 1, 3
+    inst.recent_ttft.append(2_000)
+    inst.recent_tpot.append(5_000)
+    inst.queued_tokens = 4096
+    inst.steps.append((0, 10_000, 0, 1, 1, 0, 0))
+    snap = provider.snapshot(inst, 7)
+    assert snap == InstanceSnapshot(
+        id="instance_0", role=Role.MONOLITHIC, timestamp=7, queue_depth=1, batch_size=2,
+        kv_utilization=0.1, free_kv_blocks=90, pending_requests=3, in_flight_requests=4,
+        cache_hit_rate=0.25, recent_ttft_ms=2.0, recent_tpot_ms=5.0, estimated_wait_ms=20.0,
+        kv_cpu_utilization=0.0)
+    assert snap.effective_load == 1 + 2 + 3
 
 
 def test_bc7_default_observability_is_immediate_for_load_fields():
