@@ -144,11 +144,12 @@ def periodic(seconds: float) -> Refresh:
 @dataclass(frozen=True, slots=True)
 class ObservabilityConfig:
     """How fresh each snapshot field is when a policy reads it. In-flight counts are always
-    immediate (the router keeps them itself); free KV blocks follow kv_utilization."""
+    immediate (the router keeps them itself), and so are free KV blocks and the estimated
+    wait (read from the instance at every snapshot, seed G.2)."""
 
     queue_depth: Refresh = spec(factory=Refresh, help="wait-queue length")
     batch_size: Refresh = spec(factory=Refresh, help="running-batch size")
-    kv_utilization: Refresh = spec(factory=Refresh, help="KV blocks used / total, free blocks")
+    kv_utilization: Refresh = spec(factory=Refresh, help="KV blocks used / total")
     cache_hit_rate: Refresh = spec(factory=lambda: periodic(0.01), help="prefix-cache hit rate")
     recent_ttft: Refresh = spec(factory=lambda: periodic(0.1), help="mean TTFT of recent requests")
     recent_tpot: Refresh = spec(factory=lambda: periodic(0.1), help="mean TPOT of recent requests")
