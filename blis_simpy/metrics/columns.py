@@ -79,8 +79,7 @@ class Table:
             blocks.append(block)
             blocks.append(np.full((len(block), 1), ord(","), dtype=np.uint8))
         blocks[-1][:] = ord("\n")
-        matrix = np.concatenate(blocks, axis=1)
-        return matrix[matrix != 0].tobytes()
+        return np.concatenate(blocks, axis=1).tobytes().translate(None, b"\0")
 
     def rows(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[str, ...]]:
         """Rows start..stop-1 as CSV cells, quoted where needed (a chunk at a time keeps the
@@ -153,11 +152,14 @@ def cell_matrix(values: Column) -> np.ndarray | None:
         if block is not None:
             return block
     if type(values) is list and values and set(map(type, values)) == {str}:
-        distinct = set(values)
-        if len(distinct) == 1:  # a constant column (no tenants, one model): one cell, tiled
-            one = ascii_matrix(quoted(list(distinct)))
-            return None if one is None else np.tile(one, (len(values), 1))
-        return ascii_matrix(quoted(values))
+        distinct = list(dict.fromkeys(values))
+        if len(distinct) > max(len(values) // FEW, 1):
+            return ascii_matrix(quoted(values))
+        table = ascii_matrix(quoted(distinct))  # instance ids, tenants, states: each once
+        if table is None or len(distinct) == 1:  # a constant column (one model): tiled
+            return None if table is None else np.repeat(table, len(values), axis=0)
+        index = {cell: i for i, cell in enumerate(distinct)}
+        return table[np.fromiter(map(index.__getitem__, values), np.intp, len(values))]
     return ascii_matrix(csv_cells(values))
 
 
