@@ -12,8 +12,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blis_simpy.metrics.columns import (FEW, Table, cell_matrix, csv_cells, decimal_matrix,
-                                        distinct_matrix)
+from blis_simpy.metrics.columns import (
+    FEW,
+    Table,
+    cell_matrix,
+    csv_cells,
+    decimal_matrix,
+    distinct_matrix,
+)
 
 TEXT = st.text(alphabet=st.sampled_from(list('ab ,"\r\n\t;\'é')), max_size=6)
 FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=64)
