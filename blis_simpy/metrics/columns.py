@@ -193,22 +193,36 @@ def ascii_matrix(cells: list[str]) -> np.ndarray | None:
 
 def digits(values: np.ndarray, width: int | None = None) -> np.ndarray:
     """Non-negative int64 values in decimal, right-aligned, leading zeros as NUL (0 is "0");
-    with `width`, exactly that many digits with their leading zeros (a fraction's)."""
+    with `width`, exactly that many digits with their leading zeros (a fraction's). Four
+    digits per division, each group looked up as one 32-bit word of ASCII: a group below the
+    value's leading digit from `FOUR_DIGITS`, the leading one (what is left before its
+    division is under 10,000) from a table without the leading zeros."""
     pad = width is None
     if width is None:
         width = len(str(int(values.max()))) if len(values) else 1
-    out = np.empty((len(values), width), dtype=np.uint8)
-    rest = values.copy()
-    for col in range(width - 1, -1, -1):
-        rest, digit = np.divmod(rest, 10)
-        out[:, col] = digit
-    out += ord("0")
-    if pad:
-        count = np.ones(len(values), dtype=np.int64)
-        for k in range(1, width):
-            count += values >= 10**k
-        out[np.arange(width) < (width - count)[:, None]] = 0
-    return out
+    groups = -(-width // 4)
+    words = np.empty((len(values), groups), dtype=np.uint32)
+    rest = values
+    for group in range(groups - 1, -1, -1):
+        left = rest
+        rest, four = np.divmod(left, 10_000)
+        if not pad:
+            words[:, group] = FOUR_DIGITS[four]
+        else:
+            leading = LEADING_DIGITS if group < groups - 1 else LAST_DIGITS
+            words[:, group] = np.where(left >= 10_000, FOUR_DIGITS[four], leading[four])
+    return words.view(np.uint8)[:, 4 * groups - width:]
+
+
+def four_digit_words(keep: int) -> np.ndarray:
+    """"0000" to "9999" as 32-bit words of their ASCII bytes, the zeros before the leading
+    digit turned to NUL except the last `keep` places: 4 keeps them all, 1 keeps "0" as
+    "0", 0 turns "0000" into nothing (a group above the value's leading digit)."""
+    number = np.arange(10_000)
+    place = 10 ** np.arange(3, -1, -1)
+    text = (number[:, None] // place % 10 + ord("0")).astype(np.uint8)
+    text[(number[:, None] < place) & (place >= 10**keep)] = 0
+    return text.view(np.uint32).ravel()
 
 
 def join_parts(negative: np.ndarray, *parts: np.ndarray) -> np.ndarray:
@@ -252,3 +266,8 @@ def decimal_cells(negative: np.ndarray, whole: np.ndarray, places: int, empty: n
     matrix = join_parts(negative, digits(integral), point, tail)
     matrix[empty] = 0
     return matrix
+
+
+FOUR_DIGITS = four_digit_words(keep=4)
+LEADING_DIGITS = four_digit_words(keep=0)  # a leading group: "0012" -> "12", "0000" -> ""
+LAST_DIGITS = four_digit_words(keep=1)  # a value's last group: "0000" -> "0" when leading

@@ -18,6 +18,7 @@ from blis_simpy.metrics.columns import (
     cell_matrix,
     csv_cells,
     decimal_matrix,
+    digits,
     distinct_matrix,
 )
 
@@ -169,3 +170,15 @@ def test_the_few_distinct_paths_are_taken_on_levels_and_skipped_on_distinct_valu
     levels = np.tile(np.array([0.25, 1 / 3, 5e-05, -0.0]), 100)
     assert distinct_matrix(levels) is not None
     assert distinct_matrix(np.arange(400) / 7) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 10**18 - 1), st.sampled_from(
+    [0, 9, 10, 9999, 10_000, 99_999_999, 10**8, 10**12, 10**16])), min_size=1, max_size=30),
+    st.integers(1, 19))
+def test_digits_are_the_decimal_text_four_at_a_time(values, width):
+    array = np.array(values, dtype=np.int64)
+    assert [bytes(row[row != 0]).decode() for row in digits(array)] == list(map(str, values))
+    fixed = array % 10**width if width < 19 else array
+    assert [bytes(row).decode() for row in digits(fixed, width)] == [
+        str(v).zfill(width) for v in fixed.tolist()]
