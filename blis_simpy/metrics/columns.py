@@ -141,7 +141,7 @@ def cell_matrix(values: Column) -> np.ndarray | None:
         whole = values.astype(np.int64)
         low, high = int(whole.min()), int(whole.max())
         if high - low < len(whole) // FEW:  # levels and counts: each value written once
-            return int_matrix(np.arange(low, high + 1))[whole - low]
+            return np.take(int_matrix(np.arange(low, high + 1)), whole - low, axis=0)
         return int_matrix(whole)
     if isinstance(values, np.ndarray) and values.dtype.kind == "f" and len(values):
         block = distinct_matrix(values)
@@ -159,7 +159,8 @@ def cell_matrix(values: Column) -> np.ndarray | None:
         if table is None or len(distinct) == 1:  # a constant column (one model): tiled
             return None if table is None else np.repeat(table, len(values), axis=0)
         index = {cell: i for i, cell in enumerate(distinct)}
-        return table[np.fromiter(map(index.__getitem__, values), np.intp, len(values))]
+        return np.take(table, np.fromiter(map(index.__getitem__, values), np.intp, len(values)),
+                       axis=0)
     return ascii_matrix(csv_cells(values))
 
 
@@ -180,7 +181,7 @@ def distinct_matrix(values: np.ndarray) -> np.ndarray | None:
     if len(distinct) > len(values) // FEW:
         return None
     table = cell_matrix(distinct.view(values.dtype))
-    return None if table is None else table[inverse]
+    return None if table is None else np.take(table, inverse, axis=0)
 
 
 def ascii_matrix(cells: list[str]) -> np.ndarray | None:
