@@ -132,10 +132,12 @@ MAX_DIGITS = 15  # decimals of at most this many digits are what a double's repr
 
 def cell_matrix(values: Column) -> np.ndarray | None:
     """A column's CSV cells (as `csv_cells` writes them) as a (rows x width) uint8 matrix of
-    ASCII, each cell NUL-padded. Integers are written digit by digit with numpy; a float
-    column whose every value is a decimal of at most 3 or 6 places (times in ms and s made
-    from integer µs) likewise; anything else is formatted by `csv_cells` first. None when a
-    cell is not plain ASCII (or holds a NUL)."""
+    ASCII, each cell NUL-padded. A column with few distinct values (levels, counts, step
+    times, instance ids) has each value's cell made once and repeated (`np.take` of its
+    rows). Integers are written in decimal with numpy; a float column whose every value is a
+    decimal of at most 3 or 6 places (times in ms and s made from integer µs) likewise;
+    anything else is formatted by `csv_cells` first. None when a cell is not plain ASCII (or
+    holds a NUL)."""
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and len(values) \
             and int(values.min()) > -10**18 and int(values.max()) < 10**18:
         whole = values.astype(np.int64)
@@ -156,8 +158,10 @@ def cell_matrix(values: Column) -> np.ndarray | None:
         if len(distinct) > max(len(values) // FEW, 1):
             return ascii_matrix(quoted(values))
         table = ascii_matrix(quoted(distinct))  # instance ids, tenants, states: each once
-        if table is None or len(distinct) == 1:  # a constant column (one model): tiled
-            return None if table is None else np.repeat(table, len(values), axis=0)
+        if table is None:
+            return None
+        if len(distinct) == 1:  # a constant column (one model, no tenants)
+            return np.repeat(table, len(values), axis=0)
         index = {cell: i for i, cell in enumerate(distinct)}
         return np.take(table, np.fromiter(map(index.__getitem__, values), np.intp, len(values)),
                        axis=0)
