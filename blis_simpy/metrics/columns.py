@@ -18,6 +18,7 @@ import io
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -200,7 +201,7 @@ def digits(values: np.ndarray, width: int | None = None) -> np.ndarray:
     """Non-negative int64 values in decimal, right-aligned, leading zeros as NUL (0 is "0");
     with `width`, exactly that many digits with their leading zeros (a fraction's). Four
     digits per division, each group looked up as one 32-bit word of ASCII: a group below the
-    value's leading digit from `FOUR_DIGITS`, the leading one (what is left before its
+    value's leading digit with all its zeros, the leading one (what is left before its
     division is under 10,000) from a table without the leading zeros."""
     pad = width is None
     if width is None:
@@ -212,13 +213,14 @@ def digits(values: np.ndarray, width: int | None = None) -> np.ndarray:
         left = rest
         rest, four = np.divmod(left, 10_000)
         if not pad:
-            words[:, group] = FOUR_DIGITS[four]
-        else:
-            leading = LEADING_DIGITS if group < groups - 1 else LAST_DIGITS
-            words[:, group] = np.where(left >= 10_000, FOUR_DIGITS[four], leading[four])
+            words[:, group] = four_digit_words(4)[four]
+        else:  # a leading group: "0012" -> "12"; "0000" -> "" ("0" when it is the last)
+            leading = four_digit_words(0 if group < groups - 1 else 1)[four]
+            words[:, group] = np.where(left >= 10_000, four_digit_words(4)[four], leading)
     return words.view(np.uint8)[:, 4 * groups - width:]
 
 
+@cache  # built on first use: a run that writes no table pays nothing at import
 def four_digit_words(keep: int) -> np.ndarray:
     """"0000" to "9999" as 32-bit words of their ASCII bytes, the zeros before the leading
     digit turned to NUL except the last `keep` places: 4 keeps them all, 1 keeps "0" as
@@ -279,8 +281,3 @@ def decimal_cells(negative: np.ndarray, whole: np.ndarray, places: int, empty: n
     matrix = join_parts(negative, digits(integral), point, tail)
     matrix[empty] = 0
     return matrix
-
-
-FOUR_DIGITS = four_digit_words(keep=4)
-LEADING_DIGITS = four_digit_words(keep=0)  # a leading group: "0012" -> "12", "0000" -> ""
-LAST_DIGITS = four_digit_words(keep=1)  # a value's last group: "0000" -> "0" when leading
