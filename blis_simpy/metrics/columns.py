@@ -146,7 +146,8 @@ def cell_matrix(values: Column) -> np.ndarray | None:
         if high - low < len(whole) // FEW:  # levels and counts: each value written once
             return np.take(int_matrix(np.arange(low, high + 1)), whole - low, axis=0)
         return int_matrix(whole)
-    if isinstance(values, np.ndarray) and values.dtype.kind == "f" and len(values):
+    if isinstance(values, np.ndarray) and values.dtype in (np.float64, np.float32) \
+            and len(values):
         block = distinct_matrix(values)
         if block is not None:
             return block
