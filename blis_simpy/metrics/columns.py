@@ -181,13 +181,27 @@ def distinct_matrix(values: np.ndarray) -> np.ndarray | None:
     rows already has many distinct values (the sort would not pay), or when `cell_matrix`
     declines the distinct values."""
     bits = values.view(f"u{values.dtype.itemsize}")
-    if len(np.unique(bits[:PROBE])) > min(len(values), PROBE) // FEW:
+    if np.count_nonzero(np.diff(np.sort(bits[:PROBE]))) >= min(len(values), PROBE) // FEW:
         return None
-    distinct, inverse = np.unique(bits, return_inverse=True)
+    distinct, inverse = distinct_and_inverse(bits)
     if len(distinct) > len(values) // FEW:
         return None
     table = cell_matrix(distinct.view(values.dtype))
     return None if table is None else np.take(table, inverse, axis=0)
+
+
+def distinct_and_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct keys and each key's position among them: what `np.unique(keys,
+    return_inverse=True)` gives, without the numpy.ma import numpy 2.3's `unique` makes
+    (a command-line run never loads it)."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    first = np.empty(len(keys), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(keys), dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
 
 
 def ascii_matrix(cells: list[str]) -> np.ndarray | None:
