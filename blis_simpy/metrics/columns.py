@@ -18,6 +18,7 @@ import io
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,8 +80,7 @@ class Table:
             blocks.append(block)
             blocks.append(np.full((len(block), 1), ord(","), dtype=np.uint8))
         blocks[-1][:] = ord("\n")
-        matrix = np.concatenate(blocks, axis=1)
-        return matrix[matrix != 0].tobytes()
+        return np.concatenate(blocks, axis=1).tobytes().translate(None, b"\0")
 
     def rows(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[str, ...]]:
         """Rows start..stop-1 as CSV cells, quoted where needed (a chunk at a time keeps the
@@ -126,30 +126,82 @@ def csv_cells(values: Column) -> list[str]:
 
 # ----------------------------------------------------------------- cells as byte matrices
 
+FEW = 4  # a column has few distinct values when it has at most a quarter as many as rows
+PROBE = 1024  # rows looked at to guess whether a float column has few distinct values
 MAX_DIGITS = 15  # decimals of at most this many digits are what a double's repr prints
 
 
 def cell_matrix(values: Column) -> np.ndarray | None:
     """A column's CSV cells (as `csv_cells` writes them) as a (rows x width) uint8 matrix of
-    ASCII, each cell NUL-padded. Integers are written digit by digit with numpy; a float
-    column whose every value is a decimal of at most 3 or 6 places (times in ms and s made
-    from integer µs) likewise; anything else is formatted by `csv_cells` first. None when a
-    cell is not plain ASCII (or holds a NUL)."""
+    ASCII, each cell NUL-padded. A column with few distinct values (levels, counts, step
+    times, instance ids) has each value's cell made once and repeated (`np.take` of its
+    rows). Integers are written in decimal with numpy; a float column whose every value is a
+    decimal of at most 3 or 6 places (times in ms and s made from integer µs) likewise;
+    anything else is formatted by `csv_cells` first. None when a cell is not plain ASCII (or
+    holds a NUL)."""
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and len(values) \
             and int(values.min()) > -10**18 and int(values.max()) < 10**18:
         whole = values.astype(np.int64)
-        return join_parts(whole < 0, digits(np.abs(whole)))
+        low, high = int(whole.min()), int(whole.max())
+        if high - low < len(whole) // FEW:  # levels and counts: each value written once
+            return np.take(int_matrix(np.arange(low, high + 1)), whole - low, axis=0)
+        return int_matrix(whole)
+    if isinstance(values, np.ndarray) and values.dtype in (np.float64, np.float32) \
+            and len(values):
+        block = distinct_matrix(values)
+        if block is not None:
+            return block
     if isinstance(values, np.ndarray) and values.dtype == np.float64 and len(values):
         block = decimal_matrix(values)
         if block is not None:
             return block
     if type(values) is list and values and set(map(type, values)) == {str}:
-        distinct = set(values)
-        if len(distinct) == 1:  # a constant column (no tenants, one model): one cell, tiled
-            one = ascii_matrix(quoted(list(distinct)))
-            return None if one is None else np.tile(one, (len(values), 1))
-        return ascii_matrix(quoted(values))
+        distinct = list(dict.fromkeys(values))
+        if len(distinct) > max(len(values) // FEW, 1):
+            return ascii_matrix(quoted(values))
+        table = ascii_matrix(quoted(distinct))  # instance ids, tenants, states: each once
+        if table is None:
+            return None
+        if len(distinct) == 1:  # a constant column (one model, no tenants)
+            return np.repeat(table, len(values), axis=0)
+        index = {cell: i for i, cell in enumerate(distinct)}
+        return np.take(table, np.fromiter(map(index.__getitem__, values), np.intp, len(values)),
+                       axis=0)
     return ascii_matrix(csv_cells(values))
+
+
+def int_matrix(whole: np.ndarray) -> np.ndarray:
+    return join_parts(whole < 0, digits(np.abs(whole)))
+
+
+def distinct_matrix(values: np.ndarray) -> np.ndarray | None:
+    """A float column with few distinct values (step times, utilisation levels): each
+    distinct value's cell made once, then one row of that small matrix per value. Values are
+    told apart by their bits, so -0.0 and 0.0 stay apart. None when a sample of the first
+    rows already has many distinct values (the sort would not pay), or when `cell_matrix`
+    declines the distinct values."""
+    bits = values.view(f"u{values.dtype.itemsize}")
+    if np.count_nonzero(np.diff(np.sort(bits[:PROBE]))) >= min(len(values), PROBE) // FEW:
+        return None
+    distinct, inverse = distinct_and_inverse(bits)
+    if len(distinct) > len(values) // FEW:
+        return None
+    table = cell_matrix(distinct.view(values.dtype))
+    return None if table is None else np.take(table, inverse, axis=0)
+
+
+def distinct_and_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct keys and each key's position among them: what `np.unique(keys,
+    return_inverse=True)` gives, without the numpy.ma import numpy 2.3's `unique` makes
+    (a command-line run never loads it)."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    first = np.empty(len(keys), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(keys), dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
 
 
 def ascii_matrix(cells: list[str]) -> np.ndarray | None:
@@ -162,22 +214,37 @@ def ascii_matrix(cells: list[str]) -> np.ndarray | None:
 
 def digits(values: np.ndarray, width: int | None = None) -> np.ndarray:
     """Non-negative int64 values in decimal, right-aligned, leading zeros as NUL (0 is "0");
-    with `width`, exactly that many digits with their leading zeros (a fraction's)."""
+    with `width`, exactly that many digits with their leading zeros (a fraction's). Four
+    digits per division, each group looked up as one 32-bit word of ASCII: a group below the
+    value's leading digit with all its zeros, the leading one (what is left before its
+    division is under 10,000) from a table without the leading zeros."""
     pad = width is None
     if width is None:
         width = len(str(int(values.max()))) if len(values) else 1
-    out = np.empty((len(values), width), dtype=np.uint8)
-    rest = values.copy()
-    for col in range(width - 1, -1, -1):
-        rest, digit = np.divmod(rest, 10)
-        out[:, col] = digit
-    out += ord("0")
-    if pad:
-        count = np.ones(len(values), dtype=np.int64)
-        for k in range(1, width):
-            count += values >= 10**k
-        out[np.arange(width) < (width - count)[:, None]] = 0
-    return out
+    groups = -(-width // 4)
+    words = np.empty((len(values), groups), dtype=np.uint32)
+    rest = values
+    for group in range(groups - 1, -1, -1):
+        left = rest
+        rest, four = np.divmod(left, 10_000)
+        if not pad:
+            words[:, group] = four_digit_words(4)[four]
+        else:  # a leading group: "0012" -> "12"; "0000" -> "" ("0" when it is the last)
+            leading = four_digit_words(0 if group < groups - 1 else 1)[four]
+            words[:, group] = np.where(left >= 10_000, four_digit_words(4)[four], leading)
+    return words.view(np.uint8)[:, 4 * groups - width:]
+
+
+@cache  # built on first use: a run that writes no table pays nothing at import
+def four_digit_words(keep: int) -> np.ndarray:
+    """"0000" to "9999" as 32-bit words of their ASCII bytes, the zeros before the leading
+    digit turned to NUL except the last `keep` places: 4 keeps them all, 1 keeps "0" as
+    "0", 0 turns "0000" into nothing (a group above the value's leading digit)."""
+    number = np.arange(10_000)
+    place = 10 ** np.arange(3, -1, -1)
+    text = (number[:, None] // place % 10 + ord("0")).astype(np.uint8)
+    text[(number[:, None] < place) & (place >= 10**keep)] = 0
+    return text.view(np.uint32).ravel()
 
 
 def join_parts(negative: np.ndarray, *parts: np.ndarray) -> np.ndarray:
@@ -191,32 +258,40 @@ def decimal_matrix(values: np.ndarray) -> np.ndarray | None:
     and distinct decimals of at most 15 digits are distinct doubles, so repr's shortest
     round-trip digits are n's, with the point put back and trailing zeros dropped (at least
     one digit after the point). NaN is an empty cell. None when some value is not such a
-    decimal, is infinite, or is non-zero below 1e-4 (which repr writes with an exponent)."""
+    decimal, is infinite, or is non-zero below 1e-4 (which repr writes with an exponent).
+    Each number of places is tried on the first rows before the whole column (seconds made
+    from µs fail 3 places at once)."""
     nan = np.isnan(values)
     finite = np.where(nan, 0.0, values)
-    if not np.isfinite(finite).all():
+    if not np.isfinite(finite).all() or ((finite != 0) & (np.abs(finite) < 1e-4)).any():
         return None
-    small = (finite != 0) & (np.abs(finite) < 1e-4)
     for places in (3, 6):
-        scale = 10**places
-        with np.errstate(over="ignore", invalid="ignore"):
-            scaled = np.rint(finite * scale)
-        if not np.abs(scaled).max() < 10**MAX_DIGITS:
-            return None
-        whole = np.abs(scaled).astype(np.int64)
-        if (np.where(finite < 0, -whole, whole) / scale == finite).all() and not small.any():
+        if scaled_whole(finite[:PROBE], places) is None:
+            continue
+        whole = scaled_whole(finite, places)
+        if whole is not None:
             return decimal_cells(np.signbit(values) & ~nan, whole, places, nan)
     return None
+
+
+def scaled_whole(finite: np.ndarray, places: int) -> np.ndarray | None:
+    """|n| for each value that is the double nearest to n / 10^places with |n| < 10^15;
+    None when some value is not."""
+    scale = 10**places
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = np.rint(finite * scale)
+    if not np.abs(scaled).max() < 10**MAX_DIGITS:
+        return None
+    whole = np.abs(scaled).astype(np.int64)
+    return whole if (np.where(finite < 0, -whole, whole) / scale == finite).all() else None
 
 
 def decimal_cells(negative: np.ndarray, whole: np.ndarray, places: int, empty: np.ndarray
                   ) -> np.ndarray:
     integral, fraction = np.divmod(whole, 10**places)
     tail = digits(fraction, places)
-    zeros = np.zeros(len(whole), dtype=np.int64)  # trailing zeros to drop, keeping one digit
-    for k in range(1, places):
-        zeros += fraction % 10**k == 0
-    tail[np.arange(places) >= (places - zeros)[:, None]] = 0
+    trailing = np.logical_and.accumulate(tail[:, :0:-1] == ord("0"), axis=1)
+    tail[:, :0:-1][trailing] = 0  # trailing zeros dropped, the first digit kept
     point = np.full((len(whole), 1), ord("."), dtype=np.uint8)
     matrix = join_parts(negative, digits(integral), point, tail)
     matrix[empty] = 0

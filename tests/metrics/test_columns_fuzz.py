@@ -12,10 +12,20 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blis_simpy.metrics.columns import Table, cell_matrix, csv_cells, decimal_matrix
+from blis_simpy.metrics.columns import (
+    FEW,
+    Table,
+    cell_matrix,
+    csv_cells,
+    decimal_matrix,
+    digits,
+    distinct_matrix,
+)
 
 TEXT = st.text(alphabet=st.sampled_from(list('ab ,"\r\n\t;\'é')), max_size=6)
 FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=64)
+LEVELS = [0.0, -0.0, math.nan, math.inf, -math.inf, 0.1, 1 / 3, 5e-05, 1e16, 2.5, -7.0,
+          6.84814244136278e-05]  # repr with and without an exponent, signed zeros
 
 
 def column(kind: str, rows: int) -> st.SearchStrategy:
@@ -29,14 +39,24 @@ def column(kind: str, rows: int) -> st.SearchStrategy:
             lambda v: np.array(v, dtype=np.float32))
     if kind == "int":
         return st.lists(st.integers(-2**62, 2**62), min_size=rows, max_size=rows).map(np.array)
+    if kind == "levels":  # few distinct values, each repeated: written once per value
+        return st.one_of(
+            st.lists(st.sampled_from(LEVELS), min_size=rows, max_size=rows).map(
+                lambda v: np.array(v, dtype=np.float64)),
+            st.tuples(st.integers(-10**17, 10**17), st.lists(st.integers(0, 3), min_size=rows,
+                                                            max_size=rows)).map(
+                lambda case: case[0] + np.array(case[1], dtype=np.int64)),
+            st.lists(st.sampled_from(["a", "b,c", 'q"', "é", ""]), min_size=rows,
+                     max_size=rows))
     return st.lists(st.one_of(st.none(), st.integers(), st.just(math.nan), TEXT),
                     min_size=rows, max_size=rows)  # a mixed Python list
 
 
 @st.composite
 def tables(draw: st.DrawFn) -> Table:
-    rows = draw(st.integers(0, 6))
-    kinds = draw(st.lists(st.sampled_from(["text", "float", "float32", "int", "mixed"]),
+    rows = draw(st.integers(0, 6) | st.integers(8, 40))
+    kinds = draw(st.lists(st.sampled_from(["text", "float", "float32", "int", "mixed",
+                                           "levels"]),
                           min_size=0, max_size=4))
     names = draw(st.lists(TEXT, min_size=len(kinds), max_size=len(kinds), unique=True))
     return Table({name: draw(column(kind, rows)) for name, kind in zip(names, kinds,
@@ -115,3 +135,53 @@ def test_int_cells_from_the_byte_matrix_are_str(values):
     assert matrix_cells(array) in (csv_cells(array), None)
     assert matrix_cells(np.array([0, -1, 10, 999, -10**17], dtype=np.int64)) == [
         "0", "-1", "10", "999", str(-10**17)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(st.sampled_from(LEVELS), min_size=1, max_size=40),
+                 st.lists(FLOATS, min_size=1, max_size=3).flatmap(
+                     lambda pool: st.lists(st.sampled_from(pool), min_size=1, max_size=40))),
+       st.sampled_from([np.float64, np.float32]))
+def test_few_distinct_float_cells_are_each_values_repr(values, dtype):
+    with np.errstate(over="ignore"):  # float64 values past float32's range: inf
+        array = np.array(values, dtype=dtype)
+    assert matrix_cells(array) == csv_cells(array)
+    if len(set(array.view(f"u{array.itemsize}").tolist())) <= len(array) // FEW:
+        assert distinct_matrix(array) is not None  # the path under test was taken
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-10**18 + 1, 10**18 - 10), st.lists(st.integers(0, 9), min_size=1,
+                                                       max_size=60))
+def test_narrow_range_int_cells_are_str(low, offsets):
+    array = low + np.array(offsets, dtype=np.int64)
+    assert matrix_cells(array) == csv_cells(array)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["instance_0", "b,c", 'q"', "line\nbreak", "", "x"]),
+                min_size=1, max_size=40))
+def test_few_distinct_text_cells_are_quoted_like_csv_writer(values):
+    assert matrix_cells(values) == csv_cells(values)
+    assert matrix_cells([*values, "é"] * 5) is None  # not plain ASCII: cell by cell
+
+
+def test_the_few_distinct_paths_are_taken_on_levels_and_skipped_on_distinct_values():
+    levels = np.tile(np.array([0.25, 1 / 3, 5e-05, -0.0]), 100)
+    assert distinct_matrix(levels) is not None
+    assert distinct_matrix(np.arange(400) / 7) is None
+    for dtype in (np.float16, np.longdouble):  # other widths: cell by cell, as before
+        odd = levels.astype(dtype)
+        assert matrix_cells(odd) == csv_cells(odd)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 10**18 - 1), st.sampled_from(
+    [0, 9, 10, 9999, 10_000, 99_999_999, 10**8, 10**12, 10**16])), min_size=1, max_size=30),
+    st.integers(1, 19))
+def test_digits_are_the_decimal_text_four_at_a_time(values, width):
+    array = np.array(values, dtype=np.int64)
+    assert [bytes(row[row != 0]).decode() for row in digits(array)] == list(map(str, values))
+    fixed = array % 10**width if width < 19 else array
+    assert [bytes(row).decode() for row in digits(fixed, width)] == [
+        str(v).zfill(width) for v in fixed.tolist()]
