@@ -149,10 +149,8 @@ def cell_matrix(values: Column) -> np.ndarray | None:
     if isinstance(values, np.ndarray) and values.dtype in (np.float64, np.float32) \
             and len(values):
         block = distinct_matrix(values)
-        if block is not None:
-            return block
-    if isinstance(values, np.ndarray) and values.dtype == np.float64 and len(values):
-        block = decimal_matrix(values)
+        if block is None and values.dtype == np.float64:
+            block = decimal_matrix(values)
         if block is not None:
             return block
     if type(values) is list and values and set(map(type, values)) == {str}:
