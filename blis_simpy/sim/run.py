@@ -41,6 +41,9 @@ def load(scenario: Scenario | str | Path, *, seed: int | None = None,
     if not isinstance(scenario, Scenario):
         raise ScenarioError("scenario", f"expected a Scenario or a YAML path, got "
                             f"{type(scenario).__name__}")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ScenarioError("overrides", f"expected a mapping of dotted paths to values "
+                            f"({{'cluster.instances': 2}}), got {type(overrides).__name__}")
     data = scenario.to_dict()
     for key, value in (overrides or {}).items():
         if not isinstance(key, str) or not key.strip():

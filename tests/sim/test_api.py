@@ -28,6 +28,8 @@ def test_a_bad_override_is_an_error_naming_its_path():
         run(BASE, overrides={"engine.max_scheduled_tokens": 0})
     with pytest.raises(ScenarioError, match="dotted paths"):
         run(BASE, overrides={"": 1})
+    with pytest.raises(ScenarioError, match=r"^overrides: expected a mapping .* got list"):
+        run(BASE, overrides=["cluster.instances=2"])  # type: ignore[arg-type]  # the CLI's form
 
 
 def test_group_tables_count_every_request_once():
