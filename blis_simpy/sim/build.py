@@ -185,7 +185,8 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
              role: Role = Role.MONOLITHIC) -> Instance:
         pool = (tiered_pool(engine, lambda: env.now, tier_bytes(), checks)
                 if engine.kv_tiers.enabled
-                else pool_type(engine.kv_blocks or 0, engine.block_size))
+                else pool_type(engine.kv_blocks or 0, engine.block_size,
+                               defer_index=role is Role.MONOLITHIC))  # P/D publishes handoffs
         instance = ROLES[role](
             env, name, latency, engine, pool,
             policy(SCHEDULER, policies.scheduler, "policies.scheduler"), priority, recorder,

@@ -8,6 +8,16 @@ size, so a large pool costs nothing until it is used.
 Every block a request owns holds tokens of that request's sequence in order; a block's hash is
 registered when the block becomes full. Compat mode uses `reference.ReferenceKVCache`, the
 reference's accounting, defects included.
+
+The hash index is deferred while no prefix can hit. Block hashes are chains (a block's hash
+covers every token before it), so two requests share a cached prefix only if their first block
+hashes are equal, and a request meets its own blocks again only when it holds blocks here a
+second time (after a preemption). Until a request starts holding blocks with a first block hash
+that an earlier holder had, every lookup misses and no hash is on two blocks, so the index
+would be exactly `{block_hash[b]: b}`: it is not kept (a dictionary insert and delete per block
+saved) and is built from `block_hash` the first time a lookup could hit. Pools whose blocks get
+hashes without an allocation by their holder (P/D decode pools, tiered pools) keep the index
+from the start.
 """
 
 from __future__ import annotations
@@ -27,16 +37,18 @@ GROW_MIN = 1024  # blocks the per-block lists grow by at least
 class KVCache:
     """Block accounting for one instance. `used + len(free) == total` after every operation."""
 
-    __slots__ = ("block_hash", "block_size", "failures", "free", "hits", "index", "misses",
-                 "refcount", "total", "used")
+    __slots__ = ("block_hash", "block_size", "deferred", "failures", "first_hashes", "free",
+                 "hits", "index", "misses", "refcount", "total", "used")
 
-    def __init__(self, total_blocks: int, block_size: int) -> None:
+    def __init__(self, total_blocks: int, block_size: int, defer_index: bool = True) -> None:
         self.total = total_blocks
         self.block_size = block_size
         self.refcount: list[int] = []  # per block ever taken (the list grows with `free.fresh`)
         self.block_hash: list[int | None] = []
         self.free = FreeList(total_blocks)
         self.index: dict[int, int] = {}  # block hash -> block id (the last registration wins)
+        self.deferred = defer_index  # the index is not kept yet (module docstring)
+        self.first_hashes: set[int] = set()  # while deferred: first block hash of every holder
         self.used = 0
         self.hits = 0
         self.misses = 0
@@ -66,6 +78,10 @@ class KVCache:
         """Blocks holding the longest cached prefix of the request's first `tokens` tokens."""
         found: list[int] = []
         index, hashes = self.index, req.hashes
+        if self.deferred:
+            if not hashes or hashes[0] not in self.first_hashes:
+                return PrefixHit(found)
+            self.keep_index()
         for i in range(min(tokens // self.block_size, len(hashes))):
             block = index.get(hashes[i])
             if block is None:
@@ -81,6 +97,28 @@ class KVCache:
         self.attach(req, hit.blocks)
         self.allocate(req, start, tokens)
         return True
+
+    def holds_first_blocks(self, req: Request) -> None:
+        """A request starts holding blocks in a deferred pool (it will allocate now). If a
+        request with the same first block hash held blocks here before, a lookup can hit from
+        now on: keep the index."""
+        hashes = req.hashes
+        if hashes:
+            if hashes[0] in self.first_hashes:
+                self.keep_index()
+            else:
+                self.first_hashes.add(hashes[0])
+
+    def keep_index(self) -> None:
+        """Stop deferring the index: build it from the blocks' hashes (each on one block)."""
+        if not self.deferred:
+            return
+        self.deferred = False
+        self.first_hashes = set()
+        index = self.index
+        for block, h in enumerate(self.block_hash):
+            if h is not None:
+                index[h] = block
 
     def prefill_blocks(self, req: Request, start: int, tokens: int) -> int:
         """Free blocks a running request's prefill chunk [start, start+tokens) takes."""
@@ -110,6 +148,8 @@ class KVCache:
         need = -(-end // self.block_size) - len(blocks)
         if need > len(self.free):
             return False
+        if self.deferred and not blocks:
+            self.holds_first_blocks(req)
         if need > 0:
             self._take(blocks, need)
         bs = self.block_size
@@ -128,7 +168,7 @@ class KVCache:
             self._grow()
         old = self.block_hash[block]
         if old is not None:
-            if self.index.get(old) == block:
+            if not self.deferred and self.index.get(old) == block:
                 del self.index[old]
             self.block_hash[block] = None
         self.refcount[block] = 1
@@ -146,15 +186,17 @@ class KVCache:
             if self.block_hash[block] is None:
                 h = req.hashes[i]
                 self.block_hash[block] = h
-                self.index[h] = block
+                if not self.deferred:
+                    self.index[h] = block
 
     def _take(self, blocks: list[int], need: int) -> None:
         taken = self._take_blocks(need)
         block_hash, index, refcount = self.block_hash, self.index, self.refcount
+        keep = not self.deferred
         for block in taken:
             old = block_hash[block]
             if old is not None:
-                if index.get(old) == block:
+                if keep and index.get(old) == block:
                     del index[old]
                 block_hash[block] = None
             refcount[block] = 1
@@ -181,10 +223,12 @@ class KVCache:
         """Publish the hashes of the request's blocks first..last-1, which are now full."""
         hashes, block_hash, index = req.hashes, self.block_hash, self.index
         last = min(last, len(hashes))
+        keep = not self.deferred
         for block, h in zip(req.blocks[first:last], hashes[first:last], strict=True):
             if block_hash[block] is None:
                 block_hash[block] = h
-                index[h] = block
+                if keep:
+                    index[h] = block
 
     def complete(self, req: Request) -> None:
         """The request finished: release its blocks."""
@@ -213,3 +257,8 @@ class KVCache:
         refcount = self.refcount
         if any(refcount[b] for b in self.free.released()) or any(refcount[self.free.fresh:]):
             raise InvariantError("a free KV block is referenced")
+        if self.deferred:
+            hashes = [h for h in self.block_hash if h is not None]
+            if self.index or len(set(hashes)) != len(hashes):
+                raise InvariantError("a deferred KV index has entries, or a hash on two "
+                                     "blocks (the index it stands for would be wrong)")

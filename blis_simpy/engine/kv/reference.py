@@ -40,8 +40,8 @@ class ReferenceKVCache(KVCache):
 
     __slots__ = ("fill", "hollow", "outputs_only")
 
-    def __init__(self, total_blocks: int, block_size: int) -> None:
-        super().__init__(total_blocks, block_size)
+    def __init__(self, total_blocks: int, block_size: int, defer_index: bool = True) -> None:
+        super().__init__(total_blocks, block_size, defer_index)
         self.fill: list[int] = []  # tokens in each block (kept up to date in prefill)
         self.outputs_only: set[Request] = set()  # full prefix hits: their blocks hold output only
         # Requests holding a cached block whose tokens a rollback dropped (its hash stays):
@@ -75,7 +75,8 @@ class ReferenceKVCache(KVCache):
         block_hash = self.block_hash
         old = block_hash[block]
         if old is not None:
-            self.index.pop(old, None)
+            if not self.deferred:
+                self.index.pop(old, None)
             block_hash[block] = None
         self.fill[block] = 1
         self.refcount[block] = 1
@@ -95,7 +96,8 @@ class ReferenceKVCache(KVCache):
             return
         key = req.hashes[end // bs - 1]
         self.block_hash[block] = key
-        self.index[key] = block
+        if not self.deferred:
+            self.index[key] = block
 
     def complete(self, req: Request) -> None:
         if req.output_len > 0 and not self._decode(req, req.progress):
@@ -124,6 +126,8 @@ class ReferenceKVCache(KVCache):
         if need > self.free.size:
             return False
         blocks, fill = req.blocks, self.fill
+        if self.deferred and not blocks:  # (a rollback below needs cached blocks: none here)
+            self.holds_first_blocks(req)
         placed = 0
         if not blocks:
             self.attach(req, cached)
@@ -165,23 +169,25 @@ class ReferenceKVCache(KVCache):
         taken = self._take_blocks(need)
         block_hash, index = self.block_hash, self.index
         forget = index.pop
+        keep = not self.deferred
         refcount, fill = self.refcount, self.fill
         full, remainder = divmod(rest, bs)
         full = min(full, need)
         keys = req.hashes[at // bs: at // bs + full] if at % bs == 0 else [None] * full
         for block, key in zip(taken, keys, strict=False):  # keys: the first `full` blocks
-            old = block_hash[block]
-            if old is not None:
-                forget(old, None)
+            if keep:
+                old = block_hash[block]
+                if old is not None:
+                    forget(old, None)
+                if key is not None:
+                    index[key] = block
             refcount[block] = 1
             fill[block] = bs
             block_hash[block] = key
-            if key is not None:
-                index[key] = block
         for k in range(full, need):
             block = taken[k]
             old = block_hash[block]
-            if old is not None:
+            if keep and old is not None:
                 forget(old, None)
             refcount[block] = 1
             fill[block] = remainder if k == full else 0
@@ -200,7 +206,8 @@ class ReferenceKVCache(KVCache):
         leaves the index, whichever block that key points to now."""
         old = self.block_hash[block]
         if old is not None:
-            self.index.pop(old, None)
+            if not self.deferred:
+                self.index.pop(old, None)
             self.block_hash[block] = None
         self.fill[block] = count
         self.refcount[block] = 1
@@ -227,11 +234,12 @@ class ReferenceKVCache(KVCache):
             return
         key = req.hashes[end // bs - 1]
         self.block_hash[block] = key
-        self.index[key] = block
+        if not self.deferred:
+            self.index[key] = block
 
     def _name(self, block: int, key: int | None) -> None:
         self.block_hash[block] = key
-        if key is not None:
+        if key is not None and not self.deferred:
             self.index[key] = block
 
     def _rollback(self, req: Request, cached: list[int],
@@ -240,7 +248,7 @@ class ReferenceKVCache(KVCache):
         (drop the key they got, restore the one they had), then the cached ones."""
         for block, old in reversed(taken):
             key = self.block_hash[block]
-            if key is not None:
+            if key is not None and not self.deferred:
                 self.index.pop(key, None)
             self._name(block, old)
             self.refcount[block] = 0

@@ -67,7 +67,7 @@ class TieredKVCache(KVCache):
 
     def __init__(self, total_blocks: int, block_size: int, tiers: KVTiersConfig,
                  clock: Callable[[], int], log: TierLog) -> None:
-        super().__init__(total_blocks, block_size)
+        super().__init__(total_blocks, block_size, defer_index=False)  # it reads the index
         policy = EVICTION[tiers.eviction]
         self.cpu = LowerTier(tiers.cpu_blocks, policy())
         self.cpu_up, self.cpu_down = link(tiers.cpu_link), link(tiers.cpu_link)
