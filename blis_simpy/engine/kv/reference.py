@@ -91,7 +91,7 @@ class ReferenceKVCache(KVCache):
         block = req.blocks[-1]
         self.fill[block] = bs
         end = position + 1
-        if end % bs or req in self.outputs_only or req in self.hollow:
+        if end % bs or self._not_keyed(req):
             self.block_hash[block] = None
             return
         key = req.hashes[end // bs - 1]
@@ -105,8 +105,10 @@ class ReferenceKVCache(KVCache):
         self.release(req)
 
     def release(self, req: Request) -> None:
-        self.outputs_only.discard(req)
-        self.hollow.discard(req)
+        if self.outputs_only:
+            self.outputs_only.discard(req)
+        if self.hollow:
+            self.hollow.discard(req)
         super().release(req)
 
     def _decode(self, req: Request, position: int) -> bool:
@@ -215,6 +217,12 @@ class ReferenceKVCache(KVCache):
         self.misses += 1
         return block
 
+    def _not_keyed(self, req: Request) -> bool:
+        """Whether the request's blocks get no keys (a full prefix hit's, or hollow ones);
+        both need a prefix hit, so the sets are usually empty."""
+        return bool(self.outputs_only and req in self.outputs_only
+                    or self.hollow and req in self.hollow)
+
     def _key(self, req: Request, end: int) -> int | None:
         """Hash key of the request's tokens up to sequence position `end`; None when no
         prefix lookup can ever produce it (it ends off a block boundary)."""
@@ -229,7 +237,7 @@ class ReferenceKVCache(KVCache):
         lacks tokens (hollow); such a key is never looked up, so it is left out."""
         bs = self.block_size
         self.fill[block] = bs
-        if end % bs or req in self.outputs_only or req in self.hollow:
+        if end % bs or self._not_keyed(req):
             self.block_hash[block] = None
             return
         key = req.hashes[end // bs - 1]
