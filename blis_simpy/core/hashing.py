@@ -51,10 +51,11 @@ def chain_sums(words: np.ndarray, block_size: int) -> np.ndarray:
     return np.cumsum(sums, out=sums)
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray, spare: np.ndarray | None = None) -> np.ndarray:
     """splitmix64 finaliser: a bijection on 64-bit words with full avalanche. Overwrites `x`
-    (in-place steps: the hash of a long prompt is memory-bound) and returns it."""
-    shifted = x >> np.uint64(30)
+    (in-place steps: the hash of a long prompt is memory-bound) and returns it; `spare`, a
+    uint64 array of the same shape, is overwritten as the scratch space if given."""
+    shifted = np.right_shift(x, np.uint64(30), out=spare)
     x ^= shifted
     x *= _M1
     np.right_shift(x, np.uint64(27), out=shifted)
@@ -100,6 +101,19 @@ def hash_request(req: Request, block_size: int, known: Sequence[int] = ()) -> li
     return req.hashes
 
 
+_scratch = np.empty(0, dtype=np.uint64)  # hash_requests' work space: two halves, reused
+
+
+def scratch_words(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two uint64 work arrays of `count` words each, from one buffer reused by every call
+    (grown, doubled, when a longer one is asked for): a chunk's fresh arrays of 2 MiB cost
+    more in page faults than the hashing in them. Valid until the next call."""
+    global _scratch
+    if len(_scratch) < 2 * count:
+        _scratch = np.empty(max(2 * count, 2 * len(_scratch)), dtype=np.uint64)
+    return _scratch[:count], _scratch[count : 2 * count]
+
+
 def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     """`Request.hash_blocks` for many requests in one vectorised pass (same hashes): blocks of
     different requests never straddle, so one running sum covers them all, and each request's
@@ -115,10 +129,14 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
             req.hashes, req.tokens, req.hashed = [], None, True
         return
     positions = scrambled_positions(max(lengths))
+    words, spare = scratch_words(sum(lengths))
     with np.errstate(over="ignore"):
-        words = np.concatenate([positions[:n] for n in lengths])
-        words ^= as_words(np.concatenate([t[:n] for t, n in zip(tokens, lengths, strict=True)]))
-        mix64(words)
+        np.concatenate([positions[:n] for n in lengths], out=words)
+        ids = spare.view(np.int64)  # the token ids' int64 bit patterns, as `as_words` takes them
+        np.concatenate([t[:n] for t, n in zip(tokens, lengths, strict=True)], out=ids,
+                       casting="unsafe")
+        words ^= spare
+        mix64(words, spare)
         running = chain_sums(words, block_size)
         first_block = np.cumsum(fulls) - fulls
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],
