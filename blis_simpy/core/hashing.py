@@ -104,6 +104,10 @@ def hash_request(req: Request, block_size: int, known: Sequence[int] = ()) -> li
 
 
 _scratch = np.empty(0, dtype=np.uint64)  # hash_requests' work space: two halves, reused
+# Words mixed at a time by hash_requests: 512 KiB of words and scratch stay in the CPU's cache
+# across mix64's passes (a whole chunk's 2 MiB arrays went through memory at every pass; the
+# hashing of the 10K bench's prompts took 0.090 s that way, 0.076 s in slices).
+_CACHE_WORDS = 1 << 15
 
 
 def scratch_words(count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -137,8 +141,10 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
         ids = spare.view(np.int64)  # the token ids' int64 bit patterns, as `as_words` takes them
         np.concatenate([t[:n] for t, n in zip(tokens, lengths, strict=True)], out=ids,
                        casting="unsafe")
-        words ^= spare
-        mix64(words, spare)
+        for lo in range(0, len(words), _CACHE_WORDS):
+            part, scratch = words[lo : lo + _CACHE_WORDS], spare[lo : lo + _CACHE_WORDS]
+            part ^= scratch
+            mix64(part, scratch)
         running = chain_sums(words, block_size)
         first_block = np.cumsum(fulls) - fulls
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],
