@@ -91,10 +91,10 @@ class ReferenceOutputs:
         head = gojson.dumps(reference_summary(self.summary))
         if not self.ids:
             return head[:-2] + ',\n  "requests": []\n}\n'
-        order = self.order()
+        order = None if self.in_file_order() else self.order()
 
         def ordered(values: list[Any]) -> list[Any]:
-            return [values[i] for i in order]
+            return values if order is None else [values[i] for i in order]
 
         floats, quoted = gojson.format_floats, gojson.quote_all
         cells = zip(
@@ -111,8 +111,17 @@ class ReferenceOutputs:
 
     def order(self) -> list[int]:
         """Rows by arrival time, then id."""
+        if self.in_file_order():
+            return list(range(len(self.ids)))
         arrival = self.arrival.tolist()
         return sorted(range(len(self.ids)), key=lambda i: (arrival[i], self.ids[i]))
+
+    def in_file_order(self) -> bool:
+        """Whether the rows are in file order already: arrival times only increase (no two
+        rows tie, so the ids do not matter), as they do in a synthetic compat run. Sorting
+        100K rows by a Python key cost a tenth of a second."""
+        arrival = self.arrival
+        return bool((arrival[1:] > arrival[:-1]).all())
 
     def row_dicts(self) -> list[dict[str, Any]]:
         """The request rows as dicts, in file order (what `ROW` renders)."""

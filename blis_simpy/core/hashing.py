@@ -6,11 +6,11 @@ linear in the sequence length. Each token id is mixed with its position (splitmi
 words, numpy wraparound arithmetic), a block's words are summed, and the running sum is the
 chain: hash_i = hash_{i-1} + sum(block i). Distinct prefixes collide with probability ~2^-64.
 
-The chain is summed a block at a time (a row sum of the words as a blocks x block_size matrix,
-then a running sum over the blocks, not over every token: numpy's running sum of 64-bit words is
-several times slower per element than a row sum), and positions are mixed from a table of
-`position x golden` kept for the longest sequence hashed so far; wraparound addition makes the
-values the same whichever way they are summed.
+The chain is summed a block at a time (each block's words summed, then a running sum over the
+blocks, not over every token: numpy's running sum of 64-bit words is several times slower per
+element than a sum), and positions are mixed from a table of `position x golden` kept for the
+longest sequence hashed so far; wraparound addition makes the values the same whichever way
+they are summed.
 """
 
 from __future__ import annotations
@@ -46,15 +46,18 @@ def scrambled_positions(count: int) -> np.ndarray:
 
 def chain_sums(words: np.ndarray, block_size: int) -> np.ndarray:
     """Running sum (mod 2^64) of `words` at the end of each block: `words` holds whole
-    blocks; each block is summed, then the block sums are. Overwrites nothing."""
-    sums = words.reshape(-1, block_size).sum(axis=1, dtype=np.uint64)
+    blocks; each block is summed (`reduceat` at the block starts: 2.5x faster than a row sum
+    of the blocks x block_size matrix, whose rows are short), then the block sums are.
+    Overwrites nothing."""
+    sums = np.add.reduceat(words, np.arange(0, len(words), block_size))
     return np.cumsum(sums, out=sums)
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray, spare: np.ndarray | None = None) -> np.ndarray:
     """splitmix64 finaliser: a bijection on 64-bit words with full avalanche. Overwrites `x`
-    (in-place steps: the hash of a long prompt is memory-bound) and returns it."""
-    shifted = x >> np.uint64(30)
+    (in-place steps: the hash of a long prompt is memory-bound) and returns it; `spare`, a
+    uint64 array of the same shape, is overwritten as the scratch space if given."""
+    shifted = np.right_shift(x, np.uint64(30), out=spare)
     x ^= shifted
     x *= _M1
     np.right_shift(x, np.uint64(27), out=shifted)
@@ -100,6 +103,31 @@ def hash_request(req: Request, block_size: int, known: Sequence[int] = ()) -> li
     return req.hashes
 
 
+_scratch = np.empty(0, dtype=np.uint64)  # hash_requests' work space: two halves, reused
+# Words mixed at a time by hash_requests: 512 KiB of words and scratch stay in the CPU's cache
+# across mix64's passes (a whole chunk's 2 MiB arrays went through memory at every pass; the
+# hashing of the 10K bench's prompts took 0.090 s that way, 0.076 s in slices).
+_CACHE_WORDS = 1 << 15
+
+
+def scratch_words(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two uint64 work arrays of `count` words each, from one buffer reused by every call
+    (grown with a quarter to spare when a longer one is asked for: chunks differ by a few
+    requests): a chunk's fresh arrays of 2 MiB cost more in page faults than the hashing in
+    them. Valid until the next call."""
+    global _scratch
+    if len(_scratch) < 2 * count:
+        _scratch = np.empty(2 * count + count // 2, dtype=np.uint64)
+    return _scratch[:count], _scratch[count : 2 * count]
+
+
+def free_scratch() -> None:
+    """Give back `scratch_words`' buffer (a few MiB) when no more chunks will come: the run's
+    peak memory is later, while its outputs are written."""
+    global _scratch
+    _scratch = np.empty(0, dtype=np.uint64)
+
+
 def hash_requests(requests: Sequence[Request], block_size: int) -> None:
     """`Request.hash_blocks` for many requests in one vectorised pass (same hashes): blocks of
     different requests never straddle, so one running sum covers them all, and each request's
@@ -115,10 +143,16 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
             req.hashes, req.tokens, req.hashed = [], None, True
         return
     positions = scrambled_positions(max(lengths))
+    words, spare = scratch_words(sum(lengths))
     with np.errstate(over="ignore"):
-        words = np.concatenate([positions[:n] for n in lengths])
-        words ^= as_words(np.concatenate([t[:n] for t, n in zip(tokens, lengths, strict=True)]))
-        mix64(words)
+        np.concatenate([positions[:n] for n in lengths], out=words)
+        ids = spare.view(np.int64)  # the token ids' int64 bit patterns, as `as_words` takes them
+        np.concatenate([t[:n] for t, n in zip(tokens, lengths, strict=True)], out=ids,
+                       casting="unsafe")
+        for lo in range(0, len(words), _CACHE_WORDS):
+            part, scratch = words[lo : lo + _CACHE_WORDS], spare[lo : lo + _CACHE_WORDS]
+            part ^= scratch
+            mix64(part, scratch)
         running = chain_sums(words, block_size)
         first_block = np.cumsum(fulls) - fulls
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],

@@ -17,7 +17,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.hashing import hash_requests
+from blis_simpy.core.hashing import free_scratch, hash_requests
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request
 from blis_simpy.workload.synthetic import compat_requests, native_requests
@@ -101,6 +101,7 @@ def hashed(requests: Iterable[Request], block_size: int, chunk_tokens: int = 1 <
             yield from batch
             batch, size = [], 0
     hash_requests(batch, block_size)
+    free_scratch()
     yield from batch
 
 

@@ -4,8 +4,11 @@ the generic Go-JSON encoder gives for the same rows, with rows and without."""
 from __future__ import annotations
 
 import dataclasses
+from functools import cache
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 import blis_simpy
 from blis_simpy.compat import gojson
@@ -48,3 +51,21 @@ def test_no_rows_give_an_empty_list() -> None:
                                e2e=empty, scheduling_delay=empty)
     text = none.results_json()
     assert text == generic(none) and text.endswith('"requests": []\n}\n')
+
+
+@given(st.lists(st.integers(0, 5), min_size=0, max_size=40), st.booleans())
+def test_rows_are_ordered_by_arrival_then_id(arrivals: list[int], increasing: bool) -> None:
+    """Whether the rows are in file order already (the fast path) or sorted, the order is
+    by arrival time then id (ids as text: request_10 before request_9)."""
+    ref = compat_run_once()
+    times = np.cumsum(np.array(arrivals, dtype=np.int64) + 1) if increasing else \
+        np.array(arrivals, dtype=np.int64)
+    ids = [f"request_{i}" for i in range(len(times))]
+    rows = dataclasses.replace(ref, ids=ids, arrival=times)
+    expected = sorted(range(len(ids)), key=lambda i: (int(times[i]), ids[i]))
+    assert rows.order() == expected
+
+
+@cache
+def compat_run_once() -> ReferenceOutputs:
+    return compat_run()
