@@ -1,25 +1,23 @@
 """Request sources: each starts SimPy processes on an environment that hand every request to
 `deliver` (the gateway's cluster arrival) at its arrival time, and never before (BC-1).
 
-Synthetic and trace workloads are known in advance and are released by one process, lazily,
-in arrival order; the tenants workload runs processes per tenant, user and session that react
-to completions (`tenants.py`).
+Synthetic and trace workloads are known in advance and are released lazily, in arrival order,
+by one callback chain (`release.Release`); the tenants workload runs processes per tenant, user
+and session that react to completions (`tenants.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
-
-import simpy
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.hashing import free_scratch, hash_requests
-from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request
+from blis_simpy.workload.release import Release
 from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
 from blis_simpy.workload.trace import load_trace
@@ -45,7 +43,7 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
         return []
     requests, notes = requests_of(scenario, reference_draws=reference_draws,
                                   prehash=not keep_tokens)
-    env.process(release(env, requests, deliver))
+    Release(env, requests, deliver)
     return notes
 
 
@@ -103,19 +101,3 @@ def hashed(requests: Iterable[Request], block_size: int, chunk_tokens: int = 1 <
     hash_requests(batch, block_size)
     free_scratch()
     yield from batch
-
-
-def release(env: Environment, requests: Iterable[Request], deliver: Deliver
-            ) -> Generator[simpy.Event, None, None]:
-    """Hand each request over at its arrival time; it wakes with cluster-arrival priority,
-    ahead of instance events at that time. A request is handed over `alone` when the next one
-    is handed over later (the gateway may then take its zero-latency stages at once: all of
-    one time's arrivals still come before any of their admissions)."""
-    ahead = iter(requests)
-    req = next(ahead, None)
-    while req is not None:
-        if req.arrival > env.now:
-            yield StageEvent(env, req.arrival - env.now, CLUSTER_ARRIVAL)
-        following = next(ahead, None)
-        deliver(req, following is None or following.arrival > env.now)
-        req = following

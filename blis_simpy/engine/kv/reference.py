@@ -220,8 +220,8 @@ class ReferenceKVCache(KVCache):
     def _not_keyed(self, req: Request) -> bool:
         """Whether the request's blocks get no keys (a full prefix hit's, or hollow ones);
         both need a prefix hit, so the sets are usually empty."""
-        return bool(self.outputs_only and req in self.outputs_only
-                    or self.hollow and req in self.hollow)
+        return bool((self.outputs_only and req in self.outputs_only)
+                    or (self.hollow and req in self.hollow))
 
     def _key(self, req: Request, end: int) -> int | None:
         """Hash key of the request's tokens up to sequence position `end`; None when no
