@@ -53,7 +53,7 @@ StepRow = tuple[int, int, int, int, int, int, int]
 # Step rows kept as tuples before they are packed into one array: ~60 B a row instead of
 # ~140-200 B of tuple and int objects, which also fragment the heap (freed at the end, their
 # memory is not returned to the system when long-lived objects were allocated among them).
-STEP_CHUNK = 4096
+STEP_CHUNK = 1024
 
 # P/D handoffs, one row per request whose prefill finished on a prefill instance: where its KV
 # went, when it was asked for, when decode KV room was reserved, when the link started moving

@@ -33,6 +33,7 @@ from simpy.events import URGENT, Timeout
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.loop import wake_after
 from blis_simpy.core.records import STEP_CHUNK, InstanceLog, Recorder, StepRow
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
@@ -150,6 +151,7 @@ class Instance:
         # start of a step that empties its batch); natively the step loop, busy until a step
         # ends.
         self.order = ReferenceEventOrder(self) if reference_order else None
+        self._on_step = self._stepped  # the step timeouts' callback, bound once
         if self.order is None:
             self._start()
 
@@ -240,28 +242,28 @@ class Instance:
         self.env.schedule(start, URGENT)
 
     def _started(self, event: simpy.Event) -> None:
-        self._run()
+        self._run(None)
 
     def _stepped(self, event: simpy.Event) -> None:
-        """A step's time is over."""
-        self.last_event = self.env.now
-        self._run()
+        """A step's time is over: its timeout, processed, times the next step."""
+        self.last_event = self.env._now  # the clock's attribute: `now` is an interpreted property
+        self._run(cast(Timeout, event))
 
     def _woken(self, event: simpy.Event) -> None:
         """The idle loop's inbox get: a request arrived."""
         self.wait_queue.append(cast(Request, event.value))
-        self._run()
+        self._run(None)
 
-    def _run(self) -> None:
+    def _run(self, spent: Timeout | None) -> None:
         """Step until a step takes time (its end resumes the loop) or there is nothing to do
-        (the next arrival does)."""
+        (the next arrival does). `spent`, the last step's timeout, times the next one."""
         while True:
             if not self.running and not self.wait_queue and not self.delivered:
                 self.inbox.get().callbacks.append(self._woken)
                 return
             duration = self.step()
             if duration is not None:
-                Timeout(self.env, duration).callbacks.append(self._stepped)
+                wake_after(self.env, duration, spent, self._on_step)
                 return
 
     def step_index(self) -> int:
@@ -277,7 +279,7 @@ class Instance:
 
     def step(self) -> int | None:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
-        now = self.env.now
+        now = self.env._now
         self.last_event = now
         steady = self.steady
         if (steady is not None and not self.explicit and not self.wait_queue

@@ -165,11 +165,15 @@ def step_table(records: Records) -> Table:
 def instance_series(records: Records) -> Table:
     """Each instance's levels at every step start: queue depth, batch size, KV use."""
     insts = records.instances
-    ids = np.array(instance_ids(insts), dtype=object)
+    # Steps in time order, same-time steps by instance id: the ids' sort ranks stand in for
+    # the strings (equal ids, equal ranks), so the stable sort orders the rows alike.
+    names = sorted({i.id for i in insts})
+    rank = {name: r for r, name in enumerate(names)}
+    which = each_step(insts, lambda i: np.full(len(i.start), rank[i.id]))
     time_s = each_step(insts, lambda i: i.start / US_PER_S)
-    order = np.lexsort((ids, time_s))
+    order = np.lexsort((which, time_s))
     table = {
-        "instance": ids[order].tolist(),
+        "instance": np.array(names, dtype=object)[which[order]].tolist(),
         "time_s": time_s[order],
         "queue_depth": each_step(insts, lambda i: i.queue_depth)[order],
         "batch_size": each_step(insts, lambda i: i.batch_size)[order],
