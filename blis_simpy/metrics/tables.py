@@ -12,7 +12,7 @@ from blis_simpy.core.records import InstanceRecord, Records, RequestColumns
 from blis_simpy.core.request import RejectCode, State
 from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS, US_PER_S
-from blis_simpy.metrics.columns import Table
+from blis_simpy.metrics.columns import Coded, Column, Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
 from blis_simpy.metrics.kv_tiers import tier_levels, tier_summary
@@ -141,9 +141,10 @@ def each_step(instances: Sequence[InstanceRecord], column: Any) -> np.ndarray:
     return np.concatenate([column(inst) for inst in instances])
 
 
-def instance_ids(instances: Sequence[InstanceRecord]) -> list[str]:
+def instance_ids(instances: Sequence[InstanceRecord]) -> Coded:
     """Each step's instance id, instance after instance."""
-    return [inst.id for inst in instances for _ in range(len(inst.start))]
+    return Coded([inst.id for inst in instances],
+                 np.repeat(np.arange(len(instances)), [len(inst.start) for inst in instances]))
 
 
 def step_table(records: Records) -> Table:
@@ -172,8 +173,8 @@ def instance_series(records: Records) -> Table:
     which = each_step(insts, lambda i: np.full(len(i.start), rank[i.id]))
     time_s = each_step(insts, lambda i: i.start / US_PER_S)
     order = np.lexsort((which, time_s))
-    table = {
-        "instance": np.array(names, dtype=object)[which[order]].tolist(),
+    table: dict[str, Column] = {
+        "instance": Coded(names, which[order]),
         "time_s": time_s[order],
         "queue_depth": each_step(insts, lambda i: i.queue_depth)[order],
         "batch_size": each_step(insts, lambda i: i.batch_size)[order],
