@@ -9,8 +9,9 @@ ordered lifecycle event log) are `None` when off, so a run that does not ask for
 Channels:
 * requests: every request that arrived, in arrival order (the entity carries its lifecycle
   timestamps; `close()` reads them into columns when they are final);
-* steps: one row per engine step and instance (`STEP_FIELDS`), packed into int64 arrays a
-  chunk at a time (a long run has millions);
+* steps: one row per engine step and instance (`STEP_FIELDS`), its fields appended one after
+  another to a flat list of ints, packed into int64 arrays a chunk at a time (a long run has
+  millions);
 * preemptions and rejections: (time, instance id, request id) per occurrence;
 * anomalies detected while running (`Anomaly`: an instant or an episode);
 * decisions (optional, trace level `decisions` or `full`): one row per admission, priority and
@@ -49,11 +50,15 @@ ANOMALY_TYPES = (
 
 STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",
                "queue_depth")
-StepRow = tuple[int, int, int, int, int, int, int]
-# Step rows kept as tuples before they are packed into one array: ~60 B a row instead of
-# ~140-200 B of tuple and int objects, which also fragment the heap (freed at the end, their
-# memory is not returned to the system when long-lived objects were allocated among them).
+DURATION = STEP_FIELDS.index("duration")
+# Step rows are packed into one array every STEP_CHUNK steps: ~60 B a row instead of ~140-200 B
+# of int objects, which also fragment the heap (freed at the end, their memory is not
+# returned to the system when long-lived objects were allocated among them). Before that the
+# fields go into one flat list, not a tuple per row: the packing reads the list's ints in
+# order, while a tuple per row is one more object to make, to reach (long out of the cache
+# after thousands of steps) and to free. A smaller chunk stays closer to the cache too.
 STEP_CHUNK = 1024
+STEP_VALUES = STEP_CHUNK * len(STEP_FIELDS)  # the flat list's length when a chunk is full
 
 # P/D handoffs, one row per request whose prefill finished on a prefill instance: where its KV
 # went, when it was asked for, when decode KV room was reserved, when the link started moving
@@ -123,7 +128,8 @@ class InstanceLog:
         self.id = instance_id
         self.role = role
         self.kv_total = kv_total
-        self.steps: list[StepRow] = []  # the newest rows, fewer than STEP_CHUNK after `pack`
+        # The newest rows' fields one after another, fewer than STEP_CHUNK rows after `pack`
+        self.steps: list[int] = []
         self.packed: list[np.ndarray] = []  # the older rows, STEP_CHUNK x len(STEP_FIELDS)
         self.kv_hits = 0
         self.kv_misses = 0
@@ -134,9 +140,10 @@ class InstanceLog:
     def pack(self) -> None:
         """Move the rows in `steps` into one int64 array (the writer calls this every
         STEP_CHUNK rows)."""
-        rows = self.steps
-        self.packed.append(rows_matrix(rows, len(rows), len(STEP_FIELDS)))
-        rows.clear()
+        values = self.steps
+        flat = np.fromiter(values, dtype=np.int64, count=len(values))
+        self.packed.append(flat.reshape(len(values) // len(STEP_FIELDS), len(STEP_FIELDS)))
+        values.clear()
 
     def rows(self) -> np.ndarray:
         """Every step row so far, in order, as one (steps x fields) int64 array."""
