@@ -53,8 +53,11 @@ class Coded(Sequence[str]):
     @overload
     def __getitem__(self, index: slice) -> Coded: ...
 
-    def __getitem__(self, index: int | slice) -> str | Coded:
-        if isinstance(index, slice):
+    @overload
+    def __getitem__(self, index: np.ndarray) -> Coded: ...
+
+    def __getitem__(self, index: int | slice | np.ndarray) -> str | Coded:
+        if isinstance(index, slice | np.ndarray):  # rows, or rows picked or reordered
             return Coded(self.values, self.codes[index])
         return self.values[self.codes[index]]
 

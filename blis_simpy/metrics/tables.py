@@ -165,16 +165,13 @@ def step_table(records: Records) -> Table:
 
 def instance_series(records: Records) -> Table:
     """Each instance's levels at every step start: queue depth, batch size, KV use."""
-    insts = records.instances
-    # Steps in time order, same-time steps by instance id: the ids' sort ranks stand in for
-    # the strings (equal ids, equal ranks), so the stable sort orders the rows alike.
-    names = sorted({i.id for i in insts})
-    rank = {name: r for r, name in enumerate(names)}
-    which = each_step(insts, lambda i: np.full(len(i.start), rank[i.id]))
+    # Steps in time order, same-time steps by instance id: the instances taken in id order
+    # (stable: equal ids keep the fleet's), a stable sort on time leaves ties in that order.
+    insts = sorted(records.instances, key=lambda i: i.id)
     time_s = each_step(insts, lambda i: i.start / US_PER_S)
-    order = np.lexsort((which, time_s))
+    order = np.argsort(time_s, kind="stable")
     table: dict[str, Column] = {
-        "instance": Coded(names, which[order]),
+        "instance": instance_ids(insts)[order],
         "time_s": time_s[order],
         "queue_depth": each_step(insts, lambda i: i.queue_depth)[order],
         "batch_size": each_step(insts, lambda i: i.batch_size)[order],

@@ -114,6 +114,7 @@ def test_a_coded_column_reads_and_frames_as_its_strings():
     coded, strings = Coded(values, codes), [values[c] for c in codes]
     assert list(coded) == coded.tolist() == strings and len(coded) == 5
     assert coded[3] == "instance_0" and list(coded[1:4]) == strings[1:4]
+    assert list(coded[np.array([4, 0])]) == [strings[4], strings[0]]
     table = Table({"instance": coded, "n": np.arange(5)})
     assert table.frame().equals(Table({"instance": strings, "n": np.arange(5)}).frame())
     assert table.array("instance").tolist() == strings
