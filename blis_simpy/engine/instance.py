@@ -34,7 +34,7 @@ from simpy.events import URGENT, Timeout
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.loop import wake_after
-from blis_simpy.core.records import DURATION, STEP_FIELDS, STEP_VALUES, InstanceLog, Recorder
+from blis_simpy.core.records import STEP_VALUES, InstanceLog, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
 from blis_simpy.core.units import US_PER_MS
@@ -704,8 +704,5 @@ class Instance:
         """Steps needed to prefill everything waiting, at the last step's duration."""
         if not self.queued_tokens:
             return 0.0
-        if self.steps:
-            last = self.steps[len(self.steps) - len(STEP_FIELDS) + DURATION]
-        else:
-            last = int(self.log.packed[-1][-1, 1]) if self.log.packed else 0
+        last = self.log.last_duration()
         return -(-self.queued_tokens // self.token_budget) * last / US_PER_MS
