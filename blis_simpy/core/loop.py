@@ -9,6 +9,7 @@ run in exactly the order SimPy itself would run them.
 
 from __future__ import annotations
 
+import math
 from heapq import heappop, heappush
 from typing import cast
 
@@ -20,8 +21,9 @@ from blis_simpy.core.errors import InvariantError
 
 
 def run_events(env: Environment, until: float, limit: int, checks: bool) -> int:
-    """Process events in order while the next one is due by `until`, at most `limit` of them;
-    returns how many ran (fewer than `limit`: the horizon is reached or nothing is left).
+    """Process events in order while the next one is due by `until` (never one at infinity),
+    at most `limit` of them; returns how many ran (fewer than `limit`: the horizon is reached
+    or nothing is left).
     `checks` raises InvariantError if the clock would go back. Each event is handled as
     `Environment.step` handles it: its callbacks run in order, a StopSimulation puts the
     rest back, and a failed event that nobody defused ends the run with a copy of its error."""
@@ -29,7 +31,7 @@ def run_events(env: Environment, until: float, limit: int, checks: bool) -> int:
     count = 0
     while count < limit and queue:
         at = queue[0][0]
-        if at > until:
+        if at >= until and (at > until or at == math.inf):
             break
         if checks and at < env._now:
             raise InvariantError(f"the clock went back from {env._now} to {at}")

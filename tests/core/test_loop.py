@@ -75,6 +75,14 @@ def test_events_run_in_simpys_order_at_simpys_times(delays, until, limit):
     assert [entry[:3] for entry in ours._queue] == [entry[:3] for entry in theirs._queue]
 
 
+def test_an_event_at_infinity_never_runs():
+    env = Environment()
+    env.timeout(3)
+    env.timeout(math.inf)
+    assert run_events(env, math.inf, sys.maxsize, checks=False) == 1
+    assert env.now == 3 and len(env._queue) == 1
+
+
 def test_a_failed_event_nobody_defused_ends_the_run_with_its_error():
     env = Environment()
     env.event().fail(KeyError("lost"))
