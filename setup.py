@@ -19,6 +19,7 @@ from setuptools import setup
 # subclass them, and a compiled class cannot be subclassed by an interpreted one unless
 # marked (`mypyc_attr(allow_interpreted_subclasses=True)`, as the KV caches are).
 COMPILED = [
+    "blis_simpy/core/loop.py",
     "blis_simpy/core/request.py",
     "blis_simpy/core/router_state.py",
     "blis_simpy/core/shadow_kv.py",

@@ -10,7 +10,9 @@ import simpy
 
 
 class Environment(simpy.Environment):
+    _now: int  # only ints are ever scheduled (compiled code reads it without the property)
+
     @property
     def now(self) -> int:
         """The current simulated time (µs)."""
-        return self._now  # type: ignore[return-value]  # only ints are ever scheduled
+        return self._now

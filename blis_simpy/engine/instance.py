@@ -33,7 +33,8 @@ from simpy.events import URGENT, Timeout
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.records import STEP_CHUNK, InstanceLog, Recorder, StepRow
+from blis_simpy.core.loop import wake_after
+from blis_simpy.core.records import STEP_VALUES, InstanceLog, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
 from blis_simpy.core.units import US_PER_MS
@@ -135,10 +136,11 @@ class Instance:
         self.explicit: list[Request] = []
         self.steady = None if latency.per_request else SteadyDecoders(pool.block_size)
         self._seq = 0
-        # One row per step (records.STEP_FIELDS), the newest ones: the log packs them into
-        # arrays a chunk at a time. Token gaps are derived from them at the end.
+        # One row per step (records.STEP_FIELDS), the newest ones' fields one after another:
+        # the log packs them into arrays a chunk at a time. Token gaps are derived from them
+        # at the end.
         self.steps = self.log.steps
-        self.steps_packed = 0
+        self.steps_taken = 0
         self.queued_tokens = 0  # prompt tokens waiting: the basis of the wait estimate
         self.recent_ttft: deque[int] = deque(maxlen=RECENT)
         self.recent_tpot: deque[float] = deque(maxlen=RECENT)
@@ -150,6 +152,7 @@ class Instance:
         # start of a step that empties its batch); natively the step loop, busy until a step
         # ends.
         self.order = ReferenceEventOrder(self) if reference_order else None
+        self._on_step = self._stepped  # the step timeouts' callback, bound once
         if self.order is None:
             self._start()
 
@@ -240,44 +243,52 @@ class Instance:
         self.env.schedule(start, URGENT)
 
     def _started(self, event: simpy.Event) -> None:
-        self._run()
+        self._run(None)
 
     def _stepped(self, event: simpy.Event) -> None:
-        """A step's time is over."""
-        self.last_event = self.env.now
-        self._run()
+        """A step's time is over: its timeout, processed, times the next step."""
+        self.last_event = self.env._now  # the clock's attribute: `now` is an interpreted property
+        self._run(cast(Timeout, event))
 
     def _woken(self, event: simpy.Event) -> None:
         """The idle loop's inbox get: a request arrived."""
         self.wait_queue.append(cast(Request, event.value))
-        self._run()
+        self._run(None)
 
-    def _run(self) -> None:
+    def _run(self, spent: Timeout | None) -> None:
         """Step until a step takes time (its end resumes the loop) or there is nothing to do
-        (the next arrival does)."""
+        (the next arrival does). `spent`, the last step's timeout, times the next one."""
         while True:
             if not self.running and not self.wait_queue and not self.delivered:
                 self.inbox.get().callbacks.append(self._woken)
                 return
             duration = self.step()
             if duration is not None:
-                Timeout(self.env, duration).callbacks.append(self._stepped)
+                wake_after(self.env, duration, spent, self._on_step)
                 return
 
     def step_index(self) -> int:
         """The number of the next step (of the steps so far)."""
-        return self.steps_packed + len(self.steps)
+        return self.steps_taken
 
-    def _record(self, row: StepRow) -> None:
+    def _record(self, start: int, duration: int, new_tokens: int, decodes: int, batch: int,
+                kv_used: int, queue_depth: int) -> None:
+        """One step's row (records.STEP_FIELDS)."""
         steps = self.steps
-        steps.append(row)
-        if len(steps) == STEP_CHUNK:
+        steps.append(start)
+        steps.append(duration)
+        steps.append(new_tokens)
+        steps.append(decodes)
+        steps.append(batch)
+        steps.append(kv_used)
+        steps.append(queue_depth)
+        self.steps_taken += 1
+        if len(steps) == STEP_VALUES:
             self.log.pack()
-            self.steps_packed += STEP_CHUNK
 
     def step(self) -> int | None:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
-        now = self.env.now
+        now = self.env._now
         self.last_event = now
         steady = self.steady
         if (steady is not None and not self.explicit and not self.wait_queue
@@ -317,7 +328,7 @@ class Instance:
         """No decoder opens or fills a KV block or finishes."""
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
-        self._record((now, duration, 0, decodes, decodes, self.kv.used, 0))
+        self._record(now, duration, 0, decodes, decodes, self.kv.used, 0)
         return duration
 
     def _decode_step(self, now: int, due: list[Request]) -> int | None:
@@ -331,7 +342,7 @@ class Instance:
             self._allocate_in_order([], touched, index)
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
-        self._record((now, duration, 0, decodes, decodes, kv.used, 0))
+        self._record(now, duration, 0, decodes, decodes, kv.used, 0)
         self._advance_steady([], due, index, now + duration)
         return duration
 
@@ -354,8 +365,8 @@ class Instance:
         batch = running[:scheduled] + running[kept:] if scheduled < kept else running
         new_tokens += admitted_tokens
         duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
-        self._record((now, duration, new_tokens, decodes, len(batch), self.kv.used,
-                           len(self.wait_queue)))
+        self._record(now, duration, new_tokens, decodes, len(batch), self.kv.used,
+                     len(self.wait_queue))
         self._execute(batch, index, now + duration)
         self.explicit = list(self.running)
         return duration
@@ -406,8 +417,8 @@ class Instance:
         new_tokens += admitted_tokens
         decodes = demand - (new_tokens - admitted_tokens)
         duration = self.latency.step_time(new_tokens, decodes, (), self._load_us)
-        self._record((now, duration, new_tokens, decodes, len(running), kv.used,
-                           len(self.wait_queue)))
+        self._record(now, duration, new_tokens, decodes, len(running), kv.used,
+                     len(self.wait_queue))
         self._advance_steady(explicit + running[len(running) - admitted:] if admitted
                              else explicit, due, index, now + duration)
         return duration
@@ -693,8 +704,5 @@ class Instance:
         """Steps needed to prefill everything waiting, at the last step's duration."""
         if not self.queued_tokens:
             return 0.0
-        if self.steps:
-            last = self.steps[-1][1]
-        else:
-            last = int(self.log.packed[-1][-1, 1]) if self.log.packed else 0
+        last = self.log.last_duration()
         return -(-self.queued_tokens // self.token_budget) * last / US_PER_MS

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -31,6 +31,46 @@ Column = np.ndarray | Sequence[Any]
 CHUNK = 65_536  # rows formatted at a time when writing CSV
 QUOTED = re.compile('[,"\r\n]')  # what can make the csv module quote a cell
 LONE_EMPTY = '""'  # a row whose only cell is empty, as the csv module writes it (not a blank line)
+
+
+class Coded(Sequence[str]):
+    """A text column of few distinct values (each step's instance id) held as an int code per
+    row into its values: a million-row column is one array, its CSV cells each value's bytes
+    repeated (`cell_matrix`), never a million strings. Reads like the list of strings."""
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self, values: Sequence[str], codes: np.ndarray) -> None:
+        self.values = list(values)
+        self.codes = codes
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Coded: ...
+
+    @overload
+    def __getitem__(self, index: np.ndarray) -> Coded: ...
+
+    def __getitem__(self, index: int | slice | np.ndarray) -> str | Coded:
+        if isinstance(index, slice | np.ndarray):  # rows, or rows picked or reordered
+            return Coded(self.values, self.codes[index])
+        return self.values[self.codes[index]]
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self.values.__getitem__, self.codes.tolist())
+
+    def tolist(self) -> list[str]:
+        return list(self)
+
+
+def plain(values: Column) -> Column:
+    """A column as pandas and numpy take it (a coded one as its list of strings)."""
+    return values.tolist() if isinstance(values, Coded) else values
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,12 +86,12 @@ class Table:
         return self.columns[name]
 
     def array(self, name: str) -> np.ndarray:
-        return np.asarray(self.columns[name])
+        return np.asarray(plain(self.columns[name]))
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd
 
-        return pd.DataFrame(self.columns)
+        return pd.DataFrame({name: plain(values) for name, values in self.columns.items()})
 
     def write_csv(self, path: Path) -> None:
         with path.open("wb") as f:
@@ -153,6 +193,9 @@ def cell_matrix(values: Column) -> np.ndarray | None:
             block = decimal_matrix(values)
         if block is not None:
             return block
+    if isinstance(values, Coded) and len(values):
+        table = ascii_matrix(quoted(values.values))  # each value's cell once
+        return None if table is None else np.take(table, values.codes, axis=0)
     if type(values) is list and values and set(map(type, values)) == {str}:
         distinct = list(dict.fromkeys(values))
         if len(distinct) > max(len(values) // FEW, 1):

@@ -12,7 +12,7 @@ from blis_simpy.core.records import InstanceRecord, Records, RequestColumns
 from blis_simpy.core.request import RejectCode, State
 from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS, US_PER_S
-from blis_simpy.metrics.columns import Table
+from blis_simpy.metrics.columns import Coded, Column, Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
 from blis_simpy.metrics.kv_tiers import tier_levels, tier_summary
@@ -141,9 +141,10 @@ def each_step(instances: Sequence[InstanceRecord], column: Any) -> np.ndarray:
     return np.concatenate([column(inst) for inst in instances])
 
 
-def instance_ids(instances: Sequence[InstanceRecord]) -> list[str]:
+def instance_ids(instances: Sequence[InstanceRecord]) -> Coded:
     """Each step's instance id, instance after instance."""
-    return [inst.id for inst in instances for _ in range(len(inst.start))]
+    return Coded([inst.id for inst in instances],
+                 np.repeat(np.arange(len(instances)), [len(inst.start) for inst in instances]))
 
 
 def step_table(records: Records) -> Table:
@@ -164,12 +165,13 @@ def step_table(records: Records) -> Table:
 
 def instance_series(records: Records) -> Table:
     """Each instance's levels at every step start: queue depth, batch size, KV use."""
-    insts = records.instances
-    ids = np.array(instance_ids(insts), dtype=object)
+    # Steps in time order, same-time steps by instance id: the instances taken in id order
+    # (stable: equal ids keep the fleet's), a stable sort on time leaves ties in that order.
+    insts = sorted(records.instances, key=lambda i: i.id)
     time_s = each_step(insts, lambda i: i.start / US_PER_S)
-    order = np.lexsort((ids, time_s))
-    table = {
-        "instance": ids[order].tolist(),
+    order = np.argsort(time_s, kind="stable")
+    table: dict[str, Column] = {
+        "instance": instance_ids(insts)[order],
         "time_s": time_s[order],
         "queue_depth": each_step(insts, lambda i: i.queue_depth)[order],
         "batch_size": each_step(insts, lambda i: i.batch_size)[order],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from blis_simpy.config.resolve import kv_block_bytes
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.errors import InvariantError
+from blis_simpy.core.loop import run_events
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.core.snapshot import Role
 from blis_simpy.engine.instance import Instance
@@ -84,23 +85,18 @@ class Simulation:
 
     def run(self, progress: Progress | None = None, every: int = 8192) -> float:
         """Process every event up to the horizon; returns the wall time spent (s)."""
-        env = self.env
         horizon = self.scenario.horizon_us
         until = math.inf if horizon is None else horizon
-        step, peek = env.step, env.peek
         started = time.perf_counter()
         count = 0
-        last = 0.0
-        checks, inf = self.checks, math.inf  # locals: this loop runs once per event
         with sparse_collection():
-            while (now := peek()) <= until and now != inf:
-                if checks and now < last:
-                    raise InvariantError(f"the clock went back from {last} to {now}")
-                last = now
-                step()
-                count += 1
-                if progress is not None and count % every == 0:
+            if progress is None:
+                count = run_events(self.env, until, sys.maxsize, self.checks)
+            else:
+                while (ran := run_events(self.env, until, every, self.checks)) == every:
+                    count += ran
                     progress(self.progress(count, started))
+                count += ran
         for instance in self.fleet:
             instance.finish()
         if progress is not None:

@@ -30,6 +30,11 @@ def simulate(tmp_path, rows, **changes):
     return sim
 
 
+def step_rows(sim) -> list[list[int]]:
+    """The first instance's step rows so far (records.STEP_FIELDS each)."""
+    return sim.recorder.instances[0].rows().tolist()
+
+
 def test_lone_request_latency_is_queue_delay_plus_prefill_plus_decodes(tmp_path):
     """Analytic case: one request at low load. TTFT = queueing delay + one prefill step +
     output delay; each later token follows one decode step."""
@@ -49,7 +54,7 @@ def test_q1_simultaneous_arrivals_share_one_step_loop(tmp_path):
     """Two identical requests at t=0 batch together: each step carries both (the reference
     runs two concurrent step chains, finishing twice as fast)."""
     sim = simulate(tmp_path, [(0.0, tokens(64), 20), (0.0, tokens(64, 5000), 20)])
-    steps = sim.recorder.instances[0].steps
+    steps = step_rows(sim)
     assert all(batch == 2 for _, _, _, _, batch, _, _ in steps)
     assert len(steps) == 20
     starts = [s[0] for s in steps]
@@ -68,13 +73,13 @@ def test_q2_waiting_requests_are_never_stranded(tmp_path):
 
 def test_prefill_is_chunked_by_the_token_budget(tmp_path):
     sim = simulate(tmp_path, [(0.0, tokens(200), 2)], engine={"max_scheduled_tokens": 64})
-    prefill = [s[2] for s in sim.recorder.instances[0].steps]
+    prefill = [s[2] for s in step_rows(sim)]
     assert prefill[:4] == [64, 64, 64, 8]
 
 
 def test_long_prefill_threshold_caps_one_request_per_step(tmp_path):
     sim = simulate(tmp_path, [(0.0, tokens(120), 2)], engine={"long_prefill_threshold": 50})
-    assert [s[2] for s in sim.recorder.instances[0].steps[:3]] == [50, 50, 20]
+    assert [s[2] for s in step_rows(sim)[:3]] == [50, 50, 20]
 
 
 def test_running_requests_are_served_before_waiting_ones(tmp_path):
@@ -82,7 +87,7 @@ def test_running_requests_are_served_before_waiting_ones(tmp_path):
     decode token plus as much of the new prompt as the budget allows."""
     sim = simulate(tmp_path, [(0.0, tokens(16), 50), (0.05, tokens(400, 7000), 2)],
                    engine={"max_scheduled_tokens": 100})
-    mixed = [s for s in sim.recorder.instances[0].steps if s[2] and s[3]]
+    mixed = [s for s in step_rows(sim) if s[2] and s[3]]
     assert mixed and all(s[2] == 99 and s[3] == 1 for s in mixed[:3])
 
 
@@ -91,7 +96,7 @@ def test_shared_prefix_is_served_from_cache(tmp_path):
     sim = simulate(tmp_path, [(0.0, prefix + tokens(20), 2), (1.0, prefix + tokens(20, 3000), 2)])
     second = sim.recorder.requests[1]
     assert second.cached_tokens == 64
-    assert sim.recorder.instances[0].steps[-2][2] == 20  # only the uncached tail is prefilled
+    assert step_rows(sim)[-2][2] == 20  # only the uncached tail is prefilled
 
 
 def test_q8_full_prefix_hit_holds_references(tmp_path):
@@ -104,7 +109,7 @@ def test_q8_full_prefix_hit_holds_references(tmp_path):
     kv = sim.fleet.get("instance_0").kv
     assert kv.hits >= 2
     # While both ran, the two shared blocks were held twice: visible in used-block counts.
-    shared_steps = [s for s in sim.recorder.instances[0].steps if s[4] == 2]
+    shared_steps = [s for s in step_rows(sim) if s[4] == 2]
     assert shared_steps and all(s[5] <= 2 + 2 * 3 for s in shared_steps)
     assert first.state is State.COMPLETED and second.state is State.COMPLETED
 
@@ -144,7 +149,7 @@ def test_preemption_recomputes_and_emits_no_token_twice(tmp_path):
 def test_preempted_request_keeps_first_ttft_and_shows_one_long_gap(tmp_path):
     sim = kv_pressure(tmp_path)
     second = sim.recorder.requests[1]
-    steps = sim.recorder.instances[0].steps
+    steps = step_rows(sim)
     assert second.first_token_at < second.completed_at
     assert second.first_token_step < second.gaps[0][0]
     assert len(second.gaps) == second.preemptions
@@ -183,7 +188,7 @@ def test_request_arriving_during_the_last_step_waits_for_it_natively(tmp_path):
     rows = [(0.0, tokens(16), 1), (0.004, tokens(16, 3000), 1)]
     native = simulate(tmp_path, rows)
     compat = simulate(tmp_path, rows, compat="blis")
-    first = native.recorder.instances[0].steps[0]
+    first = step_rows(native)[0]
     first_step_end = first[0] + first[1]
     second_queued = native.recorder.requests[1].queued_at
     assert second_queued < first_step_end  # it arrives while the only step runs

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from blis_simpy.metrics.columns import (
     FEW,
+    Coded,
     Table,
     cell_matrix,
     csv_cells,
@@ -48,6 +49,10 @@ def column(kind: str, rows: int) -> st.SearchStrategy:
                 lambda case: case[0] + np.array(case[1], dtype=np.int64)),
             st.lists(st.sampled_from(["a", "b,c", 'q"', "é", ""]), min_size=rows,
                      max_size=rows))
+    if kind == "coded":  # text as codes into its values (each step's instance id)
+        return st.tuples(st.lists(TEXT, min_size=1, max_size=4),
+                         st.lists(st.integers(0, 3), min_size=rows, max_size=rows)).map(
+            lambda case: Coded(case[0], np.array(case[1], dtype=np.int64) % len(case[0])))
     return st.lists(st.one_of(st.none(), st.integers(), st.just(math.nan), TEXT),
                     min_size=rows, max_size=rows)  # a mixed Python list
 
@@ -56,7 +61,7 @@ def column(kind: str, rows: int) -> st.SearchStrategy:
 def tables(draw: st.DrawFn) -> Table:
     rows = draw(st.integers(0, 6) | st.integers(8, 40))
     kinds = draw(st.lists(st.sampled_from(["text", "float", "float32", "int", "mixed",
-                                           "levels"]),
+                                           "levels", "coded"]),
                           min_size=0, max_size=4))
     names = draw(st.lists(TEXT, min_size=len(kinds), max_size=len(kinds), unique=True))
     return Table({name: draw(column(kind, rows)) for name, kind in zip(names, kinds,
@@ -97,9 +102,22 @@ def test_a_table_longer_than_a_chunk_is_written_whole(tmp_path, monkeypatch):
     from blis_simpy.metrics import columns
 
     monkeypatch.setattr(columns, "CHUNK", 3)
-    table = Table({"a": np.arange(10), "b": [f"x{i}" if i % 2 else "y,z" for i in range(10)]})
+    table = Table({"a": np.arange(10), "b": [f"x{i}" if i % 2 else "y,z" for i in range(10)],
+                   "c": Coded(["instance_1", "i,0"], np.arange(10) % 3 // 2)})
     table.write_csv(tmp_path / "t.csv")
     assert (tmp_path / "t.csv").read_bytes() == through_csv_writer(table).encode()
+
+
+def test_a_coded_column_reads_and_frames_as_its_strings():
+    values = ["instance_1", "instance_0", "é"]
+    codes = np.array([2, 0, 0, 1, 2])
+    coded, strings = Coded(values, codes), [values[c] for c in codes]
+    assert list(coded) == coded.tolist() == strings and len(coded) == 5
+    assert coded[3] == "instance_0" and list(coded[1:4]) == strings[1:4]
+    assert list(coded[np.array([4, 0])]) == [strings[4], strings[0]]
+    table = Table({"instance": coded, "n": np.arange(5)})
+    assert table.frame().equals(Table({"instance": strings, "n": np.arange(5)}).frame())
+    assert table.array("instance").tolist() == strings
 
 
 def matrix_cells(values) -> list[str] | None:
