@@ -24,16 +24,29 @@ _STEP = np.uint64(0x9E3779B97F4A7C15)  # the golden-ratio increment of splitmix6
 _BLOCK = np.uint64(0xE7037ED1A0B428DB)  # an arbitrary odd constant: the hash blocks' domain
 
 
+AHEAD = 1 << 16  # ids drawn at once
+
+
 class TokenMaker:
     """Deterministic token ids from the scenario seed."""
 
     def __init__(self, seed: int) -> None:
         self.rng = stream(seed, "workload.trace_tokens")
         self.block_key = mix64(np.array([seed % (1 << 64)], dtype=np.uint64) ^ _BLOCK)
+        self.ahead = np.empty(0, dtype=np.int64)  # drawn, not yet handed out from `used` on
+        self.used = 0
 
     def unique(self, count: int) -> np.ndarray:
-        """`count` fresh tokens (the next of the stream)."""
-        return self.rng.integers(0, VOCAB, count)
+        """`count` fresh tokens (the next of the stream). Drawn `AHEAD` at a time: numpy
+        draws bounded integers one after the other from the stream, so one draw of n + m ids
+        is a draw of n then one of m (a call per request cost more than its ids)."""
+        start = self.used
+        if len(self.ahead) - start < count:
+            more = self.rng.integers(0, VOCAB, max(AHEAD, count))
+            self.ahead = np.concatenate((self.ahead[start:], more))
+            start = 0
+        self.used = start + count
+        return self.ahead[start:start + count]
 
     def blocks(self, hash_ids: np.ndarray, length: int, block: int) -> np.ndarray:
         """The first `length` tokens of the blocks `hash_ids` (each `block` tokens long); the
