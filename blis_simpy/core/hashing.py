@@ -103,32 +103,31 @@ def hash_request(req: Request, block_size: int, known: Sequence[int] = ()) -> li
     return req.hashes
 
 
-_scratch = np.empty(0, dtype=np.uint64)  # hash_requests' work space: two halves, reused
 # Words mixed at a time by hash_requests: 512 KiB of words and scratch stay in the CPU's cache
 # across mix64's passes (a whole chunk's 2 MiB arrays went through memory at every pass; the
 # hashing of the 10K bench's prompts took 0.090 s that way, 0.076 s in slices).
 _CACHE_WORDS = 1 << 15
 
 
-def scratch_words(count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two uint64 work arrays of `count` words each, from one buffer reused by every call
-    (grown with a quarter to spare when a longer one is asked for: chunks differ by a few
-    requests): a chunk's fresh arrays of 2 MiB cost more in page faults than the hashing in
-    them. Valid until the next call."""
-    global _scratch
-    if len(_scratch) < 2 * count:
-        _scratch = np.empty(2 * count + count // 2, dtype=np.uint64)
-    return _scratch[:count], _scratch[count : 2 * count]
+class Scratch:
+    """hash_requests' work space, owned by one caller and reused across its chunks: a chunk's
+    fresh 2 MiB arrays cost more in page faults than the hashing in them."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self) -> None:
+        self.buffer = np.empty(0, dtype=np.uint64)
+
+    def words(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two uint64 work arrays of `count` words each, valid until the next call (the
+        buffer grows with a quarter to spare: chunks differ by a few requests)."""
+        if len(self.buffer) < 2 * count:
+            self.buffer = np.empty(2 * count + count // 2, dtype=np.uint64)
+        return self.buffer[:count], self.buffer[count : 2 * count]
 
 
-def free_scratch() -> None:
-    """Give back `scratch_words`' buffer (a few MiB) when no more chunks will come: the run's
-    peak memory is later, while its outputs are written."""
-    global _scratch
-    _scratch = np.empty(0, dtype=np.uint64)
-
-
-def hash_requests(requests: Sequence[Request], block_size: int) -> None:
+def hash_requests(requests: Sequence[Request], block_size: int,
+                  scratch: Scratch | None = None) -> None:
     """`Request.hash_blocks` for many requests in one vectorised pass (same hashes): blocks of
     different requests never straddle, so one running sum covers them all, and each request's
     chain is that sum since its first block."""
@@ -143,16 +142,16 @@ def hash_requests(requests: Sequence[Request], block_size: int) -> None:
             req.hashes, req.tokens, req.hashed = [], None, True
         return
     positions = scrambled_positions(max(lengths))
-    words, spare = scratch_words(sum(lengths))
+    words, spare = (scratch or Scratch()).words(sum(lengths))
     with np.errstate(over="ignore"):
         np.concatenate([positions[:n] for n in lengths], out=words)
         ids = spare.view(np.int64)  # the token ids' int64 bit patterns, as `as_words` takes them
         np.concatenate([t[:n] for t, n in zip(tokens, lengths, strict=True)], out=ids,
                        casting="unsafe")
         for lo in range(0, len(words), _CACHE_WORDS):
-            part, scratch = words[lo : lo + _CACHE_WORDS], spare[lo : lo + _CACHE_WORDS]
-            part ^= scratch
-            mix64(part, scratch)
+            part, work = words[lo : lo + _CACHE_WORDS], spare[lo : lo + _CACHE_WORDS]
+            part ^= work
+            mix64(part, work)
         running = chain_sums(words, block_size)
         first_block = np.cumsum(fulls) - fulls
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],

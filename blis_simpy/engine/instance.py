@@ -29,11 +29,11 @@ from typing import Protocol, cast
 
 import simpy
 from mypy_extensions import mypyc_attr
-from simpy.events import URGENT, Timeout
+from simpy.events import Timeout
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.loop import wake_after
+from blis_simpy.core.loop import start_now, wake_after
 from blis_simpy.core.records import STEP_VALUES, InstanceLog, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
@@ -234,13 +234,8 @@ class Instance:
     # -- the step loop ------------------------------------------------------------------------
 
     def _start(self) -> None:
-        """Start the step loop at time 0 as SimPy starts a process: an urgent event, already
-        succeeded, whose callback runs the loop."""
-        start = simpy.Event(self.env)
-        start._ok = True
-        start._value = None
-        start.callbacks.append(self._started)
-        self.env.schedule(start, URGENT)
+        """Start the step loop at time 0 as SimPy starts a process."""
+        start_now(self.env, self._started)
 
     def _started(self, event: simpy.Event) -> None:
         self._run(None)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 import simpy
-from simpy.events import URGENT
 
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.loop import start_now
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request
 
@@ -31,11 +31,7 @@ class Release:
         self.ahead: Iterator[Request] = iter(())
         self.deliver = deliver
         self.next: Request | None = None
-        start = simpy.Event(env)
-        start._ok = True
-        start._value = None
-        start.callbacks.append(self._start)
-        env.schedule(start, URGENT)
+        start_now(env, self._start)
 
     def _start(self, event: simpy.Event) -> None:
         self.ahead = iter(self.requests)

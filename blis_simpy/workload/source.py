@@ -15,7 +15,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.hashing import free_scratch, hash_requests
+from blis_simpy.core.hashing import Scratch, hash_requests
 from blis_simpy.core.request import Request
 from blis_simpy.workload.release import Release
 from blis_simpy.workload.synthetic import compat_requests, native_requests
@@ -91,13 +91,14 @@ def hashed(requests: Iterable[Request], block_size: int, chunk_tokens: int = 1 <
     chunk evicts the simulation's own data, and the run slows by ~5 %."""
     batch: list[Request] = []
     size = 0
+    scratch = Scratch()
     for req in requests:
         batch.append(req)
         size += req.input_len + req.output_len
         if size >= chunk_tokens:
-            hash_requests(batch, block_size)
+            hash_requests(batch, block_size, scratch)
             yield from batch
             batch, size = [], 0
-    hash_requests(batch, block_size)
-    free_scratch()
+    hash_requests(batch, block_size, scratch)
+    del scratch  # a few MiB, given back before the run's peak (its outputs being written)
     yield from batch
