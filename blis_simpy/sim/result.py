@@ -4,6 +4,7 @@ writes."""
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -153,23 +154,46 @@ class Result:
     def write_files(self, folder: Path, fmt: str) -> None:
         (folder / "summary.json").write_text(self.summary_json())
         (folder / "scenario.yaml").write_text(self.scenario.to_yaml())
-        write_table(self.request_table, folder / f"requests.{fmt}")
-        write_table(self.step_table, folder / f"steps.{fmt}")
         (folder / "metrics.json").write_text(json.dumps(self.metrics, indent=2) + "\n")
         if self.evaluation is not None:
             (folder / "evaluation.json").write_text(
                 json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
-        for name, table in (("anomalies", self.anomaly_table),
-                            ("instances", self.instance_table),
-                            ("decisions", self.decision_table),
-                            ("scale_events", self.scale_event_table),
-                            ("replicas", self.replica_table),
-                            ("transfers", self.transfer_table),
-                            ("transfer_queue", self.transfer_queue_table)):
-            if table is not None:
-                write_table(table, folder / f"{name}.{fmt}")
         for name, text in {**self.extra_files, **self.trace_files}.items():
             (folder / name).write_text(text)
+        tables = [(table, folder / f"{name}.{fmt}") for name, table in (
+            ("requests", self.request_table), ("steps", self.step_table),
+            ("anomalies", self.anomaly_table), ("instances", self.instance_table),
+            ("decisions", self.decision_table), ("scale_events", self.scale_event_table),
+            ("replicas", self.replica_table), ("transfers", self.transfer_table),
+            ("transfer_queue", self.transfer_queue_table)) if table is not None]
+        write_tables(tables)
+
+
+def write_tables(tables: list[tuple[Table, Path]]) -> None:
+    """Each table to its file, two at a time (this thread and one more), the longest first:
+    most of a long table's formatting is numpy work that lets the other thread run, so a long
+    run's step and instance tables (a million rows each) take about a third less time than one
+    after the other. The first failure is raised once both threads are done."""
+    todo = sorted(tables, key=lambda item: len(item[0]))  # popped from the end: longest first
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        while not failures:
+            try:
+                table, path = todo.pop()
+            except IndexError:
+                return
+            try:
+                write_table(table, path)
+            except BaseException as exc:  # raised below, in the caller's thread
+                failures.append(exc)
+
+    helper = threading.Thread(target=work, name="write-tables", daemon=True)
+    helper.start()
+    work()
+    helper.join()
+    if failures:
+        raise failures[0]
 
 
 def write_table(table: Table, path: Path) -> None:
