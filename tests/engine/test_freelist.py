@@ -24,7 +24,7 @@ def test_a_revived_block_is_skipped_and_a_later_release_puts_it_at_the_tail():
     free.push(1)  # and releases it again: it is now the newest
     assert list(free) == [0, 2, 1] and len(free) == 3
     assert free.take(3) == [0, 2, 1]
-    assert not free.stale and free.stale_count == 0
+    assert not any(free.stale) and free.stale_count == 0
 
 
 def test_matches_an_ordered_dict_under_random_operations(monkeypatch):
