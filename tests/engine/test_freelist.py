@@ -52,9 +52,13 @@ def test_matches_an_ordered_dict_under_random_operations(monkeypatch):
         else:
             released = [b for b in model if b < free.fresh]
             if released:
-                block = rng.choice(released)
-                free.remove(block)
-                del model[block]
-                held.append(block)
+                revived = rng.sample(released, rng.randint(1, min(3, len(released))))
+                if len(revived) == 1:
+                    free.remove(revived[0])
+                else:
+                    free.remove_all(revived)
+                for block in revived:
+                    del model[block]
+                held.extend(revived)
         assert len(free) == len(model)
     assert list(free) == list(model)

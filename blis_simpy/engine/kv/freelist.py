@@ -90,12 +90,19 @@ class FreeList:
 
     def remove(self, block: int) -> None:
         """A free block (a released one) is revived by a prefix hit: its entry goes stale."""
+        self.remove_all([block])
+
+    def remove_all(self, blocks: list[int]) -> None:
+        """`remove` for each of these free blocks, at once (a cached prompt revives dozens;
+        the compaction, which changes no order, is considered once)."""
         stale = self.stale
-        if block >= len(stale):
-            stale.extend([0] * (max(block + 1, 2 * len(stale), 1024) - len(stale)))
-        stale[block] += 1
-        self.stale_count += 1
-        self.size -= 1
+        top = max(blocks)
+        if top >= len(stale):
+            stale.extend([0] * (max(top + 1, 2 * len(stale), 1024) - len(stale)))
+        for block in blocks:
+            stale[block] += 1
+        self.stale_count += len(blocks)
+        self.size -= len(blocks)
         if self.stale_count > COMPACT_AT and self.stale_count > len(self.queue) // 2:
             self._compact()
 
