@@ -36,6 +36,7 @@ COMPILED = [
     "blis_simpy/cluster/snapshot.py",
     "blis_simpy/rng/gomath.py",
     "blis_simpy/workload/release.py",
+    "blis_simpy/workload/sampling.py",
     "blis_simpy/workload/synthetic.py",
     "blis_simpy/workload/tenants.py",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 
@@ -153,7 +154,7 @@ class UniformIds:
     accepted words, and it is drawn here a block at a time. A call to `integers` spends ~3 µs
     in per-call checks (`np.prod` of the size), more than the draws of a typical prompt."""
 
-    BLOCK = 1 << 14  # 64-bit outputs drawn at a time
+    BLOCK: Final = 1 << 14  # 64-bit outputs drawn at a time
 
     def __init__(self, rng: np.random.Generator, high: int) -> None:
         if not 1 < high < 1 << 32:

@@ -24,7 +24,7 @@ def test_a_revived_block_is_skipped_and_a_later_release_puts_it_at_the_tail():
     free.push(1)  # and releases it again: it is now the newest
     assert list(free) == [0, 2, 1] and len(free) == 3
     assert free.take(3) == [0, 2, 1]
-    assert not free.stale and free.stale_count == 0
+    assert not any(free.stale) and free.stale_count == 0
 
 
 def test_matches_an_ordered_dict_under_random_operations(monkeypatch):
@@ -52,9 +52,13 @@ def test_matches_an_ordered_dict_under_random_operations(monkeypatch):
         else:
             released = [b for b in model if b < free.fresh]
             if released:
-                block = rng.choice(released)
-                free.remove(block)
-                del model[block]
-                held.append(block)
+                revived = rng.sample(released, rng.randint(1, min(3, len(released))))
+                if len(revived) == 1:
+                    free.remove(revived[0])
+                else:
+                    free.remove_all(revived)
+                for block in revived:
+                    del model[block]
+                held.extend(revived)
         assert len(free) == len(model)
     assert list(free) == list(model)

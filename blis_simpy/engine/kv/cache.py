@@ -126,19 +126,24 @@ class KVCache:
 
     def can_admit(self, cached: list[int], start: int, tokens: int) -> bool:
         """Whether cached blocks plus fresh ones for [start, start+tokens) fit right now."""
-        revived = sum(1 for b in cached if self.refcount[b] == 0)
+        refcount = self.refcount
+        revived = sum(1 for b in cached if refcount[b] == 0)
         need = self.blocks_for(start + tokens) - len(cached)
         return need + revived <= len(self.free)
 
     def attach(self, req: Request, cached: list[int]) -> None:
-        """Give a request the cached blocks of its prefix (a hit per block)."""
+        """Give a request the cached blocks of its prefix (a hit per block); the free ones
+        among them leave the free list in one call (a long cached prompt revives dozens)."""
         refcount = self.refcount
+        revived = []
         for block in cached:
             if refcount[block] == 0:
-                self.free.remove(block)
-                self.used += 1
+                revived.append(block)
             refcount[block] += 1
-            req.blocks.append(block)
+        if revived:
+            self.free.remove_all(revived)
+            self.used += len(revived)
+        req.blocks.extend(cached)
         self.hits += len(cached)
 
     def allocate(self, req: Request, start: int, tokens: int) -> bool:

@@ -6,6 +6,8 @@ ever used are all at the head (every release lands behind them), so they are a c
 entries. Released blocks sit in a deque; a revived block's entry is left where it is and marked
 stale (`stale` counts a block's stale entries), and skipped when it reaches the head. A block's
 stale entries always precede its live one, so the first entry met with a stale count is stale.
+The counts are a list indexed by block (grown to the highest block revived, like the cache's
+per-block lists), not a dictionary: a hit on a long cached prompt revives one block per block.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class FreeList:
         self.total = total
         self.fresh = 0  # the lowest block id never taken
         self.queue: deque[int] = deque()
-        self.stale: dict[int, int] = {}  # block -> entries of it in `queue` that are not free
+        self.stale: list[int] = []  # per block: entries of it in `queue` that are not free
         self.stale_count = 0
         self.size = total
 
@@ -39,9 +41,9 @@ class FreeList:
 
     def released(self) -> Iterator[int]:
         """The free blocks that have been used before, head first."""
-        stale = dict(self.stale)
+        stale = list(self.stale)
         for block in self.queue:
-            if stale.get(block):
+            if block < len(stale) and stale[block]:
                 stale[block] -= 1
             else:
                 yield block
@@ -67,7 +69,7 @@ class FreeList:
         self.size -= count
         rest = count - new
         if rest:
-            if self.stale:
+            if self.stale_count:
                 pop = self._pop_released
                 taken.extend(pop() for _ in range(rest))
             else:
@@ -88,35 +90,41 @@ class FreeList:
 
     def remove(self, block: int) -> None:
         """A free block (a released one) is revived by a prefix hit: its entry goes stale."""
-        self.stale[block] = self.stale.get(block, 0) + 1
-        self.stale_count += 1
-        self.size -= 1
+        self.remove_all([block])
+
+    def remove_all(self, blocks: list[int]) -> None:
+        """`remove` for each of these free blocks, at once (a cached prompt revives dozens;
+        the compaction, which changes no order, is considered once)."""
+        stale = self.stale
+        top = max(blocks)
+        if top >= len(stale):
+            stale.extend([0] * (max(top + 1, 2 * len(stale), 1024) - len(stale)))
+        for block in blocks:
+            stale[block] += 1
+        self.stale_count += len(blocks)
+        self.size -= len(blocks)
         if self.stale_count > COMPACT_AT and self.stale_count > len(self.queue) // 2:
             self._compact()
 
     def _pop_released(self) -> int:
         popleft, stale = self.queue.popleft, self.stale
+        size = len(stale)
         while True:
             block = popleft()
-            count = stale.get(block)
-            if not count:
+            if block >= size or not stale[block]:
                 return block
-            if count == 1:
-                del stale[block]
-            else:
-                stale[block] = count - 1
+            stale[block] -= 1
             self.stale_count -= 1
 
     def _compact(self) -> None:
         """Drop the stale entries, so the deque stays proportional to the free blocks."""
         stale = self.stale
+        size = len(stale)
         live = []
         for block in self.queue:
-            count = stale.get(block)
-            if count:
-                stale[block] = count - 1
+            if block < size and stale[block]:
+                stale[block] -= 1
             else:
                 live.append(block)
         self.queue = deque(live)
-        self.stale = {}
-        self.stale_count = 0
+        self.stale_count = 0  # every count is back to 0
