@@ -2,7 +2,7 @@
 
 A long run processes millions of events (one per engine step). `Environment.step` and
 `Timeout.__init__` are interpreted Python, which costs more per event than the work the event
-stands for. `run_events` is `step` repeated, and `wake_after` schedules what `Timeout(env,
+stands for. `run_events` is `step` repeated, and a `Waker` schedules what `Timeout(env,
 delay)` would, with the same (time, priority, id) key taken from the same counter, so events
 run in exactly the order SimPy itself would run them.
 """
@@ -10,6 +10,7 @@ run in exactly the order SimPy itself would run them.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import cast
 
@@ -55,21 +56,32 @@ def run_events(env: Environment, until: float, limit: int, checks: bool) -> int:
     return count
 
 
-def wake_after(env: Environment, delay: int, spent: Timeout | None,
-               callback: EventCallback) -> Timeout:
-    """`Timeout(env, delay)` with `callback` on it, scheduled as SimPy schedules it (`delay` is
-    never negative here). `spent`, a timeout of the caller's whose callbacks have run (the one
-    being handled), is reused rather than a new one made: nothing else holds it."""
-    event = spent
-    if event is None:
-        event = cast(Timeout, Event.__new__(Timeout))
-        event.env = env
-        event._value = None
-        event._ok = True
-    event._delay = delay
-    event.callbacks = [callback]
-    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), event))
-    return event
+class Waker:
+    """Schedules one caller's timeouts, each with the same callback: what `Timeout(env, delay)`
+    with the callback on it would schedule, as SimPy schedules it. It holds the environment's
+    event heap and id counter: read from the environment (an interpreted object) at each of
+    the millions of steps of a long run, they cost more than the scheduling itself."""
+
+    def __init__(self, env: Environment, callback: EventCallback) -> None:
+        self.env = env
+        self.queue: list[tuple[int, EventPriority, int, Event]] = env._queue  # type: ignore[assignment]
+        self.ids: Iterator[int] = env._eid
+        self.callback = callback
+
+    def after(self, now: int, delay: int, spent: Timeout | None) -> Timeout:
+        """A timeout `delay` (never negative) after `now`, the current time. `spent`, a
+        timeout of this waker's whose callbacks have run (the one being handled), is reused
+        rather than a new one made: nothing else holds it."""
+        event = spent
+        if event is None:
+            event = cast(Timeout, Event.__new__(Timeout))
+            event.env = self.env
+            event._value = None
+            event._ok = True
+        event._delay = delay
+        event.callbacks = [self.callback]
+        heappush(self.queue, (now + delay, NORMAL, next(self.ids), event))
+        return event
 
 
 def start_now(env: Environment, callback: EventCallback) -> None:

@@ -33,7 +33,7 @@ from simpy.events import Timeout
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.loop import start_now, wake_after
+from blis_simpy.core.loop import Waker, start_now
 from blis_simpy.core.records import STEP_VALUES, InstanceLog, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
@@ -152,7 +152,7 @@ class Instance:
         # start of a step that empties its batch); natively the step loop, busy until a step
         # ends.
         self.order = ReferenceEventOrder(self) if reference_order else None
-        self._on_step = self._stepped  # the step timeouts' callback, bound once
+        self.waker = Waker(env, self._stepped)  # the step timeouts
         if self.order is None:
             self._start()
 
@@ -259,7 +259,7 @@ class Instance:
                 return
             duration = self.step()
             if duration is not None:
-                wake_after(self.env, duration, spent, self._on_step)
+                self.waker.after(self.last_event, duration, spent)  # step() set it: now
                 return
 
     def step_index(self) -> int:

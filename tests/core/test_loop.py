@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import cast
 
 import pytest
 import simpy
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
-from blis_simpy.core.loop import run_events, wake_after
+from blis_simpy.core.loop import Waker, run_events
 
 
 def world(env: Environment, delays: list[list[int]], log: list[tuple[int, str]],
@@ -41,12 +42,13 @@ def world(env: Environment, delays: list[list[int]], log: list[tuple[int, str]],
         if wait is None:
             return
         if reuse:
-            wake_after(env, wait, event, tick)
+            waker.after(env.now, wait, cast(simpy.Timeout, event))
         else:
             simpy.Timeout(env, wait).callbacks.append(tick)
 
+    waker = Waker(env, tick)
     if reuse:
-        wake_after(env, 0, None, tick)
+        waker.after(env.now, 0, None)
     else:
         simpy.Timeout(env, 0).callbacks.append(tick)
 
