@@ -23,6 +23,7 @@ from blis_simpy.metrics.tables import (
 from blis_simpy.metrics.trace.decisions import DecisionRows
 from blis_simpy.metrics.trace.regret import prefill_ms_per_token
 from blis_simpy.metrics.warnings import run_warnings
+from blis_simpy.sim.background import Background
 from blis_simpy.sim.build import Progress, Simulation, build
 from blis_simpy.sim.result import Result
 
@@ -76,6 +77,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     """Run a prepared simulation to its end and build the Result from its records."""
     wall = sim.run(progress)
     records = sim.records()
+    series = Background(lambda: instance_series(records), "instance-series")
     scenario, conventions = sim.scenario, sim.conventions
     lat = conventions.latencies(records.requests, records.instances)
     stats = summary(records, lat, conventions, scenario.horizon_us)
@@ -125,7 +127,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         metrics=metrics,
         evaluation=evaluation,
         anomaly_table=anomaly_rows,
-        instance_table=instance_series(records),
+        instance_table=series.result(),
         trace_files=trace_files,
         reference=reference_outputs(stats, lat, records) if sim.mode.reference_reporting
         else None,
