@@ -150,31 +150,25 @@ class LRUSet:
         return piece
 
     def _append(self, run: Run) -> None:
-        run.newer = None
-        run.older = self.newest
-        if self.newest is None:
-            self.oldest = run
-        else:
-            self.newest.newer = run
-        self.newest = run
+        self._link(self.newest, run, None)
 
     def _insert_before(self, anchor: Run, run: Run) -> None:
-        run.newer = anchor
-        run.older = anchor.older
-        if anchor.older is None:
-            self.oldest = run
-        else:
-            anchor.older.newer = run
-        anchor.older = run
+        self._link(anchor.older, run, anchor)
 
     def _insert_after(self, anchor: Run, run: Run) -> None:
-        run.older = anchor
-        run.newer = anchor.newer
-        if anchor.newer is None:
+        self._link(anchor, run, anchor.newer)
+
+    def _link(self, older: Run | None, run: Run, newer: Run | None) -> None:
+        """Put the run between two neighbours (None: the oldest or newest end)."""
+        run.older, run.newer = older, newer
+        if older is None:
+            self.oldest = run
+        else:
+            older.newer = run
+        if newer is None:
             self.newest = run
         else:
-            anchor.newer.older = run
-        anchor.newer = run
+            newer.older = run
 
     def _unlink(self, run: Run) -> None:
         if run.older is None:
