@@ -4,7 +4,6 @@ writes."""
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.fitness import EvaluationResult
 from blis_simpy.metrics.tables import group_table
+from blis_simpy.sim.background import Background
 from blis_simpy.sim.output import OutputFolder
 
 if TYPE_CHECKING:
@@ -170,30 +170,30 @@ class Result:
 
 
 def write_tables(tables: list[tuple[Table, Path]]) -> None:
-    """Each table to its file, two at a time (this thread and one more), the longest first:
-    most of a long table's formatting is numpy work that lets the other thread run, so a long
-    run's step and instance tables (a million rows each) take about a third less time than one
-    after the other. The first failure is raised once both threads are done."""
+    """Each table to its file, two at a time (this thread and a `Background` one), the
+    longest first: most of a long table's formatting is numpy work that lets the other thread
+    run, so a long run's step and instance tables (a million rows each) take about a third
+    less time than one after the other. A failure stops both threads after the table each is
+    writing, and is raised once both are done (never while one still writes)."""
     todo = sorted(tables, key=lambda item: len(item[0]))  # popped from the end: longest first
-    failures: list[BaseException] = []
 
     def work() -> None:
-        while not failures:
+        while todo:
             try:
                 table, path = todo.pop()
-            except IndexError:
+            except IndexError:  # the other thread took the last one
                 return
             try:
                 write_table(table, path)
-            except BaseException as exc:  # raised below, in the caller's thread
-                failures.append(exc)
+            except BaseException:
+                todo.clear()
+                raise
 
-    helper = threading.Thread(target=work, name="write-tables", daemon=True)
-    helper.start()
-    work()
-    helper.join()
-    if failures:
-        raise failures[0]
+    helper = Background(work, "write-tables")
+    try:
+        work()
+    finally:
+        helper.result()
 
 
 def write_table(table: Table, path: Path) -> None:
