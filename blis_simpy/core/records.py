@@ -26,12 +26,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 from blis_simpy.core.tier_records import TierLog, TierRecord
+
+if TYPE_CHECKING:
+    from librt.vecs import vec
+    from mypy_extensions import i64
 
 # Anomaly types recorded while running or judged from the records at the end (seed D.8).
 ANOMALY_TYPES = (
@@ -125,15 +130,14 @@ class InstanceLog:
     """One instance's records: its step rows and, when the run ends, its final counters."""
 
     __slots__ = ("id", "kv_failures", "kv_hits", "kv_misses", "kv_total", "last_event",
-                 "packed", "role", "steps", "table", "tiers")
+                 "packed", "role", "table", "tiers")
 
     def __init__(self, instance_id: str, role: Role, kv_total: int) -> None:
         self.id = instance_id
         self.role = role
         self.kv_total = kv_total
-        # The newest rows' fields one after another, fewer than STEP_CHUNK rows after `pack`
-        self.steps: list[int] = []
-        # The older rows: the first `packed` rows of `table` (the rest is room to grow)
+        # The rows handed over so far: the first `packed` rows of `table` (the rest is room
+        # to grow). The instance keeps its newest rows until it has a chunk of them.
         self.table = np.empty((0, len(STEP_FIELDS)), dtype=np.int64)
         self.packed = 0
         self.kv_hits = 0
@@ -142,37 +146,32 @@ class InstanceLog:
         self.last_event = 0
         self.tiers: TierLog | None = None  # the KV tiers below the GPU, when configured
 
-    def pack(self) -> None:
-        """Move the rows in `steps` to the end of `table` (the writer calls this every
-        STEP_CHUNK rows)."""
-        values = self.steps
-        count = len(values) // len(STEP_FIELDS)
+    def pack(self, values: vec[i64]) -> None:
+        """Append the rows whose fields are `values`, one after another (the instance hands
+        its newest rows over every STEP_CHUNK rows and when the run ends): read as int64
+        straight from the vector's memory, no Python int per field."""
+        flat = np.frombuffer(memoryview(values), dtype=np.int64)
+        count = len(flat) // len(STEP_FIELDS)
         start, end = self.packed, self.packed + count
         if end > len(self.table):
             grown = np.empty((max(2 * len(self.table), end, STEP_CHUNK), len(STEP_FIELDS)),
                              dtype=np.int64)
             grown[:start] = self.table[:start]
             self.table = grown
-        flat = np.fromiter(values, dtype=np.int64, count=len(values))
         self.table[start:end] = flat.reshape(count, len(STEP_FIELDS))
         self.packed = end
-        values.clear()
 
     def rows(self) -> np.ndarray:
-        """Every step row so far, in order, as one (steps x fields) int64 array (a view)."""
-        self.pack()
+        """Every step row handed over, in order, as one (steps x fields) int64 array (a
+        view)."""
         return self.table[:self.packed]
 
     def last_duration(self) -> int:
-        """The newest step's duration (0 before the first step)."""
-        steps = self.steps
-        if steps:
-            return steps[len(steps) - len(STEP_FIELDS) + DURATION]
+        """The newest handed-over step's duration (0 before the first)."""
         return int(self.table[self.packed - 1, DURATION]) if self.packed else 0
 
     def free(self) -> None:
         """Drop the rows (the records hold them as columns now)."""
-        self.steps.clear()
         self.table = self.table[:0].copy()
         self.packed = 0
 

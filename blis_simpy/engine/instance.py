@@ -28,13 +28,14 @@ from collections.abc import Iterable
 from typing import Protocol, cast
 
 import simpy
-from mypy_extensions import mypyc_attr
+from librt.vecs import append, vec
+from mypy_extensions import i64, mypyc_attr
 from simpy.events import Timeout
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.loop import Waker, start_now
-from blis_simpy.core.records import STEP_VALUES, InstanceLog, Recorder
+from blis_simpy.core.records import DURATION, STEP_FIELDS, STEP_VALUES, InstanceLog, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
 from blis_simpy.core.units import US_PER_MS
@@ -136,10 +137,10 @@ class Instance:
         self.explicit: list[Request] = []
         self.steady = None if latency.per_request else SteadyDecoders(pool.block_size)
         self._seq = 0
-        # One row per step (records.STEP_FIELDS), the newest ones' fields one after another:
-        # the log packs them into arrays a chunk at a time. Token gaps are derived from them
-        # at the end.
-        self.steps = self.log.steps
+        # One row per step (records.STEP_FIELDS), the newest ones' fields one after another
+        # as native int64 (no Python int per field), handed to the log a chunk at a time.
+        # Token gaps are derived from them at the end.
+        self.steps: vec[i64] = vec[i64](capacity=STEP_VALUES)
         self.steps_taken = 0
         self.queued_tokens = 0  # prompt tokens waiting: the basis of the wait estimate
         self.recent_ttft: deque[int] = deque(maxlen=RECENT)
@@ -270,16 +271,18 @@ class Instance:
                 kv_used: int, queue_depth: int) -> None:
         """One step's row (records.STEP_FIELDS)."""
         steps = self.steps
-        steps.append(start)
-        steps.append(duration)
-        steps.append(new_tokens)
-        steps.append(decodes)
-        steps.append(batch)
-        steps.append(kv_used)
-        steps.append(queue_depth)
+        steps = append(steps, start)
+        steps = append(steps, duration)
+        steps = append(steps, new_tokens)
+        steps = append(steps, decodes)
+        steps = append(steps, batch)
+        steps = append(steps, kv_used)
+        steps = append(steps, queue_depth)
         self.steps_taken += 1
         if len(steps) == STEP_VALUES:
-            self.log.pack()
+            self.log.pack(steps)
+            steps = vec[i64](capacity=STEP_VALUES)
+        self.steps = steps
 
     def step(self) -> int | None:
         """Form a batch, charge its time and apply its progress; None if nothing ran."""
@@ -515,6 +518,8 @@ class Instance:
         if self.steady is not None:
             self._materialize(self.step_index())
         self.watch.finish(self.last_event)
+        self.log.pack(self.steps)
+        self.steps = vec[i64]()
         self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
 
     def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
@@ -699,5 +704,7 @@ class Instance:
         """Steps needed to prefill everything waiting, at the last step's duration."""
         if not self.queued_tokens:
             return 0.0
-        last = self.log.last_duration()
+        steps = self.steps
+        last = (steps[len(steps) - len(STEP_FIELDS) + DURATION] if len(steps)
+                else self.log.last_duration())
         return -(-self.queued_tokens // self.token_budget) * last / US_PER_MS

@@ -179,7 +179,7 @@ def test_bc6_in_flight_pending_and_estimated_wait_are_always_fresh():
     before = provider.snapshot(inst, 0)
     pending["instance_0"], in_flight["instance_0"] = 2, 3
     inst.queued_tokens = 4096
-    inst.steps.extend((0, 10_000, 0, 1, 1, 0, 0))  # one step row (its fields)
+    inst._record(0, 10_000, 0, 1, 1, 0, 0)  # one step row (start, duration, ...)
     after = provider.snapshot(inst, 1)
     assert (before.pending_requests, before.in_flight_requests) == (0, 0)
     assert (after.pending_requests, after.in_flight_requests) == (2, 3)
@@ -197,7 +197,7 @@ def test_snapshot_reads_each_field_from_its_own_source():
     inst.recent_ttft.append(2_000)
     inst.recent_tpot.append(5_000)
     inst.queued_tokens = 4096
-    inst.steps.extend((0, 10_000, 0, 1, 1, 0, 0))  # one step row (its fields)
+    inst._record(0, 10_000, 0, 1, 1, 0, 0)  # one step row (start, duration, ...)
     snap = provider.snapshot(inst, 7)
     assert snap == InstanceSnapshot(
         id="instance_0", role=Role.MONOLITHIC, timestamp=7, queue_depth=1, batch_size=2,
@@ -283,6 +283,7 @@ def bare_run(s):
 
     env.process(source())
     env.run()
+    inst.finish()  # as the simulator does when its events are done
     return requests, inst
 
 
@@ -297,7 +298,7 @@ def test_bc11_one_instance_cluster_matches_the_bare_engine(compat):
               "emitted", "preemptions", "cached_tokens")
     assert [[getattr(r, f) for f in fields] for r in bare] == \
         [[getattr(r, f) for f in fields] for r in sim.recorder.requests]
-    assert inst.steps == sim.recorder.instances[0].steps
+    assert np.array_equal(inst.log.rows(), sim.recorder.instances[0].rows())
 
 
 def test_bc11_online_round_robin_is_the_old_i_mod_n_dispatch():
