@@ -24,6 +24,16 @@ from blis_simpy.workload.trace import load_trace
 from blis_simpy.workload.trace_file import Trace
 
 
+class PreparedRequests(Protocol):
+    """A prepared workload (`workload/prepared.py`): fresh copies of its requests, and what
+    reading them noted."""
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+    def fresh(self) -> Iterator[Request]: ...
+
+
 class Deliver(Protocol):
     """The gateway's cluster arrival; `alone`: no other request arrives at this time."""
 
@@ -31,11 +41,16 @@ class Deliver(Protocol):
 
 
 def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
-          reference_draws: bool, keep_tokens: bool = False) -> list[str]:
+          reference_draws: bool, keep_tokens: bool = False,
+          prepared: PreparedRequests | None = None) -> list[str]:
     """Start the scenario's source. `reference_draws`: draw synthetic requests with the
     reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
     A trace is read (and checked) here, before any event runs. Returns what the source noted
-    about its input (trace rows it skipped), for the run's warnings."""
+    about its input (trace rows it skipped), for the run's warnings. `prepared`: this
+    scenario's requests, already drawn and hashed (`workload/prepared.py`)."""
+    if prepared is not None:
+        Release(env, prepared.fresh(), deliver)
+        return list(prepared.notes)
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
         TenantWorkload(env, workload, scenario.seed, deliver,
