@@ -14,7 +14,10 @@ raises there (seed F.3). Train on `train_seeds`, choose on them, and report on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,21 @@ SEARCH_LIBRARY: dict[str, SearchScenario] = {s.name: s for s in (
                                "kv_tiers.eviction": "fifo"},
     }),
 )}
+
+
+def separation(name: str, seeds: tuple[int, ...] | None = None,
+               templates: tuple[str, ...] | None = None, workers: int | None = None
+               ) -> pd.DataFrame:
+    """Mean default score, latencies and the pathological anomalies of a library scenario's
+    templates (or those named) over `seeds` (default: its held-out seeds), best first."""
+    from blis_simpy.search.sweep import run_many
+
+    entry = SEARCH_LIBRARY[name]
+    chosen = {t: c for t, c in entry.templates.items() if templates is None or t in templates}
+    table = run_many(name, chosen, entry.held_out_seeds if seeds is None else seeds,
+                     workers=workers)
+    columns = ["fitness", "completion", "ttft_mean_ms", "ttft_p99_ms", "e2e_mean_ms",
+               "slo_attainment", *sorted({f"anomaly.{kind}" for kind in
+                                          entry.pathological.values()} & set(table.columns))]
+    means = table.groupby("policy", sort=False)[columns].mean()
+    return means.sort_values("fitness", ascending=False)
