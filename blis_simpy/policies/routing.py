@@ -10,7 +10,7 @@ always-busiest (pathological).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -18,9 +18,9 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.schema import spec
-from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.registry import Registry
+from blis_simpy.policies.scorers import SCORERS, combine
 
 
 class RoutingDecision(NamedTuple):
@@ -105,40 +105,6 @@ class AlwaysBusiest(RoutingPolicy):
                                scores)
 
 
-Scorer = Callable[[RequestView, Sequence[InstanceSnapshot], ShadowKV], list[float]]
-
-
-def queue_depth_scores(req, snaps, shadow) -> list[float]:
-    loads = [s.effective_load for s in snaps]
-    low, high = min(loads), max(loads)
-    if high == low:
-        return [1.0] * len(loads)
-    return [(high - load) / (high - low) for load in loads]
-
-
-def kv_utilization_scores(req, snaps, shadow) -> list[float]:
-    return [1.0 - s.kv_utilization for s in snaps]
-
-
-def load_balance_scores(req, snaps, shadow) -> list[float]:
-    return [1.0 / (1.0 + s.effective_load) for s in snaps]
-
-
-def prefix_affinity_scores(req, snaps, shadow) -> list[float]:
-    total = len(req.prefix_hashes)
-    if total == 0:
-        return [0.0] * len(snaps)
-    return [shadow.expected_hit(s.id, req.prefix_hashes) / total for s in snaps]
-
-
-SCORERS: dict[str, Scorer] = {
-    "queue-depth": queue_depth_scores,
-    "kv-utilization": kv_utilization_scores,
-    "load-balance": load_balance_scores,
-    "prefix-affinity": prefix_affinity_scores,
-}
-
-
 @dataclass(frozen=True, slots=True)
 class WeightedParams:
     scorers: dict[str, float] = spec(
@@ -180,17 +146,9 @@ class Weighted(RoutingPolicy):
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         snaps = list(snapshots)  # every scorer reads every instance: take them once
-        composite = [0.0] * len(snaps)
-        breakdown = {}
         shadow = state.shadow_kv
         assert shadow is not None  # kept by the gateway: this policy reads it
-        for name, scorer, weight in self.scorers:
-            shares = []  # a plain loop: a search evaluates this ~1,000 times a run
-            for i, x in enumerate(scorer(req, snaps, shadow)):
-                share = weight * (0.0 if x < 0 else 1.0 if x > 1 else x)
-                shares.append(share)
-                composite[i] += share
-            breakdown[name] = tuple(shares)
+        composite, breakdown = combine(self.scorers, req, snaps, shadow)
         if self.bonus:
             first = req.prefix_hashes[:1]
             shares = [self.bonus if first and shadow.expected_hit(s.id, first) else 0.0
