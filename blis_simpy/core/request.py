@@ -142,7 +142,8 @@ class Request:
         self.output_len = len(output_tokens)
         # The KV cache hashes the whole sequence (prompt, then output) block by block; the
         # token ids are dropped once hashed so a long run holds only hashes.
-        self.tokens: np.ndarray | None = np.concatenate((input_tokens, output_tokens))
+        self.tokens: np.ndarray | None = (
+            None if input_tokens is NO_TOKENS else np.concatenate((input_tokens, output_tokens)))
         self.hashes: list[int] = []  # set by hash_blocks (then `tokens` is None)
         self.hashed = False
         self.state = State.ARRIVING

@@ -64,8 +64,9 @@ class Outcome:
 
 
 def outcome(result: Result, request: str) -> Outcome:
-    row = result.requests.set_index("id").loc[request]
-    return Outcome(float(row.ttft_ms), float(row.e2e_ms),
+    requests = result.requests
+    row = requests[requests.id == request].iloc[0]
+    return Outcome(float(row["ttft_ms"]), float(row["e2e_ms"]),
                    float(result.summary.get("ttft_mean_ms") or math.nan))
 
 
