@@ -54,7 +54,6 @@ def sweep(
     """Run every scenario x policy x seed of a sweep file on a process pool; write one row
     per run (ids, seed, every summary metric, fitness). Every finished run is stored at
     once, so a sweep that was killed resumes where it stopped when started again."""
-    from blis_simpy.search.store import RunStore
     from blis_simpy.search.sweep import run_many
     from blis_simpy.search.sweepfile import read_sweep
 
@@ -62,7 +61,7 @@ def sweep(
         spec = read_sweep(sweep_file)
         target = out or spec.out
         check_table_target(target, force)
-        runs = RunStore(store or spec.store or target.with_suffix(".runs.sqlite"))
+        runs = store or spec.store or target.with_suffix(".runs.sqlite")
         show = sys.stderr.isatty() if progress is None else progress
         with warnings.catch_warnings(record=True) as notes:
             warnings.simplefilter("always", UserWarning)
