@@ -21,6 +21,10 @@ Two other spellings are accepted, because search frameworks produce them:
   flat candidate giving it without a type means that template; and its two statements about
   the scheduler (`respect_priority`, `preemption_enabled`), accepted when they say what the
   template does and refused, naming the template that does, when they do not.
+
+A bundle is a candidate, often written by a model: its types are built-in templates, never a
+`module:Class` (that would import code into the evaluator, outside the sandbox code candidates
+run in), and its `kv_tiers` params are the offload policy's, not the tiers' sizes.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ F1_STATEMENTS: dict[str, dict[bool, str | None]] = {
 }
 WHY_NOT = {"preemption_enabled": "a vLLM-style engine preempts whenever the KV cache is full; "
            "choose the victim with preemption_policy: lifo | lowest-priority"}
+SANDBOXED = ("a built-in template; code candidates go through the sandboxed code path: a "
+             "component named after the axis, blis_simpy.search.code")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +167,16 @@ class PolicyBundle:
     def validate(self) -> None:
         """Every axis whose template is known (named, or implied by its F.1 parameters) is
         built once now, so a bad parameter fails here, named by its place in the bundle, not
-        in the middle of a search."""
+        in the middle of a search; first, before anything is built, no type may be a
+        `module:Class` (module docstring). The kv_tiers axis's params are the offload
+        policy's only (a candidate chooses policies, not the tiers' sizes)."""
         for axis, entry in self.axes.items():
+            refuse_import(axis, entry.get("type"))
+        for axis, template in self.implied.items():
+            refuse_import(axis, template)
+        for axis, entry in self.axes.items():
+            if axis == "kv_tiers" and "type" not in entry:
+                load(OffloadParams, entry.get("params", {}), f"{axis}.params")
             kind = entry.get("type", self.implied.get(axis))
             if kind is None:
                 continue
@@ -301,6 +315,7 @@ class Parser:
         elif rest == "type":
             if not isinstance(value, str):
                 raise ScenarioError(key, f"expected a template name, got {describe(value)}")
+            refuse_import(axis, value)
             entry["type"] = F1_TYPES.get(axis, {}).get(value, value)
         elif rest == "params":
             if not isinstance(value, Mapping):
@@ -354,6 +369,13 @@ class Parser:
                                         f"the type {kind}", f"type {implied} does that; or "
                                         f"drop {name}")
         return self.implied
+
+
+def refuse_import(axis: str, kind: object) -> None:
+    """Refuse a candidate's `module:Class` type, before anything imports it."""
+    if isinstance(kind, str) and ":" in kind:
+        raise ScenarioError(f"{axis}.type", f"{kind!r} is a module:Class policy, which a "
+                            "candidate may not import", SANDBOXED)
 
 
 def put(node: dict[str, Any], name: str, value: Any, axis: str) -> None:

@@ -145,9 +145,12 @@ def as_scenario(scenario: Scenario | str | Path) -> Scenario:
 
 
 def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:
-    if isinstance(candidate, PolicyBundle):
-        return candidate
+    """The candidate's bundle, parsed and validated (one built by hand too: it may name no
+    `module:Class`)."""
     try:
+        if isinstance(candidate, PolicyBundle):
+            candidate.validate()
+            return candidate
         return PolicyBundle.from_dict(candidate or {})
     except ScenarioError as exc:
         raise ScenarioError(f"policies[{name!r}].{exc.path}".rstrip("."), exc.problem,
@@ -239,7 +242,8 @@ def prepare_candidate(name: str, candidate: Candidate
     if not isinstance(candidate, CodePolicy):
         bundle = candidate_bundle(name, candidate)
         return bundle, bundle.meta.id or "", None, ""
-    return candidate.bundle, candidate.id, candidate, rejection(candidate)
+    others = None if candidate.bundle is None else candidate_bundle(name, candidate.bundle)
+    return others, candidate.id, candidate, rejection(candidate)
 
 
 def rejection(code: CodePolicy) -> str:
