@@ -363,16 +363,27 @@ def convert_inference_perf(
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="a run's output folder (run --out)")],
-    out: Annotated[Path | None, typer.Option(help="plot folder (default: RUN_DIR/plots)")
-                   ] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="plot folder (default: RUN_DIR/plots); with --html, the file (default: "
+        "RUN_DIR/report.html)")] = None,
+    html: Annotated[bool, typer.Option(
+        "--html", help="one self-contained HTML file with interactive plots instead of PNGs")
+    ] = False,
 ) -> None:
-    """Plot a finished run: latency CDFs, per-instance state, throughput.
+    """Plot a finished run: latency CDFs, per-instance state, throughput; with --html, also
+    the summary, SLO attainment per class and tenant, anomalies and the trace summary.
 
-    Needs matplotlib, from the plots extra: pip install 'blis-simpy\\[plots]'."""
-    from blis_simpy.report import plots
-
+    Needs matplotlib (PNG) or bokeh (--html), from the plots extra: pip install
+    'blis-simpy\\[plots]'."""
     try:
-        written = plots.render(run_dir, out or run_dir / "plots")
+        if html:
+            from blis_simpy.report.html import render_html
+
+            written = [render_html(run_dir, out or run_dir / "report.html")]
+        else:
+            from blis_simpy.report import plots
+
+            written = plots.render(run_dir, out or run_dir / "plots")
     except ScenarioError as exc:
         raise fail(exc) from None
     for path in written:
@@ -409,15 +420,30 @@ def summarize(
 
 @app.command()
 def compare(
-    run_a: Annotated[Path, typer.Argument(help="first run's output folder (A)")],
-    run_b: Annotated[Path, typer.Argument(help="second run's output folder (B)")],
+    runs: Annotated[list[Path], typer.Argument(
+        help="run output folders: A and B, or with --html two or more")],
     json_: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")
                      ] = False,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="write the runs side by side, with interactive plots, to this HTML "
+        "file instead")] = None,
 ) -> None:
-    """Print two runs' summary.json side by side with the B/A ratio of each number."""
-    from blis_simpy.report import compare as comparison
-
+    """Print two runs' summary.json side by side with the B/A ratio of each number; with
+    --html, write two or more runs' summaries, SLO attainment and plots to one file."""
     try:
+        if html is not None:
+            if len(runs) < 2:
+                raise ScenarioError("compare", f"got {len(runs)} run folder", "two or more")
+            from blis_simpy.report.html import compare_html
+
+            typer.echo(str(compare_html(runs, html)))
+            return
+        if len(runs) != 2:
+            raise ScenarioError("compare", f"got {len(runs)} run folders",
+                                "two (A and B), or two or more with --html FILE")
+        from blis_simpy.report import compare as comparison
+
+        run_a, run_b = runs
         rows = comparison.compare_runs(run_a, run_b)
     except ScenarioError as exc:
         raise fail(exc) from None
