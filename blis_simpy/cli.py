@@ -96,22 +96,31 @@ def user_code_importable(scenario: Path) -> None:
 
 
 class ProgressBar:
-    """One line on stderr, rewritten in place: requests finished of the total (when known),
-    simulated time, events/s and an ETA; then the drain (every request has arrived, some still
-    run) and the writing of the outputs. Shown after the run has taken a second, or at once
-    when forced."""
+    """A live line on stderr (core/status.py: rich): requests finished of the total (when
+    known), simulated time, events/s and an ETA; then the drain (every request has arrived,
+    some still run) and the writing of the outputs. Shown after the run has taken a second,
+    or at once when forced; the closing `[done]` line stays."""
 
     def __init__(self, total: int | None, arrivals_end_us: int | None,
                  horizon_us: int | None, forced: bool) -> None:
+        from blis_simpy.core.status import StatusLine
+
         self.total, self.arrivals_end, self.horizon = total, arrivals_end_us, horizon_us
         self.forced = forced
         self.shown = False
+        self.status = StatusLine()
 
     def __call__(self, p: "RunProgress") -> None:
         if not (self.forced or p.wall_s >= 1.0):
             return
         self.shown = True
-        self.show(self.line(p))
+        if p.done:
+            self.status.note(self.line(p))
+        elif self.total:
+            self.status.show(self.line(p), p.finished, self.total)
+        else:
+            end = self.horizon or self.arrivals_end
+            self.status.show(self.line(p), p.now_us if end else None, end)
 
     def line(self, p: "RunProgress") -> str:
         rate = p.events / p.wall_s if p.wall_s > 0 else 0.0
@@ -138,17 +147,12 @@ class ProgressBar:
             return ""
         return f", ETA {p.wall_s * (1 - share) / share:,.0f} s" if share > 0 else ""
 
-    def show(self, text: str) -> None:
-        sys.stderr.write(f"\r{text:<100}")
-        sys.stderr.flush()
-
     def writing(self, target: Path) -> None:
         if self.shown:
-            self.show(f"[write] {target}")
+            self.status.show(f"[write] {target}")
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")
+        self.status.close()
 
 
 def progress_bar(scenario: "Scenario", forced: bool) -> ProgressBar:
