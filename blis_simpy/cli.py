@@ -181,9 +181,10 @@ def run(
         "--set", help="override a scenario value: --set policies.routing.type=least-loaded")
     ] = None,
     fitness_weights: Annotated[str | None, typer.Option(
-        help='objective weights, e.g. "throughput:0.5,p99_ttft:0.3" (see README)')] = None,
+        help='objective weights, e.g. "throughput:0.5,p99_ttft:0.3" '
+        '(docs/reference/metrics.md)')] = None,
     policy_config: Annotated[Path | None, typer.Option(
-        help="policy bundle YAML (every axis; README: Policy search); --set still wins")
+        help="policy bundle YAML (every axis; docs/guides/policy-search.md); --set still wins")
     ] = None,
     trace_level: Annotated[str | None, typer.Option(
         help="none, decisions or full (cluster.trace_level): what the decision trace "
