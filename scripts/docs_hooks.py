@@ -106,15 +106,15 @@ def type_text(tp: Any, links: dict[type, str]) -> str:
         return f"list of {type_text(get_args(tp)[0], links)}"
     if origin is dict:
         args = get_args(tp)
-        return f"mapping to {type_text(args[1], links)}" if args else "mapping"
+        return f"mapping to {type_text(args[1], links)}" if args and args[1] is not typing.Any \
+            else "mapping"
     if tp is type(None):
         return "null"
     if tp is typing.Any:
         return "any"
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         anchor = links.get(tp)
-        name = f"type: {tag_of(tp)}" if tag_of(tp) else "section"
-        return f"[{name}](#{anchor})" if anchor else name
+        return f"[section](#{anchor})" if anchor else "section"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -125,13 +125,17 @@ def plain(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
-def default_text(f: dataclasses.Field[Any]) -> str:
+def default_text(f: dataclasses.Field[Any], tp: Any) -> str:
     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
         return "**required**"
     value = default_of(f)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if tag_of(type(value)):  # a variant of a tagged union: which one, with its values
-            return f"`{json.dumps(to_plain(value))}`"
+        if get_origin(tp) in (typing.Union, types.UnionType):  # which variant, and its values
+            plain_value = to_plain(value)
+            others = {k: v for k, v in plain_value.items() if k != "type" and v is not None}
+            shown = json.dumps(others)
+            short = others and len(shown) <= 40  # long ones: the variant's section has them
+            return f"`type: {value.type}`" + (f" with `{shown}`" if short else "")
         return "(below)"
     return f"`{plain(value)}`"
 
@@ -190,7 +194,7 @@ def scenario_page() -> str:
             if limits:
                 meaning = f"{meaning} ({limits})"
             lines.append(f"| `{f.name}` | {cell(type_text(hints[f.name], links))} | "
-                         f"{cell(default_text(f))} | {cell(meaning)} |")
+                         f"{cell(default_text(f, hints[f.name]))} | {cell(meaning)} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -235,7 +239,7 @@ def policies_page() -> str:
                 if limits:
                     meaning = f"{meaning} ({limits})"
                 lines.append(f"| `{f.name}` | {cell(type_text(hints[f.name], {}))} | "
-                             f"{cell(default_text(f))} | {cell(meaning)} |")
+                             f"{cell(default_text(f, hints[f.name]))} | {cell(meaning)} |")
             lines.append("")
     return "\n".join(lines)
 
