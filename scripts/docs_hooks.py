@@ -184,19 +184,24 @@ def scenario_page() -> str:
         lines += [f"## {section.title} {{ #{section.anchor} }}", ""]
         if own:
             lines += [doc, ""]
-        lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
-        hints = field_types(section.cls)
-        for f in dataclasses.fields(section.cls):
-            if not f.init:
-                continue
-            meaning = f.metadata.get("help", "")
-            limits = bounds_text(f.metadata)
-            if limits:
-                meaning = f"{meaning} ({limits})"
-            lines.append(f"| `{f.name}` | {cell(type_text(hints[f.name], links))} | "
-                         f"{cell(default_text(f, hints[f.name]))} | {cell(meaning)} |")
-        lines.append("")
+        lines += [*field_table(section.cls, links), ""]
     return "\n".join(lines)
+
+
+def field_table(cls: type, links: dict[type, str]) -> list[str]:
+    """A dataclass's fields as Markdown rows: key, type, default, help with its bounds."""
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    hints = field_types(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        meaning = f.metadata.get("help", "")
+        limits = bounds_text(f.metadata)
+        if limits:
+            meaning = f"{meaning} ({limits})"
+        rows.append(f"| `{f.name}` | {cell(type_text(hints[f.name], links))} | "
+                    f"{cell(default_text(f, hints[f.name]))} | {cell(meaning)} |")
+    return rows
 
 
 # ------------------------------------------------------------------------- policy templates
@@ -226,21 +231,10 @@ def policies_page() -> str:
             cls = registry.templates[name]
             lines += [f"### `{name}`", "", inspect.getdoc(cls) or "", ""]
             params = getattr(cls, "Params", None)
-            fields = [f for f in dataclasses.fields(params) if f.init] if params else []
-            if not fields:
+            if params is None or not any(f.init for f in dataclasses.fields(params)):
                 lines += ["No parameters.", ""]
                 continue
-            hints = field_types(params)
-            lines += [f"Parameters (`{key}.params`):", "",
-                      "| key | type | default | meaning |", "|---|---|---|---|"]
-            for f in fields:
-                meaning = f.metadata.get("help", "")
-                limits = bounds_text(f.metadata)
-                if limits:
-                    meaning = f"{meaning} ({limits})"
-                lines.append(f"| `{f.name}` | {cell(type_text(hints[f.name], {}))} | "
-                             f"{cell(default_text(f, hints[f.name]))} | {cell(meaning)} |")
-            lines.append("")
+            lines += [f"Parameters (`{key}.params`):", "", *field_table(params, {}), ""]
     return "\n".join(lines)
 
 

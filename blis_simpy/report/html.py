@@ -30,7 +30,7 @@ from blis_simpy.report import (
     read_table,
     run_folder,
 )
-from blis_simpy.report.pd_plots import QUEUE_COLUMNS, ROLE_COLUMNS, busy_before
+from blis_simpy.report.pd_plots import QUEUE_COLUMNS, ROLE_COLUMNS, pool_busy_share
 from blis_simpy.report.plots import (
     REQUEST_COLUMNS,
     STEP_COLUMNS,
@@ -465,20 +465,12 @@ def pd_plot(run: Run, x_range: Any) -> Any:
     """Each pool's busy share per time bin, and the KV handoffs waiting for their link."""
     from bokeh.layouts import column
 
-    table = read_table(run.path, "instances", ROLE_COLUMNS)
-    end = max(float((table["time_s"] + table["busy_s"]).max()) if len(table) else 0.0, 1e-3)
-    width = bin_width(end)
-    edges = bin_edges(end, width)
+    edges, width, pools = pool_busy_share(read_table(run.path, "instances", ROLE_COLUMNS))
     busy = new_plot(f"P/D pool busy share ({width:g} s bins)", "simulated time (s)",
                     "busy share", x_range)
-    for i, role in enumerate(("prefill", "decode")):
-        rows = table[table["role"] == role]
-        count = rows["instance"].nunique()
-        seconds = sum((np.diff(busy_before(g["time_s"].to_numpy(dtype=float),
-                                           g["busy_s"].to_numpy(dtype=float), edges))
-                       for _, g in rows.groupby("instance")), np.zeros(len(edges) - 1))
-        busy.step(edges[:-1], seconds / (width * max(count, 1)), mode="after",
-                  legend_label=f"{role} ({count})", line_width=1.2, **style(i))
+    for i, (role, (count, share)) in enumerate(pools.items()):
+        busy.step(edges[:-1], share, mode="after", legend_label=f"{role} ({count})",
+                  line_width=1.2, **style(i))
     queue = read_table(run.path, "transfer_queue", QUEUE_COLUMNS)
     waiting = step_plot("KV handoffs waiting for their link", "handoffs", [
         ("waiting", queue["time_s"].to_numpy(dtype=float),
