@@ -96,22 +96,31 @@ def user_code_importable(scenario: Path) -> None:
 
 
 class ProgressBar:
-    """One line on stderr, rewritten in place: requests finished of the total (when known),
-    simulated time, events/s and an ETA; then the drain (every request has arrived, some still
-    run) and the writing of the outputs. Shown after the run has taken a second, or at once
-    when forced."""
+    """A live line on stderr (core/status.py: rich): requests finished of the total (when
+    known), simulated time, events/s and an ETA; then the drain (every request has arrived,
+    some still run) and the writing of the outputs. Shown after the run has taken a second,
+    or at once when forced; the closing `[done]` line stays."""
 
     def __init__(self, total: int | None, arrivals_end_us: int | None,
                  horizon_us: int | None, forced: bool) -> None:
+        from blis_simpy.core.status import StatusLine
+
         self.total, self.arrivals_end, self.horizon = total, arrivals_end_us, horizon_us
         self.forced = forced
         self.shown = False
+        self.status = StatusLine()
 
     def __call__(self, p: "RunProgress") -> None:
         if not (self.forced or p.wall_s >= 1.0):
             return
         self.shown = True
-        self.show(self.line(p))
+        if p.done:
+            self.status.note(self.line(p))
+        elif self.total:
+            self.status.show(self.line(p), p.finished, self.total)
+        else:
+            end = self.horizon or self.arrivals_end
+            self.status.show(self.line(p), p.now_us if end else None, end)
 
     def line(self, p: "RunProgress") -> str:
         rate = p.events / p.wall_s if p.wall_s > 0 else 0.0
@@ -138,17 +147,12 @@ class ProgressBar:
             return ""
         return f", ETA {p.wall_s * (1 - share) / share:,.0f} s" if share > 0 else ""
 
-    def show(self, text: str) -> None:
-        sys.stderr.write(f"\r{text:<100}")
-        sys.stderr.flush()
-
     def writing(self, target: Path) -> None:
         if self.shown:
-            self.show(f"[write] {target}")
+            self.status.show(f"[write] {target}")
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")
+        self.status.close()
 
 
 def progress_bar(scenario: "Scenario", forced: bool) -> ProgressBar:
@@ -177,9 +181,10 @@ def run(
         "--set", help="override a scenario value: --set policies.routing.type=least-loaded")
     ] = None,
     fitness_weights: Annotated[str | None, typer.Option(
-        help='objective weights, e.g. "throughput:0.5,p99_ttft:0.3" (see README)')] = None,
+        help='objective weights, e.g. "throughput:0.5,p99_ttft:0.3" '
+        '(docs/reference/metrics.md)')] = None,
     policy_config: Annotated[Path | None, typer.Option(
-        help="policy bundle YAML (every axis; README: Policy search); --set still wins")
+        help="policy bundle YAML (every axis; docs/guides/policy-search.md); --set still wins")
     ] = None,
     trace_level: Annotated[str | None, typer.Option(
         help="none, decisions or full (cluster.trace_level): what the decision trace "
@@ -363,16 +368,27 @@ def convert_inference_perf(
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="a run's output folder (run --out)")],
-    out: Annotated[Path | None, typer.Option(help="plot folder (default: RUN_DIR/plots)")
-                   ] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="plot folder (default: RUN_DIR/plots); with --html, the file (default: "
+        "RUN_DIR/report.html)")] = None,
+    html: Annotated[bool, typer.Option(
+        "--html", help="one self-contained HTML file with interactive plots instead of PNGs")
+    ] = False,
 ) -> None:
-    """Plot a finished run: latency CDFs, per-instance state, throughput.
+    """Plot a finished run: latency CDFs, per-instance state, throughput; with --html, also
+    the summary, SLO attainment per class and tenant, anomalies and the trace summary.
 
-    Needs matplotlib, from the plots extra: pip install 'blis-simpy\\[plots]'."""
-    from blis_simpy.report import plots
-
+    Needs matplotlib (PNG) or bokeh (--html), from the plots extra: pip install
+    'blis-simpy\\[plots]'."""
     try:
-        written = plots.render(run_dir, out or run_dir / "plots")
+        if html:
+            from blis_simpy.report.html import render_html
+
+            written = [render_html(run_dir, out or run_dir / "report.html")]
+        else:
+            from blis_simpy.report import plots
+
+            written = plots.render(run_dir, out or run_dir / "plots")
     except ScenarioError as exc:
         raise fail(exc) from None
     for path in written:
@@ -409,15 +425,30 @@ def summarize(
 
 @app.command()
 def compare(
-    run_a: Annotated[Path, typer.Argument(help="first run's output folder (A)")],
-    run_b: Annotated[Path, typer.Argument(help="second run's output folder (B)")],
+    runs: Annotated[list[Path], typer.Argument(
+        help="run output folders: A and B, or with --html two or more")],
     json_: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")
                      ] = False,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="write the runs side by side, with interactive plots, to this HTML "
+        "file instead")] = None,
 ) -> None:
-    """Print two runs' summary.json side by side with the B/A ratio of each number."""
-    from blis_simpy.report import compare as comparison
-
+    """Print two runs' summary.json side by side with the B/A ratio of each number; with
+    --html, write two or more runs' summaries, SLO attainment and plots to one file."""
     try:
+        if html is not None:
+            if len(runs) < 2:
+                raise ScenarioError("compare", f"got {len(runs)} run folder", "two or more")
+            from blis_simpy.report.html import compare_html
+
+            typer.echo(str(compare_html(runs, html)))
+            return
+        if len(runs) != 2:
+            raise ScenarioError("compare", f"got {len(runs)} run folders",
+                                "two (A and B), or two or more with --html FILE")
+        from blis_simpy.report import compare as comparison
+
+        run_a, run_b = runs
         rows = comparison.compare_runs(run_a, run_b)
     except ScenarioError as exc:
         raise fail(exc) from None

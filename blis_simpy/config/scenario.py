@@ -249,7 +249,8 @@ class Scenario:
                      "out/<name>; default: the YAML file's name without .yaml")
     seed: int = spec(42, help="master seed; every random stream derives from it")
     compat: Literal["none", "blis"] = spec(
-        "none", help="blis: reproduce the reference BLIS's reported numbers (see README)"
+        "none", help="blis: reproduce the reference BLIS's reported numbers "
+        "(docs/reference/compat.md)"
     )
     horizon_s: float | None = spec(None, help="stop the simulation at this time (s)", gt=0,
                                    le=MAX_SIM_S)
@@ -293,7 +294,8 @@ class Scenario:
                                 "no timeout_s, or compat: none")
         if self.compat == "blis" and self.engine.kv_tiers.enabled:
             raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
-                                "only (the reference's tiers have defects, README \"KV tiers\")",
+                                "only (the reference's tiers have defects: "
+                                "docs/guides/kv-tiers.md)",
                                 "0, or compat: none")
 
     def check_deployment(self, path: str) -> None:

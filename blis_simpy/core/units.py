@@ -8,8 +8,9 @@ US_PER_S = 1_000_000
 US_PER_MS = 1_000
 VOCAB = 128_000  # token ids are drawn from [0, VOCAB), like the reference's generator
 
-# Limits on what a scenario may ask for (README, "Limits"): beyond them a run would overflow
-# the integer clock or exhaust memory long before it ends, so they are refused up front.
+# Limits on what a scenario may ask for (docs/reference/outputs.md, "Degenerate runs and
+# limits"): beyond them a run would overflow the integer clock or exhaust memory long before it
+# ends, so they are refused up front.
 MAX_INT = 2**53  # any integer in a scenario (exact as a float, as YAML may write it)
 MAX_FLOAT = 1e12  # magnitude of any number in a scenario
 MIN_POSITIVE = 1e-9  # smallest value of a number that must be > 0 (rates, scales, periods)

@@ -21,19 +21,24 @@ from blis_simpy.core.errors import ScenarioError
 
 
 class SweepProgress:
-    """`sweep: 12/40 runs, 3.1 runs/s, ETA 9 s` on stderr, rewritten in place."""
+    """`sweep: 12/40 runs, 3.1 runs/s, ETA 9 s` and a bar on stderr (core/status.py)."""
 
     def __init__(self) -> None:
+        from blis_simpy.core.status import StatusLine
+
         self.started = time.perf_counter()
+        self.status = StatusLine()
 
     def __call__(self, done: int, total: int) -> None:
         wall = time.perf_counter() - self.started
         rate = done / wall if wall > 0 else 0.0
         eta = (total - done) / rate if rate > 0 else 0.0
-        sys.stderr.write(f"\rsweep: {done}/{total} runs, {rate:.1f} runs/s, ETA {eta:.0f} s  ")
-        sys.stderr.flush()
+        text = f"sweep: {done}/{total} runs, {rate:.1f} runs/s, ETA {eta:.0f} s"
         if done == total:
-            sys.stderr.write("\n")
+            self.status.note(text)
+            self.status.close()
+        else:
+            self.status.show(text, done, total)
 
 
 def sweep(

@@ -125,8 +125,8 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
     unweighted = [name for name, s in scenarios.items() if not s.fitness.weights]
     if unweighted:
         warnings.warn(f"fitness is 0 in every run of {', '.join(unweighted)}: the scenario "
-                      "sets no fitness.weights (README: Fitness); compare the metric columns "
-                      "or give weights", UserWarning, stacklevel=3)
+                      "sets no fitness.weights (docs/reference/metrics.md); compare the metric "
+                      "columns or give weights", UserWarning, stacklevel=3)
     tasks: list[Task] = []
     for scenario_name, scenario in scenarios.items():
         for policy_name, (overrides, candidate_id, code, rejected) in prepared.items():

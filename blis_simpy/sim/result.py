@@ -34,7 +34,7 @@ class Result:
     request_table: Table
     step_table: Table
     wall_time_s: float
-    metrics: dict[str, Any] = field(default_factory=dict)  # RawMetrics (README: Evaluation)
+    metrics: dict[str, Any] = field(default_factory=dict)  # RawMetrics (docs/reference/metrics.md)
     evaluation: EvaluationResult | None = None
     anomaly_table: Table | None = None  # one row per anomaly occurrence
     instance_table: Table | None = None  # per-instance levels over time
