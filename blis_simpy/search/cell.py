@@ -336,7 +336,7 @@ class Server:
         reads_shadow = bool(getattr(obj, "reads_shadow_kv", False))
         if reads_shadow and self.shadow is None:
             self.shadow = ShadowView(self.ask)
-            self.state.state.shadow_kv = self.shadow  # type: ignore[assignment]
+            self.state.shadow_kv = self.shadow
         attributes = {"name": str(getattr(obj, "name", "custom"))[:wire.MAX_TEXT],
                       "reads_shadow_kv": reads_shadow,
                       "ages": bool(getattr(obj, "ages", True)),

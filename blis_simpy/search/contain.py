@@ -17,6 +17,7 @@ which the sweep turns into a zero with the reason.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
@@ -36,6 +37,7 @@ from blis_simpy.search import jail, wire
 
 START_S = 60.0  # seconds the template may take to start (imports, on a loaded machine)
 CONTROL_S = 30.0  # seconds the template may take to fork or reap a candidate's process
+CLOSE_S = 5.0  # seconds the sandbox may take to end once told to
 MAX_ASKS = 10_000  # questions a candidate may ask the evaluator during one call
 # How a candidate's process ended (the template reports the signal's name) -> why it scored 0.
 ENDINGS = {
@@ -76,6 +78,10 @@ class SandboxUnavailable(ScenarioError):
                          f"start here: {problem}", f"install bubblewrap ({jail.INSTALL}); it "
                          "needs unprivileged user namespaces, or root")
         self.args = (problem,)
+
+
+class TemplateGone(SandboxUnavailable):
+    """The template ended after it started (killed from outside): `spawn` starts another."""
 
 
 def packages() -> list[Path]:
@@ -151,29 +157,39 @@ class Sandbox:
         return self.owner == os.getpid() and self.process.poll() is None
 
     def spawn(self, limits: Limits) -> Session:
-        """A fresh candidate process, locked down to `limits`."""
+        """A fresh candidate process, locked down to `limits` (TemplateGone if the template
+        has ended)."""
         with self.lock:
-            self.control.sendall(wire.line(["spawn", limits.cpu_s, limits.memory_mb]))
-            self.control.settimeout(CONTROL_S)
             try:
+                self.control.sendall(wire.line(["spawn", limits.cpu_s, limits.memory_mb]))
+                self.control.settimeout(CONTROL_S)
                 data, fds, _, _ = socket.recv_fds(self.control, 4096, 1)
-            except OSError as exc:
-                raise SandboxUnavailable(f"the template did not fork: {exc}") from None
-        if not data or len(fds) != 1:
-            raise SandboxUnavailable("the template did not fork a candidate process")
-        return Session(self, int(json.loads(data)[1]), fds[0], limits)
+                pid = int(json.loads(data)[1])
+            except (OSError, ValueError, IndexError):
+                data, fds = b"", []
+            if len(fds) != 1:
+                self.close()
+                raise TemplateGone("the template process ended")
+        return Session(self, pid, fds[0], limits)
 
     def end(self, pid: int) -> tuple[str, float]:
         """Kill a candidate's process if it still runs; how it ended, and its CPU seconds."""
         with self.lock:
-            self.control.sendall(wire.line(["end", pid]))
-            ended = self.receive(CONTROL_S)
+            try:
+                self.control.sendall(wire.line(["end", pid]))
+                ended = self.receive(CONTROL_S)
+            except (OSError, SandboxUnavailable):
+                return "the sandbox's end (its template was killed)", 0.0
         return str(ended[1]), float(ended[2])
 
     def close(self) -> None:
+        """Hang up: the template exits, and with it its PID namespace (bwrap waits for that);
+        killed if it does not."""
         self.reader.close()
         self.control.close()
-        if self.process.poll() is None:
+        try:
+            self.process.wait(CLOSE_S)
+        except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
 
@@ -185,6 +201,7 @@ class Shared:
     def __init__(self) -> None:
         self.current: Sandbox | None = None
         os.register_at_fork(after_in_child=self.forget)
+        atexit.register(self.forget)
 
     def get(self) -> Sandbox:
         if self.current is None or not self.current.alive():
@@ -208,6 +225,15 @@ SHARED = Shared()
 def sandbox() -> Sandbox:
     """This process's template (SandboxUnavailable if it cannot start)."""
     return SHARED.get()
+
+
+def spawn(limits: Limits) -> Session:
+    """A candidate process from this process's template, started again once if it ended."""
+    try:
+        return sandbox().spawn(limits)
+    except TemplateGone:
+        SHARED.forget()
+        return sandbox().spawn(limits)
 
 
 class Session:

@@ -4,8 +4,11 @@ line of candidate code (docs/security.md).
 
 The sandbox (`command`) is a fresh interpreter, never a fork of the evaluator: new user, PID,
 network, IPC and UTS namespaces, an empty environment (but a fixed hash seed), no file system
-but the interpreter and the packages it imports, read-only, and a fresh /proc and /dev; it is
-killed with the process that started it, and everything in its PID namespace with it.
+but the interpreter and the packages it imports, read-only, and a fresh /proc and /dev. It
+lives as long as its control socket: when the process that started it ends (however it
+ends), the template reads the end of the socket and exits, and the kernel ends everything
+else in its PID namespace with it. (Not bwrap's --die-with-parent: that follows the thread
+that started it, and evaluations run in threads.)
 
 A candidate's process (`lock_down`) then drops to: no core dumps, no files written, a CPU-time
 and an address-space limit, no new privileges, and a seccomp filter that lets through only
@@ -51,7 +54,7 @@ def command(bwrap_path: str, module: str, packages: Sequence[Path], fd: int) -> 
     python = os.path.realpath(sys.executable)
     args = [bwrap_path, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--uid", "65534", "--gid", "65534",
-            "--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv",
+            "--hostname", "sandbox", "--new-session", "--clearenv",
             "--chdir", "/"]
     for path in SYSTEM:
         if os.path.islink(path):

@@ -29,7 +29,7 @@ from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
 from blis_simpy.search import wire
 from blis_simpy.search.code import CodePolicy
-from blis_simpy.search.contain import ContainedFailure, Limits, Session, sandbox
+from blis_simpy.search.contain import ContainedFailure, Limits, Session, spawn
 
 SESSION: ContextVar[Session] = ContextVar("blis_candidate_session")
 
@@ -219,7 +219,7 @@ class Contained:
 
     def __init__(self, code: CodePolicy, limits: Limits) -> None:
         self.code = code
-        self.session = sandbox().spawn(limits)
+        self.session = spawn(limits)
         self.token: Token[Session] | None = SESSION.set(self.session)
         MODULES.add(code)
         reply = self.session.call(["load", code.source, code.axis, code.entry,

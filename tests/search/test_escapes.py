@@ -316,6 +316,7 @@ def test_escape_suite_through_the_command_line(tmp_path, workload, command, forg
     attacker that also forges scores 0, the one that does not scores its own decisions."""
     listener = Listener()
     marker = f"blis-escape-{uuid.uuid4().hex}"
+    sandboxes = processes_with("blis_simpy.search.cell")  # this process's own template
     payload = omnibus(tmp_path, listener.port, marker)
     if forging:
         payload += escapes.forge(str(tmp_path / "unpickled"))
@@ -332,6 +333,7 @@ def test_escape_suite_through_the_command_line(tmp_path, workload, command, forg
     report = json.loads(done.stdout)  # stdout is the report, uncorrupted
     assert SECRET not in done.stdout + done.stderr
     assert processes_with(marker) == []
+    assert processes_with("blis_simpy.search.cell") == sandboxes  # the command's sandbox too
     assert not (tmp_path / "unpickled").exists()
     assert (tmp_path / "api-key.txt").read_text() == SECRET
     score = report["score"] if command == "gepa-evaluate" else \
