@@ -23,7 +23,7 @@ from itertools import islice
 from typing import Any
 
 from blis_simpy.core.request import RequestView
-from blis_simpy.core.router_state import RouterState, TenantState, window_rate
+from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 
 MAX_LINE = 1 << 20  # bytes in one message from a candidate
@@ -38,10 +38,13 @@ def line(message: Any) -> bytes:
     return ENCODER.encode(message).encode("ascii") + b"\n"
 
 
+DECODE = json.JSONDecoder().decode
+
+
 def parse(data: bytes) -> Any:
-    """A message back; ValueError (RecursionError included) if it is not one JSON value."""
+    """A message back; ValueError if it is not one JSON value in ASCII (too deep included)."""
     try:
-        return json.loads(data)
+        return DECODE(data.decode("ascii"))
     except RecursionError:
         raise ValueError("nested too deeply") from None
 
@@ -151,46 +154,31 @@ def window(times: deque[int] | None, new: int) -> tuple[int, list[int]]:
 
 
 class StateMirror:
-    """The sandbox's copy of the router state, kept equal to the gateway's by the deltas: what
-    a policy may read of a `RouterState` (its attributes, `instance_ids`, `tenant`,
-    `tenant_ids`, `request_rate`). A class of its own, not a `RouterState`: the compiled
-    class would not take the sandbox's `shadow_kv`, which asks the evaluator."""
+    """The sandbox's copy of the router state, kept equal to the gateway's by the deltas. It
+    reads as a `RouterState` (every attribute and method but `shadow_kv` is its inner
+    one's), with a `shadow_kv` of its own: the compiled class would not take the sandbox's,
+    which asks the evaluator."""
 
     def __init__(self) -> None:
-        self.tenants: dict[str, TenantState] = {}
-        self.in_flight = 0
-        self.arrivals: deque[int] = deque()
-        self.clock = 0
-        self.instances: tuple[str, ...] = ()
+        self.state = RouterState()
         self.shadow_kv: Any = None
 
-    def instance_ids(self) -> tuple[str, ...]:
-        return self.instances
-
-    def tenant(self, tenant_id: str) -> TenantState:
-        state = self.tenants.get(tenant_id)
-        if state is None:
-            state = self.tenants[tenant_id] = TenantState(recent=deque())
-        return state
-
-    def tenant_ids(self) -> list[str]:
-        return sorted(self.tenants)
-
-    def request_rate(self) -> float:
-        return window_rate(self.arrivals, self.clock)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.state, name)
 
     def apply(self, delta: list[Any]) -> StateMirror:
+        state = self.state
         clock, in_flight, instances, changed, length, arrivals = delta
-        self.clock, self.in_flight = clock, in_flight
+        state.clock, state.in_flight = clock, in_flight
         if instances is not None:
-            self.instances = tuple(instances)
+            state.instances = tuple(instances)
         for tenant_id, requests, active, rejected, tenant_length, times in changed:
-            tenant = self.tenant(tenant_id)
+            tenant = state.tenant(tenant_id)
             tenant.request_count, tenant.active_requests = requests, active
             tenant.rejected = rejected
             assert tenant.recent is not None
             refill(tenant.recent, times, tenant_length)
-        refill(self.arrivals, arrivals, length)
+        refill(state.arrivals, arrivals, length)
         return self
 
 

@@ -55,6 +55,7 @@ def test_the_mirror_equals_the_gateways_router_state_after_every_delta(operation
         observed(state)
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5000), st.lists(st.integers(0, 2**64 - 1),
                                                         max_size=6)), max_size=40))
 def test_views_are_rebuilt_equal_and_the_two_caches_agree(requests):
@@ -80,6 +81,7 @@ def test_the_view_cache_forgets_the_oldest_on_both_sides():
     assert list(sender.sent) == list(mirror.views)
 
 
+@settings(deadline=None)
 @given(st.integers(0, 2**62), st.integers(0, 10**6), st.floats(allow_nan=False),
        st.floats(), st.sampled_from(list(Role)))
 def test_snapshots_cross_exactly(timestamp, count, rate, anything, role):
