@@ -59,6 +59,7 @@ lint: $(STAMP)
 
 bench: $(BUILT)  ## time the bench cases side by side with the Go reference (docs/performance.md)
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_sandbox.py  # what the code candidates' sandbox costs (docs/security.md)
 
 # The 16 public vLLM runs: git clone https://github.com/inference-sim/training ../training
 GROUND_TRUTH ?= ../training/default_args

@@ -141,6 +141,7 @@ def gepa_evaluate(
     per-run feedback as JSON. A candidate that fails scores 0 with the reason."""
     from blis_simpy.config.fitness import parse_weights
     from blis_simpy.search.code import candidate_policy
+    from blis_simpy.search.contain import SandboxUnavailable
     from blis_simpy.search.sweep import run_many
     from blis_simpy.sim.run import load as load_scenario
 
@@ -158,6 +159,9 @@ def gepa_evaluate(
         policy = candidate_policy(candidate)
         table = run_many(scenarios, {"candidate": policy}, seed, workers=1)
         runs = table.to_dict("records")
+    except SandboxUnavailable as exc:  # not the candidate's fault: refuse, never score
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except ScenarioError as exc:
         runs = [{"scenario": name, "fitness": 0.0, "error": str(exc),
                  "feedback": f"the candidate scored 0: {exc}"} for name in scenarios]
@@ -201,7 +205,11 @@ def openevolve_evaluate(
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    result = (blis.evaluate_stage1 if stage1 else blis.evaluate)(str(program))
+    try:
+        result = (blis.evaluate_stage1 if stage1 else blis.evaluate)(str(program))
+    except ScenarioError as exc:  # the sandbox cannot start: refuse, never score
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(json.dumps({"metrics": result.metrics, "artifacts": result.artifacts},
                           indent=2))
 

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.policies.bundle import PolicyBundle
-from blis_simpy.search.code import CodePolicy, CodeRejected, check, install
-from blis_simpy.search.contain import ContainedFailure, Limits, contained
+from blis_simpy.search.code import CodePolicy, CodeRejected, check
+from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox
 from blis_simpy.search.feedback import feedback
+from blis_simpy.search.remote import Contained
 from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import load, run
 
@@ -122,6 +123,8 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
     the static check refuses becomes zero rows (a search produces such candidates)."""
     seed_list = None if seeds is None else list(seeds)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
+    if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
+        sandbox()  # code runs only in the sandbox: a machine without one refuses it now
     unweighted = [name for name, s in scenarios.items() if not s.fitness.weights]
     if unweighted:
         warnings.warn(f"fitness is 0 in every run of {', '.join(unweighted)}: the scenario "
@@ -193,22 +196,27 @@ def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
 
 
 def evaluate(task: Task) -> dict[str, Any]:
-    """Run one task (in a worker) and return its row; code runs contained."""
+    """Run one task (in a worker) and return its row; code runs in the sandbox."""
     if task.code is None:
         return evaluate_here(task)
     if task.rejected:
         return zero_row(task, f"candidate rejected: {task.rejected}")
     try:
-        return dict(contained(evaluate_code, task, task.limits))
-    except ContainedFailure as exc:
-        return zero_row(task, str(exc))
-
-
-def evaluate_code(task: Task) -> dict[str, Any]:
-    """In the contained child: load the candidate's module, then run."""
-    assert task.code is not None
-    install(task.code)
-    return evaluate_here(task)
+        candidate = Contained(task.code, task.limits)
+    except SandboxUnavailable:
+        raise
+    except ScenarioError as exc:  # the source does not load
+        return {**zero_row(task, str(exc)), "log": ""}
+    try:
+        out = evaluate_here(task)
+    except ScenarioError as exc:  # its process failed building the policy
+        out = zero_row(task, str(exc))
+    finally:
+        log = candidate.close()
+    out["log"] = log
+    if log:
+        out["feedback"] += f"\n\nWhat the candidate printed:\n{log}"
+    return out
 
 
 def evaluate_here(task: Task) -> dict[str, Any]:
