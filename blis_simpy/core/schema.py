@@ -12,7 +12,6 @@ import functools
 import importlib
 import inspect
 import math
-import re
 import sys
 import types
 import typing
@@ -216,17 +215,11 @@ def load_tagged(tags: dict[str, type], value: Any, path: str) -> Any:
     return load(tags[tag], value, path)
 
 
-# `1e-9`: a number to YAML 1.2 and to anyone reading it, text to PyYAML (YAML 1.1 wants a dot)
-YAML11_EXPONENT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
-
-
 def scalar(tp: Any, value: Any, path: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
     elif tp is int:
-        if isinstance(value, str) and YAML11_EXPONENT.fullmatch(value):
-            value = float(value)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -234,8 +227,6 @@ def scalar(tp: Any, value: Any, path: str) -> Any:
                 raise ScenarioError(path, f"{value} is out of range", "|value| <= 2**53")
             return value
     elif tp is float:
-        if isinstance(value, str) and YAML11_EXPONENT.fullmatch(value):
-            value = float(value)
         if isinstance(value, int | float) and not isinstance(value, bool):
             if not math.isfinite(value):
                 raise ScenarioError(path, f"must be a finite number, got {value!r}")
