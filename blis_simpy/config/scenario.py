@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
 from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.workload import (
@@ -29,6 +27,7 @@ from blis_simpy.config.workload import (
     Workload,
 )
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.core.schema import join, load, spec, to_plain
 from blis_simpy.core.units import (
     MAX_FLOAT,
@@ -38,7 +37,7 @@ from blis_simpy.core.units import (
     MAX_TOKENS,
     US_PER_S,
 )
-from blis_simpy.core.yamlio import load_yaml
+from blis_simpy.core.yamlio import dump_yaml, load_yaml
 
 if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentSection
@@ -331,7 +330,11 @@ class Scenario:
     def from_dict(cls, data: Any, base_dir: Path | None = None) -> Scenario:
         scenario = load(cls, data, "")
         if isinstance(scenario.workload, TraceWorkload) and base_dir is not None:
-            trace = (base_dir / scenario.workload.path).resolve()
+            trace = base_dir / scenario.workload.path
+            try:
+                trace = trace.resolve()
+            except (OSError, RuntimeError):  # a symlink loop: reading the trace says so
+                pass
             scenario = dataclasses.replace(
                 scenario, workload=dataclasses.replace(scenario.workload, path=str(trace))
             )
@@ -343,13 +346,7 @@ class Scenario:
         """Load a scenario file; `overrides` are dotted `key.path=value` settings, applied
         after `presets` (dotted path -> value, e.g. a policy bundle's)."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ScenarioError("", f"cannot read {path}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise ScenarioError("", f"{path} is not UTF-8 text (byte {exc.start}): is it a "
-                                "scenario YAML file?") from None
+        text = read_text(path, "", "a scenario YAML file")
         try:
             return cls.from_yaml_text(text, path.parent, overrides, default_name(path),
                                       presets)
@@ -374,7 +371,7 @@ class Scenario:
         return to_plain(self)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return dump_yaml(self.to_dict())
 
 
 def default_name(path: Path) -> str:

@@ -18,6 +18,7 @@ import typer
 
 from blis_simpy.config.library import scenario_file
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 
 
 class SweepProgress:
@@ -105,18 +106,15 @@ def components(policy_config: Path | None, code: list[str] | None) -> dict[str, 
     from blis_simpy.search.code import BUNDLE
 
     out: dict[str, str] = {}
-    try:
-        if policy_config is not None:
-            out[BUNDLE] = policy_config.read_text(encoding="utf-8")
-        for item in code or []:
-            axis, sep, path = item.partition("=")
-            if not sep:
-                raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
-            if axis not in AXES:
-                raise ScenarioError("--code", f"{axis!r} is not a policy axis", ", ".join(AXES))
-            out[axis] = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError("", f"cannot read a candidate file: {exc}") from None
+    if policy_config is not None:
+        out[BUNDLE] = read_text(policy_config, "--policy-config", "a policy bundle YAML file")
+    for item in code or []:
+        axis, sep, path = item.partition("=")
+        if not sep:
+            raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
+        if axis not in AXES:
+            raise ScenarioError("--code", f"{axis!r} is not a policy axis", ", ".join(AXES))
+        out[axis] = read_text(path, "--code", "a Python source file")
     return out
 
 

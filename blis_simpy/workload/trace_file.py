@@ -21,6 +21,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import reason
 from blis_simpy.core.request import Request
 from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, US_PER_S
 
@@ -43,12 +44,19 @@ class TraceLines:
         return ScenarioError(PATH, f"line {self.number}: {problem}", valid, file=self.path)
 
     def __iter__(self) -> Iterator[str]:
-        while raw := self.handle.readline(MAX_LINE_BYTES + 1):
+        while raw := self.readline():
             self.number += 1
             if len(raw) > MAX_LINE_BYTES:
                 raise self.error(f"longer than {MAX_LINE_BYTES:,} bytes",
                                  "one row per line; is this a trace file?")
             yield self.decode(raw)
+
+    def readline(self) -> bytes:
+        try:
+            return self.handle.readline(MAX_LINE_BYTES + 1)
+        except OSError as exc:  # EIO from a failing disk or a /proc file
+            raise ScenarioError(PATH, f"cannot read {self.path} after line {self.number}: "
+                                f"{reason(exc)}") from None
 
     def decode(self, raw: bytes) -> str:
         try:
