@@ -329,6 +329,21 @@ def test_bad_azure_timestamps_name_the_line(tmp_path, stamp):
     assert_trace_error(refused(path), path, 3, f"TIMESTAMP {stamp!r}", "YYYY-MM-DD")
 
 
+@pytest.mark.parametrize("offset", ["+99:00", "+05:75", "-12:01", "+14:01", "+2400", "-9959"])
+def test_an_impossible_timezone_offset_in_a_trace_is_refused(tmp_path, offset):
+    path = write(tmp_path / "t.csv", azure_text([("2024-05-10 00:00:00.000000+00:00", 10, 5),
+                                                 (f"2024-05-10 00:00:01{offset}", 10, 5)]))
+    assert_trace_error(refused(path), path, 3, "no real UTC offset", "-12:00 to +14:00")
+
+
+@pytest.mark.parametrize(("offset", "seconds"), [("-12:00", 43_200), ("+14:00", -50_400),
+                                                  ("+0530", -19_800), ("Z", 0)])
+def test_real_timezone_offsets_shift_the_arrival_by_their_hours(tmp_path, offset, seconds):
+    path = write(tmp_path / "t.csv", azure_text([("2024-05-10 00:00:00+00:00", 10, 5),
+                                                 (f"2024-05-11 00:00:00{offset}", 10, 5)]))
+    assert load(path).arrival.tolist() == [0, (86_400 + seconds) * 1_000_000]
+
+
 BURST_ROWS = [(5, "ChatGPT", 472, 18), (5, "GPT-4", 1054, 0), (7, "ChatGPT", 30, 210),
               (9, "GPT-4", 88, 46), (12, "ChatGPT", 2000, 0), (12, "ChatGPT", 700, 64)]
 
