@@ -13,6 +13,7 @@ interpreter's last garbage collections at exit (docs/performance.md: Start-up).
 import dataclasses
 import gc
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -515,7 +516,30 @@ def calibrate(
 register_search_commands(app)
 
 
+# What `timeout`, CI runners, Kubernetes and a closed terminal send to end a process.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def end_like_ctrl_c(received: list[int]) -> None:
+    """SIGTERM and SIGHUP handled as SIGINT is: a KeyboardInterrupt, so every `finally`
+    runs (a run's staging folder and partial files are removed, nothing half-written stays);
+    `main` then ends the process by the signal itself. Later signals are ignored so the
+    clean-up is not cut short; forked children (worker pools) get the default handling."""
+    def interrupt(signum: int, frame: object) -> None:
+        for sig in ENDING_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    for sig in ENDING_SIGNALS:
+        signal.signal(sig, interrupt)
+    os.register_at_fork(after_in_child=lambda: [signal.signal(sig, signal.SIG_DFL)
+                                                for sig in ENDING_SIGNALS])
+
+
 def main() -> None:
+    received: list[int] = []
+    end_like_ctrl_c(received)
     # One simulation is one thread: OpenBLAS would start a thread per core when numpy loads
     # (60 ms of a 1K run here) for no gain. A value the user set wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -531,6 +555,9 @@ def main() -> None:
         # object and module once more (50 ms of a 1K run, 10 ms with it) to free memory the
         # operating system takes back anyway. Every file is closed by now.
         gc.freeze()
+        if received:  # cleaned up; now end as the signal asked (status 128 + its number)
+            signal.signal(received[0], signal.SIG_DFL)
+            os.kill(os.getpid(), received[0])
 
 
 if __name__ == "__main__":
