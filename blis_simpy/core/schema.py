@@ -146,6 +146,7 @@ def describe(value: Any) -> str:
 
 
 def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
+    value = plain(value)
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         options = get_args(tp)
@@ -213,6 +214,15 @@ def load_tagged(tags: dict[str, type], value: Any, path: str) -> Any:
     if not isinstance(tag, str) or tag not in tags:
         raise ScenarioError(join(path, "type"), f"got {describe(tag)}", ", ".join(tags))
     return load(tags[tag], value, path)
+
+
+def plain(value: Any) -> Any:
+    """A numpy scalar or array as the Python value it holds (`np.int64(3)` -> 3, `np.bool_`
+    -> bool, an array -> a list), so a value computed with numpy is valid wherever the Python
+    number it stands for is (numpy is not imported for it)."""
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    return value
 
 
 def scalar(tp: Any, value: Any, path: str) -> Any:
