@@ -8,8 +8,10 @@ says exactly what ran.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from blis_simpy.config.workload import (
     TraceWorkload,
     Workload,
 )
+from blis_simpy.core.arguments import instance
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.files import read_text
 from blis_simpy.core.schema import join, load, spec, to_plain
@@ -331,10 +334,8 @@ class Scenario:
         scenario = load(cls, data, "")
         if isinstance(scenario.workload, TraceWorkload) and base_dir is not None:
             trace = base_dir / scenario.workload.path
-            try:
+            with contextlib.suppress(OSError, RuntimeError):  # a symlink loop: reading says so
                 trace = trace.resolve()
-            except (OSError, RuntimeError):  # a symlink loop: reading the trace says so
-                pass
             scenario = dataclasses.replace(
                 scenario, workload=dataclasses.replace(scenario.workload, path=str(trace))
             )
@@ -345,7 +346,7 @@ class Scenario:
                   presets: Mapping[str, Any] | None = None) -> Scenario:
         """Load a scenario file; `overrides` are dotted `key.path=value` settings, applied
         after `presets` (dotted path -> value, e.g. a policy bundle's)."""
-        path = Path(path)
+        path = Path(instance("path", path, (str, os.PathLike), "a scenario file's path"))
         text = read_text(path, "", "a scenario YAML file")
         try:
             return cls.from_yaml_text(text, path.parent, overrides, default_name(path),
@@ -358,7 +359,7 @@ class Scenario:
                        overrides: Sequence[str] = (), name: str = "scenario",
                        presets: Mapping[str, Any] | None = None) -> Scenario:
         """`name` is used when the text gives none (from_yaml passes the file's stem)."""
-        data = load_yaml(text, "")
+        data = load_yaml(instance("text", text, str, "the scenario's YAML text"), "")
         for key, value in (presets or {}).items():
             data = set_path(data, key, value)
         for override in overrides:
