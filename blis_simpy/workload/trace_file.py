@@ -23,7 +23,13 @@ import numpy as np
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.files import reason
 from blis_simpy.core.request import Request
-from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, US_PER_S
+from blis_simpy.core.units import (
+    MAX_REQUESTS,
+    MAX_SIM_S,
+    MAX_TOKENS,
+    MAX_TOTAL_TOKENS,
+    US_PER_S,
+)
 
 PATH = "workload.path"
 # The longest line read: a row of MAX_TOKENS token ids of up to 19 digits and a comma each.
@@ -205,6 +211,7 @@ class TraceColumns:
     names: dict[str, int] = field(default_factory=dict)  # request name -> its line
     skipped: Counter[str] = field(default_factory=Counter)  # why -> rows
     seen_models: set[str] = field(default_factory=set)
+    tokens: int = 0  # prompt and output tokens of the rows kept
 
     def past_horizon(self, arrival: int) -> bool:
         """The row arrives after the horizon: it and every later row are not replayed."""
@@ -225,6 +232,10 @@ class TraceColumns:
         if len(self.arrival) == MAX_REQUESTS:
             raise self.lines.error(f"more than {MAX_REQUESTS:,} requests",
                                    "a shorter trace, or a horizon (horizon_s)")
+        self.tokens += input_len + output_len
+        if self.tokens > MAX_TOTAL_TOKENS:
+            raise self.lines.error(f"the rows so far hold more than {MAX_TOTAL_TOKENS:,} "
+                                   "tokens", "a shorter trace, or a horizon (horizon_s)")
         if labels is not None:
             self.check_name(labels.id or f"request_{len(self.arrival)}")
             self.labels.append(labels)
