@@ -131,8 +131,9 @@ class Refresh:
     interval_s: float = spec(0.0, help="periodic refresh interval (s)", ge=0)
 
     def validate(self, path: str) -> None:
-        if self.mode == "periodic" and self.interval_s <= 0:
-            raise ScenarioError(join(path, "interval_s"), "must be > 0 for periodic refresh")
+        if self.mode == "periodic" and self.interval_us < 1:
+            raise ScenarioError(join(path, "interval_s"), f"{self.interval_s!r} s is 0 µs on "
+                                "the clock; periodic refresh needs an interval", ">= 1e-06")
 
     @property
     def interval_us(self) -> int:

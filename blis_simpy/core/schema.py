@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal, get_args, get_origin
 
 from blis_simpy.core.errors import ScenarioError, closest_first
-from blis_simpy.core.units import MAX_FLOAT, MAX_INT, MIN_POSITIVE
+from blis_simpy.core.units import MAX_FLOAT, MAX_INT, MIN_POSITIVE, TICK_S
 
 
 def spec(
@@ -256,9 +256,19 @@ def bounded(value: Any, path: str, meta: Mapping[str, Any]) -> Any:
         raise ScenarioError(path, f"must be > {meta['gt']}, got {value!r}")
     if meta.get("gt") == 0 and isinstance(value, float) and value < MIN_POSITIVE:
         raise ScenarioError(path, f"{value!r} is too small", f">= {MIN_POSITIVE:g}")
+    if meta.get("gt") == 0 and isinstance(value, float) and value < TICK_S and duration(path):
+        raise ScenarioError(path, f"{value!r} s rounds to 0 µs, the clock's tick (a timer "
+                            "of 0 would fire at the same time for ever)", f">= {TICK_S:g}")
     if "le" in meta and value > meta["le"]:
         raise ScenarioError(path, f"must be <= {meta['le']}, got {value!r}")
     return value
+
+
+def duration(path: str) -> bool:
+    """Whether the field at `path` is a time in seconds: named `*_s` (README: times are
+    seconds), except the rates `*_per_s` and bandwidths `*_gb_s`."""
+    name = path.rpartition(".")[2]
+    return name.endswith("_s") and not name.endswith(("per_s", "gb_s"))
 
 
 def default_of(f: dataclasses.Field[Any]) -> Any:
