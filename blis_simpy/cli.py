@@ -250,9 +250,15 @@ def validate(
 
 
 def scenario_description(path: Path) -> str:
-    """A scenario file's first line, when it is a `# ...` comment."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        first = f.readline().strip()
+    """A scenario file's first line, when it is a `# ...` comment (none for a file that
+    cannot be read: a FIFO or a folder named *.yaml is listed, not waited on)."""
+    from blis_simpy.core.files import open_input
+
+    try:
+        with open_input(path, "--dir") as f:
+            first = f.readline(1000).decode("utf-8", errors="replace").strip()
+    except (ScenarioError, OSError):
+        return ""
     return first.lstrip("#").strip() if first.startswith("#") else ""
 
 
