@@ -489,6 +489,7 @@ def calibrate(
     entry, and report errors on the held-out workloads only (never on the fitted stages)."""
     from blis_simpy.calibrate.fit import FIT_SECONDS, catalog_entry
     from blis_simpy.calibrate.fit import fit as fit_model
+    from blis_simpy.core.files import check_replaceable, replacing
     from blis_simpy.validate.ground_truth import read_experiments
     from blis_simpy.validate.harness import report as validation_report
     from blis_simpy.validate.harness import validate as validate_stages
@@ -505,12 +506,14 @@ def calibrate(
         if not held:
             raise ScenarioError("--fit", "leaves no experiment out to report on",
                                 "a subset of " + ", ".join(workloads))
+        check_replaceable(out, "--out", CATALOG)  # before the fit, not after it
         pairs = [(e, s) for e in experiments if e.workload in chosen for s in e.stages]
         model = fit_model(pairs, seed=seed, max_duration_s=FIT_SECONDS, progress=lambda r, m, n:
                           typer.echo(f"round {r}: a0 {m.a0:.0f} µs, beta "
                                      f"{[round(b, 4) for b in m.beta]} ({n} equations)",
                                      err=True))
-        out.write_text(catalog_entry(model, chosen, str(ground_truth)), encoding="utf-8")
+        with replacing(out, "--out", CATALOG) as temp:
+            temp.write_text(catalog_entry(model, chosen, str(ground_truth)), encoding="utf-8")
         typer.echo(f"wrote {out}", err=True)
         rows = validate_stages(held, model.latency, seed=seed)
     except ScenarioError as exc:
@@ -519,6 +522,7 @@ def calibrate(
     typer.echo(validation_report(rows, model.latency), nl=False)
 
 
+CATALOG = "a catalog entry file path, e.g. calibrated.yaml"
 register_search_commands(app)
 
 

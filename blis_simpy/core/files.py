@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -52,10 +54,8 @@ def open_input(path: str | Path, field: str, what: str = "file",
         raise ScenarioError(field, f"cannot read {path}: {reason(exc)}") from None
     try:
         info = os.fstat(fd)
-        kind = stat.S_IFMT(info.st_mode)
-        if kind != stat.S_IFREG:
-            raise ScenarioError(field, f"{path} is {KINDS.get(kind, 'a special file')}, not a "
-                                "regular file", what)
+        if not stat.S_ISREG(info.st_mode):
+            raise not_regular(path, info.st_mode, field, what)
         if info.st_size > limit:
             raise too_big(path, field, what, limit)
         os.set_blocking(fd, True)
@@ -63,6 +63,11 @@ def open_input(path: str | Path, field: str, what: str = "file",
     except BaseException:
         os.close(fd)
         raise
+
+
+def not_regular(path: str | Path, mode: int, field: str, what: str) -> ScenarioError:
+    kind = KINDS.get(stat.S_IFMT(mode), "a special file")
+    return ScenarioError(field, f"{path} is {kind}, not a regular file", what)
 
 
 def too_big(path: str | Path, field: str, what: str, limit: int) -> ScenarioError:
@@ -92,3 +97,36 @@ def read_text(path: str | Path, field: str, what: str = "a UTF-8 text file",
     except UnicodeDecodeError as exc:
         raise ScenarioError(field, f"{path} is not UTF-8 text (byte {data[exc.start]:#04x} "
                             f"at offset {exc.start})", what) from None
+
+
+def check_replaceable(path: Path, field: str, what: str) -> None:
+    """`path` may be written by `replacing`: its folder exists, and it is new or a regular
+    file (never a device, FIFO or folder: `--out /dev/null` as root would replace the device
+    with a file)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise ScenarioError(field, f"cannot write {path}: {reason(exc)}") from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise not_regular(path, info.st_mode, field, what)
+    if not path.parent.is_dir():
+        raise ScenarioError(field, f"cannot write {path}: the folder {path.parent} does not "
+                            "exist", what)
+
+
+@contextmanager
+def replacing(path: Path, field: str, what: str = "a file path") -> Iterator[Path]:
+    """A temporary file beside `path` for the block to write, moved over `path` once the
+    block ends without error: no reader ever sees half a file, and a failure, an interrupt
+    or SIGTERM leaves none (the old file, if any, stays)."""
+    check_replaceable(path, field, what)
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    try:
+        yield temp
+        os.replace(temp, path)
+    except OSError as exc:
+        raise ScenarioError(field, f"cannot write {path}: {reason(exc)}") from None
+    finally:
+        temp.unlink(missing_ok=True)

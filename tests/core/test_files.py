@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -215,3 +217,82 @@ def test_fifo_as_candidate_code_exits_2_at_once_in_a_subprocess(tmp_path):
 def test_fifo_as_sweep_file_exits_2_at_once_in_a_subprocess(tmp_path):
     fifo = special("fifo", tmp_path, 0)
     one_line_exit_2(cli("sweep", str(fifo), cwd=tmp_path), fifo)
+
+
+# --- writers: a file written whole or not at all, never over a device ---------------------------
+
+def device_or_fifo(folder: Path) -> Path:
+    """A character device (a private /dev/null, as root) or else a FIFO: a path that must
+    never be replaced by a regular file."""
+    path = folder / "sink"
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        os.mkfifo(path)
+    return path
+
+
+def still_special(path: Path) -> bool:
+    return not stat.S_ISREG(os.stat(path).st_mode)
+
+
+def test_device_as_workload_sample_out_is_refused_not_replaced(tmp_path):
+    """As root, `workload sample --out /dev/null` replaced the device with the trace."""
+    from typer.testing import CliRunner
+
+    from blis_simpy.cli import app
+
+    sink = device_or_fifo(tmp_path)
+    with deadline(60):
+        done = CliRunner().invoke(app, ["workload", "sample", "quickstart", "--out", str(sink)])
+    assert done.exit_code == 2 and "not a regular file" in done.stderr, done.output
+    assert still_special(sink)
+
+
+def test_device_as_sweep_table_is_refused_even_with_force(tmp_path):
+    from typer.testing import CliRunner
+
+    from blis_simpy.cli import app
+
+    sink = device_or_fifo(tmp_path)
+    table = sink.rename(tmp_path / "sink.csv")
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "scenarios": ["quickstart"], "set": {"workload.num_requests": 5}, "seeds": [1]}))
+    with deadline(60):
+        done = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--out",
+                                        str(table), "--force"])
+    assert done.exit_code == 2 and "not a regular file" in done.output, done.output
+    assert still_special(table)
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    from blis_simpy.core.files import replacing
+
+    path = tmp_path / "t.csv"
+    path.write_text("old\n")
+    with pytest.raises(ScenarioError, match="No space left"), replacing(path, "--out") as temp:
+        temp.write_text("half")
+        raise OSError(28, "No space left on device")
+    assert path.read_text() == "old\n" and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_sigterm_while_a_sample_is_written_leaves_no_partial_file(tmp_path):
+    slow = ("import sys, time, blis_simpy.workload.export as e\n"
+            "real = e.trace_line\n"
+            "def line(*a):\n"
+            "    time.sleep(0.01)\n"
+            "    return real(*a)\n"
+            "e.trace_line = line\n"
+            "from blis_simpy.cli import main\n"
+            "main()\n")
+    out = tmp_path / "trace.csv"
+    run = subprocess.Popen([sys.executable, "-c", slow, "workload", "sample", "quickstart",
+                            "--out", str(out)], cwd=tmp_path, stderr=subprocess.PIPE)
+    end = time.monotonic() + 120
+    while not any(p.name.endswith(".tmp") and p.stat().st_size for p in tmp_path.iterdir()):
+        assert time.monotonic() < end and run.poll() is None, "never started writing"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == -signal.SIGTERM, err
+    assert list(tmp_path.iterdir()) == []
