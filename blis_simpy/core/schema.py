@@ -188,9 +188,28 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
             raise ScenarioError(path, f"expected a mapping, got {describe(value)}")
         item = get_args(tp)[1] if get_args(tp) else Any
         if item is Any:
+            check_depth(value, path)
             return {str(k): v for k, v in value.items()}
         return {str(k): convert(item, v, join(path, str(k)), {}) for k, v in value.items()}
     return bounded(scalar(tp, value, path), path, meta)
+
+
+MAX_DEPTH = 100  # levels of free-form values (a policy's params); YAML stops far sooner
+
+
+def check_depth(value: Any, path: str) -> None:
+    """Free-form values nested at most MAX_DEPTH levels (and no value inside itself): every
+    later walk of the scenario (copying, writing scenario.yaml) recurses through them."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ScenarioError(path, f"nested more than {MAX_DEPTH} levels deep (or inside "
+                                "itself)", "a flatter mapping")
+        if isinstance(item, Mapping):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
 
 
 def tagged_union(options: tuple[Any, ...]) -> dict[str, type]:

@@ -153,3 +153,21 @@ def test_any_argument_to_prepare_builds_or_is_an_error_naming_it(recorder, check
         prepare(SMALL, recorder=recorder, checks=checks, seed=seed)
     except ScenarioError as exc:
         assert exc.path in ("recorder", "checks", "seed"), str(exc)
+
+
+def test_a_value_nested_too_deeply_or_inside_itself_is_an_error_not_a_recursion_error():
+    """A 2,000-level params mapping built in Python passed the loader and failed with a
+    RecursionError when the scenario was next copied (or after the run, when written)."""
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(2000):
+        inner["a"] = {}
+        inner = inner["a"]
+    itself: dict[str, Any] = {}
+    itself["a"] = itself
+    for value in (deep, itself):
+        with pytest.raises(ScenarioError, match=r"^policies\.routing\.params: nested more "
+                           "than 100 levels"):
+            prepare(SMALL, overrides={"policies.routing": {"type": "tests.search."
+                                                           "prefix_owner_policy:Policy",
+                                                           "params": value}})
