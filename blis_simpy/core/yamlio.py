@@ -47,6 +47,7 @@ CORE_SCHEMA: list[tuple[str, re.Pattern[str], str]] = [
     (FLOAT, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
                        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), "-+.0123456789"),
 ]
+SURROGATE = re.compile("[\ud800-\udfff]")
 MERGE = ("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), "<")
 
 
@@ -66,6 +67,20 @@ class Loader(yaml.SafeLoader):
     files use); a value that cannot be built from its text is a YAML error at its line."""
 
     yaml_implicit_resolvers = core_resolvers(MERGE)
+
+    def construct_scalar(self, node: yaml.ScalarNode) -> str:  # type: ignore[override]
+        """The scalar's text, with the surrogate pairs of JSON's escapes (`"\\ud83d\\ude00"`,
+        what json.dumps writes for an emoji) joined into the character they stand for, as
+        a JSON parser does; an unpaired one is no text at all and is refused."""
+        text = super().construct_scalar(node)
+        if not SURROGATE.search(text):
+            return text
+        try:
+            return text.encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{shorten(text)} holds an unpaired surrogate escape (\\ud800 to "
+                "\\udfff), which is no character", node.start_mark) from None
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = self.construct_scalar(node)

@@ -179,3 +179,30 @@ SCALARS = st.one_of(st.text(max_size=12), st.integers(-10**20, 10**20),
                        max_size=6))
 def test_written_yaml_reads_back_the_same(data):
     assert load_yaml(dump_yaml(data), "s.yaml") == data
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-10**30, 10**30)
+                    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, st.booleans())
+def test_a_json_document_reads_as_json_does(value, spaced):
+    """YAML 1.2 is a superset of JSON: every number (2.5e1, 1E+2, -0.0) and string
+    reads as a JSON parser reads it (surrogate-pair escapes of json.dumps joined), also written
+    without spaces after separators."""
+    text = json.dumps(value, separators=(", ", ": ") if spaced else (",", ":"))
+    assert load_yaml(text, "s.json") == json.loads(text)
+
+
+def test_an_emoji_escaped_by_json_dumps_is_one_character_and_a_lone_half_is_refused():
+    """json.dumps writes an emoji as a surrogate pair; read as two lone surrogates it passed
+    the loader and the run failed with a UnicodeEncodeError when it hashed the tenant id."""
+    text = json.dumps({**SMALL, "workload": {"type": "tenants", "duration_s": 1,
+                                             "tenants": [{"id": "\U0001f600"}]}})
+    assert "\\ud83d\\ude00" in text
+    assert Scenario.from_yaml_text(text).workload.tenants[0].id == "\U0001f600"
+    with pytest.raises(ScenarioError, match="unpaired surrogate"):
+        load_yaml('{"a": "\\udc00"}', "s.json")
