@@ -99,7 +99,7 @@ def test_yaml12_exponent_in_a_json_scenario_is_a_number(tmp_path):
     assert Scenario.from_yaml(path).workload.rate_per_s == 25.0
 
 
-def test_yaml12_leading_zero_is_decimal_024_runs_24_requests():
+def test_yaml12_leading_zero_is_decimal_024_is_24_requests():
     scenario = Scenario.from_yaml_text(scenario_text(num_requests="024"))
     assert scenario.workload.num_requests == 24  # YAML 1.1 (PyYAML): octal 20
     assert load_yaml("a: 0o17\nb: 0x1F\n", "s.yaml") == {"a": 15, "b": 31}
