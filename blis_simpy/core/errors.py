@@ -39,13 +39,16 @@ class ScenarioError(ValueError):
 
 # Control characters (newlines, terminal escape sequences) and the bidirectional overrides that
 # reorder what a terminal shows: from a file name, a YAML key or a trace field, any of them
-# would break an error's one line or take over the terminal that prints it.
-UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# would break an error's one line or take over the terminal that prints it. Compiled by `re` the
+# first time a message holds one (most never do: no cost at start-up).
+UNPRINTABLE = "[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 
 
 def printable(text: str) -> str:
     """`text` with every unprintable character written as its escape (`\\n`, `\\x1b`)."""
-    return UNPRINTABLE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+    if text.isprintable():
+        return text
+    return re.sub(UNPRINTABLE, lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
 class PolicyError(ScenarioError):

@@ -121,10 +121,10 @@ class Dumper(yaml.SafeDumper):
     else (`1e5`, `yes`), so what it writes reads back the same under either."""
 
 
+CORE = core_resolvers()
 Dumper.yaml_implicit_resolvers = {
-    char: [*yaml.SafeDumper.yaml_implicit_resolvers.get(char, []),
-           *core_resolvers().get(char, [])]
-    for char in {*yaml.SafeDumper.yaml_implicit_resolvers, *core_resolvers()}}
+    char: [*yaml.SafeDumper.yaml_implicit_resolvers.get(char, []), *CORE.get(char, [])]
+    for char in sorted({*yaml.SafeDumper.yaml_implicit_resolvers, *CORE})}
 
 
 def dump_yaml(data: Any) -> str:

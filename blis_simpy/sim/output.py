@@ -33,13 +33,9 @@ import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 from blis_simpy.core.errors import ScenarioError
-
-try:
-    import fcntl
-except ImportError:  # no flock (Windows): claims fall back to process ids
-    fcntl = None  # type: ignore[assignment]
 
 
 class OutputFolder:
@@ -209,9 +205,20 @@ class OutputFolder:
             self.lock = None
 
 
+def file_locks() -> ModuleType | None:
+    """fcntl, for flock; None where there is none (Windows: claims go by process ids).
+    Imported when a folder is claimed, not by every run that never writes one."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    return fcntl
+
+
 @contextmanager
 def locked(folder: Path) -> Iterator[None]:
     """`folder` locked while a claim looks at and adds to it (claims are milliseconds)."""
+    fcntl = file_locks()
     fd = os.open(folder, os.O_RDONLY)
     try:
         if fcntl is not None:
@@ -228,6 +235,7 @@ def locked(folder: Path) -> Iterator[None]:
 def hold(staging: Path) -> int:
     """A descriptor of the staging folder holding its lock until it is closed (by `release`,
     or by the process's end however it ends)."""
+    fcntl = file_locks()
     fd = os.open(staging, os.O_RDONLY)
     if fcntl is not None:
         try:
@@ -242,6 +250,7 @@ def hold(staging: Path) -> int:
 def held(staging: Path, pid: int) -> bool:
     """Whether a run still holds `staging`: its lock is taken (by any process or thread),
     or, on a file system without locks, its process is alive."""
+    fcntl = file_locks()
     if fcntl is None:
         return alive(pid)
     try:

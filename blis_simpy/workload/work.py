@@ -23,7 +23,6 @@ so their requests are bounded by what the cluster serves, not by the scenario.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,31 +40,34 @@ from blis_simpy.workload.arrivals import time_change
 from blis_simpy.workload.sampling import token_bounds
 
 
-@dataclass(frozen=True, slots=True)
+# Plain classes, not dataclasses: every run builds this check, and making a dataclass costs
+# ~0.6 ms of start-up (docs/performance.md: Start-up).
 class Factor:
     """One number a count is the product of, and the field it comes from."""
 
-    path: str
-    value: float
-    label: str
+    __slots__ = ("label", "path", "value")
+
+    def __init__(self, path: str, value: float, label: str) -> None:
+        self.path, self.value, self.label = path, value, label
 
     def __str__(self) -> str:
         return f"{self.label} {self.value:,.4g}"
 
 
-@dataclass(frozen=True, slots=True)
 class Source:
     """Requests of one kind: `arrivals` (a product of factors) times `per_arrival` requests
     each, `tokens_per_arrival` over all of them; the largest one about `largest` tokens,
-    its size set mainly by the field `largest_path`."""
+    its size set mainly by the field `largest_path` (`largest_why` says how)."""
 
-    what: str
-    arrivals: list[Factor]
-    per_arrival: Factor
-    tokens_per_arrival: float
-    largest: float
-    largest_path: str
-    largest_why: str
+    __slots__ = ("arrivals", "largest", "largest_path", "largest_why", "per_arrival",
+                 "tokens_per_arrival", "what")
+
+    def __init__(self, what: str, arrivals: list[Factor], per_arrival: Factor,
+                 tokens_per_arrival: float, largest: float, largest_path: str,
+                 largest_why: str) -> None:
+        self.what, self.arrivals, self.per_arrival = what, arrivals, per_arrival
+        self.tokens_per_arrival, self.largest = tokens_per_arrival, largest
+        self.largest_path, self.largest_why = largest_path, largest_why
 
     @property
     def factors(self) -> list[Factor]:
