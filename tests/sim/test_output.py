@@ -24,8 +24,11 @@ from blis_simpy.sim import output
 from blis_simpy.sim.output import OutputFolder, mount_points
 from tests.conftest import BASE, merge
 
-# Long enough to be interrupted mid-run (~10 s alone), short enough to finish if it is not.
-LONG = {"workload": {"num_requests": 20_000, "rate_per_s": 400}, "outputs": {"tables": "csv"}}
+# Runs of ~17 and ~5 CPU seconds: a signal sent once the run has claimed its folder arrives
+# long before the end even on a busy machine (20,000 requests, 1.7 s, once did not).
+LONG = {"workload": {"num_requests": 200_000, "rate_per_s": 2000}, "outputs": {"tables": "csv"}}
+MEDIUM = {"workload": {"num_requests": 60_000, "rate_per_s": 2000},
+          "outputs": {"tables": "csv"}}
 SHORT = {"workload": {"num_requests": 20}, "outputs": {"tables": "csv"}}
 # The command, with simulate() replaced: the run must fail before it would start.
 NO_RUN = ("import sys, blis_simpy.sim.run as r\n"
@@ -92,7 +95,7 @@ def test_sigterm_while_files_are_written_leaves_no_partial_files(tmp_path):
 
 def test_two_runs_on_the_same_new_out_cannot_both_take_it(tmp_path):
     """Both used to succeed, the later deleting the earlier's output without --force."""
-    scenario, out = write_scenario(tmp_path, LONG), tmp_path / "out"
+    scenario, out = write_scenario(tmp_path, MEDIUM), tmp_path / "out"
     first = subprocess.Popen(command("run", scenario, "--out", out, "--quiet"),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: stagings(tmp_path))
