@@ -13,6 +13,7 @@ interpreter's last garbage collections at exit (docs/performance.md: Start-up).
 import dataclasses
 import gc
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -254,9 +255,15 @@ def validate(
 
 
 def scenario_description(path: Path) -> str:
-    """A scenario file's first line, when it is a `# ...` comment."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        first = f.readline().strip()
+    """A scenario file's first line, when it is a `# ...` comment (none for a file that
+    cannot be read: a FIFO or a folder named *.yaml is listed, not waited on)."""
+    from blis_simpy.core.files import open_input
+
+    try:
+        with open_input(path, "--dir") as f:
+            first = f.readline(1000).decode("utf-8", errors="replace").strip()
+    except (ScenarioError, OSError):
+        return ""
     return first.lstrip("#").strip() if first.startswith("#") else ""
 
 
@@ -513,6 +520,7 @@ def calibrate(
     entry, and report errors on the held-out workloads only (never on the fitted stages)."""
     from blis_simpy.calibrate.fit import FIT_SECONDS, catalog_entry
     from blis_simpy.calibrate.fit import fit as fit_model
+    from blis_simpy.core.files import check_replaceable, replacing
     from blis_simpy.validate.ground_truth import read_experiments
     from blis_simpy.validate.harness import report as validation_report
     from blis_simpy.validate.harness import validate as validate_stages
@@ -529,12 +537,14 @@ def calibrate(
         if not held:
             raise ScenarioError("--fit", "leaves no experiment out to report on",
                                 "a subset of " + ", ".join(workloads))
+        check_replaceable(out, "--out", CATALOG)  # before the fit, not after it
         pairs = [(e, s) for e in experiments if e.workload in chosen for s in e.stages]
         model = fit_model(pairs, seed=seed, max_duration_s=FIT_SECONDS, progress=lambda r, m, n:
                           typer.echo(f"round {r}: a0 {m.a0:.0f} µs, beta "
                                      f"{[round(b, 4) for b in m.beta]} ({n} equations)",
                                      err=True))
-        out.write_text(catalog_entry(model, chosen, str(ground_truth)), encoding="utf-8")
+        with replacing(out, "--out", CATALOG) as temp:
+            temp.write_text(catalog_entry(model, chosen, str(ground_truth)), encoding="utf-8")
         typer.echo(f"wrote {out}", err=True)
         rows = validate_stages(held, model.latency, seed=seed)
     except ScenarioError as exc:
@@ -543,10 +553,34 @@ def calibrate(
     typer.echo(validation_report(rows, model.latency), nl=False)
 
 
+CATALOG = "a catalog entry file path, e.g. calibrated.yaml"
 register_search_commands(app)
 
 
+# What `timeout`, CI runners, Kubernetes and a closed terminal send to end a process.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def end_like_ctrl_c(received: list[int]) -> None:
+    """SIGTERM and SIGHUP handled as SIGINT is: a KeyboardInterrupt, so every `finally`
+    runs (a run's staging folder and partial files are removed, nothing half-written stays);
+    `main` then ends the process by the signal itself. Later signals are ignored so the
+    clean-up is not cut short; forked children (worker pools) get the default handling."""
+    def interrupt(signum: int, frame: object) -> None:
+        for sig in ENDING_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    for sig in ENDING_SIGNALS:
+        signal.signal(sig, interrupt)
+    os.register_at_fork(after_in_child=lambda: [signal.signal(sig, signal.SIG_DFL)
+                                                for sig in ENDING_SIGNALS])
+
+
 def main() -> None:
+    received: list[int] = []
+    end_like_ctrl_c(received)
     # One simulation is one thread: OpenBLAS would start a thread per core when numpy loads
     # (60 ms of a 1K run here) for no gain. A value the user set wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -562,6 +596,9 @@ def main() -> None:
         # object and module once more (50 ms of a 1K run, 10 ms with it) to free memory the
         # operating system takes back anyway. Every file is closed by now.
         gc.freeze()
+        if received:  # cleaned up; now end as the signal asked (status 128 + its number)
+            signal.signal(received[0], signal.SIG_DFL)
+            os.kill(os.getpid(), received[0])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from blis_simpy.core.arguments import flag
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 from blis_simpy.core.tier_records import TierLog, TierRecord
@@ -184,6 +185,7 @@ class Recorder:
     """Append-only records of one run."""
 
     def __init__(self, *, decisions: bool = False, events: bool = False) -> None:
+        decisions, events = flag("decisions", decisions), flag("events", events)
         self.requests: list[Request] = []
         self.instances: list[InstanceLog] = []
         self.anomalies: list[Anomaly] = []

@@ -13,6 +13,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.records import RequestColumns
 from blis_simpy.core.request import RejectCode
+from blis_simpy.core.units import MAX_REQUESTS
 
 LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
 
@@ -44,6 +45,11 @@ def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenari
     if timed_out:
         out.append(f"{timed_out} of {arrived} requests timed out: their clients gave up "
                    "(workload timeout_s) before the last token arrived")
+    workload = scenario.workload
+    if isinstance(workload, TenantsWorkload) and workload.max_requests is None \
+            and arrived >= MAX_REQUESTS:
+        out.append(f"the workload stopped at the limit of {MAX_REQUESTS:,} requests "
+                   "(closed-loop users): later ones were never sent")
     out.extend(silent_tenants(req, scenario))
     return out
 

@@ -25,6 +25,7 @@ from openevolve.evaluation_result import EvaluationResult
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.policies.bundle import PolicyBundle
 from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.contain import Limits, SandboxUnavailable
@@ -91,10 +92,7 @@ class BlisEvaluator:
         return EvaluationResult(metrics=metrics, artifacts=artifacts)
 
     def candidate(self, path: Path) -> Candidate:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScenarioError("program", f"cannot read {path}: {exc}") from None
+        text = read_text(path, "program", "a policy bundle YAML or Python file")
         if path.suffix in (".yaml", ".yml"):
             return PolicyBundle.from_yaml(path)
         return CodePolicy(self.axis, text, id=path.stem)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.arguments import callback, instance, integer, integers
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.policies.bundle import PolicyBundle
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
@@ -77,6 +78,14 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     core); `workers=1` runs them here, one after another."""
     import pandas as pd
 
+    instance("policies", policies if policies is not None else {}, Mapping,
+             "a mapping of names to candidates, or None")
+    workers = None if workers is None else integer("workers", workers, low=1)
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise ScenarioError("executor", f"expected a concurrent.futures.Executor, got "
+                            f"{type(executor).__name__}", "an Executor, or None")
+    callback("progress", progress, "a function taking (runs done, runs in all), or None")
+    instance("limits", limits, (Limits, type(None)), "a Limits, or None")
     tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds,
                  limits or Limits())
     frame = pd.DataFrame(execute(tasks, executor, workers, progress))
@@ -89,6 +98,8 @@ def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
     """Scenario name -> parsed scenario; paths are read once, here."""
     if isinstance(scenarios, Scenario | str | Path):
         scenarios = [scenarios]
+    instance("scenarios", scenarios, Iterable, "a Scenario or a YAML path, a list of them, "
+             "or a mapping of names to them")
     if isinstance(scenarios, Mapping):
         pairs = [(str(name), as_scenario(s)) for name, s in scenarios.items()]
     else:
@@ -104,6 +115,7 @@ def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
 
 
 def as_scenario(scenario: Scenario | str | Path) -> Scenario:
+    instance("scenarios", scenario, (Scenario, str, Path), "Scenarios or YAML paths")
     return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
 
 
@@ -121,7 +133,7 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
          seeds: Iterable[int] | None, limits: Limits) -> list[Task]:
     """Every run, validated: a bad candidate or seed fails here, before any run starts; code
     the static check refuses becomes zero rows (a search produces such candidates)."""
-    seed_list = None if seeds is None else list(seeds)
+    seed_list = None if seeds is None else integers("seeds", seeds)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
     if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
         sandbox()  # code runs only in the sandbox: a machine without one refuses it now
@@ -139,8 +151,6 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
                 raise ScenarioError(f"policies[{policy_name!r}] on {scenario_name}: "
                                     f"{exc.path}", exc.problem, exc.valid) from None
             for seed in seed_list if seed_list is not None else [scenario.seed]:
-                if isinstance(seed, bool) or not isinstance(seed, int):
-                    raise ScenarioError("seeds", f"{seed!r} is not an integer")
                 tasks.append(Task(len(tasks), scenario_name, policy_name, seed, applied,
                                   candidate_id, code, limits, rejected))
     return tasks

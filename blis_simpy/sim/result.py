@@ -9,6 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blis_simpy.core.arguments import flag
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.fitness import EvaluationResult
 from blis_simpy.metrics.tables import group_table
@@ -148,7 +149,7 @@ class Result:
         """Write every output into `out_dir`, which must be new or empty (or `force`: replaced
         whole); the folder appears only when every file is written."""
         folder = out_dir if isinstance(out_dir, OutputFolder) else OutputFolder(
-            out_dir, tables, force)
+            out_dir, tables, flag("force", force))
         return folder.commit(self.write_files)
 
     def write_files(self, folder: Path, fmt: str) -> None:

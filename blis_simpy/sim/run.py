@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario, set_path
+from blis_simpy.core.arguments import callback, flag, instance
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
@@ -30,6 +31,8 @@ from blis_simpy.sim.result import Result
 if TYPE_CHECKING:
     from blis_simpy.compat.results import ReferenceOutputs
     from blis_simpy.metrics.conventions import RequestLatencies
+
+PROGRESS = "a function taking a RunProgress (now_us, arrived, finished, ...), or None"
 
 
 def load(scenario: Scenario | str | Path, *, seed: int | None = None,
@@ -60,6 +63,9 @@ def prepare(scenario: Scenario | str | Path, *, seed: int | None = None,
             checks: bool = False) -> Simulation:
     """Resolve and build a simulation; every input error (including a bad trace) surfaces
     here, before any event runs."""
+    recorder = instance("recorder", recorder, (Recorder, type(None)),
+                        "a Recorder (blis_simpy.Recorder(events=True)) or None")
+    checks = flag("checks", checks)
     return build(resolve(load(scenario, seed=seed, overrides=overrides)), recorder=recorder,
                  checks=checks)
 
@@ -69,13 +75,15 @@ def run(scenario: Scenario | str | Path, progress: Progress | None = None, *,
         recorder: Recorder | None = None, checks: bool = False) -> Result:
     """Simulate a scenario (object or YAML path), optionally with another seed and dotted
     overrides, and return its Result."""
+    callback("progress", progress, PROGRESS)
     return simulate(prepare(scenario, seed=seed, overrides=overrides, recorder=recorder,
                             checks=checks), progress)
 
 
 def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     """Run a prepared simulation to its end and build the Result from its records."""
-    wall = sim.run(progress)
+    instance("sim", sim, Simulation, "a Simulation, from prepare()")
+    wall = sim.run(callback("progress", progress, PROGRESS))
     records = sim.records()
     series = Background(lambda: instance_series(records), "instance-series")
     scenario, conventions = sim.scenario, sim.conventions

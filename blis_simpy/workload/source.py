@@ -22,6 +22,7 @@ from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
 from blis_simpy.workload.trace import load_trace
 from blis_simpy.workload.trace_file import Trace
+from blis_simpy.workload.work import check_work
 
 
 class Deliver(Protocol):
@@ -36,6 +37,7 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
     reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
     A trace is read (and checked) here, before any event runs. Returns what the source noted
     about its input (trace rows it skipped), for the run's warnings."""
+    check_work(scenario)
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
         TenantWorkload(env, workload, scenario.seed, deliver,

@@ -15,6 +15,7 @@ import itertools
 
 from blis_simpy.config.workload import TraceWorkload
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import MAX_TRACE_BYTES, open_input
 from blis_simpy.workload.export import REFERENCE_COLUMNS
 from blis_simpy.workload.trace_csv import read_blis
 from blis_simpy.workload.trace_file import (
@@ -51,11 +52,7 @@ def load_trace(workload: TraceWorkload, *, seed: int, horizon: int | None,
     """Read and check the whole trace (up to the first row after `horizon`, µs). `truncate`:
     convert the reference CSV's seconds to µs as the reference does (compat mode)."""
     path = workload.path
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 (closed below; opening is what may fail)
-    except OSError as exc:
-        raise ScenarioError(PATH, f"cannot read {path}: {exc.strerror or exc}") from None
-    with handle:
+    with open_input(path, PATH, "a trace file", MAX_TRACE_BYTES) as handle:
         lines = TraceLines(path, handle)
         maker = TokenMaker(seed)
         columns = TraceColumns(lines, horizon, workload.models)

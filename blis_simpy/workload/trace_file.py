@@ -21,8 +21,15 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import reason
 from blis_simpy.core.request import Request
-from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, US_PER_S
+from blis_simpy.core.units import (
+    MAX_REQUESTS,
+    MAX_SIM_S,
+    MAX_TOKENS,
+    MAX_TOTAL_TOKENS,
+    US_PER_S,
+)
 
 PATH = "workload.path"
 # The longest line read: a row of MAX_TOKENS token ids of up to 19 digits and a comma each.
@@ -43,12 +50,19 @@ class TraceLines:
         return ScenarioError(PATH, f"line {self.number}: {problem}", valid, file=self.path)
 
     def __iter__(self) -> Iterator[str]:
-        while raw := self.handle.readline(MAX_LINE_BYTES + 1):
+        while raw := self.readline():
             self.number += 1
             if len(raw) > MAX_LINE_BYTES:
                 raise self.error(f"longer than {MAX_LINE_BYTES:,} bytes",
                                  "one row per line; is this a trace file?")
             yield self.decode(raw)
+
+    def readline(self) -> bytes:
+        try:
+            return self.handle.readline(MAX_LINE_BYTES + 1)
+        except OSError as exc:  # EIO from a failing disk or a /proc file
+            raise ScenarioError(PATH, f"cannot read {self.path} after line {self.number}: "
+                                f"{reason(exc)}") from None
 
     def decode(self, raw: bytes) -> str:
         try:
@@ -197,6 +211,7 @@ class TraceColumns:
     names: dict[str, int] = field(default_factory=dict)  # request name -> its line
     skipped: Counter[str] = field(default_factory=Counter)  # why -> rows
     seen_models: set[str] = field(default_factory=set)
+    tokens: int = 0  # prompt and output tokens of the rows kept
 
     def past_horizon(self, arrival: int) -> bool:
         """The row arrives after the horizon: it and every later row are not replayed."""
@@ -217,6 +232,10 @@ class TraceColumns:
         if len(self.arrival) == MAX_REQUESTS:
             raise self.lines.error(f"more than {MAX_REQUESTS:,} requests",
                                    "a shorter trace, or a horizon (horizon_s)")
+        self.tokens += input_len + output_len
+        if self.tokens > MAX_TOTAL_TOKENS:
+            raise self.lines.error(f"the rows so far hold more than {MAX_TOTAL_TOKENS:,} "
+                                   "tokens", "a shorter trace, or a horizon (horizon_s)")
         if labels is not None:
             self.check_name(labels.id or f"request_{len(self.arrival)}")
             self.labels.append(labels)

@@ -37,6 +37,8 @@ BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 MOONCAKE_BLOCK = 512  # prompt tokens per hash id
 NS_PER_US = 1000
+# The UTC offsets in use: Baker Island (-12:00) to Kiribati's Line Islands (+14:00).
+MAX_WEST, MAX_EAST = 12 * 3600, 14 * 3600
 
 # 2023: `2023-11-16 18:17:03.9799600`; 2024: `2024-05-10 00:00:00.009930+00:00`, or without
 # the fraction when it is 0.
@@ -96,17 +98,26 @@ def azure_ns(lines: TraceLines, text: str) -> int:
     if days < 0 or hour > 23 or minute > 59 or second > 59:
         raise lines.error(f"TIMESTAMP {shown(text)} is not a valid date and time",
                           AZURE_TIME_TEXT)
-    whole = ((days * 24 + hour) * 60 + minute) * 60 + second - utc_offset_s(match.group(8))
+    offset = utc_offset_s(match.group(8))
+    if offset is None:
+        raise lines.error(f"TIMESTAMP {shown(text)} has no real UTC offset",
+                          f"offsets from {-MAX_WEST // 3600:+03d}:00 to "
+                          f"{MAX_EAST // 3600:+03d}:00, minutes below 60")
+    whole = ((days * 24 + hour) * 60 + minute) * 60 + second - offset
     return whole * 10**9 + int((match.group(7) or "").ljust(9, "0"))
 
 
-def utc_offset_s(text: str | None) -> int:
-    """`+01:00`, `-0530` or `Z` as seconds east of UTC (0 when absent)."""
+def utc_offset_s(text: str | None) -> int | None:
+    """`+01:00`, `-0530` or `Z` as seconds east of UTC (0 when absent); None for an offset
+    no clock uses (`+99:00`, `+05:75`), which would shift the replay by hours or days."""
     if not text or text == "Z":
         return 0
     digits = text[1:].replace(":", "")
-    seconds = int(digits[:2]) * 3600 + int(digits[2:]) * 60
-    return seconds if text[0] == "+" else -seconds
+    hours, minutes = int(digits[:2]), int(digits[2:])
+    seconds = (hours * 60 + minutes) * 60 if text[0] == "+" else -(hours * 60 + minutes) * 60
+    if minutes > 59 or not -MAX_WEST <= seconds <= MAX_EAST:
+        return None
+    return seconds
 
 
 def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,

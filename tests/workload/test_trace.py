@@ -6,12 +6,15 @@ format on a small file written from its description, and the library's trace sce
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import blis_simpy
@@ -23,6 +26,8 @@ from blis_simpy.core.hashing import block_hashes
 from blis_simpy.sim.sample import sample
 from blis_simpy.workload.source import requests_of
 from blis_simpy.workload.trace import load_trace
+from blis_simpy.workload.trace_file import TraceLines
+from blis_simpy.workload.trace_published import azure_ns
 from blis_simpy.workload.trace_tokens import HashBlockTokens, TokenMaker
 from tests.trace_helpers import (
     AZURE_HEADER,
@@ -327,6 +332,36 @@ def test_bad_azure_timestamps_name_the_line(tmp_path, stamp):
     path = write(tmp_path / "t.csv", azure_text([("2023-11-16 18:17:03.9799600", 10, 5),
                                                  (stamp, 10, 5)]))
     assert_trace_error(refused(path), path, 3, f"TIMESTAMP {stamp!r}", "YYYY-MM-DD")
+
+
+@pytest.mark.parametrize("offset", ["+99:00", "+05:75", "-12:01", "+14:01", "+2400", "-9959"])
+def test_an_impossible_timezone_offset_in_a_trace_is_refused(tmp_path, offset):
+    path = write(tmp_path / "t.csv", azure_text([("2024-05-10 00:00:00.000000+00:00", 10, 5),
+                                                 (f"2024-05-10 00:00:01{offset}", 10, 5)]))
+    assert_trace_error(refused(path), path, 3, "no real UTC offset", "-12:00 to +14:00")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from("+-"), st.integers(0, 99), st.integers(0, 99), st.booleans())
+def test_any_timezone_offset_is_read_or_refused_as_a_clock_would(sign, hours, minutes, colon):
+    offset = f"{sign}{hours:02d}{':' if colon else ''}{minutes:02d}"
+    east = (hours * 60 + minutes) * 60 * (1 if sign == "+" else -1)
+    real = minutes < 60 and -12 * 3600 <= east <= 14 * 3600
+    lines = TraceLines("t.csv", io.BytesIO(b""))
+    if real:
+        assert azure_ns(lines, f"2024-05-10 00:00:00{offset}") == azure_ns(
+            lines, "2024-05-10 00:00:00") - east * 10**9
+    else:
+        with pytest.raises(ScenarioError, match="no real UTC offset"):
+            azure_ns(lines, f"2024-05-10 00:00:00{offset}")
+
+
+@pytest.mark.parametrize(("offset", "seconds"), [("-12:00", 43_200), ("+14:00", -50_400),
+                                                  ("+0530", -19_800), ("Z", 0)])
+def test_real_timezone_offsets_shift_the_arrival_by_their_hours(tmp_path, offset, seconds):
+    path = write(tmp_path / "t.csv", azure_text([("2024-05-10 00:00:00+00:00", 10, 5),
+                                                 (f"2024-05-11 00:00:00{offset}", 10, 5)]))
+    assert load(path).arrival.tolist() == [0, (86_400 + seconds) * 1_000_000]
 
 
 BURST_ROWS = [(5, "ChatGPT", 472, 18), (5, "GPT-4", 1054, 0), (7, "ChatGPT", 30, 210),
