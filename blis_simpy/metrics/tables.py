@@ -3,7 +3,8 @@ conventions chosen for the run (`conventions.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from blis_simpy.metrics.columns import Coded, Column, Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
 from blis_simpy.metrics.kv_tiers import tier_levels, tier_summary
-from blis_simpy.metrics.summary import summary_fields
+from blis_simpy.metrics.summary import Samples, summary_fields
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,71 +26,118 @@ if TYPE_CHECKING:
 def summary(records: Records, lat: RequestLatencies, conventions: Conventions,
             horizon_us: int | None) -> dict[str, Any]:
     """The cluster summary; with several instances, each one's summary under `instances`."""
-    everyone = list(range(len(records.instances)))
-    out = scope_summary(records, lat, conventions, everyone, "cluster", horizon_us)
+    return scoped_summary(records.instances, horizon_us, conventions,
+                          lambda members: scope_figures(records, lat, conventions, members))
+
+
+def scoped_summary(instances: Sequence[InstanceRecord], horizon_us: int | None,
+                   conventions: Conventions, figures: Callable[[list[int]], ScopeFigures]
+                   ) -> dict[str, Any]:
+    """The cluster's summary and, with several instances, each one's, from the figures of
+    the requests routed to a set of instances (positions in `instances`)."""
+    everyone = list(range(len(instances)))
+    out = scope_summary(figures(everyone), instances, conventions, "cluster", horizon_us)
     if len(everyone) > 1:
-        out["instances"] = [scope_summary(records, lat, conventions, [i],
-                                          records.instances[i].id, horizon_us)
-                            for i in everyone]
+        out["instances"] = [scope_summary(figures([i]), [instances[i]], conventions,
+                                          instances[i].id, horizon_us) for i in everyone]
     return out
 
 
-def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventions,
-                  members: list[int], instance_id: str, horizon_us: int | None
-                  ) -> dict[str, Any]:
-    """Summary over the requests routed to `members` (positions in `records.instances`; the
-    cluster also counts requests rejected before routing)."""
+@dataclass(frozen=True, slots=True)
+class ScopeFigures:
+    """What a scope's summary is made of: the requests routed to its instances (the cluster
+    also counts requests rejected before routing), counted and their latencies as samples."""
+
+    whole: bool  # the cluster
+    arrived: int
+    completed: int
+    queued: int
+    running: int
+    rejected: int
+    timed_out: int
+    input_tokens: int
+    output_tokens: int
+    preemptions: int
+    reject_codes: dict[str, int]  # rejections by code, codes in order
+    e2e: Samples
+    ttft: Samples
+    itl: Samples
+    scheduling_delay: Samples
+
+
+def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventions,
+                  members: list[int]) -> ScopeFigures:
+    """The figures of the requests routed to `members` (positions in `records.instances`)."""
     req = records.requests
-    instances = [records.instances[i] for i in members]
     whole = len(members) == len(records.instances)
     where = req.instance_index
     chosen = np.isin(where, members) | (whole & (where < 0))
     finished = chosen & req.in_state(State.COMPLETED)
-    queued = int((chosen & req.in_state(State.QUEUED)).sum())
-    running = int((chosen & req.in_state(State.RUNNING)).sum())
-    rejected = int((chosen & req.in_state(State.REJECTED)).sum())
-    completed = int(finished.sum())
     gaps = token_gaps(req, finished, records.instances)
-    ended = max(i.last_event for i in instances)
     e2e, ttft, delay = lat.e2e[chosen], lat.ttft[chosen], lat.scheduling_delay[chosen]
-    out = summary_fields(
-        instance_id=instance_id,
-        completed=completed,
-        still_queued=queued,
-        still_running=running,
-        injected=conventions.injected(int(chosen.sum()), rejected, completed, queued, running),
+    codes = [c for c, keep in zip(req.reject_code, chosen, strict=True) if keep and c]
+    return ScopeFigures(
+        whole=whole,
+        arrived=int(chosen.sum()),
+        completed=int(finished.sum()),
+        queued=int((chosen & req.in_state(State.QUEUED)).sum()),
+        running=int((chosen & req.in_state(State.RUNNING)).sum()),
+        rejected=int((chosen & req.in_state(State.REJECTED)).sum()),
+        timed_out=int((chosen & req.in_state(State.TIMED_OUT)).sum()),
         input_tokens=int(req.input_len[chosen & (req.queued_at >= 0)].sum()),
         output_tokens=conventions.output_tokens(req, chosen),
-        duration_us=ended if horizon_us is None else min(ended, horizon_us),
-        e2e=e2e[e2e >= 0],
-        ttft=ttft[ttft >= 0],
-        itl=conventions.itl(gaps, req, finished, records.instances),
-        scheduling_delay=delay[delay >= 0],
         preemptions=int(req.preemptions[chosen].sum()),
+        reject_codes={code: codes.count(code) for code in sorted(set(codes))},
+        e2e=Samples(e2e[e2e >= 0]),
+        ttft=Samples(ttft[ttft >= 0]),
+        itl=conventions.itl(gaps, req, finished, records.instances),
+        scheduling_delay=Samples(delay[delay >= 0]),
+    )
+
+
+def scope_summary(fig: ScopeFigures, instances: Sequence[InstanceRecord],
+                  conventions: Conventions, instance_id: str, horizon_us: int | None
+                  ) -> dict[str, Any]:
+    """One scope's summary: the reference's fields, the cache hit rate, the KV tiers' use
+    and where the requests went."""
+    ended = max(i.last_event for i in instances)
+    out = summary_fields(
+        instance_id=instance_id,
+        completed=fig.completed,
+        still_queued=fig.queued,
+        still_running=fig.running,
+        injected=conventions.injected(fig.arrived, fig.rejected, fig.completed, fig.queued,
+                                      fig.running),
+        input_tokens=fig.input_tokens,
+        output_tokens=fig.output_tokens,
+        duration_us=ended if horizon_us is None else min(ended, horizon_us),
+        e2e=fig.e2e,
+        ttft=fig.ttft,
+        itl=fig.itl,
+        scheduling_delay=fig.scheduling_delay,
+        preemptions=fig.preemptions,
         kv_allocation_failures=sum(i.kv_failures for i in instances),
     )
     out["cache_hit_rate"] = conventions.hit_rate(instances)
     tiers = tier_summary(instances)
     if tiers is not None:
         out["kv_tiers"] = tiers
-    out.update(outcome_counts(req, chosen, whole))
+    out.update(outcome_counts(fig))
     return out
 
 
-def outcome_counts(req: RequestColumns, chosen: np.ndarray, whole: bool) -> dict[str, Any]:
+def outcome_counts(fig: ScopeFigures) -> dict[str, Any]:
     """Where the requests went: every arrival is admitted or rejected by admission; every
     admitted one is completed, rejected by an instance, or still in the system at the end.
     Rejections by stable code (`reject_code` in the requests table)."""
-    codes = [c for c, keep in zip(req.reject_code, chosen, strict=True) if keep and c]
-    by_code = {code: codes.count(code) for code in sorted(set(codes))}
+    by_code = fig.reject_codes
     out: dict[str, Any] = {}
-    if whole:
-        arrived = int(chosen.sum())
-        out["arrived_requests"] = arrived
-        out["admitted_requests"] = arrived - by_code.get(RejectCode.ADMISSION, 0)
-    out["rejected_requests"] = len(codes)
+    if fig.whole:
+        out["arrived_requests"] = fig.arrived
+        out["admitted_requests"] = fig.arrived - by_code.get(RejectCode.ADMISSION, 0)
+    out["rejected_requests"] = sum(by_code.values())
     out["rejected_by_reason"] = by_code
-    out["timed_out_requests"] = int((chosen & req.in_state(State.TIMED_OUT)).sum())
+    out["timed_out_requests"] = fig.timed_out
     return out
 
 

@@ -12,6 +12,7 @@ from blis_simpy.config.scenario import Scenario, set_path
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
+from blis_simpy.metrics.conventions import step_durations
 from blis_simpy.metrics.evaluation import evaluate
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.tables import (
@@ -79,7 +80,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     records = sim.records()
     series = Background(lambda: instance_series(records), "instance-series")
     scenario, conventions = sim.scenario, sim.conventions
-    lat = conventions.latencies(records.requests, records.instances)
+    lat = conventions.latencies(records.requests, step_durations(records.instances))
     stats = summary(records, lat, conventions, scenario.horizon_us)
     stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
     requests = request_table(records.requests, lat)
