@@ -187,6 +187,9 @@ def run(
     trace_format: Annotated[list[str] | None, typer.Option(
         help="extra trace file: jsonl (decisions.jsonl) or perfetto (trace.json); "
         "repeatable (outputs.trace_formats)")] = None,
+    records: Annotated[str, typer.Option(
+        help="memory, stream (requests and steps written as the run goes, memory flat in "
+        "its length: docs/scale.md) or auto (stream from 1,000,000 requests)")] = "auto",
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
     from blis_simpy.sim.output import OutputFolder
@@ -211,7 +214,7 @@ def run(
         bar = progress_bar(resolved, forced=bool(progress))
     started = time.perf_counter()
     try:
-        result = simulate(sim, progress=bar)
+        result = simulate(sim, progress=bar, folder=folder, record_mode=records)
         if bar is not None:
             bar.writing(target)
         result.save(folder)

@@ -88,7 +88,11 @@ class Conventions:
         return gaps.samples(instances, delay, more)
 
     def output_tokens(self, req: RequestColumns, chosen: np.ndarray) -> int:
-        return int(req.emitted[chosen].sum())
+        return int(self.counted_tokens(req)[chosen].sum())
+
+    def counted_tokens(self, req: RequestColumns) -> np.ndarray:
+        """Each request's output tokens as the summary counts them."""
+        return req.emitted
 
     def injected(self, arrived: int, rejected: int, completed: int, queued: int,
                  running: int) -> int:
@@ -123,8 +127,8 @@ class ReferenceConventions(Conventions):
         itl_mean = np.where(done & (out > 0), itl_sum / np.maximum(out - 1, 1), 0.0)
         return RequestLatencies(ttft, e2e, itl_mean, self.scheduling_delay(req))
 
-    def output_tokens(self, req: RequestColumns, chosen: np.ndarray) -> int:
-        return int(np.maximum(req.emitted[chosen] - 1, 0).sum())
+    def counted_tokens(self, req: RequestColumns) -> np.ndarray:
+        return np.maximum(req.emitted - 1, 0)
 
     def injected(self, arrived: int, rejected: int, completed: int, queued: int,
                  running: int) -> int:

@@ -197,10 +197,17 @@ def instance_ids(instances: Sequence[InstanceRecord]) -> Coded:
 
 def step_table(records: Records) -> Table:
     """One row per engine step and instance."""
-    insts = records.instances
+    return steps_of(records.instances)
+
+
+def steps_of(insts: Sequence[InstanceRecord], first: Sequence[int] | None = None) -> Table:
+    """The step rows of `insts`, instance after instance; `first`: each one's first step
+    number (a streaming run's later rows), else 0."""
+    starts = first or [0] * len(insts)
     return Table({
         "instance": instance_ids(insts),
-        "step": each_step(insts, lambda i: np.arange(len(i.start))),
+        "step": np.concatenate([np.arange(start, start + len(inst.start))
+                                for start, inst in zip(starts, insts, strict=True)]),
         "start_s": each_step(insts, lambda i: i.start / US_PER_S),
         "duration_ms": each_step(insts, lambda i: i.duration / US_PER_MS),
         "prefill_tokens": each_step(insts, lambda i: i.new_tokens),

@@ -89,13 +89,18 @@ class Simulation:
         until = math.inf if horizon is None else horizon
         started = time.perf_counter()
         count = 0
+        recorder = self.recorder
+        streaming = recorder.sink is not None  # hands finished requests over between slices
         with sparse_collection():
-            if progress is None:
+            if progress is None and not streaming:
                 count = run_events(self.env, until, sys.maxsize, self.checks)
             else:
                 while (ran := run_events(self.env, until, every, self.checks)) == every:
                     count += ran
-                    progress(self.progress(count, started))
+                    if streaming:
+                        recorder.sweep(self.env.now)
+                    if progress is not None:
+                        progress(self.progress(count, started))
                 count += ran
         for instance in self.fleet:
             instance.finish()
@@ -107,7 +112,7 @@ class Simulation:
         recorder = self.recorder
         finished = (sum(inst.completions for inst in self.fleet) + len(recorder.rejections)
                     + self.gateway.timed_out)
-        return RunProgress(self.env.now, len(recorder.requests), finished, events,
+        return RunProgress(self.env.now, recorder.arrived, finished, events,
                            time.perf_counter() - started, done)
 
     @property

@@ -38,6 +38,11 @@ class OutputFolder:
         self.target = self.path.resolve()  # the real folder, a symlink followed
         self.in_place = self.target.is_dir() and mount_point(self.target)
         self.staging = self.claim()
+        self.committed = False
+
+    def location(self) -> Path:
+        """Where the files are: the folder once committed, else the staging folder."""
+        return self.path if self.committed else self.staging
 
     def check_target(self, force: bool) -> None:
         path = self.path
@@ -91,6 +96,7 @@ class OutputFolder:
             write(self.staging, self.format)
             if self.in_place:
                 self.replace_entries()
+                self.committed = True
                 return sorted(self.path.iterdir())
             old = self.set_aside()
         except BaseException:
@@ -103,6 +109,7 @@ class OutputFolder:
                 os.rename(old, self.target)
             self.discard()
             raise
+        self.committed = True
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return sorted(self.path.iterdir())

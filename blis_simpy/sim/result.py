@@ -48,6 +48,9 @@ class Result:
     replica_table: Table | None = None  # ... and each config's replica count over time
     transfer_table: Table | None = None  # P/D: one row per KV handoff
     transfer_queue_table: Table | None = None  # P/D: handoffs waiting for the link over time
+    # A streaming run's folder, which holds its requests and steps tables (sim/stream.py);
+    # request_table and step_table are then empty.
+    streamed: OutputFolder | None = None
 
     @cached_property
     def transfers(self) -> pd.DataFrame | None:
@@ -67,12 +70,22 @@ class Result:
     @cached_property
     def requests(self) -> pd.DataFrame:
         """One row per request that arrived, in arrival order (requests.csv)."""
-        return self.request_table.frame()
+        return self.request_table.frame() if self.streamed is None else self.read("requests")
 
     @cached_property
     def steps(self) -> pd.DataFrame:
         """One row per engine step and instance (steps.csv)."""
-        return self.step_table.frame()
+        return self.step_table.frame() if self.streamed is None else self.read("steps")
+
+    def read(self, name: str) -> pd.DataFrame:
+        """A streamed table, from the output folder (or its staging copy before it is
+        saved)."""
+        import pandas as pd
+
+        assert self.streamed is not None
+        path = self.streamed.location() / f"{name}.{self.streamed.format}"
+        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(
+            path, keep_default_na=False, na_values=[""])
 
     @cached_property
     def anomalies(self) -> pd.DataFrame | None:
@@ -160,12 +173,14 @@ class Result:
                 json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
         for name, text in {**self.extra_files, **self.trace_files}.items():
             (folder / name).write_text(text)
+        streamed = ("requests", "steps") if self.streamed is not None else ()
         tables = [(table, folder / f"{name}.{fmt}") for name, table in (
             ("requests", self.request_table), ("steps", self.step_table),
             ("anomalies", self.anomaly_table), ("instances", self.instance_table),
             ("decisions", self.decision_table), ("scale_events", self.scale_event_table),
             ("replicas", self.replica_table), ("transfers", self.transfer_table),
-            ("transfer_queue", self.transfer_queue_table)) if table is not None]
+            ("transfer_queue", self.transfer_queue_table))
+            if table is not None and name not in streamed]
         write_tables(tables)
 
 
