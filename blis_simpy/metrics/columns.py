@@ -170,6 +170,12 @@ class TableWriter:
         elif self.parquet is not None:
             self.parquet.close()
 
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def quoted(cells: list[str]) -> list[str]:
     """Text cells as the csv module writes them, the whole column checked at once: nearly

@@ -23,7 +23,7 @@ about 1e-15 relative).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,9 @@ from blis_simpy.core.records import (
     RequestColumns,
 )
 from blis_simpy.core.request import State
-from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.metrics.anomalies import episodes, slo_violations
-from blis_simpy.metrics.columns import Table, TableWriter
+from blis_simpy.metrics.columns import Coded, Table, TableWriter
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.evaluation import EvaluationResult, evaluation, request_targets
 from blis_simpy.metrics.order_stats import ALL, Cell, SampleFile, pairwise_sum
@@ -60,7 +59,13 @@ from blis_simpy.metrics.raw import (
     stats,
 )
 from blis_simpy.metrics.summary import PERCENTILES, Samples, Selected, ranks
-from blis_simpy.metrics.tables import ScopeFigures, request_table, scoped_summary, steps_of
+from blis_simpy.metrics.tables import (
+    ScopeFigures,
+    request_table,
+    scoped_summary,
+    series_columns,
+    steps_of,
+)
 from blis_simpy.metrics.warnings import run_warnings
 
 SERIES = ("e2e", "ttft", "delay", "tpot")  # the latencies whose order statistics are asked
@@ -99,11 +104,9 @@ class Histogram:
 class InstanceSteps:
     """One instance's steps as a streaming run sees them: the rows from step `base` on that
     pending requests may still read, the token-gap weights of the completed requests (a
-    difference array over those rows), the inter-token gaps folded so far, and its
-    time-weighted levels (sums of level x duration)."""
+    difference array over those rows), and the inter-token gaps folded so far."""
 
-    def __init__(self, log: InstanceLog, gap_delay: int) -> None:
-        self.id, self.kv_total = log.id, log.kv_total
+    def __init__(self, gap_delay: int) -> None:
         self.gap_delay = gap_delay
         self.base = 0  # the step number of the first row held
         self.count = 0  # rows handed over
@@ -111,22 +114,12 @@ class InstanceSteps:
         self.duration = np.zeros(0, dtype=np.int64)
         self.diff = np.zeros(1, dtype=np.int64)  # one more than the rows held
         self.itl = Histogram()
-        self.busy = self.queue = self.batch = self.kv = 0.0
-        self.last = np.zeros(len(STEP_FIELDS), dtype=np.int64)  # the newest row
 
     def add(self, rows: np.ndarray) -> None:
-        start, duration = rows[:, 0], rows[:, 1]
-        self.start = np.concatenate((self.start, start))
-        self.duration = np.concatenate((self.duration, duration))
+        self.start = np.concatenate((self.start, rows[:, START]))
+        self.duration = np.concatenate((self.duration, rows[:, DURATION]))
         self.diff = np.concatenate((self.diff, np.zeros(len(rows), dtype=np.int64)))
         self.count += len(rows)
-        self.last = rows[-1].copy()
-        d = duration.astype(float)
-        self.busy += float(d.sum())
-        self.queue += float((rows[:, STEP_FIELDS.index("queue_depth")] * d).sum())
-        self.batch += float((rows[:, STEP_FIELDS.index("batch_size")] * d).sum())
-        if self.kv_total:
-            self.kv += float((rows[:, STEP_FIELDS.index("kv_used")] / self.kv_total * d).sum())
 
     def durations(self, steps: np.ndarray) -> np.ndarray:
         return self.duration[steps - self.base]
@@ -164,18 +157,66 @@ class InstanceSteps:
         self.diff[0] += carry
         self.base += cut
 
-    def levels(self, span_us: float) -> dict[str, float]:
-        """The time-weighted levels over `span_us`; a step still running at the end (at a
-        horizon) counts up to the end only, as in memory (metrics/raw.py: time_weighted)."""
-        start, duration = int(self.last[0]), int(self.last[1])
-        cut = (min(start + duration, span_us) - start) - duration  # <= 0
-        row = self.last
-        kv = None
-        if self.kv_total:
-            kv = self.kv + row[STEP_FIELDS.index("kv_used")] / self.kv_total * cut
-        return levels(span_us, self.busy + cut,
-                      self.queue + row[STEP_FIELDS.index("queue_depth")] * cut,
-                      self.batch + row[STEP_FIELDS.index("batch_size")] * cut, kv)
+
+class StepFile:
+    """Every step row of a streaming run, in a scratch file of int64 rows (chunks as they
+    were handed over, each instance's in order), read back one instance at a time or all
+    merged by time at the end: the steps and instances tables and the time-weighted levels
+    come from it as from rows in memory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle = path.open("wb")
+        self.chunks: dict[int, list[tuple[int, int]]] = {}  # position -> (offset, rows)
+        self.size = 0
+
+    def add(self, position: int, rows: np.ndarray) -> None:
+        self.chunks.setdefault(position, []).append((self.size, len(rows)))
+        data = np.ascontiguousarray(rows, dtype=np.int64).tobytes()
+        self.handle.write(data)
+        self.size += len(data)
+
+    def count(self, position: int) -> int:
+        return sum(rows for _, rows in self.chunks.get(position, []))
+
+    def rows(self, position: int, group: int = 16) -> Iterator[np.ndarray]:
+        """The instance's rows in order, `group` chunks at a time."""
+        self.handle.flush()
+        chunks = self.chunks.get(position, [])
+        width = len(STEP_FIELDS)
+        with self.path.open("rb") as f:
+            for i in range(0, len(chunks), group):
+                parts = []
+                for offset, rows in chunks[i:i + group]:
+                    f.seek(offset)
+                    parts.append(np.fromfile(f, dtype=np.int64, count=rows * width))
+                yield np.concatenate(parts).reshape(-1, width)
+
+    def close(self) -> None:
+        self.handle.close()
+        self.path.unlink(missing_ok=True)
+
+
+def merged_by_time(parts: Sequence[Iterator[np.ndarray]]) -> Iterator[tuple[np.ndarray,
+                                                                             np.ndarray]]:
+    """Rows of several instances' streams (each in time order) as (rows, stream index), in
+    time order, same-time rows in stream order: a stable sort of everything by time, a
+    window at a time (rows up to the earliest last time any stream has buffered)."""
+    buffers: list[np.ndarray | None] = [next(p, None) for p in parts]
+    while any(b is not None for b in buffers):
+        until = min(float(b[-1, START]) for b in buffers if b is not None)
+        taken, owner = [], []
+        for i, buffer in enumerate(buffers):
+            if buffer is None:
+                continue
+            cut = int(np.searchsorted(buffer[:, START], until, side="right"))
+            taken.append(buffer[:cut])
+            owner.append(np.full(cut, i, dtype=np.int64))
+            rest = buffer[cut:]
+            buffers[i] = rest if len(rest) else next(parts[i], None)
+        rows, who = np.concatenate(taken), np.concatenate(owner)
+        order = np.argsort(rows[:, START] / US_PER_S, kind="stable")
+        yield rows[order], who[order]
 
 
 @dataclass
@@ -279,9 +320,10 @@ class StreamingRecords:
     def __init__(self, folder: Path, fmt: str, scenario: Scenario,
                  conventions: Conventions) -> None:
         self.scenario, self.conventions = scenario, conventions
+        self.folder, self.format = folder, fmt
         self.request_file = TableWriter(folder / f"requests.{fmt}")
-        self.step_file = TableWriter(folder / f"steps.{fmt}")
-        self.instances: list[InstanceSteps] = []
+        self.step_rows = StepFile(folder / ".steps.rows")
+        self.instances: dict[int, InstanceSteps] = {}  # by position
         self.series = {name: Series(folder / f".{name}.samples", floats=name == "tpot")
                        for name in SERIES}
         self.classes, self.tenants = Codes(), Codes()
@@ -291,18 +333,16 @@ class StreamingRecords:
         self.reject_codes: dict[int, Counter[str]] = {}  # by instance position + 1
         self.totals: Counter[str] = Counter()
         self.violations: list[Anomaly] = []
+        self.logs: Sequence[InstanceRecord] = ()  # the instances' final records
 
     # -- the sink ---------------------------------------------------------------------------
 
     def steps(self, log: InstanceLog, rows: np.ndarray) -> None:
-        while len(self.instances) <= log.position:
-            self.instances.append(InstanceSteps(log, self.conventions.gap_delay))
-        steps = self.instances[log.position]
-        first = steps.count
+        steps = self.instances.get(log.position)
+        if steps is None:
+            steps = self.instances[log.position] = InstanceSteps(self.conventions.gap_delay)
         steps.add(rows)
-        record = InstanceRecord(log.id, log.role, log.kv_total, 0, 0, 0, 0,
-                                *(rows[:, i] for i in range(len(STEP_FIELDS))))
-        self.step_file.write(steps_of([record], [first]))
+        self.step_rows.add(log.position, rows)
 
     def requests(self, chunk: RequestColumns, floors: dict[int, int]) -> None:
         lat = self.conventions.latencies(chunk, self.durations)
@@ -310,7 +350,7 @@ class StreamingRecords:
         self.request_file.write(table)
         self.gaps(chunk)
         self.count(chunk, lat, table)
-        for position, steps in enumerate(self.instances):
+        for position, steps in self.instances.items():
             steps.fold(floors.get(position, steps.count))
 
     def durations(self, where: np.ndarray, steps: np.ndarray) -> np.ndarray:
@@ -378,29 +418,29 @@ class StreamingRecords:
     def finish(self, records: Records, wall_s: float, notes: list[str]
                ) -> tuple[dict[str, Any], dict[str, Any], EvaluationResult, list[Anomaly]]:
         """The summary, RawMetrics, the evaluation and the anomalies, once the recorder has
-        closed (every request and step handed over)."""
-        for steps in self.instances:
-            steps.fold(steps.count)
-        self.select(len(records.instances))
+        closed (every request and step handed over); the steps and instances tables are
+        written from the step rows."""
+        logs = self.logs = records.instances
+        for position in range(len(logs)):
+            self.steps_of(position).fold(self.steps_of(position).count)
+        self.select(len(logs))
         scenario = self.scenario
-        stats = scoped_summary(records.instances, scenario.horizon_us, self.conventions,
-                               self.figures)
+        stats = scoped_summary(logs, scenario.horizon_us, self.conventions, self.figures)
         stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario) + notes
         seconds = records.ended_at / US_PER_S
         metrics = assemble(
             self.group(ALL, 0, seconds), self.whole_totals(), seconds,
-            self.conventions.hit_rate(records.instances),
+            self.conventions.hit_rate(logs),
             {name: self.group("klass", code, seconds) for name, code in self.classes.by_name()},
             {name: self.group("tenant", code, seconds) for name, code in self.tenants.by_name()},
-            {steps.id: steps.levels(seconds * US_PER_S) for steps in self.instances})
+            {log.id: self.levels(i, log, seconds * US_PER_S) for i, log in enumerate(logs)})
         anomalies = [*records.anomalies, *self.violations,
                      *episodes(records, scenario.evaluation, scenario.engine.kv_tiers)]
-        metrics, result, anomalies = evaluation(scenario, metrics, stats, anomalies, seconds,
-                                                wall_s)
-        return stats, metrics, result, anomalies
+        self.write_steps(logs)
+        return (stats, *evaluation(scenario, metrics, stats, anomalies, seconds, wall_s))
 
     def select(self, instances: int) -> None:
-        """Find every order statistic the summary and RawMetrics read, a pass or a few over
+        """Find every order statistic the summary and RawMetrics read, a few passes over
         each scratch file."""
         cells: list[Cell] = [(ALL, 0), *(("instance", i + 1) for i in range(instances)),
                              *(("klass", c) for c in self.classes.index.values()),
@@ -412,18 +452,58 @@ class StreamingRecords:
                 if not n:
                     continue
                 ks = wanted.setdefault(cell, set())
-                if cell[0] in (ALL, "instance") and name != "tpot":
+                if cell[0] in (ALL, "instance") and name != "tpot":  # the summary's
                     for p in ((99,) if name == "delay" else PERCENTILES):
                         ks.update(ranks(n, p))
-                if cell[0] != "instance" and name != "delay":
+                if cell[0] != "instance" and name != "delay":  # RawMetrics'
                     for _, q in STATS:
                         if q is not None:
                             below, above, _ = linear(n, q)
                             ks.update(k if k >= 0 else n - 1 for k in (below, above))
             series.select(wanted)
 
+    def steps_of(self, position: int) -> InstanceSteps:
+        steps = self.instances.get(position)
+        if steps is None:  # an instance that never stepped
+            steps = self.instances[position] = InstanceSteps(self.conventions.gap_delay)
+        return steps
+
+    def levels(self, position: int, log: InstanceRecord, span_us: float) -> dict[str, float]:
+        """The instance's time-weighted levels as metrics/raw.py computes them from its rows
+        in memory (time_weighted), the same sums to the last bit (pairwise_sum)."""
+        n = self.step_rows.count(position)
+
+        def total(level: Callable[[np.ndarray], np.ndarray]) -> float:
+            return pairwise_sum((level(rows) * clipped(rows, span_us)
+                                 for rows in self.step_rows.rows(position)), n)
+
+        return levels(span_us, total(lambda rows: np.ones(len(rows))),
+                      total(lambda rows: rows[:, QUEUE]), total(lambda rows: rows[:, BATCH]),
+                      total(lambda rows: rows[:, KV] / log.kv_total) if log.kv_total else None)
+
+    def write_steps(self, logs: Sequence[InstanceRecord]) -> None:
+        """The steps table (instance after instance) and the instances table (every step
+        by time, same-time steps in instance id order), as in memory."""
+        with TableWriter(self.folder / f"steps.{self.format}") as out:
+            for position, log in enumerate(logs):
+                first = 0
+                for rows in self.step_rows.rows(position):
+                    out.write(steps_of([as_record(log, rows)], [first]))
+                    first += len(rows)
+            if not out.started:
+                out.write(steps_of([as_record(logs[0], np.zeros((0, len(STEP_FIELDS)),
+                                                                 np.int64))]))
+        ranked = sorted(range(len(logs)), key=lambda i: logs[i].id)
+        with TableWriter(self.folder / f"instances.{self.format}") as out:
+            for rows, who in merged_by_time([self.step_rows.rows(i) for i in ranked]):
+                where = np.array(ranked, dtype=np.int64)[who]
+                out.write(instance_series(rows, where, logs))
+            if not out.started:
+                out.write(instance_series(np.zeros((0, len(STEP_FIELDS)), np.int64),
+                                          np.zeros(0, np.int64), logs))
+
     def figures(self, members: list[int]) -> ScopeFigures:
-        whole = len(members) == len(self.instances)
+        whole = len(members) == len(self.logs)
         codes = [0, *(m + 1 for m in members)] if whole else [m + 1 for m in members]
         cell: Cell = (ALL, 0) if whole else ("instance", members[0] + 1)
 
@@ -434,7 +514,7 @@ class StreamingRecords:
         for c in codes:
             reject_codes.update(self.reject_codes.get(c, {}))
         series = self.series
-        itl = Histogram.merged([self.instances[m].itl for m in members])
+        itl = Histogram.merged([self.steps_of(m).itl for m in members])
         return ScopeFigures(
             whole=whole, arrived=total("arrived"), completed=total("completed"),
             queued=total("queued"), running=total("running"), rejected=total("rejected"),
@@ -464,13 +544,35 @@ class StreamingRecords:
                       self.by_instance["preemptions"].total())
 
     def close(self) -> None:
-        """Close the tables (a run without steps gets the steps table's header) and delete
-        the scratch files."""
-        if not self.step_file.started:
-            no_rows = np.zeros(0, dtype=np.int64)
-            self.step_file.write(steps_of([InstanceRecord(
-                "", Role.MONOLITHIC, 0, 0, 0, 0, 0, *([no_rows] * len(STEP_FIELDS)))], [0]))
+        """Close the requests table and delete the scratch files."""
         self.request_file.close()
-        self.step_file.close()
+        self.step_rows.close()
         for series in self.series.values():
             series.file.close()
+
+
+START, DURATION, QUEUE, BATCH, KV = (STEP_FIELDS.index(name) for name in (
+    "start", "duration", "queue_depth", "batch_size", "kv_used"))
+
+
+def clipped(rows: np.ndarray, span_us: float) -> np.ndarray:
+    """Each step's duration, a step still running at the end (at a horizon) counted up to
+    the end only (metrics/raw.py: time_weighted)."""
+    start = rows[:, START]
+    return (np.minimum(start + rows[:, DURATION], span_us) - start).astype(float)
+
+
+def instance_series(rows: np.ndarray, where: np.ndarray, logs: Sequence[InstanceRecord]
+                    ) -> Table:
+    """Instances table rows: step `rows` of the instances at positions `where`."""
+    ids = Coded([log.id for log in logs], where)
+    kv_total = np.array([log.kv_total or 1 for log in logs], dtype=np.int64)[where]
+    return Table(series_columns(ids, rows[:, START], rows[:, QUEUE], rows[:, BATCH],
+                                rows[:, KV], kv_total, rows[:, DURATION]))
+
+
+def as_record(log: InstanceRecord, rows: np.ndarray) -> InstanceRecord:
+    """Step rows of an instance as the record they would be part of in memory."""
+    return InstanceRecord(log.id, log.role, log.kv_total, log.kv_hits, log.kv_misses,
+                          log.kv_failures, log.last_event,
+                          *(rows[:, i] for i in range(len(STEP_FIELDS))))

@@ -223,16 +223,15 @@ def instance_series(records: Records) -> Table:
     # Steps in time order, same-time steps by instance id: the instances taken in id order
     # (stable: equal ids keep the fleet's), a stable sort on time leaves ties in that order.
     insts = sorted(records.instances, key=lambda i: i.id)
-    time_s = each_step(insts, lambda i: i.start / US_PER_S)
-    order = np.argsort(time_s, kind="stable")
-    table: dict[str, Column] = {
-        "instance": instance_ids(insts)[order],
-        "time_s": time_s[order],
-        "queue_depth": each_step(insts, lambda i: i.queue_depth)[order],
-        "batch_size": each_step(insts, lambda i: i.batch_size)[order],
-        "kv_utilization": each_step(insts, lambda i: i.kv_used / (i.kv_total or 1))[order],
-        "busy_s": each_step(insts, lambda i: i.duration / US_PER_S)[order],
-    }
+    start = each_step(insts, lambda i: i.start)
+    order = np.argsort(start / US_PER_S, kind="stable")
+    table = series_columns(instance_ids(insts)[order], start[order],
+                           each_step(insts, lambda i: i.queue_depth)[order],
+                           each_step(insts, lambda i: i.batch_size)[order],
+                           each_step(insts, lambda i: i.kv_used)[order],
+                           each_step(insts, lambda i: np.full(len(i.start), i.kv_total or 1)
+                                     )[order],
+                           each_step(insts, lambda i: i.duration)[order])
     if any(i.role is not Role.MONOLITHIC for i in insts):  # P/D: each instance's role
         roles = np.array([str(i.role) for i in insts for _ in range(len(i.start))], object)
         table["role"] = roles[order].tolist()
@@ -240,6 +239,15 @@ def instance_series(records: Records) -> Table:
         table["kv_cpu_utilization"] = each_step(insts, lambda i: tier_levels(i)[0])[order]
         table["kv_storage_utilization"] = each_step(insts, lambda i: tier_levels(i)[1])[order]
     return Table(table)
+
+
+def series_columns(instance: Column, start: np.ndarray, queue_depth: np.ndarray,
+                   batch_size: np.ndarray, kv_used: np.ndarray, kv_total: np.ndarray,
+                   duration: np.ndarray) -> dict[str, Column]:
+    """The instances table's columns, one row per step (in the order given)."""
+    return {"instance": instance, "time_s": start / US_PER_S, "queue_depth": queue_depth,
+            "batch_size": batch_size, "kv_utilization": kv_used / kv_total,
+            "busy_s": duration / US_PER_S}
 
 
 def group_table(requests: pd.DataFrame, column: str) -> pd.DataFrame:

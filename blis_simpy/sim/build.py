@@ -44,6 +44,8 @@ from blis_simpy.workload import source
 if TYPE_CHECKING:
     from blis_simpy.core.scale_log import ScaleLog
 
+EVENTS_PER_SLICE = 8192
+
 # The instance class of each role (P/D pools use the prefill and decode ones: engine/pd.py).
 ROLES: dict[Role, type[Instance]] = {Role.MONOLITHIC: Instance, Role.PREFILL: PrefillInstance,
                                      Role.DECODE: DecodeInstance}
@@ -83,8 +85,11 @@ class Simulation:
         self.input_notes = input_notes  # what the source noted (trace rows skipped)
         self.scale_log = scale_log  # with a deployment section: lifecycle and scale actions
 
-    def run(self, progress: Progress | None = None, every: int = 8192) -> float:
-        """Process every event up to the horizon; returns the wall time spent (s)."""
+    def run(self, progress: Progress | None = None, every: int = 0) -> float:
+        """Process every event up to the horizon, `every` events at a time (default
+        EVENTS_PER_SLICE) when something is done between slices (progress reports, a
+        streaming run's hand-over); returns the wall time spent (s)."""
+        every = every or EVENTS_PER_SLICE
         horizon = self.scenario.horizon_us
         until = math.inf if horizon is None else horizon
         started = time.perf_counter()

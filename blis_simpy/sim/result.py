@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from blis_simpy.metrics.trace.summary import TraceInputs
 
 
+STREAMED = ("requests", "steps", "instances")  # the tables a streaming run writes itself
+
+
 @dataclass(frozen=True, repr=False)
 class Result:
     """One simulation's outcome. Small and picklable: plain values and column tables, each
@@ -48,8 +51,8 @@ class Result:
     replica_table: Table | None = None  # ... and each config's replica count over time
     transfer_table: Table | None = None  # P/D: one row per KV handoff
     transfer_queue_table: Table | None = None  # P/D: handoffs waiting for the link over time
-    # A streaming run's folder, which holds its requests and steps tables (sim/stream.py);
-    # request_table and step_table are then empty.
+    # A streaming run's folder, which holds its requests, steps and instances tables
+    # (sim/stream.py); request_table and step_table are then empty.
     streamed: OutputFolder | None = None
 
     @cached_property
@@ -93,6 +96,8 @@ class Result:
 
     @cached_property
     def instances(self) -> pd.DataFrame | None:
+        if self.streamed is not None:
+            return self.read("instances")
         return None if self.instance_table is None else self.instance_table.frame()
 
     @cached_property
@@ -173,7 +178,7 @@ class Result:
                 json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
         for name, text in {**self.extra_files, **self.trace_files}.items():
             (folder / name).write_text(text)
-        streamed = ("requests", "steps") if self.streamed is not None else ()
+        streamed = STREAMED if self.streamed is not None else ()
         tables = [(table, folder / f"{name}.{fmt}") for name, table in (
             ("requests", self.request_table), ("steps", self.step_table),
             ("anomalies", self.anomaly_table), ("instances", self.instance_table),
