@@ -150,6 +150,12 @@ def seconds(values: np.ndarray) -> np.ndarray:
     return np.where(values >= 0, values / US_PER_S, np.nan)
 
 
+# The tables' text columns (the rest are numbers): read back from CSV as text, an empty cell
+# as an empty string.
+TEXT_COLUMNS = frozenset(("id", "instance", "tenant", "slo_class", "model", "request_type",
+                          "session", "final_state", "reject_code", "reject_reason", "role"))
+
+
 def request_table(req: RequestColumns, lat: RequestLatencies) -> Table:
     """One row per request that arrived, in arrival order."""
     return Table({

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.fitness import EvaluationResult
-from blis_simpy.metrics.tables import group_table
+from blis_simpy.metrics.tables import TEXT_COLUMNS, group_table
 from blis_simpy.sim.background import Background
 from blis_simpy.sim.output import OutputFolder
 
@@ -87,8 +87,15 @@ class Result:
 
         assert self.streamed is not None
         path = self.streamed.location() / f"{name}.{self.streamed.format}"
-        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(
-            path, keep_default_na=False, na_values=[""])
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        header = pd.read_csv(path, nrows=0).columns
+        text = [column for column in header if column in TEXT_COLUMNS]
+        frame = pd.read_csv(path, keep_default_na=False, na_values=[""],
+                            dtype=dict.fromkeys(text, str))
+        for column in text:  # an empty cell is an empty string, as in memory
+            frame[column] = frame[column].fillna("")
+        return frame
 
     @cached_property
     def anomalies(self) -> pd.DataFrame | None:
