@@ -151,10 +151,13 @@ class ProgressBar:
             sys.stderr.write("\n")
 
 
-def progress_bar(scenario: "Scenario", forced: bool) -> ProgressBar:
-    """What the bar can know in advance: the request count and when arrivals stop."""
+def progress_bar(scenario: "Scenario", forced: bool, total: int | None = None
+                 ) -> ProgressBar:
+    """What the bar can know in advance: the request count (`total`: a trace's rows, counted
+    when it was checked) and when arrivals stop."""
     workload = scenario.workload
-    total = getattr(workload, "num_requests", None) or getattr(workload, "max_requests", None)
+    total = total or getattr(workload, "num_requests", None) or getattr(
+        workload, "max_requests", None)
     window = getattr(workload, "duration_s", None)
     end = None if window is None else round(window * US_PER_S)
     return ProgressBar(total, end, scenario.horizon_us, forced)
@@ -211,7 +214,7 @@ def run(
     quiet = progress is False
     bar = None
     if progress or (progress is None and sys.stderr.isatty()):
-        bar = progress_bar(resolved, forced=bool(progress))
+        bar = progress_bar(resolved, forced=bool(progress), total=sim.expected)
     started = time.perf_counter()
     try:
         result = simulate(sim, progress=bar, folder=folder, record_mode=records)

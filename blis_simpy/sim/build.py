@@ -84,6 +84,7 @@ class Simulation:
         self.checks = checks
         self.input_notes = input_notes  # what the source noted (trace rows skipped)
         self.scale_log = scale_log  # with a deployment section: lifecycle and scale actions
+        self.expected: int | None = None  # requests the workload will send, when known
 
     def run(self, progress: Progress | None = None, every: int = 0) -> float:
         """Process every event up to the horizon, `every` events at a time (default
@@ -211,8 +212,10 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
 
         scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
                            lambda: policy(ROUTING, policies.routing, "policies.routing"))
-    notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,
-                                         reference_draws=mode.reference_draws,
-                                         keep_tokens=keep_tokens)
-    return Simulation(scenario, env, mode, recorder, fleet, gateway,
-                      mode.conventions(latency.output_delay), checks, notes, scale_log)
+    started = source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
+                           keep_tokens=keep_tokens)
+    sim = Simulation(scenario, env, mode, recorder, fleet, gateway,
+                     mode.conventions(latency.output_delay), checks,
+                     latency_notes(latency) + started.notes, scale_log)
+    sim.expected = started.expected
+    return sim

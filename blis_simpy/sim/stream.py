@@ -9,8 +9,7 @@ that are read whole at the end, so such a run stays in memory (and `stream` name
 
 from __future__ import annotations
 
-from blis_simpy.config.scenario import Scenario
-from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload
+from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.columns import Table
@@ -38,14 +37,13 @@ def unstreamable(sim: Simulation) -> str | None:
     return None
 
 
-def expected_requests(scenario: Scenario) -> int | None:
-    """How many requests the workload will send, when the scenario says."""
-    workload = scenario.workload
-    if isinstance(workload, DistributionWorkload):
-        return workload.num_requests
-    if isinstance(workload, TenantsWorkload):
-        return workload.max_requests or round(workload.rate_per_s * workload.duration_s)
-    return None
+def expected_requests(sim: Simulation) -> int | None:
+    """How many requests the workload will send: a synthetic one's count, a trace's rows, a
+    multi-tenant one's limit or its mean rate times its duration."""
+    workload = sim.scenario.workload
+    if sim.expected is None and isinstance(workload, TenantsWorkload):
+        return round(workload.rate_per_s * workload.duration_s)
+    return sim.expected
 
 
 def streams(sim: Simulation, folder: OutputFolder | None, records: str) -> bool:
@@ -63,7 +61,7 @@ def streams(sim: Simulation, folder: OutputFolder | None, records: str) -> bool:
             raise ScenarioError(FIELD, f"this run cannot stream its records: {reason}",
                                 "records auto or memory")
         return True
-    expected = expected_requests(sim.scenario)
+    expected = expected_requests(sim)
     return (folder is not None and reason is None and expected is not None
             and expected >= STREAM_FROM)
 

@@ -19,7 +19,7 @@ from blis_simpy.cli import app
 from blis_simpy.config.library import scenario_file
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.sim.output import OutputFolder
-from blis_simpy.sim.run import load, prepare, simulate
+from blis_simpy.sim.run import prepare, simulate
 
 RUNNER = CliRunner()
 
@@ -140,8 +140,8 @@ def test_auto_streams_a_long_run_into_a_folder_and_keeps_a_short_one(tmp_path, m
     monkeypatch.setattr(stream_module, "STREAM_FROM", 500)
     assert stream_module.streams(sim, folder, "auto")
     assert not stream_module.streams(sim, None, "auto")  # nowhere to stream to
-    tenants = load(scenario_file("mixed-slo"))
-    assert stream_module.expected_requests(tenants) is not None
+    assert stream_module.expected_requests(prepare(scenario_file("mixed-slo"))) > 0
+    assert stream_module.expected_requests(prepare(scenario_file("trace-azure-code"))) > 0
 
 
 def test_the_command_line_streams_with_records_stream(tmp_path):
