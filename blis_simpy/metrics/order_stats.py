@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 # One sample: its key and its group in each partition (instance, SLO class, tenant).
-RECORD = np.dtype([("key", "<u8"), ("instance", "<i4"), ("klass", "<i2"), ("tenant", "<i2")])
+RECORD = np.dtype([("key", "<u8"), ("instance", "<i4"), ("klass", "<i4"), ("tenant", "<i4")])
 PARTITIONS = ("instance", "klass", "tenant")
 ALL = ""  # the partition name of the whole population (every group)
-CHUNK = 1 << 20  # records read at a time (16 MiB)
+CHUNK = 1 << 20  # records read at a time (20 MiB)
 BUCKET_BITS = 12  # buckets per narrowing pass: 4,096
 GATHER = 1 << 16  # an interval holding at most this many keys is read out and sorted
 

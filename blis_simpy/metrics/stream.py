@@ -179,7 +179,7 @@ class StepFile:
     def count(self, position: int) -> int:
         return sum(rows for _, rows in self.chunks.get(position, []))
 
-    def rows(self, position: int, group: int = 16) -> Iterator[np.ndarray]:
+    def rows(self, position: int, group: int = 2) -> Iterator[np.ndarray]:
         """The instance's rows in order, `group` chunks at a time."""
         self.handle.flush()
         chunks = self.chunks.get(position, [])
