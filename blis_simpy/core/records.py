@@ -225,6 +225,7 @@ class Recorder:
         self.requests: list[Request] = []
         self.handed = 0
         self.sink: RecordSink | None = None
+        self.settled = 0  # how many of the oldest requests have finished for good
         self.instances: list[InstanceLog] = []
         self.anomalies: list[Anomaly] = []
         self.preemptions: list[tuple[int, str, str]] = []
@@ -258,11 +259,10 @@ class Recorder:
             return
         packed = [log.packed for log in self.instances]
         index = {log.id: log.position for log in self.instances}
-        done = 0
-        for req in pending:
-            if not final(req, now, packed, index):
-                break
+        done = self.settled  # a finished request stays finished: scan on from there
+        while done < len(pending) and final(pending[done], now, packed, index):
             done += 1
+        self.settled = done
         if done >= STREAM_CHUNK:
             chunk, self.requests = pending[:done], pending[done:]
         elif len(pending) >= PENDING_LIMIT:  # an old request holds up the rest: pass it
@@ -271,6 +271,7 @@ class Recorder:
             self.requests = [req for req, ok in zip(pending, keep, strict=True) if not ok]
         else:
             return
+        self.settled = 0
         self.hand(chunk, index, floors(self.requests, index))
 
     def hand(self, chunk: list[Request], index: dict[str, int], floors: dict[int, int]
