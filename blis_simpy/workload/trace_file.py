@@ -95,12 +95,11 @@ def open_trace(path: str) -> BinaryIO:
     """The trace file to read, decompressed as it is read when it is gzip (told by its first
     bytes, whatever its name)."""
     try:
-        handle = open(path, "rb")  # noqa: SIM115 (the caller closes it)
-        if handle.read(2) != GZIP_MAGIC:
-            handle.seek(0)
-            return handle
-        handle.seek(0)
-        return gzip.GzipFile(fileobj=handle, mode="rb")  # type: ignore[return-value]
+        with open(path, "rb") as probe:
+            packed = probe.read(2) == GZIP_MAGIC
+        if packed:
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return open(path, "rb")
     except OSError as exc:
         raise ScenarioError(PATH, f"cannot read {path}: {exc.strerror or exc}") from None
 
