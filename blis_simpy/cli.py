@@ -156,10 +156,13 @@ class ProgressBar:
         self.status.close()
 
 
-def progress_bar(scenario: "Scenario", forced: bool) -> ProgressBar:
-    """What the bar can know in advance: the request count and when arrivals stop."""
+def progress_bar(scenario: "Scenario", forced: bool, total: int | None = None
+                 ) -> ProgressBar:
+    """What the bar can know in advance: the request count (`total`: a trace's rows, counted
+    when it was checked) and when arrivals stop."""
     workload = scenario.workload
-    total = getattr(workload, "num_requests", None) or getattr(workload, "max_requests", None)
+    total = total or getattr(workload, "num_requests", None) or getattr(
+        workload, "max_requests", None)
     window = getattr(workload, "duration_s", None)
     end = None if window is None else round(window * US_PER_S)
     return ProgressBar(total, end, scenario.horizon_us, forced)
@@ -193,6 +196,9 @@ def run(
     trace_format: Annotated[list[str] | None, typer.Option(
         help="extra trace file: jsonl (decisions.jsonl) or perfetto (trace.json); "
         "repeatable (outputs.trace_formats)")] = None,
+    records: Annotated[str, typer.Option(
+        help="memory, stream (requests and steps written as the run goes, memory flat in "
+        "its length: docs/scale.md) or auto (stream from 1,000,000 requests)")] = "auto",
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
     from blis_simpy.sim.output import OutputFolder
@@ -214,10 +220,10 @@ def run(
     quiet = progress is False
     bar = None
     if progress or (progress is None and sys.stderr.isatty()):
-        bar = progress_bar(resolved, forced=bool(progress))
+        bar = progress_bar(resolved, forced=bool(progress), total=sim.expected)
     started = time.perf_counter()
     try:
-        result = simulate(sim, progress=bar)
+        result = simulate(sim, progress=bar, folder=folder, record_mode=records)
         if bar is not None:
             bar.writing(target)
         result.save(folder)

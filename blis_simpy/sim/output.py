@@ -52,6 +52,11 @@ class OutputFolder:
         self.in_place = self.target.is_dir() and mount_point(self.target)
         self.lock: int | None = None  # the staging folder's descriptor, locked
         self.staging = self.claim(force)
+        self.committed = False
+
+    def location(self) -> Path:
+        """Where the files are: the folder once committed, else the staging folder."""
+        return self.path if self.committed else self.staging
 
     def resolved(self) -> Path:
         try:
@@ -134,6 +139,7 @@ class OutputFolder:
             write(self.staging, self.format)
             if self.in_place:
                 self.replace_entries()
+                self.committed = True
                 return sorted(self.path.iterdir())
             self.refuse_newcomer()
             old = self.set_aside()
@@ -148,6 +154,7 @@ class OutputFolder:
             self.discard()
             raise
         self.release()
+        self.committed = True
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return sorted(self.path.iterdir())

@@ -13,6 +13,7 @@ from blis_simpy.core.arguments import callback, flag, instance
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
+from blis_simpy.metrics.conventions import step_durations
 from blis_simpy.metrics.evaluation import evaluate
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.tables import (
@@ -26,7 +27,9 @@ from blis_simpy.metrics.trace.regret import prefill_ms_per_token
 from blis_simpy.metrics.warnings import run_warnings
 from blis_simpy.sim.background import Background
 from blis_simpy.sim.build import Progress, Simulation, build
+from blis_simpy.sim.output import OutputFolder
 from blis_simpy.sim.result import Result
+from blis_simpy.sim.stream import simulate_streaming, streams
 
 if TYPE_CHECKING:
     from blis_simpy.compat.results import ReferenceOutputs
@@ -80,16 +83,25 @@ def run(scenario: Scenario | str | Path, progress: Progress | None = None, *,
                             checks=checks), progress)
 
 
-def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
-    """Run a prepared simulation to its end and build the Result from its records."""
+def simulate(sim: Simulation, progress: Progress | None = None, *,
+             folder: OutputFolder | None = None, record_mode: str = "auto") -> Result:
+    """Run a prepared simulation to its end and build the Result from its records. With an
+    output `folder` (to `save` the Result into), `record_mode` chooses whether they are kept
+    in memory or streamed into the folder as the run goes: auto, memory or stream
+    (sim/stream.py)."""
     instance("sim", sim, Simulation, "a Simulation, from prepare()")
-    wall = sim.run(callback("progress", progress, PROGRESS))
+    progress = callback("progress", progress, PROGRESS)
+    if streams(sim, folder, record_mode):
+        assert folder is not None
+        return simulate_streaming(sim, folder, progress)
+    wall = sim.run(progress)
     records = sim.records()
     series = Background(lambda: instance_series(records), "instance-series")
     scenario, conventions = sim.scenario, sim.conventions
-    lat = conventions.latencies(records.requests, records.instances)
+    lat = conventions.latencies(records.requests, step_durations(records.instances))
     stats = summary(records, lat, conventions, scenario.horizon_us)
-    stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
+    stats["warnings"] = (run_warnings(stats, set(records.requests.tenant), scenario)
+                         + sim.input_notes)
     requests = request_table(records.requests, lat)
     scale_log, scale_tables = sim.scale_log, None
     if scale_log is not None:  # a deployment section (its metrics imported only then)

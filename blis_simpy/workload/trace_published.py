@@ -9,7 +9,8 @@
 * `mooncake`: Mooncake / FAST'25 JSON lines, `{"timestamp": ms, "input_length",
   "output_length", "hash_ids": [...]}` with one hash id per 512-token prompt block.
 
-Token ids are synthesised from the scenario seed (`trace_tokens.py`).
+Token ids are synthesised from the scenario seed (`trace_tokens.py`). Each reader gives, for each
+row it takes, what its token ids are made from: nothing, or Mooncake's hash ids.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -30,7 +31,6 @@ from blis_simpy.workload.trace_file import (
     time_value,
     token_count,
 )
-from blis_simpy.workload.trace_tokens import HashBlockTokens, TokenMaker, UniqueTokens
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
@@ -66,8 +66,8 @@ def fields(lines: TraceLines, row: list[str], at: list[int]) -> list[str]:
     return [row[i] for i in at]
 
 
-def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
-               maker: TokenMaker) -> UniqueTokens:
+def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns
+               ) -> Iterator[None]:
     at = locate(lines, header, AZURE_COLUMNS, "azure")
     first: int | None = None
     for row in lines.csv_rows():
@@ -82,7 +82,7 @@ def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
             break
         columns.add(arrival, token_count(lines, context, "ContextTokens"),
                     token_count(lines, generated, "GeneratedTokens"))
-    return UniqueTokens(maker)
+        yield None
 
 
 def azure_ns(lines: TraceLines, text: str) -> int:
@@ -120,8 +120,8 @@ def utc_offset_s(text: str | None) -> int | None:
     return seconds
 
 
-def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,
-                  maker: TokenMaker) -> UniqueTokens:
+def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns
+                  ) -> Iterator[None]:
     at = locate(lines, header, BURSTGPT_COLUMNS, "burstgpt")
     for row in lines.csv_rows():
         stamp, model, request, response = fields(lines, row, at)
@@ -136,13 +136,13 @@ def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,
             columns.skip("0 response tokens (failed requests)")
             continue
         columns.add(arrival, prompt, output, RowLabels(model=model))
-    return UniqueTokens(maker)
+        yield None
 
 
-def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns,
-                  maker: TokenMaker) -> HashBlockTokens:
-    """`rows`: the file's lines from the first (which detection may have read already)."""
-    hash_ids: list[np.ndarray] = []
+def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns
+                  ) -> Iterator[np.ndarray]:
+    """`rows`: the file's lines from the first (which detection may have read already). Each
+    row's hash ids are given as it is taken."""
     for text in rows:
         if not text.strip():
             continue
@@ -155,8 +155,7 @@ def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns,
         output = token_count(lines, record["output_length"], "output_length")
         blocks = block_ids(lines, record.get("hash_ids", []), prompt)
         columns.add(arrival, prompt, output)
-        hash_ids.append(blocks)
-    return HashBlockTokens(maker, hash_ids, MOONCAKE_BLOCK)
+        yield blocks
 
 
 def json_record(lines: TraceLines, text: str) -> dict[str, object]:
