@@ -56,16 +56,27 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
                                              scenario.engine.kv_tiers)]
     if scenario.deployment is None:  # a fixed cluster: its replicas are interchangeable
         anomalies += load_imbalance(records, requests, records.ended_at)
+    shadow = None
     if records.decisions is not None:
         shadow = compared(records.decisions, outcomes(requests))
         anomalies += divergences(shadow)
-    anomalies = with_severity(anomalies, scenario.evaluation)
     seconds = records.ended_at / US_PER_S
     metrics = raw_metrics(requests, targets, records.instances, seconds,
                           conventions.hit_rate(records.instances))
+    return evaluation(scenario, metrics, summary, anomalies, seconds, wall_s,
+                      None if shadow is None else accuracy(shadow))
+
+
+def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, Any],
+               anomalies: list[Anomaly], seconds: float, wall_s: float,
+               shadow_kv: dict[str, Any] | None = None
+               ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
+    """The anomalies with their severity, their counts in RawMetrics (then the shadow KV's
+    accuracy of a traced run), and the fitness."""
+    anomalies = with_severity(anomalies, scenario.evaluation)
     metrics["anomalies"] = counts(anomalies)
-    if records.decisions is not None:
-        metrics["shadow_kv"] = accuracy(shadow)
+    if shadow_kv is not None:
+        metrics["shadow_kv"] = shadow_kv
     weights = scenario.fitness.weights
     values = objectives(metrics, weights)
     completion = metrics["completion_rate"]

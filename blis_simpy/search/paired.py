@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from blis_simpy.core.arguments import instance
 from blis_simpy.core.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -29,6 +30,10 @@ def compare_policies(table: pd.DataFrame, baseline: str,
     missing for one of the two is left out of that pair."""
     import pandas as pd
 
+    instance("table", table, pd.DataFrame, "a DataFrame from run_many")
+    if not {"scenario", "policy", "seed"} <= set(table.columns):
+        raise ScenarioError("table", "has no scenario, policy and seed columns",
+                            "a DataFrame from run_many")
     if baseline not in set(table["policy"]):
         raise ScenarioError("baseline", f"no policy named {baseline!r} in the table",
                             ", ".join(sorted(set(table["policy"]))))

@@ -9,8 +9,8 @@ and data). A sweep started again with the same store skips every run already the
 candidate a search proposes twice is run once: the rows are the same either way, because
 a run is deterministic.
 
-The store is one SQLite file: measured against Parquet (docs/policy-search.md, "The run
-store"), SQLite commits one row in a fraction of a millisecond and looks one up by key
+The store is one SQLite file: measured against Parquet (docs/guides/policy-search.md, "Durable,
+resumable sweeps"), SQLite commits one row in a fraction of a millisecond and looks one up by key
 without reading the others, where Parquet needs a file per row to be as durable. Its write-
 ahead log makes a committed row survive the process being killed.
 """
@@ -134,6 +134,9 @@ class RunStore:
         where = f"store ({self.path})"
         if self.path.is_dir():
             raise ScenarioError(where, "is a directory", "a file, e.g. sweep.runs.sqlite")
+        if self.path.exists() and not self.path.is_file():  # a FIFO would hang, a device...
+            raise ScenarioError(where, "is not a regular file (a device or FIFO is never used "
+                                "as a store)", "a file, e.g. sweep.runs.sqlite")
         parent = self.path.parent
         if not parent.is_dir():
             raise ScenarioError(where, f"cannot be created: {parent} is not a folder")

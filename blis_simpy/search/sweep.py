@@ -37,14 +37,16 @@ from typing import TYPE_CHECKING, Any
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.arguments import callback, instance, integer, integers
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.metrics.evaluation import relative_terms
 from blis_simpy.metrics.fitness import Term, relative_score
 from blis_simpy.policies.autoscale import AUTOSCALE
 from blis_simpy.policies.bundle import AXES, REGISTRIES, PolicyBundle
-from blis_simpy.search.code import CodePolicy, CodeRejected, check, install
-from blis_simpy.search.contain import ContainedFailure, Limits, contained
+from blis_simpy.search.code import CodePolicy, CodeRejected, check
+from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox
 from blis_simpy.search.feedback import feedback
+from blis_simpy.search.remote import Contained
 from blis_simpy.search.store import RunStore, normalised, run_key
 from blis_simpy.sim.build import build
 from blis_simpy.sim.modes import mode_of
@@ -106,6 +108,16 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     (`blis_simpy.search.store`)."""
     import pandas as pd
 
+    instance("policies", policies if policies is not None else {}, Mapping,
+             "a mapping of names to candidates, or None")
+    workers = None if workers is None else integer("workers", workers, low=1)
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise ScenarioError("executor", f"expected a concurrent.futures.Executor, got "
+                            f"{type(executor).__name__}", "an Executor, or None")
+    callback("progress", progress, "a function taking (runs done, runs in all), or None")
+    instance("limits", limits, (Limits, type(None)), "a Limits, or None")
+    instance("store", store, (str, Path, RunStore, type(None)),
+             "a file path, a RunStore, or None")
     tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds,
                  limits or Limits())
     opened = RunStore(store) if isinstance(store, str | Path) else store
@@ -124,6 +136,8 @@ def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
     """Scenario name -> parsed scenario; paths are read once, here."""
     if isinstance(scenarios, Scenario | str | Path):
         scenarios = [scenarios]
+    instance("scenarios", scenarios, Iterable, "a Scenario or a YAML path, a list of them, "
+             "or a mapping of names to them")
     if isinstance(scenarios, Mapping):
         pairs = [(str(name), as_scenario(s)) for name, s in scenarios.items()]
     else:
@@ -140,6 +154,7 @@ def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
 
 def as_scenario(scenario: Scenario | str | Path) -> Scenario:
     """A scenario object as is; a path, or a library scenario's name, read."""
+    instance("scenarios", scenario, (Scenario, str, Path), "Scenarios or YAML paths")
     return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(
         scenario_file(scenario))
 
@@ -162,11 +177,10 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
     """Every run, validated: a bad candidate or seed fails here, before any run starts; code
     the static check refuses becomes zero rows (a search produces such candidates). A
     scenario without fitness weights adds its baseline runs (`baseline=True`, at the end)."""
-    seed_list = None if seeds is None else list(seeds)
-    for seed in seed_list or []:
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ScenarioError("seeds", f"{seed!r} is not an integer")
+    seed_list = None if seeds is None else integers("seeds", seeds)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
+    if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
+        sandbox()  # code runs only in the sandbox: a machine without one refuses it now
     tasks: list[Task] = []
     baselines: list[Task] = []
     for scenario_name, scenario in scenarios.items():
@@ -337,22 +351,27 @@ def relative_row(row: dict[str, Any], base: Mapping[str, Any], terms: tuple[Term
 
 
 def evaluate(task: Task) -> dict[str, Any]:
-    """Run one task (in a worker) and return its row; code runs contained."""
+    """Run one task (in a worker) and return its row; code runs in the sandbox."""
     if task.code is None:
         return evaluate_here(task)
     if task.rejected:
         return zero_row(task, f"candidate rejected: {task.rejected}")
     try:
-        return dict(contained(evaluate_code, task, task.limits))
-    except ContainedFailure as exc:
-        return zero_row(task, str(exc))
-
-
-def evaluate_code(task: Task) -> dict[str, Any]:
-    """In the contained child: load the candidate's module, then run."""
-    assert task.code is not None
-    install(task.code)
-    return evaluate_here(task)
+        candidate = Contained(task.code, task.limits)
+    except SandboxUnavailable:
+        raise
+    except ScenarioError as exc:  # the source does not load
+        return {**zero_row(task, str(exc)), "log": ""}
+    try:
+        out = evaluate_here(task)
+    except ScenarioError as exc:  # its process failed building the policy
+        out = zero_row(task, str(exc))
+    finally:
+        log = candidate.close()
+    out["log"] = log
+    if log:
+        out["feedback"] += f"\n\nWhat the candidate printed:\n{log}"
+    return out
 
 
 def evaluate_here(task: Task) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.request import Request
 from blis_simpy.workload.source import requests_of
+from blis_simpy.workload.work import check_work
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,14 @@ def prepare(scenario: Scenario, *, reference_draws: bool, max_requests: int = 20
     `max_requests` requests (a long trace: its hashes would stay in memory)."""
     if isinstance(scenario.workload, TenantsWorkload):
         return None
-    requests, notes = requests_of(scenario, reference_draws=reference_draws)
+    check_work(scenario)  # before drawing anything: the run's own check comes later
+    source = requests_of(scenario, reference_draws=reference_draws)
     kept: list[Request] = []
-    for req in requests:
+    for req in source.requests:
         if len(kept) == max_requests:
             return None
         kept.append(req)
-    return PreparedWorkload(workload_key(scenario), tuple(kept), tuple(notes))
+    return PreparedWorkload(workload_key(scenario), tuple(kept), tuple(source.notes))
 
 
 class WorkloadCache:

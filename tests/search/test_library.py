@@ -4,7 +4,7 @@ pathological templates raise the anomalies the seeds name; and the default score
 round-robin, least-loaded and prefix-affinity as their held-out latencies do.
 
 Which templates are best and worst on each scenario was found running them all
-(`separation(name)`, docs/policy-search.md has the table); here the two are run on the five
+(`separation(name)`, docs/guides/policy-search.md has the table); here the two are run on the five
 held-out seeds, with the pathological one where it is not the worst.
 """
 

@@ -1,0 +1,596 @@
+"""A streaming run's records: its tables written as it runs, its figures kept as running totals.
+
+An in-memory run holds every request, every step row and then every table until it ends: a
+few hundred bytes a request, gigabytes for tens of millions. A streaming run (docs/scale.md)
+hands its finished requests and its step rows here as it goes (`Recorder.stream`):
+
+* each chunk of finished requests is written to the requests table and added to running
+  totals per instance, SLO class and tenant (counts and integer sums); its latencies go to
+  scratch files of samples whose order statistics are found exactly at the end
+  (order_stats.py), so no value is kept in memory;
+* each chunk of an instance's step rows is written to the steps table and added to the
+  instance's time-weighted levels; the steps' durations and ends are held only while a
+  request still pending may read them (its token gaps, its last step's duration), then
+  folded into the instance's inter-token gaps: a histogram of step durations weighted by the
+  tokens that followed one in that step (metrics/gaps.py), never a value per token.
+
+The summary is the in-memory one to the last bit: the same counts, integer sums, order
+statistics and weighted gaps. So is RawMetrics, but for the instances' mean KV use: a sum of
+floats over every step, taken chunk by chunk rather than in numpy's pairwise order (equal to
+about 1e-15 relative).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.records import (
+    STEP_FIELDS,
+    Anomaly,
+    InstanceLog,
+    InstanceRecord,
+    Records,
+    RequestColumns,
+)
+from blis_simpy.core.request import State
+from blis_simpy.core.units import US_PER_MS, US_PER_S
+from blis_simpy.metrics.anomalies import episodes, slo_violations
+from blis_simpy.metrics.columns import Coded, Table, TableWriter
+from blis_simpy.metrics.conventions import Conventions, RequestLatencies
+from blis_simpy.metrics.evaluation import EvaluationResult, evaluation, request_targets
+from blis_simpy.metrics.imbalance import Spans, Waiting, imbalanced
+from blis_simpy.metrics.order_stats import ALL, Cell, SampleFile, pairwise_sum
+from blis_simpy.metrics.raw import (
+    STATS,
+    GroupCounts,
+    Totals,
+    assemble,
+    group_dict,
+    interpolate,
+    levels,
+    linear,
+    meets,
+    stats,
+)
+from blis_simpy.metrics.summary import PERCENTILES, Samples, Selected, ranks
+from blis_simpy.metrics.tables import (
+    ScopeFigures,
+    request_table,
+    scoped_summary,
+    series_columns,
+    steps_of,
+)
+from blis_simpy.metrics.warnings import run_warnings
+
+SERIES = ("e2e", "ttft", "delay", "tpot")  # the latencies whose order statistics are asked
+SUMMED = ("arrived", "completed", "queued", "running", "rejected", "timed_out",
+          "input_tokens", "output_tokens", "preemptions")  # per instance, in the summary
+GROUPED = GroupCounts.__slots__  # per SLO class and tenant, in RawMetrics
+
+
+class Histogram:
+    """Weighted integer values (µs), merged as they come: as many entries as distinct
+    values (step durations are few), however many samples."""
+
+    def __init__(self) -> None:
+        self.values = np.zeros(0, dtype=np.int64)
+        self.weights = np.zeros(0, dtype=np.int64)
+
+    def add(self, values: np.ndarray, weights: np.ndarray) -> None:
+        keep = weights > 0
+        if not keep.any():
+            return
+        values = np.concatenate((self.values, values[keep]))
+        weights = np.concatenate((self.weights, weights[keep]))
+        self.values, inverse = np.unique(values, return_inverse=True)
+        self.weights = np.zeros(len(self.values), dtype=np.int64)
+        np.add.at(self.weights, inverse, weights)
+
+    def samples(self) -> Samples:
+        return Samples(self.values, self.weights)
+
+    @staticmethod
+    def merged(parts: Sequence[Histogram]) -> Samples:
+        return Samples(np.concatenate([p.values for p in parts] or [np.zeros(0, np.int64)]),
+                       np.concatenate([p.weights for p in parts] or [np.zeros(0, np.int64)]))
+
+
+class InstanceSteps:
+    """One instance's steps as a streaming run sees them: the rows from step `base` on that
+    pending requests may still read, the token-gap weights of the completed requests (a
+    difference array over those rows), and the inter-token gaps folded so far."""
+
+    def __init__(self, gap_delay: int) -> None:
+        self.gap_delay = gap_delay
+        self.base = 0  # the step number of the first row held
+        self.count = 0  # rows handed over
+        self.start = np.zeros(0, dtype=np.int64)
+        self.duration = np.zeros(0, dtype=np.int64)
+        self.diff = np.zeros(1, dtype=np.int64)  # one more than the rows held
+        self.itl = Histogram()
+
+    def add(self, rows: np.ndarray) -> None:
+        self.start = np.concatenate((self.start, rows[:, START]))
+        self.duration = np.concatenate((self.duration, rows[:, DURATION]))
+        self.diff = np.concatenate((self.diff, np.zeros(len(rows), dtype=np.int64)))
+        self.count += len(rows)
+
+    def durations(self, steps: np.ndarray) -> np.ndarray:
+        return self.duration[steps - self.base]
+
+    def ends(self, steps: np.ndarray) -> np.ndarray:
+        at = steps - self.base
+        return self.start[at] + self.duration[at]
+
+    def completed(self, first: np.ndarray, last: np.ndarray, before: np.ndarray,
+                  after: np.ndarray, closing: bool) -> None:
+        """Completed requests' gaps: each adds a follow-on token to steps first+1..last, less
+        the multi-step gaps (before, after), which are samples of their own; and with the
+        reference's conventions one more gap each, its last step's duration (+ a2)."""
+        base, delay = self.base, self.gap_delay
+        np.add.at(self.diff, first + 1 - base, 1)
+        np.add.at(self.diff, last + 1 - base, -1)
+        np.add.at(self.diff, before + 1 - base, -1)
+        np.add.at(self.diff, after + 1 - base, 1)
+        spans = self.ends(after) - self.ends(before) + delay
+        self.itl.add(spans, np.ones(len(spans), dtype=np.int64))
+        if closing:
+            self.itl.add(self.durations(last) + delay, np.ones(len(last), dtype=np.int64))
+
+    def fold(self, until: int) -> None:
+        """Steps before `until` are final: their weighted durations join the gaps and their
+        rows are let go."""
+        cut = min(until, self.count) - self.base
+        if cut <= 0:
+            return
+        weights = np.cumsum(self.diff[:cut])
+        self.itl.add(self.duration[:cut] + self.gap_delay, weights)
+        carry = int(weights[-1])
+        self.start, self.duration = self.start[cut:].copy(), self.duration[cut:].copy()
+        self.diff = self.diff[cut:].copy()
+        self.diff[0] += carry
+        self.base += cut
+
+
+class StepFile:
+    """Every step row of a streaming run, in a scratch file of int64 rows (chunks as they
+    were handed over, each instance's in order), read back one instance at a time or all
+    merged by time at the end: the steps and instances tables and the time-weighted levels
+    come from it as from rows in memory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle = path.open("wb")
+        self.chunks: dict[int, list[tuple[int, int]]] = {}  # position -> (offset, rows)
+        self.size = 0
+
+    def add(self, position: int, rows: np.ndarray) -> None:
+        self.chunks.setdefault(position, []).append((self.size, len(rows)))
+        data = np.ascontiguousarray(rows, dtype=np.int64).tobytes()
+        self.handle.write(data)
+        self.size += len(data)
+
+    def count(self, position: int) -> int:
+        return sum(rows for _, rows in self.chunks.get(position, []))
+
+    def rows(self, position: int, group: int = 2) -> Iterator[np.ndarray]:
+        """The instance's rows in order, `group` chunks at a time."""
+        self.handle.flush()
+        chunks = self.chunks.get(position, [])
+        width = len(STEP_FIELDS)
+        with self.path.open("rb") as f:
+            for i in range(0, len(chunks), group):
+                parts = []
+                for offset, rows in chunks[i:i + group]:
+                    f.seek(offset)
+                    parts.append(np.fromfile(f, dtype=np.int64, count=rows * width))
+                yield np.concatenate(parts).reshape(-1, width)
+
+    def close(self) -> None:
+        self.handle.close()
+        self.path.unlink(missing_ok=True)
+
+
+def merged_by_time(parts: Sequence[Iterator[np.ndarray]]) -> Iterator[tuple[np.ndarray,
+                                                                             np.ndarray]]:
+    """Rows of several instances' streams (each in time order) as (rows, stream index), in
+    time order, same-time rows in stream order: a stable sort of everything by time, a
+    window at a time (rows up to the earliest last time any stream has buffered)."""
+    buffers: list[np.ndarray | None] = [next(p, None) for p in parts]
+    while any(b is not None for b in buffers):
+        until = min(float(b[-1, START]) for b in buffers if b is not None)
+        taken, owner = [], []
+        for i, buffer in enumerate(buffers):
+            if buffer is None:
+                continue
+            cut = int(np.searchsorted(buffer[:, START], until, side="right"))
+            taken.append(buffer[:cut])
+            owner.append(np.full(cut, i, dtype=np.int64))
+            rest = buffer[cut:]
+            buffers[i] = rest if len(rest) else next(parts[i], None)
+        rows, who = np.concatenate(taken), np.concatenate(owner)
+        order = np.argsort(rows[:, START] / US_PER_S, kind="stable")
+        yield rows[order], who[order]
+
+
+@dataclass
+class Codes:
+    """Small integer codes for the values of a text column (SLO classes, tenants), in the
+    order they appear."""
+
+    index: dict[str, int] = field(default_factory=dict)
+
+    def of(self, values: list[str]) -> np.ndarray:
+        index = self.index
+        return np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int32,
+                           count=len(values))
+
+    def by_name(self) -> list[tuple[str, int]]:
+        """(value, code) in order of the value, as metrics/raw.py groups them."""
+        return sorted(self.index.items(), key=lambda item: str(item[0]))
+
+
+class Sums:
+    """Exact integer sums by code, grown as codes appear."""
+
+    def __init__(self) -> None:
+        self.values = np.zeros(0, dtype=np.int64)
+
+    def add(self, codes: np.ndarray, values: np.ndarray) -> None:
+        if not len(codes):
+            return
+        size = int(codes.max()) + 1
+        if len(self.values) < size:
+            self.values = np.concatenate((self.values,
+                                          np.zeros(size - len(self.values), dtype=np.int64)))
+        np.add.at(self.values, codes, values.astype(np.int64))
+
+    def __getitem__(self, code: int) -> int:
+        return int(self.values[code]) if code < len(self.values) else 0
+
+    def total(self) -> int:
+        return int(self.values.sum())
+
+
+class Series:
+    """One latency's samples: a scratch file of them, their count and sum per group of each
+    partition (the whole run is group 0 of ALL), and the order statistics asked for."""
+
+    def __init__(self, path: Path, floats: bool) -> None:
+        self.file = SampleFile(path)
+        self.floats = floats  # keys are the bits of float ms, else integer µs
+        self.count: dict[str, Sums] = {}
+        self.sum: dict[str, Sums] = {}  # integer µs
+        self.selected: dict[Cell, dict[int, int]] = {}
+
+    def add(self, values: np.ndarray, groups: dict[str, np.ndarray]) -> None:
+        keys = values.view(np.uint64)
+        self.file.add(keys, groups["instance"], groups["klass"], groups["tenant"])
+        for partition, codes in groups.items():
+            self.count.setdefault(partition, Sums()).add(codes, np.ones(len(codes), np.int64))
+            if not self.floats:
+                self.sum.setdefault(partition, Sums()).add(codes, values)
+
+    def n(self, cell: Cell) -> int:
+        sums = self.count.get(cell[0])
+        return 0 if sums is None else sums[cell[1]]
+
+    def select(self, wanted: dict[Cell, set[int]]) -> None:
+        self.selected = self.file.select({cell: sorted(r) for cell, r in wanted.items()})
+
+    def at(self, cell: Cell, k: int) -> float:
+        """The k-th smallest sample of a cell (-1: the largest) as RawMetrics reads it: in
+        ms, as a float."""
+        key = self.selected[cell][k if k >= 0 else self.n(cell) - 1]
+        if self.floats:
+            return float(np.array([key], dtype=np.uint64).view(np.float64)[0])
+        return key / US_PER_MS
+
+    def samples(self, cell: Cell) -> Samples:
+        """The summary's samples of a cell (integer µs)."""
+        return Selected(self.n(cell), self.sum[cell[0]][cell[1]], self.selected.get(cell, {}))
+
+    def mean_ms(self, cell: Cell) -> float:
+        """The mean in ms as RawMetrics reports it: numpy's mean of the ms values in arrival
+        order, reproduced addition for addition (order_stats.pairwise_sum)."""
+        n = self.n(cell)
+        ms = (chunk.view(np.float64) if self.floats else chunk.astype(np.int64) / US_PER_MS
+              for chunk in self.file.in_order(cell))
+        return pairwise_sum(ms, n) / n
+
+    def distribution(self, prefix: str, cell: Cell) -> dict[str, float | None]:
+        def percentile(p: int) -> float:
+            below, above, gamma = linear(n, p)
+            return interpolate(self.at(cell, below), self.at(cell, above), gamma)
+
+        n = self.n(cell)
+        return stats(prefix, n, lambda: self.mean_ms(cell), percentile)
+
+
+class StreamingRecords:
+    """The sink of a streaming run (core/records.py: `RecordSink`), writing into `folder`
+    (the output folder being staged) and keeping its scratch files there until `close`."""
+
+    def __init__(self, folder: Path, fmt: str, scenario: Scenario,
+                 conventions: Conventions) -> None:
+        self.scenario, self.conventions = scenario, conventions
+        self.folder, self.format = folder, fmt
+        self.request_file = TableWriter(folder / f"requests.{fmt}")
+        self.step_rows = StepFile(folder / ".steps.rows")
+        self.instances: dict[int, InstanceSteps] = {}  # by position
+        self.series = {name: Series(folder / f".{name}.samples", floats=name == "tpot")
+                       for name in SERIES}
+        self.classes, self.tenants = Codes(), Codes()
+        self.by_instance = {name: Sums() for name in SUMMED}  # by instance position + 1
+        self.by_class = {name: Sums() for name in GROUPED}
+        self.by_tenant = {name: Sums() for name in GROUPED}
+        self.reject_codes: dict[int, Counter[str]] = {}  # by instance position + 1
+        self.totals: Counter[str] = Counter()
+        self.violations: list[Anomaly] = []
+        self.waiting: list[Waiting] = []  # a fixed cluster's, for load_imbalance at the end
+        self.logs: Sequence[InstanceRecord] = ()  # the instances' final records
+
+    # -- the sink ---------------------------------------------------------------------------
+
+    def steps(self, log: InstanceLog, rows: np.ndarray) -> None:
+        steps = self.instances.get(log.position)
+        if steps is None:
+            steps = self.instances[log.position] = InstanceSteps(self.conventions.gap_delay)
+        steps.add(rows)
+        self.step_rows.add(log.position, rows)
+
+    def requests(self, chunk: RequestColumns, floors: dict[int, int]) -> None:
+        lat = self.conventions.latencies(chunk, self.durations)
+        table = request_table(chunk, lat)
+        self.request_file.write(table)
+        self.gaps(chunk)
+        self.count(chunk, lat, table)
+        for position, steps in self.instances.items():
+            steps.fold(floors.get(position, steps.count))
+
+    def durations(self, where: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(steps), dtype=np.int64)
+        for position in np.unique(where).tolist():
+            mine = where == position
+            out[mine] = self.instances[position].durations(steps[mine])
+        return out
+
+    def gaps(self, req: RequestColumns) -> None:
+        done = req.in_state(State.COMPLETED)
+        where = req.instance_index
+        gap_where = where[req.gap_request]
+        gap_done = done[req.gap_request]
+        for position in np.unique(where[done]).tolist():
+            mine = done & (where == position)
+            spans = gap_done & (gap_where == position)
+            self.instances[position].completed(
+                req.first_token_step[mine], req.last_emit_step[mine], req.gap_before[spans],
+                req.gap_after[spans], self.conventions.closing_gap)
+
+    def count(self, req: RequestColumns, lat: RequestLatencies, table: Table) -> None:
+        """Add a chunk to the running totals and the samples."""
+        position = req.instance_index + 1  # 0: never routed
+        state = req.state_array
+        done = state == str(State.COMPLETED)
+        rejected = state == str(State.REJECTED)
+        timed_out = state == str(State.TIMED_OUT)
+        everyone = np.ones(len(req), dtype=bool)
+        for name, values in (
+                ("arrived", everyone), ("completed", done),
+                ("queued", state == str(State.QUEUED)), ("running", state == str(State.RUNNING)),
+                ("rejected", rejected), ("timed_out", timed_out),
+                ("input_tokens", np.where(req.queued_at >= 0, req.input_len, 0)),
+                ("output_tokens", self.conventions.counted_tokens(req)),
+                ("preemptions", req.preemptions)):
+            self.by_instance[name].add(position, values)
+        for row, code in enumerate(req.reject_code):
+            if code:
+                self.reject_codes.setdefault(int(position[row]), Counter())[code] += 1
+        targets = request_targets(self.scenario, table)
+        good = meets(table, targets)
+        self.violations += slo_violations(table, targets)
+        if self.scenario.deployment is None:
+            self.waiting.append(Waiting.of(table))
+        ended = done | rejected | timed_out
+        klass, tenant = self.classes.of(req.slo_class), self.tenants.of(req.tenant)
+        for sums, codes in ((self.by_class, klass), (self.by_tenant, tenant)):
+            for name, values in (("requests", everyone), ("completed", done),
+                                 ("rejected", rejected), ("timed_out", timed_out),
+                                 ("ended", ended), ("good_completed", good & done),
+                                 ("good_ended", good & ended)):
+                sums[name].add(codes, values)
+        self.totals.update(input_done=int(req.input_len[done].sum()),
+                           generated=int(req.emitted.sum()))
+        tpot = table.array("itl_mean_ms")
+        for name, values, keep in (
+                ("e2e", lat.e2e, lat.e2e >= 0), ("ttft", lat.ttft, lat.ttft >= 0),
+                ("delay", lat.scheduling_delay, lat.scheduling_delay >= 0),
+                ("tpot", tpot, done & (req.output_len > 1))):
+            self.series[name].add(np.ascontiguousarray(values[keep]), {
+                ALL: np.zeros(int(keep.sum()), dtype=np.int32), "instance": position[keep],
+                "klass": klass[keep], "tenant": tenant[keep]})
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def finish(self, records: Records, wall_s: float, notes: list[str]
+               ) -> tuple[dict[str, Any], dict[str, Any], EvaluationResult, list[Anomaly]]:
+        """The summary, RawMetrics, the evaluation and the anomalies, once the recorder has
+        closed (every request and step handed over); the steps and instances tables are
+        written from the step rows."""
+        logs = self.logs = records.instances
+        for position in range(len(logs)):
+            self.steps_of(position).fold(self.steps_of(position).count)
+        self.select(len(logs))
+        scenario = self.scenario
+        stats = scoped_summary(logs, scenario.horizon_us, self.conventions, self.figures)
+        stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario) + notes
+        seconds = records.ended_at / US_PER_S
+        metrics = assemble(
+            self.group(ALL, 0, seconds), self.whole_totals(), seconds,
+            self.conventions.hit_rate(logs),
+            {name: self.group("klass", code, seconds) for name, code in self.classes.by_name()},
+            {name: self.group("tenant", code, seconds) for name, code in self.tenants.by_name()},
+            {log.id: self.levels(i, log, seconds * US_PER_S) for i, log in enumerate(logs)})
+        anomalies = [*records.anomalies, *self.violations,
+                     *episodes(records, scenario.evaluation, scenario.engine.kv_tiers)]
+        if scenario.deployment is None:  # as metrics/evaluation.py: evaluate
+            anomalies += imbalanced(logs, self.spans(), Waiting.joined(self.waiting),
+                                    records.ended_at)
+            self.waiting = []
+        self.write_steps(logs)
+        return (stats, *evaluation(scenario, metrics, stats, anomalies, seconds, wall_s))
+
+    def select(self, instances: int) -> None:
+        """Find every order statistic the summary and RawMetrics read, a few passes over
+        each scratch file."""
+        cells: list[Cell] = [(ALL, 0), *(("instance", i + 1) for i in range(instances)),
+                             *(("klass", c) for c in self.classes.index.values()),
+                             *(("tenant", t) for t in self.tenants.index.values())]
+        for name, series in self.series.items():
+            wanted: dict[Cell, set[int]] = {}
+            for cell in cells:
+                n = series.n(cell)
+                if not n:
+                    continue
+                ks = wanted.setdefault(cell, set())
+                if cell[0] in (ALL, "instance") and name != "tpot":  # the summary's
+                    for p in ((99,) if name == "delay" else PERCENTILES):
+                        ks.update(ranks(n, p))
+                if cell[0] != "instance" and name != "delay":  # RawMetrics'
+                    for _, q in STATS:
+                        if q is not None:
+                            below, above, _ = linear(n, q)
+                            ks.update(k if k >= 0 else n - 1 for k in (below, above))
+            series.select(wanted)
+
+    def spans(self) -> Spans:
+        """Each instance's step starts and ends, read back from the step file."""
+        out = {}
+        for position, log in enumerate(self.logs):
+            parts = list(self.step_rows.rows(position))
+            rows = np.concatenate(parts) if parts else np.zeros((0, len(STEP_FIELDS)), np.int64)
+            starts = rows[:, START].copy()
+            out[log.id] = (starts, starts + rows[:, DURATION])
+        return out
+
+    def steps_of(self, position: int) -> InstanceSteps:
+        steps = self.instances.get(position)
+        if steps is None:  # an instance that never stepped
+            steps = self.instances[position] = InstanceSteps(self.conventions.gap_delay)
+        return steps
+
+    def levels(self, position: int, log: InstanceRecord, span_us: float) -> dict[str, float]:
+        """The instance's time-weighted levels as metrics/raw.py computes them from its rows
+        in memory (time_weighted), the same sums to the last bit (pairwise_sum)."""
+        n = self.step_rows.count(position)
+
+        def total(level: Callable[[np.ndarray], np.ndarray]) -> float:
+            return pairwise_sum((level(rows) * clipped(rows, span_us)
+                                 for rows in self.step_rows.rows(position)), n)
+
+        return levels(span_us, total(lambda rows: np.ones(len(rows))),
+                      total(lambda rows: rows[:, QUEUE]), total(lambda rows: rows[:, BATCH]),
+                      total(lambda rows: rows[:, KV] / log.kv_total) if log.kv_total else None)
+
+    def write_steps(self, logs: Sequence[InstanceRecord]) -> None:
+        """The steps table (instance after instance) and the instances table (every step
+        by time, same-time steps in instance id order), as in memory."""
+        with TableWriter(self.folder / f"steps.{self.format}") as out:
+            for position, log in enumerate(logs):
+                first = 0
+                for rows in self.step_rows.rows(position):
+                    out.write(steps_of([as_record(log, rows)], [first]))
+                    first += len(rows)
+            if not out.started:
+                out.write(steps_of([as_record(logs[0], np.zeros((0, len(STEP_FIELDS)),
+                                                                 np.int64))]))
+        ranked = sorted(range(len(logs)), key=lambda i: logs[i].id)
+        with TableWriter(self.folder / f"instances.{self.format}") as out:
+            for rows, who in merged_by_time([self.step_rows.rows(i) for i in ranked]):
+                where = np.array(ranked, dtype=np.int64)[who]
+                out.write(instance_series(rows, where, logs))
+            if not out.started:
+                out.write(instance_series(np.zeros((0, len(STEP_FIELDS)), np.int64),
+                                          np.zeros(0, np.int64), logs))
+
+    def figures(self, members: list[int]) -> ScopeFigures:
+        whole = len(members) == len(self.logs)
+        codes = [0, *(m + 1 for m in members)] if whole else [m + 1 for m in members]
+        cell: Cell = (ALL, 0) if whole else ("instance", members[0] + 1)
+
+        def total(name: str) -> int:
+            return sum(self.by_instance[name][c] for c in codes)
+
+        reject_codes: Counter[str] = Counter()
+        for c in codes:
+            reject_codes.update(self.reject_codes.get(c, {}))
+        series = self.series
+        itl = Histogram.merged([self.steps_of(m).itl for m in members])
+        return ScopeFigures(
+            whole=whole, arrived=total("arrived"), completed=total("completed"),
+            queued=total("queued"), running=total("running"), rejected=total("rejected"),
+            timed_out=total("timed_out"), input_tokens=total("input_tokens"),
+            output_tokens=total("output_tokens"), preemptions=total("preemptions"),
+            reject_codes={code: reject_codes[code] for code in sorted(reject_codes)},
+            e2e=series["e2e"].samples(cell), ttft=series["ttft"].samples(cell), itl=itl,
+            scheduling_delay=series["delay"].samples(cell))
+
+    def group(self, partition: str, code: int, seconds: float) -> dict[str, Any]:
+        """A group's RawMetrics entry (ALL: the whole run)."""
+        sums = self.by_class if partition in (ALL, "klass") else self.by_tenant
+
+        def count(name: str) -> int:
+            return sums[name].total() if partition == ALL else sums[name][code]
+
+        counts = GroupCounts(*(count(name) for name in GROUPED))
+        cell = (partition, code)
+        return group_dict(counts, seconds, {
+            **self.series["ttft"].distribution("ttft", cell),
+            **self.series["tpot"].distribution("tpot", cell),
+            **self.series["e2e"].distribution("e2e", cell)})
+
+    def whole_totals(self) -> Totals:
+        return Totals(self.by_instance["arrived"].total(), self.by_instance["completed"].total(),
+                      self.totals["input_done"], self.totals["generated"],
+                      self.by_instance["preemptions"].total())
+
+    def close(self) -> None:
+        """Close the requests table and delete the scratch files."""
+        self.request_file.close()
+        self.step_rows.close()
+        for series in self.series.values():
+            series.file.close()
+
+
+START, DURATION, QUEUE, BATCH, KV = (STEP_FIELDS.index(name) for name in (
+    "start", "duration", "queue_depth", "batch_size", "kv_used"))
+
+
+def clipped(rows: np.ndarray, span_us: float) -> np.ndarray:
+    """Each step's duration, a step still running at the end (at a horizon) counted up to
+    the end only (metrics/raw.py: time_weighted)."""
+    start = rows[:, START]
+    return (np.minimum(start + rows[:, DURATION], span_us) - start).astype(float)
+
+
+def instance_series(rows: np.ndarray, where: np.ndarray, logs: Sequence[InstanceRecord]
+                    ) -> Table:
+    """Instances table rows: step `rows` of the instances at positions `where`."""
+    ids = Coded([log.id for log in logs], where)
+    kv_total = np.array([log.kv_total or 1 for log in logs], dtype=np.int64)[where]
+    return Table(series_columns(ids, rows[:, START], rows[:, QUEUE], rows[:, BATCH],
+                                rows[:, KV], kv_total, rows[:, DURATION]))
+
+
+def as_record(log: InstanceRecord, rows: np.ndarray) -> InstanceRecord:
+    """Step rows of an instance as the record they would be part of in memory."""
+    return InstanceRecord(log.id, log.role, log.kv_total, log.kv_hits, log.kv_misses,
+                          log.kv_failures, log.last_event,
+                          *(rows[:, i] for i in range(len(STEP_FIELDS))))
