@@ -43,7 +43,7 @@ ANOMALY_TYPES = (
     "priority_inversion",  # admitted while a higher-priority request waits in the same queue
     "hol_blocking",  # ... and that request had queued before it: one episode per passed-over one
     "kv_hol_blocking",  # the head does not fit in free KV while one behind would: an episode
-    "slo_class_inversion",  # admitted while a more urgent SLO class (or older) request waits
+    "slo_class_inversion",  # admitted while a request of a more urgent SLO class waits
     "slo_violation",
     "preemption_storm",
     "rejection_burst",
