@@ -204,9 +204,34 @@ class Burst:
 
 
 @dataclass(frozen=True, slots=True)
+class MeasurementWindow:
+    """Which part of a run its metrics describe (docs/metrics.md, "The measurement window")."""
+
+    warmup_s: float = spec(0.0, help="measure the requests arriving from this time on (s): a "
+                           "run starts with empty queues and cold prefix caches", ge=0,
+                           le=MAX_SIM_S)
+    end_s: float | None = spec(None, help="... and before this time (s); rates count the "
+                               "completions and tokens within [warmup_s, end_s); null: until "
+                               "the run's end", gt=0, le=MAX_SIM_S)
+
+    def validate(self, path: str) -> None:
+        if self.end_s is not None and self.end_s <= self.warmup_s:
+            raise ScenarioError(join(path, "end_s"), f"{self.end_s} is not after warmup_s "
+                                f"{self.warmup_s}", f"a time above {self.warmup_s}, or null")
+
+    @property
+    def whole(self) -> bool:
+        """The default: the whole run."""
+        return self.warmup_s == 0 and self.end_s is None
+
+
+@dataclass(frozen=True, slots=True)
 class EvaluationConfig:
     slo_targets: dict[str, SLOTargets] = spec(
         factory=dict, help="SLO class -> targets (a tenant's own slo takes precedence)")
+    window: MeasurementWindow = spec(
+        factory=MeasurementWindow, help="the measurement window every metric, the fitness and "
+        "compare_policies use; default: the whole run", omit_default=True)
     class_ranks: dict[str, int] = spec(
         factory=dict, help="SLO class -> urgency rank for SLO-class inversions (lower = more "
         "urgent); defaults: realtime/critical 0, interactive/standard 1, default 2, "
@@ -224,6 +249,8 @@ class EvaluationConfig:
                 ranks[""] = ranks["default"] = rank
         return ranks
 
+
+SLO_FITNESS_KEYS = ("slo_attainment", "goodput", "fairness")  # null without SLO targets
 
 MAX_NAME = 100
 # A name is one path component that stays inside out/: no separators, no leading dot.
@@ -287,14 +314,37 @@ class Scenario:
                                 "cluster.trace_level: decisions or full, or no jsonl")
         if self.deployment is not None:
             self.check_deployment(join(path, "deployment"))
+        self.check_targets(path)
         if self.compat == "blis" and ClientTimeouts.of(self.workload):
             raise ScenarioError(join(path, "workload.timeout_s"), "client timeouts are not in "
                                 "the reference BLIS; compat: blis cannot reproduce them",
                                 "no timeout_s, or compat: none")
+        if self.compat == "blis" and not self.evaluation.window.whole:
+            raise ScenarioError(join(path, "evaluation.window"), "the reference BLIS reports "
+                                "whole runs; compat: blis cannot reproduce a window",
+                                "no window, or compat: none")
         if self.compat == "blis" and self.engine.kv_tiers.enabled:
             raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
                                 "only (the reference's tiers have defects, README \"KV tiers\")",
                                 "0, or compat: none")
+
+    def check_targets(self, path: str) -> None:
+        """A fitness weight on an SLO figure needs a target to attain: without one the figure
+        is null (nothing to attain) and the weight would only add 0."""
+        weighted = [k for k in SLO_FITNESS_KEYS if self.fitness.weights.get(k)]
+        if weighted and not self.has_slo_targets:
+            raise ScenarioError(join(path, f"fitness.weights.{weighted[0]}"), "the scenario "
+                                "sets no SLO target, so there is nothing to attain",
+                                "evaluation.slo_targets (or a tenant's slo), or no weight on "
+                                + ", ".join(SLO_FITNESS_KEYS))
+
+    @property
+    def has_slo_targets(self) -> bool:
+        """Whether any request can have an SLO target (a class's or a tenant's)."""
+        goals = list(self.evaluation.slo_targets.values())
+        if isinstance(self.workload, TenantsWorkload):
+            goals += [t.slo for t in self.workload.tenants if t.slo is not None]
+        return any(v is not None for g in goals for v in (g.ttft_ms, g.tpot_ms, g.e2e_ms))
 
     def check_deployment(self, path: str) -> None:
         """The deployment section against the rest: native mode only, the default model among

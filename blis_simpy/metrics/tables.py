@@ -16,34 +16,38 @@ from blis_simpy.metrics.columns import Coded, Column, Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
 from blis_simpy.metrics.kv_tiers import tier_levels, tier_summary
+from blis_simpy.metrics.serving import serving_benchmark
 from blis_simpy.metrics.summary import summary_fields
+from blis_simpy.metrics.window import Window
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
 def summary(records: Records, lat: RequestLatencies, conventions: Conventions,
-            horizon_us: int | None) -> dict[str, Any]:
+            horizon_us: int | None, window: Window) -> dict[str, Any]:
     """The cluster summary; with several instances, each one's summary under `instances`."""
     everyone = list(range(len(records.instances)))
-    out = scope_summary(records, lat, conventions, everyone, "cluster", horizon_us)
+    out = scope_summary(records, lat, conventions, everyone, "cluster", horizon_us, window)
     if len(everyone) > 1:
         out["instances"] = [scope_summary(records, lat, conventions, [i],
-                                          records.instances[i].id, horizon_us)
+                                          records.instances[i].id, horizon_us, window)
                             for i in everyone]
     return out
 
 
 def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventions,
-                  members: list[int], instance_id: str, horizon_us: int | None
-                  ) -> dict[str, Any]:
+                  members: list[int], instance_id: str, horizon_us: int | None,
+                  window: Window) -> dict[str, Any]:
     """Summary over the requests routed to `members` (positions in `records.instances`; the
-    cluster also counts requests rejected before routing)."""
+    cluster also counts requests rejected before routing) that arrived within the window;
+    its rates count what completed within it (metrics/window.py)."""
     req = records.requests
     instances = [records.instances[i] for i in members]
     whole = len(members) == len(records.instances)
     where = req.instance_index
-    chosen = np.isin(where, members) | (whole & (where < 0))
+    routed_here = np.isin(where, members) | (whole & (where < 0))
+    chosen = routed_here & window.arrived(req.arrival)
     finished = chosen & req.in_state(State.COMPLETED)
     queued = int((chosen & req.in_state(State.QUEUED)).sum())
     running = int((chosen & req.in_state(State.RUNNING)).sum())
@@ -51,7 +55,13 @@ def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventi
     completed = int(finished.sum())
     gaps = token_gaps(req, finished, records.instances)
     ended = max(i.last_event for i in instances)
+    ended = ended if horizon_us is None else min(ended, horizon_us)
     e2e, ttft, delay = lat.e2e[chosen], lat.ttft[chosen], lat.scheduling_delay[chosen]
+    output_tokens = conventions.output_tokens(req, chosen)
+    served = served_tokens = None
+    if not window.whole:  # rates: what happened within the window, whoever it was for
+        served = int((routed_here & window.within(req.completed_at)).sum())
+        served_tokens = window.tokens(req, routed_here, ended)
     out = summary_fields(
         instance_id=instance_id,
         completed=completed,
@@ -59,16 +69,21 @@ def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventi
         still_running=running,
         injected=conventions.injected(int(chosen.sum()), rejected, completed, queued, running),
         input_tokens=int(req.input_len[chosen & (req.queued_at >= 0)].sum()),
-        output_tokens=conventions.output_tokens(req, chosen),
-        duration_us=ended if horizon_us is None else min(ended, horizon_us),
+        output_tokens=output_tokens,
+        duration_us=window.stop(ended) - window.start,
         e2e=e2e[e2e >= 0],
         ttft=ttft[ttft >= 0],
         itl=conventions.itl(gaps, req, finished, records.instances),
         scheduling_delay=delay[delay >= 0],
         preemptions=int(req.preemptions[chosen].sum()),
         kv_allocation_failures=sum(i.kv_failures for i in instances),
+        served=served,
+        served_tokens=served_tokens,
     )
     out["cache_hit_rate"] = conventions.hit_rate(instances)
+    if whole:
+        out["serving_benchmark"] = serving_benchmark(req, finished, gaps, records.instances,
+                                                     out["vllm_estimated_duration_s"])
     tiers = tier_summary(instances)
     if tiers is not None:
         out["kv_tiers"] = tiers

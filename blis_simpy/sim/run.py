@@ -14,6 +14,7 @@ from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.evaluation import evaluate
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
+from blis_simpy.metrics.saturation import saturation
 from blis_simpy.metrics.tables import (
     instance_series,
     request_table,
@@ -23,6 +24,7 @@ from blis_simpy.metrics.tables import (
 from blis_simpy.metrics.trace.decisions import DecisionRows
 from blis_simpy.metrics.trace.regret import prefill_ms_per_token
 from blis_simpy.metrics.warnings import run_warnings
+from blis_simpy.metrics.window import Window
 from blis_simpy.sim.background import Background
 from blis_simpy.sim.build import Progress, Simulation, build
 from blis_simpy.sim.result import Result
@@ -80,7 +82,9 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     series = Background(lambda: instance_series(records), "instance-series")
     scenario, conventions = sim.scenario, sim.conventions
     lat = conventions.latencies(records.requests, records.instances)
-    stats = summary(records, lat, conventions, scenario.horizon_us)
+    window = Window.of(scenario.evaluation.window)
+    stats = summary(records, lat, conventions, scenario.horizon_us, window)
+    stats["saturation"] = saturation(records, window, scenario)
     stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
     requests = request_table(records.requests, lat)
     scale_log, scale_tables = sim.scale_log, None
@@ -99,7 +103,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         stats["pd"] = pd_summary(records, requests)
         pd_tables = transfer_table(records), queue_depth_table(records)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
-                                              wall)
+                                              wall, window)
     steps, anomaly_rows = step_table(records), anomaly_table(anomalies)
     decisions = None
     if records.decisions is not None:
