@@ -67,7 +67,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
     everyone = np.ones(len(records.requests), dtype=bool)
     metrics = raw_metrics(requests, targets, records.instances, measure, window.start,
                           window.tokens(records.requests, everyone, records.ended_at),
-                          conventions.hit_rate(records.instances))
+                          conventions.hit_rate(records.instances) if window.whole
+                          else window.hit_rate(records.requests, measure.arrived))
     starts = np.array([a.time for a in anomalies], dtype=np.int64)
     metrics["anomalies"] = counts([a for a, keep in zip(anomalies, window.within(starts),
                                                         strict=True) if keep])

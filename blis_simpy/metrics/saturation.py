@@ -17,7 +17,9 @@ Over the measured arrivals (the window's start to its last arrival):
   request mix (the queue starts to grow beyond it; latency targets may allow less), estimated:
   when saturated, as measured: the rate at which requests entered service while the queue
   grew (the servers were as busy as they get); otherwise from the step costs of this run
-  (`capacity`);
+  (`capacity`, also reported on its own as `capacity_model_per_s`: the whole fleet, evenly
+  loaded; a saturated run whose model capacity exceeds the offered rate was saturated by
+  uneven routing, not by too few instances);
 * `load_factor` = offered / max sustainable, and `headroom` = 1 - load factor: the share of
   the sustainable rate still unused (negative when overloaded). This is what to read for
   capacity, not `utilization`: an engine with continuous batching runs a step whenever
@@ -72,16 +74,18 @@ def saturation(records: Records, window: Window, scenario: Scenario) -> dict[str
            "span_s": [start / US_PER_S, end / US_PER_S],
            "offered_rate_per_s": offered, "served_rate_per_s": served,
            "queue_growth_per_s": growth, "waiting_at_end": at_end}
+    model, how = capacity(records, scenario)
+    best, method = model, "step-cost model"
     if saturated:
         first = req.first_scheduled
         entered = int(((first >= middle) & (first <= end)).sum())
-        best: float | None = entered / ((end - middle) / US_PER_S) if end > middle else None
+        best = entered / ((end - middle) / US_PER_S) if end > middle else None
         method = ("measured: the rate requests entered service while the queue grew "
                   "(second half of the span)")
-    else:
-        best, method = capacity(records, scenario)
     out["max_sustainable_rate_per_s"] = best
     out["max_sustainable_method"] = method
+    out["capacity_model_per_s"] = model
+    out["capacity_model"] = how
     out["load_factor"] = offered / best if best else None
     out["headroom"] = 1 - offered / best if best else None
     return out

@@ -80,7 +80,8 @@ def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventi
         served=served,
         served_tokens=served_tokens,
     )
-    out["cache_hit_rate"] = conventions.hit_rate(instances)
+    out["cache_hit_rate"] = conventions.hit_rate(instances) if window.whole else \
+        window.hit_rate(req, chosen)
     if whole:
         out["serving_benchmark"] = serving_benchmark(req, finished, gaps, records.instances,
                                                      out["vllm_estimated_duration_s"])

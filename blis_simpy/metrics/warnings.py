@@ -53,12 +53,15 @@ def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenari
 
 def saturated(verdict: dict[str, Any]) -> str:
     """The saturation verdict in one sentence (summary.json `saturation` has the figures)."""
-    best = verdict["max_sustainable_rate_per_s"]
+    best, model = verdict["max_sustainable_rate_per_s"], verdict["capacity_model_per_s"]
+    uneven = (f", but the instances could carry about {model:.3g} req/s with the load spread "
+              "evenly: routing concentrated it" if model and model > verdict[
+                  "offered_rate_per_s"] else "")
     return (f"saturated: offered {verdict['offered_rate_per_s']:.3g} req/s, served "
             f"{verdict['served_rate_per_s']:.3g} req/s; the wait queue grew by "
             f"{verdict['queue_growth_per_s']:.3g} req/s ({verdict['waiting_at_end']} waiting at "
             f"t={verdict['span_s'][1]:.4g} s), so latencies describe a growing queue, not a "
-            f"steady state; about {best:.3g} req/s is sustainable")
+            f"steady state; about {best:.3g} req/s was sustained" + uneven)
 
 
 def silent_tenants(req: RequestColumns, scenario: Scenario) -> list[str]:

@@ -8,7 +8,9 @@ neither is the steady state a capacity planner asks about. Within the window [st
 * rates (requests, goodput and tokens per second) count what *happened* in it (completions,
   emitted tokens) over its length, so a window cut short of a saturated run's drain does not
   credit it with the work done after the window;
-* time averages (queue depth, batch size, KV use) and anomaly counts cover its time.
+* time averages (queue depth, batch size, KV use) and anomaly counts cover its time;
+* the prefix-cache hit rate is the measured requests' cached prompt tokens over their prompt
+  tokens (the instances count block lookups for the whole run only).
 
 The default window is the whole run, and then every number is exactly what it was without one
 (the whole-run sums are used as they are, not recomputed from times).
@@ -77,3 +79,10 @@ class Window:
         instant = (last >= self.start) & (last < stop)  # all the tokens at one time
         share = np.where(span > 0, overlap / np.where(span > 0, span, 1), instant)
         return float(total + (rest * share).sum())
+
+    def hit_rate(self, req: RequestColumns, rows: np.ndarray) -> float:
+        """Cached prompt tokens over prompt tokens of the selected requests that were
+        scheduled."""
+        served = rows & (req.cached_tokens >= 0)
+        prompts = int(req.input_len[served].sum())
+        return int(req.cached_tokens[served].sum()) / prompts if prompts else 0.0

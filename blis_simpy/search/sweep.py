@@ -232,7 +232,8 @@ def zero_row(task: Task, error: str) -> dict[str, Any]:
 
 def row(result: Result) -> dict[str, Any]:
     """A run's columns after its ids: policy and workload ids, error (empty), fitness,
-    completion, each normalised objective (`objective.<key>`), every scalar of the summary,
+    completion, each normalised objective (`objective.<key>`), the measurement window
+    (`window_start_s`, `window_end_s`: null for the run's end), every scalar of the summary,
     the RawMetrics scalars the summary lacks, anomaly counts (`anomaly.<kind>`) and the number
     of warnings, then the feedback text for reflection."""
     evaluation = result.evaluation
@@ -241,6 +242,8 @@ def row(result: Result) -> dict[str, Any]:
                            "workload_id": evaluation.workload_id, "error": "",
                            "fitness": evaluation.fitness, "completion": evaluation.completion}
     out.update({f"objective.{k}": v for k, v in evaluation.objectives.items()})
+    window = result.scenario.evaluation.window
+    out["window_start_s"], out["window_end_s"] = window.warmup_s, window.end_s
     summary = {k: v for k, v in result.summary.items() if scalar(v) and k != "instance_id"}
     out.update(summary)
     out.update({k: v for k, v in result.metrics.items() if scalar(v) and k not in summary})

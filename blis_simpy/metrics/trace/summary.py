@@ -51,7 +51,14 @@ class TraceInputs:
         were read (a CSV reader turns "True" into a bool and "" into NaN)."""
         start, end = window_of(scenario)
         requests = within(requests, "arrival_s", start, end)
-        anomalies = None if anomalies is None else within(anomalies, "time_s", start, end)
+        if anomalies is not None and (start or end is not None):
+            import pandas as pd
+
+            # a violation belongs to its request (measured by arrival), the rest by time
+            judged = anomalies.type == "slo_violation"
+            anomalies = pd.concat([anomalies[judged & anomalies.requests.isin(requests.id)],
+                                   within(anomalies[~judged], "time_s", start, end)]
+                                  ).sort_index()
         decisions = None if decisions is None else within(decisions, "time_s", start, end)
         return cls(summary, metrics, as_text(requests, "requests"),
                    None if anomalies is None else as_text(anomalies, "anomalies"),
@@ -142,7 +149,7 @@ def verdict_line(inputs: TraceInputs) -> str:
             f"{sat['served_rate_per_s']:.3g} req/s; the wait queue grew by "
             f"{sat['queue_growth_per_s']:.3g} req/s ({sat['waiting_at_end']} waiting at "
             f"t={sat['span_s'][1]:.4g} s)"
-            + (f"; about {best:.3g} req/s is sustainable" if best else "")
+            + (f"; about {best:.3g} req/s was sustained" if best else "")
             + ". The latencies below describe a growing queue, not a steady state.\n\n")
 
 
@@ -305,8 +312,12 @@ def load_line(inputs: TraceInputs) -> str:
                  f"{pct(-sat['headroom'])}")
     else:
         line += f" (sustainable rate not estimated: {sat.get('max_sustainable_method')})"
-    return line + ("; the wait queue kept growing" if sat.get("verdict") == "saturated"
-                   else "")
+    model = sat.get("capacity_model_per_s")
+    if sat.get("verdict") == "saturated":
+        line += "; the wait queue kept growing"
+        if model and model > offered:
+            line += f" (about {model:.3g} req/s with the load spread evenly)"
+    return line
 
 
 # ---------------------------------------------------------------- issues
@@ -424,12 +435,20 @@ def capacity(inputs: TraceInputs) -> list[Issue]:
                     f"{sat['queue_growth_per_s']:.3g} req/s to {sat['waiting_at_end']}",
                     f"mean queue depth per instance {m['queue_depth_avg']:.1f}, TTFT p99 "
                     f"{ms(m['ttft_p99_ms'])}"]
-        need = (f"about {math.ceil(instance_count(inputs) * factor)} instances at this request"
-                " mix" if factor else "more instances")
-        found.append(Issue("CAPACITY", "saturated: the offered load exceeds what the "
-                           "instances sustain" + (f" ({factor:.2f}x)" if factor else ""),
-                           tuple(evidence), 2.0,
-                           f"Add capacity ({need}) or shed load at admission"))
+        model = sat.get("capacity_model_per_s")
+        if model and model > sat["offered_rate_per_s"]:  # the fleet could carry it, evenly
+            evidence.append(f"the instances' step costs allow about {model:.3g} req/s when "
+                            "the load is spread evenly")
+            found.append(Issue("CAPACITY", "saturated although the fleet could carry the "
+                               "load: it is unevenly routed", tuple(evidence), 2.0,
+                               "Route by load (least-loaded, or a queue-depth scorer)"))
+        else:
+            need = (f"about {math.ceil(instance_count(inputs) * factor)} instances at this "
+                    "request mix" if factor else "more instances")
+            found.append(Issue("CAPACITY", "saturated: the offered load exceeds what the "
+                               "instances sustain" + (f" ({factor:.2f}x)" if factor else ""),
+                               tuple(evidence), 2.0,
+                               f"Add capacity ({need}) or shed load at admission"))
     unfinished = m["requests"] - m["completed"] - m["rejected"] - m["timed_out"]
     lost = m["rejected"] + m["timed_out"] + unfinished
     if not lost:

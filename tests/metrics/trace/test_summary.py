@@ -46,11 +46,18 @@ def test_unfair_tenants_summary_names_the_starved_tenant_and_its_missed_target(u
 
 
 def test_always_busiest_summary_names_the_load_imbalance(busiest):
+    """One instance gets everything and saturates: the verdict leads, says the fleet could
+    carry the load if it were spread, and the advice is to route by load (not to add
+    instances)."""
     text = busiest.summary_text()
-    first = key_issues(text)[0]
-    assert first == ("1. ROUTING: load imbalance: instance_0 received 100% of the requests "
-                     "(fair share 25%) under always-busiest routing")
-    assert "Route by load" in text.split("## Suggested Focus")[1]
+    assert text.startswith("**SATURATED**")
+    first, second = key_issues(text)[:2]
+    assert first == "1. CAPACITY: saturated although the fleet could carry the load: it is " \
+        "unevenly routed"
+    assert second == ("2. ROUTING: load imbalance: instance_0 received 100% of the requests "
+                      "(fair share 25%) under always-busiest routing")
+    focus = text.split("## Suggested Focus")[1]
+    assert "Route by load" in focus and "Add capacity" not in focus
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
