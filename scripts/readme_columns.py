@@ -27,8 +27,8 @@ TABLES = {
 
 def block() -> str:
     """The markdown rows, one per table, from a small two-instance run that fills them all."""
-    scenario = Scenario.from_yaml(ROOT / "scenarios" / "quickstart.yaml", [
-        "cluster.instances=2", "cluster.trace_level=decisions", "workload.num_requests=20"])
+    scenario = Scenario.from_yaml(ROOT / "scenarios" / "quickstart.yaml", {
+        "cluster.instances": 2, "cluster.trace_level": "decisions", "workload.num_requests": 20})
     result = blis_simpy.run(scenario)
     rows = [START, "| table | columns |", "|---|---|"]
     for name, what in TABLES.items():

@@ -216,8 +216,8 @@ class MeasurementWindow:
 
     def validate(self, path: str) -> None:
         if self.end_s is not None and self.end_s <= self.warmup_s:
-            raise ScenarioError(join(path, "end_s"), f"{self.end_s} is not after warmup_s "
-                                f"{self.warmup_s}", f"a time above {self.warmup_s}, or null")
+            raise ScenarioError(join(path, "end_s"), f"{self.end_s:g} is not after warmup_s "
+                                f"{self.warmup_s:g}", f"a time above {self.warmup_s:g}, or null")
 
     @property
     def whole(self) -> bool:
@@ -388,10 +388,11 @@ class Scenario:
         return scenario
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = (),
+    def from_yaml(cls, path: str | Path, overrides: Mapping[str, Any] | None = None,
                   presets: Mapping[str, Any] | None = None) -> Scenario:
-        """Load a scenario file; `overrides` are dotted `key.path=value` settings, applied
-        after `presets` (dotted path -> value, e.g. a policy bundle's)."""
+        """Load a scenario file; `overrides` map dotted key paths to values
+        ({"cluster.instances": 2}: the command line's `--set` settings, parsed with
+        `parse_sets`), applied after `presets` (the same form, e.g. a policy bundle's)."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -408,14 +409,13 @@ class Scenario:
 
     @classmethod
     def from_yaml_text(cls, text: str, base_dir: Path | None = None,
-                       overrides: Sequence[str] = (), name: str = "scenario",
+                       overrides: Mapping[str, Any] | None = None, name: str = "scenario",
                        presets: Mapping[str, Any] | None = None) -> Scenario:
         """`name` is used when the text gives none (from_yaml passes the file's stem)."""
         data = load_yaml(text, "")
         for key, value in (presets or {}).items():
             data = set_path(data, key, value)
-        for override in overrides:
-            data = apply_override(data, override)
+        data = with_overrides(data, overrides)
         if isinstance(data, dict) and "name" not in data:
             data = {**data, "name": name}
         return cls.from_dict(data, base_dir)
@@ -433,13 +433,31 @@ def default_name(path: Path) -> str:
     return name or "scenario"
 
 
-def apply_override(data: Any, override: str) -> dict[str, Any]:
-    """Set `a.b.c=value` (value parsed as YAML) in a copy of the scenario's data, creating
-    missing sections; the usual validation then checks the result."""
-    key, sep, raw = override.partition("=")
-    if not sep or not key.strip():
-        raise ScenarioError("--set", f"expected key.path=value, got {override!r}")
-    return set_path(data, key, load_yaml(raw, f"--set {key}"))
+def parse_sets(settings: Sequence[str]) -> dict[str, Any]:
+    """The command line's `--set a.b.c=value` settings (values parsed as YAML) as overrides;
+    a key set twice keeps its last value."""
+    out: dict[str, Any] = {}
+    for setting in settings:
+        key, sep, raw = setting.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError("--set", f"expected key.path=value, got {setting!r}")
+        out[key.strip()] = load_yaml(raw, f"--set {key}")
+    return out
+
+
+def with_overrides(data: Any, overrides: Mapping[str, Any] | None) -> Any:
+    """A copy of the scenario's data with each dotted key path set to its value, in order;
+    the usual validation then checks the result."""
+    if overrides is None:
+        return data
+    if not isinstance(overrides, Mapping):
+        raise ScenarioError("overrides", f"expected a mapping of dotted key paths to values "
+                            f"({{'cluster.instances': 2}}), got {type(overrides).__name__}")
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key.strip():
+            raise ScenarioError("overrides", f"keys are dotted key paths, got {key!r}")
+        data = set_path(data, key, value)
+    return data
 
 
 def set_path(data: Any, key: str, value: Any) -> dict[str, Any]:

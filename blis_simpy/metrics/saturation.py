@@ -151,8 +151,9 @@ def capacity(records: Records, scenario: Scenario) -> tuple[float | None, str]:
     batch = max(1.0, min(engine.max_running_requests, kv_tokens / footprint))
     steps_per_request = max(decode / batch, (prefill + decode) / engine.max_scheduled_tokens)
     per_replica = 1.0 / (c0 * steps_per_request + c1 * prefill + c2 * decode)
-    return float(replicas * per_replica), (f"step-cost model: {per_replica:.3g} req/s per replica x "
-                                    f"{replicas} ({source}; balanced routing assumed)")
+    return float(replicas * per_replica), (f"step-cost model: {per_replica:.3g} req/s per "
+                                           f"replica x {replicas} ({source}; balanced routing "
+                                           "assumed)")
 
 
 def fleet_of(scenario: Scenario, instances: tuple[InstanceRecord, ...]

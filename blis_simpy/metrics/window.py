@@ -18,6 +18,7 @@ The default window is the whole run, and then every number is exactly what it wa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,18 +66,20 @@ class Window:
         the requests spanning an edge of the window are apportioned."""
         if self.whole:
             return float(req.emitted[rows].sum())
-        stop = self.stop(ended)
+        # open-ended: everything after the start (a token is delivered after its step ends,
+        # so the last ones can be later than the run's last event)
+        limit = math.inf if self.end is None else self.stop(ended)
         first = req.first_token_at[rows].astype(float)
         emitted = req.emitted[rows].astype(float)
         last = np.where(req.completed_at[rows] >= 0, req.completed_at[rows],
                         np.where(req.timed_out_at[rows] >= 0, req.timed_out_at[rows], ended))
         last = np.maximum(last.astype(float), first)
         started = first >= 0
-        total = ((first >= self.start) & (first < stop) & started).sum()
+        total = ((first >= self.start) & (first < limit) & started).sum()
         rest = np.maximum(emitted - 1, 0) * started
         span = last - first
-        overlap = np.clip(np.minimum(last, stop) - np.maximum(first, self.start), 0, None)
-        instant = (last >= self.start) & (last < stop)  # all the tokens at one time
+        overlap = np.clip(np.minimum(last, limit) - np.maximum(first, self.start), 0, None)
+        instant = (last >= self.start) & (last < limit)  # all the tokens at one time
         share = np.where(span > 0, overlap / np.where(span > 0, span, 1), instant)
         return float(total + (rest * share).sum())
 

@@ -32,7 +32,7 @@ from blis_simpy.search.code import CodePolicy, CodeRejected, check, install
 from blis_simpy.search.contain import ContainedFailure, Limits, contained
 from blis_simpy.search.feedback import feedback
 from blis_simpy.sim.result import Result
-from blis_simpy.sim.run import load, run
+from blis_simpy.sim.run import ScenarioForm, load, run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,14 +59,18 @@ class Task:
     rejected: str = ""  # why the static check refused the code: the row is a zero
 
 
-def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
-             | Mapping[str, Scenario | str | Path],
+def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, ScenarioForm],
              policies: Mapping[str, Candidate] | None = None,
-             seeds: Iterable[int] | None = None, *, executor: Executor | None = None,
+             seeds: Iterable[int] | None = None, *,
+             overrides: Mapping[str, Any] | None = None, executor: Executor | None = None,
              workers: int | None = None, progress: Progress | None = None,
              limits: Limits | None = None) -> pd.DataFrame:
     """Run every scenario x policy x seed and return one row per run (`row` says which
-    columns). `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
+    columns). `scenarios`: one scenario in any form `run` takes (a `Scenario`, a YAML path, a
+    library name, a mapping of its sections), a list of them, or a mapping name -> form.
+    `overrides`: dotted key paths -> values for every scenario ({"cluster.instances": 2}),
+    or scenario names -> such mappings, for each its own.
+    `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
     candidate mapping (`{"routing.type": "weighted", "routing.weights.prefix-affinity": 3}`),
     a `CodePolicy` (source for one axis, run contained within `limits`), or None for the
     scenario's own policies. `seeds` defaults to each scenario's seed.
@@ -76,7 +80,7 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     core); `workers=1` runs them here, one after another."""
     import pandas as pd
 
-    tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds,
+    tasks = plan(named_scenarios(scenarios, overrides), policies or {"scenario": None}, seeds,
                  limits or Limits())
     frame = pd.DataFrame(execute(tasks, executor, workers, progress))
     counted = [c for c in frame.columns if c.startswith("anomaly.")]
@@ -84,26 +88,58 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     return frame
 
 
-def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
-    """Scenario name -> parsed scenario; paths are read once, here."""
-    if isinstance(scenarios, Scenario | str | Path):
+def named_scenarios(scenarios: Any, overrides: Mapping[str, Any] | None = None
+                    ) -> dict[str, Scenario]:
+    """Scenario name -> parsed scenario with its overrides; files are read once, here."""
+    if is_form(scenarios):
         scenarios = [scenarios]
     if isinstance(scenarios, Mapping):
-        pairs = [(str(name), as_scenario(s)) for name, s in scenarios.items()]
-    else:
-        parsed = [as_scenario(s) for s in scenarios]
+        pairs = [(str(name), load(form)) for name, form in scenarios.items()]
+    elif isinstance(scenarios, Sequence):
+        parsed = [load(form) for form in scenarios]
         pairs = [(s.name, s) for s in parsed]
+    else:
+        raise ScenarioError("scenarios", f"got {type(scenarios).__name__}", "a scenario (a "
+                            "Scenario, path, library name or mapping), a list of them, or a "
+                            "mapping name -> scenario")
     named = dict(pairs)
     if len(named) != len(pairs):
         raise ScenarioError("scenarios", "two scenarios have the same name",
                             "distinct names, or a mapping name -> scenario")
     if not named:
         raise ScenarioError("scenarios", "no scenario to run")
-    return named
+    own = per_scenario(overrides, named)
+    return {name: load(scenario, overrides=own.get(name)) if own.get(name) else scenario
+            for name, scenario in named.items()}
 
 
-def as_scenario(scenario: Scenario | str | Path) -> Scenario:
-    return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
+def is_form(value: Any) -> bool:
+    """One scenario (a mapping of its sections has a `version`), not a collection of them."""
+    return isinstance(value, Scenario | str | Path) or (isinstance(value, Mapping)
+                                                         and "version" in value)
+
+
+def per_scenario(overrides: Mapping[str, Any] | None, names: Mapping[str, Scenario]
+                 ) -> dict[str, Mapping[str, Any]]:
+    """Each scenario's overrides: the same mapping for all, or each its own by name."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise ScenarioError("overrides", f"got {type(overrides).__name__}", "a mapping of "
+                            "dotted key paths to values, or scenario names to such mappings")
+    keyed = [k for k in overrides if k in names]
+    if not keyed:
+        return dict.fromkeys(names, overrides)
+    if len(keyed) != len(overrides):
+        rest = [k for k in overrides if k not in names]
+        raise ScenarioError("overrides", f"mixes scenario names ({', '.join(keyed)}) with "
+                            f"other keys ({', '.join(map(str, rest))})", "dotted key paths "
+                            "for every scenario, or scenario names -> dotted key paths")
+    for name in keyed:
+        if not isinstance(overrides[name], Mapping):
+            raise ScenarioError(f"overrides[{name!r}]", f"got {type(overrides[name]).__name__}",
+                                "a mapping of dotted key paths to values")
+    return {name: overrides[name] for name in keyed}
 
 
 def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
-from blis_simpy.config.scenario import Scenario, set_path
+from blis_simpy.config.scenario import Scenario, with_overrides
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
@@ -34,30 +35,49 @@ if TYPE_CHECKING:
     from blis_simpy.metrics.conventions import RequestLatencies
 
 
-def load(scenario: Scenario | str | Path, *, seed: int | None = None,
+ScenarioForm = Scenario | str | Path | Mapping[str, Any]
+
+
+def load(scenario: ScenarioForm, *, seed: int | None = None,
          overrides: Mapping[str, Any] | None = None) -> Scenario:
-    """The scenario, with `seed` and dotted `overrides` ({"policies.routing.type":
-    "least-loaded"}) applied, validated as thoroughly as a file: an object built or changed
-    in Python (`dataclasses.replace`) has skipped the loader's checks."""
+    """The scenario, in any of its forms: a `Scenario`, a YAML file's path, a library name
+    (`blis-simpy scenarios`), or a mapping as the YAML would give it (a trace path in it is
+    relative to the current folder); with `seed` and dotted `overrides`
+    ({"policies.routing.type": "least-loaded"}) applied, validated as thoroughly as a file (an
+    object built or changed in Python, e.g. with `dataclasses.replace`, skipped the loader's
+    checks). A file's folder is where its `module:Class` policies are looked for, after the
+    Python path."""
     if isinstance(scenario, str | Path):
-        scenario = Scenario.from_yaml(scenario_file(scenario))
-    if not isinstance(scenario, Scenario):
-        raise ScenarioError("scenario", f"expected a Scenario or a YAML path, got "
-                            f"{type(scenario).__name__}")
-    if overrides is not None and not isinstance(overrides, Mapping):
-        raise ScenarioError("overrides", f"expected a mapping of dotted paths to values "
-                            f"({{'cluster.instances': 2}}), got {type(overrides).__name__}")
-    data = scenario.to_dict()
-    for key, value in (overrides or {}).items():
-        if not isinstance(key, str) or not key.strip():
-            raise ScenarioError("overrides", f"keys are dotted paths, got {key!r}")
-        data = set_path(data, key, value)
+        path = scenario_file(scenario, where="scenario")
+        loaded = Scenario.from_yaml(path, overrides)
+        policy_folder(loaded, path.parent)
+        data = loaded.to_dict()
+    elif isinstance(scenario, Scenario):
+        data = with_overrides(scenario.to_dict(), overrides)
+    elif isinstance(scenario, Mapping):
+        data = with_overrides(dict(scenario), overrides)
+        data.setdefault("name", "scenario")
+    else:
+        raise ScenarioError("scenario", f"got {type(scenario).__name__}", "a Scenario, a "
+                            "YAML file's path, a library scenario's name, or a mapping of "
+                            "its sections")
     if seed is not None:
         data["seed"] = seed
     return Scenario.from_dict(data)
 
 
-def prepare(scenario: Scenario | str | Path, *, seed: int | None = None,
+def policy_folder(scenario: Scenario, folder: Path) -> None:
+    """Let the scenario's `module:Class` policies be found next to its file, as the command
+    line does: the folder is searched after the installed packages (never shadowing them)."""
+    sections = scenario.to_dict()
+    types = [p.get("type", "") for p in sections.get("policies", {}).values()]
+    autoscaler = (sections.get("deployment") or {}).get("autoscaler") or {}
+    types.append((autoscaler.get("policy") or {}).get("type", ""))
+    if any(":" in t for t in types) and str(folder.resolve()) not in sys.path:
+        sys.path.append(str(folder.resolve()))
+
+
+def prepare(scenario: ScenarioForm, *, seed: int | None = None,
             overrides: Mapping[str, Any] | None = None, recorder: Recorder | None = None,
             checks: bool = False) -> Simulation:
     """Resolve and build a simulation; every input error (including a bad trace) surfaces
@@ -66,10 +86,10 @@ def prepare(scenario: Scenario | str | Path, *, seed: int | None = None,
                  checks=checks)
 
 
-def run(scenario: Scenario | str | Path, progress: Progress | None = None, *,
+def run(scenario: ScenarioForm, progress: Progress | None = None, *,
         seed: int | None = None, overrides: Mapping[str, Any] | None = None,
         recorder: Recorder | None = None, checks: bool = False) -> Result:
-    """Simulate a scenario (object or YAML path), optionally with another seed and dotted
+    """Simulate a scenario (any form `load` takes), optionally with another seed and dotted
     overrides, and return its Result."""
     return simulate(prepare(scenario, seed=seed, overrides=overrides, recorder=recorder,
                             checks=checks), progress)

@@ -199,8 +199,8 @@ def test_mixed_slo_with_constant_priority_has_no_priority_inversion():
     """The library's mixed-slo scenario with one priority for all and FCFS: it used to log
     over a thousand priority inversions, all of them SLO-class judgements."""
     s = Scenario.from_yaml(Path(__file__).parents[2] / "scenarios" / "mixed-slo.yaml",
-                           ["policies.priority={type: constant}",
-                            "policies.scheduler={type: fcfs}"])
+                           {"policies.priority": {"type": "constant"},
+                            "policies.scheduler": {"type": "fcfs"}})
     result = run(s)
     assert count(result, "priority_inversion") == 0 == count(result, "hol_blocking")
     assert count(result, "slo_class_inversion") > 100
