@@ -13,7 +13,8 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import SLOTargets, TenantsWorkload
 from blis_simpy.core.records import Anomaly, Records
 from blis_simpy.core.request import State
-from blis_simpy.metrics.anomalies import counts, judged
+from blis_simpy.core.scale_log import ScaleLog
+from blis_simpy.metrics.anomalies import counts, judged, oscillations
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.metrics.fitness import EvaluationResult, objectives, score, sustained
@@ -50,7 +51,8 @@ def measured(records: Records, window: Window) -> Measured:
 
 
 def evaluate(records: Records, scenario: Scenario, requests: Table,
-             summary: dict[str, Any], conventions: Conventions, wall_s: float, window: Window
+             summary: dict[str, Any], conventions: Conventions, wall_s: float, window: Window,
+             scale_log: ScaleLog | None = None
              ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
     """RawMetrics over the measurement window, the evaluation, and every anomaly (recorded
     while running and judged now, each with its severity; counted in the metrics when it
@@ -58,6 +60,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
     targets = request_targets(scenario, requests)
     anomalies = [*records.anomalies, *judged(records, requests, targets, scenario.evaluation,
                                              scenario.engine.kv_tiers)]
+    if scale_log is not None:
+        anomalies += oscillations(scale_log)
     if records.decisions is not None:
         shadow = compared(records.decisions, outcomes(requests))
         anomalies += divergences(shadow)

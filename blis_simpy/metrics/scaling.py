@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from blis_simpy.config.arrivals import DiurnalProfile
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.scale_log import ScaleLog
@@ -67,13 +68,22 @@ def deployment_summary(log: ScaleLog, ended_at: int, scenario: Scenario, request
                        ) -> dict[str, Any]:
     """The summary's `deployment` section."""
     return scaling_summary(log, ended_at, warming_routable(scenario), requests,
-                           request_targets(scenario, requests))
+                           request_targets(scenario, requests), hour_of(scenario))
+
+
+def hour_of(scenario: Scenario) -> float:
+    """The length of a simulated hour (s): a 24th of a diurnal load profile's period (a day
+    compressed into minutes has its hours compressed too), else 3,600."""
+    profile = getattr(scenario.workload, "load_profile", None)
+    return profile.period_s / 24 if isinstance(profile, DiurnalProfile) else SECONDS_PER_HOUR
 
 
 def scaling_summary(log: ScaleLog, ended_at: int, warming_routable: bool,
-                    requests: Table, targets: list[SLOTargets | None]) -> dict[str, Any]:
+                    requests: Table, targets: list[SLOTargets | None],
+                    hour_s: float) -> dict[str, Any]:
     """Per config and per model: replica-seconds, cost, replica counts, scale actions,
-    time-to-ready, requests and SLO attainment; totals over the deployment."""
+    time-to-ready, requests and SLO attainment; totals over the deployment, with the SLO
+    attainment of each simulated hour (`hour_s` long)."""
     spans = lives(log, ended_at, warming_routable)
     seconds = ended_at / US_PER_S
     good, judged = meets(requests, targets), targeted(targets)
@@ -120,7 +130,8 @@ def scaling_summary(log: ScaleLog, ended_at: int, warming_routable: bool,
         "avg_replicas": sum(c["avg_replicas"] for c in configs.values()),
         "scale_ups": len([e for e in log.events if e.action == "up"]),
         "scale_downs": len([e for e in log.events if e.action == "down"]),
-        "slo_attainment_by_hour": by_hour(requests, good, judged),
+        "slo_attainment_by_hour": by_hour(requests, good, judged, hour_s),
+        "slo_attainment_hour_s": hour_s,
         "configs": configs,
         "models": models,
     }
@@ -133,9 +144,10 @@ def attainment(rows: np.ndarray, good: np.ndarray, judged: np.ndarray) -> dict[s
             else None}
 
 
-def by_hour(requests: Table, good: np.ndarray, judged: np.ndarray) -> list[float | None]:
+def by_hour(requests: Table, good: np.ndarray, judged: np.ndarray, hour_s: float
+            ) -> list[float | None]:
     """SLO attainment of the requests with targets arriving in each simulated hour."""
-    hours = (requests.array("arrival_s").astype(float) // SECONDS_PER_HOUR).astype(int)
+    hours = (requests.array("arrival_s").astype(float) // hour_s).astype(int)
     if not len(hours):
         return []
     return [float(good[(hours == h) & judged].mean()) if ((hours == h) & judged).any()

@@ -123,7 +123,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         stats["pd"] = pd_summary(records, requests)
         pd_tables = transfer_table(records), queue_depth_table(records)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
-                                              wall, window)
+                                              wall, window, scale_log)
     steps, anomaly_rows = step_table(records), anomaly_table(anomalies)
     decisions = None
     if records.decisions is not None:
