@@ -42,6 +42,7 @@ from blis_simpy.sim.modes import Mode, mode_of
 from blis_simpy.workload import source
 
 if TYPE_CHECKING:
+    import numpy as np
     from blis_simpy.core.scale_log import ScaleLog
 
 # The instance class of each role (P/D pools use the prefill and decode ones: engine/pd.py).
@@ -71,7 +72,8 @@ class Simulation:
     def __init__(self, scenario: Scenario, env: Environment, mode: Mode,
                  recorder: Recorder, fleet: Fleet, gateway: Gateway,
                  conventions: Conventions, checks: bool, input_notes: list[str],
-                 scale_log: ScaleLog | None = None) -> None:
+                 scale_log: ScaleLog | None = None, trace_times: np.ndarray | None = None
+                 ) -> None:
         self.scenario = scenario
         self.env = env
         self.mode = mode
@@ -82,6 +84,7 @@ class Simulation:
         self.checks = checks
         self.input_notes = input_notes  # what the source noted (trace rows skipped)
         self.scale_log = scale_log  # with a deployment section: lifecycle and scale actions
+        self.trace_times = trace_times  # a published trace's own timestamps (ns), by row
 
     def run(self, progress: Progress | None = None, every: int = 8192) -> float:
         """Process every event up to the horizon; returns the wall time spent (s)."""
@@ -201,8 +204,9 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
 
         scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
                            lambda: policy(ROUTING, policies.routing, "policies.routing"))
-    notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,
-                                         reference_draws=mode.reference_draws,
-                                         keep_tokens=keep_tokens)
+    notes, trace_times = source.start(env, scenario, gateway.arrive,
+                                      reference_draws=mode.reference_draws,
+                                      keep_tokens=keep_tokens)
     return Simulation(scenario, env, mode, recorder, fleet, gateway,
-                      mode.conventions(latency.output_delay), checks, notes, scale_log)
+                      mode.conventions(latency.output_delay), checks,
+                      latency_notes(latency) + notes, scale_log, trace_times)

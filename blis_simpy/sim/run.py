@@ -107,6 +107,8 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     stats["saturation"] = saturation(records, window, scenario)
     stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
     requests = request_table(records.requests, lat)
+    if sim.trace_times is not None:  # a published trace: each row's own timestamp
+        requests.columns["trace_time_ns"] = sim.trace_times[records.requests.index]
     scale_log, scale_tables = sim.scale_log, None
     if scale_log is not None:  # a deployment section (its metrics imported only then)
         from blis_simpy.metrics.scaling import (

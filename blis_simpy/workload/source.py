@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
+import numpy as np
+
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
@@ -31,30 +33,33 @@ class Deliver(Protocol):
 
 
 def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
-          reference_draws: bool, keep_tokens: bool = False) -> list[str]:
+          reference_draws: bool, keep_tokens: bool = False
+          ) -> tuple[list[str], np.ndarray | None]:
     """Start the scenario's source. `reference_draws`: draw synthetic requests with the
     reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
     A trace is read (and checked) here, before any event runs. Returns what the source noted
-    about its input (trace rows it skipped), for the run's warnings."""
+    about its input (trace rows it skipped), for the run's warnings, and a published trace's
+    own timestamps (ns, by row) for the requests table."""
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
         TenantWorkload(env, workload, scenario.seed, deliver,
                        None if keep_tokens else scenario.engine.block_size)
-        return []
-    requests, notes = requests_of(scenario, reference_draws=reference_draws,
-                                  prehash=not keep_tokens)
+        return [], None
+    requests, notes, times = requests_of(scenario, reference_draws=reference_draws,
+                                         prehash=not keep_tokens)
     Release(env, requests, deliver)
-    return notes
+    return notes, times
 
 
 def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = True
-                ) -> tuple[Iterable[Request], list[str]]:
+                ) -> tuple[Iterable[Request], list[str], np.ndarray | None]:
     """A synthetic or trace workload's requests in arrival order, made lazily, with their
-    block hashes computed in vectorised chunks unless the token ids are wanted; and the
-    trace's notes about rows it skipped."""
+    block hashes computed in vectorised chunks unless the token ids are wanted; the trace's
+    notes about rows it skipped, and its rows' own timestamps."""
     workload, horizon = scenario.workload, scenario.horizon_us
     requests: Iterable[Request]
     notes: list[str] = []
+    times = None
     if isinstance(workload, DistributionWorkload):
         make = compat_requests if reference_draws else native_requests
         requests = make(workload, scenario.seed, horizon)
@@ -63,8 +68,9 @@ def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = Tr
         trace = load_trace(workload, seed=scenario.seed, horizon=horizon,
                            truncate=reference_draws)
         served_models(scenario, trace)
-        requests, notes = trace.requests(), trace.notes
-    return (hashed(requests, scenario.engine.block_size) if prehash else requests), notes
+        requests, notes, times = trace.requests(), trace.notes, trace.times
+    return (hashed(requests, scenario.engine.block_size) if prehash else requests), notes, \
+        times
 
 
 def served_models(scenario: Scenario, trace: Trace) -> None:

@@ -154,6 +154,10 @@ class Trace:
     labels: list[RowLabels]  # one per row, or empty when the format has none
     tokens: TokenSource
     notes: list[str]  # rows skipped and why, for the run's warnings
+    # the rows' own timestamps in ns as the file gives them (Azure: since 1970-01-01 UTC;
+    # BurstGPT, Mooncake: from the trace's start), kept for the requests table; None for the
+    # reference's CSV, whose arrival_time is the arrival itself
+    times: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -197,6 +201,8 @@ class TraceColumns:
     names: dict[str, int] = field(default_factory=dict)  # request name -> its line
     skipped: Counter[str] = field(default_factory=Counter)  # why -> rows
     seen_models: set[str] = field(default_factory=set)
+    times: array[int] = field(default_factory=lambda: array("q"))  # ns, as the file says
+    empty_outputs: int = 0  # rows kept with 0 output tokens (the reference's CSV)
 
     def past_horizon(self, arrival: int) -> bool:
         """The row arrives after the horizon: it and every later row are not replayed."""
@@ -208,8 +214,9 @@ class TraceColumns:
         return not self.models or model in self.models
 
     def add(self, arrival: int, input_len: int, output_len: int,
-            labels: RowLabels | None = None) -> None:
-        """Keep a row (the reader has checked it is within the horizon and wanted)."""
+            labels: RowLabels | None = None, time_ns: int | None = None) -> None:
+        """Keep a row (the reader has checked it is within the horizon and wanted);
+        `time_ns`: its own timestamp, as the file gives it (published formats)."""
         if self.arrival and arrival < self.arrival[-1]:
             raise self.lines.error(
                 f"arrives at {arrival / US_PER_S:g} s, before the previous row "
@@ -223,6 +230,9 @@ class TraceColumns:
         self.arrival.append(arrival)
         self.input_len.append(input_len)
         self.output_len.append(output_len)
+        if time_ns is not None:
+            self.times.append(time_ns)
+        self.empty_outputs += output_len == 0
 
     def check_name(self, name: str) -> None:
         first = self.names.setdefault(name, self.lines.number)
@@ -237,7 +247,8 @@ class TraceColumns:
         return Trace(np.asarray(self.arrival, dtype=np.int64),
                      np.asarray(self.input_len, dtype=np.int64),
                      np.asarray(self.output_len, dtype=np.int64),
-                     self.labels, tokens, self.notes())
+                     self.labels, tokens, self.notes(),
+                     np.asarray(self.times, dtype=np.int64) if self.times else None)
 
     def notes(self) -> list[str]:
         """Rows skipped, and models of the filter that no row replayed names. The file is named
@@ -251,4 +262,8 @@ class TraceColumns:
                                          else "") or "none"
         notes += [f"workload.models: no row of {name} names {model!r} (rows "
                   f"name: {seen})" for model in self.models if model not in self.seen_models]
+        if self.empty_outputs:
+            notes.append(f"{self.empty_outputs:,} rows of {name} have no output tokens: each "
+                         "runs as a request generating one token, as the reference replays "
+                         "them (a server always returns the first token)")
         return notes

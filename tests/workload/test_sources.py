@@ -13,7 +13,7 @@ from tests.conftest import scenario
 
 
 def workload_requests(s):
-    requests, _ = requests_of(s, reference_draws=mode_of(s).reference_draws)
+    requests, _, _ = requests_of(s, reference_draws=mode_of(s).reference_draws)
     return requests
 
 
