@@ -81,9 +81,11 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
     weights = scenario.fitness.weights
     values = objectives(metrics, weights)
     completion = metrics["completion_rate"]
-    carried = sustained(summary.get("saturation", {}))
-    metrics["saturated"] = summary.get("saturation", {}).get("verdict") == "saturated"
-    metrics["headroom"] = summary.get("saturation", {}).get("headroom")
+    verdict = summary.get("saturation", {})
+    carried = sustained(verdict)
+    metrics["saturated"] = verdict.get("verdict") == "saturated"
+    metrics["headroom"] = verdict.get("headroom")
+    metrics["max_sustainable_rate_per_s"] = verdict.get("max_sustainable_rate_per_s")
     result = EvaluationResult(
         fitness=score(values, weights, completion) * carried, completion=completion,
         sustained=carried, objectives=values,
