@@ -43,6 +43,7 @@ from blis_simpy.workload import source
 
 if TYPE_CHECKING:
     import numpy as np
+
     from blis_simpy.core.scale_log import ScaleLog
 
 # The instance class of each role (P/D pools use the prefill and decode ones: engine/pd.py).
