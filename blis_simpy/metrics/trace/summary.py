@@ -297,6 +297,9 @@ def latency_lines(inputs: TraceInputs) -> list[str]:
     return lines
 
 
+AT_CAPACITY = 0.05  # a headroom within +-5 % of the sustainable rate is "at capacity"
+
+
 def load_line(inputs: TraceInputs) -> str:
     """Offered load against what the system sustains: the headroom, which planners read
     instead of the busy fraction (near 1 at any load with continuous batching)."""
@@ -306,10 +309,11 @@ def load_line(inputs: TraceInputs) -> str:
         return f"- Load: {sat.get('reason') or 'not judged'}"
     line = f"- Load: offered {offered:.3g} req/s"
     if best:
-        line += (f", about {best:.3g} req/s sustainable: headroom {pct(sat['headroom'])}"
-                 if sat["headroom"] >= 0 else
-                 f", about {best:.3g} req/s sustainable: overloaded by "
-                 f"{pct(-sat['headroom'])}")
+        headroom = sat["headroom"]
+        line += f", about {best:.3g} req/s sustainable: " + (
+            f"headroom {pct(headroom)}" if headroom >= AT_CAPACITY else
+            f"at capacity (headroom {100 * headroom:.1f}%)" if headroom > -AT_CAPACITY else
+            f"overloaded by {pct(-headroom)}")
     else:
         line += f" (sustainable rate not estimated: {sat.get('max_sustainable_method')})"
     model = sat.get("capacity_model_per_s")
