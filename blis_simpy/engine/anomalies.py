@@ -69,7 +69,7 @@ class QueueWatch:
         self.static = static_priorities
         self.count = itertools.count()
         self.by_priority: list[tuple[float, int, Request]] = []  # (-priority, n, request)
-        self.by_class: list[tuple[int, int, Request]] = []  # (rank, n, request)
+        self.by_class: list[tuple[int, int, int, Request]] = []  # (rank, arrival, n, request)
         self.passed_over: dict[str, Blocking] = {}  # open hol_blocking episodes, by request
         self.kv_head: Blocking | None = None  # the open kv_hol_blocking episode
 
@@ -79,8 +79,8 @@ class QueueWatch:
             top_of(self.by_priority)  # drop entries of requests that left the queue
             heapq.heappush(self.by_priority, (-req.priority, n, req))
         top_of(self.by_class)
-        heapq.heappush(self.by_class, (self.ranks.get(req.slo_class, self.default_rank), n,
-                                       req))
+        heapq.heappush(self.by_class, (self.ranks.get(req.slo_class, self.default_rank),
+                                       req.arrival, n, req))
 
     def admitted(self, now: int, admitted: Sequence[Request], waiting: Iterable[Request]
                  ) -> None:
