@@ -1,5 +1,5 @@
 """The kv-offload library scenario: a CPU tier below a GPU cache too small for the chat's
-working set cuts TTFT and raises throughput and the hit rate (README "KV tiers")."""
+working set cuts TTFT and raises throughput and the hit rate (docs/guides/kv-tiers.md)."""
 
 from __future__ import annotations
 

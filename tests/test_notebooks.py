@@ -1,7 +1,9 @@
 """The notebooks are committed with their outputs, run from any folder (only the installed
 package, never the repository's files), and their stored outputs are what the code gives
 today: each is executed in an empty folder outside the repository (scripts/run_notebooks.py,
-as `make notebooks` does) and its text outputs compared with the committed ones.
+as `make notebooks` does) and its text outputs compared with the committed ones. The
+documentation site shows those stored outputs as its tutorial pages (tests/test_docs.py), so
+the notebooks run once per test run, here.
 
 The kernel is the `python3` kernelspec, which jupyter_client resolves to the interpreter
 running pytest (the venv's): no `ipykernel install` step is needed.

@@ -8,15 +8,15 @@ says exactly what ran.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-
-import yaml
 
 from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
@@ -28,7 +28,9 @@ from blis_simpy.config.workload import (
     TraceWorkload,
     Workload,
 )
+from blis_simpy.core.arguments import instance
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.core.schema import join, load, spec, to_plain
 from blis_simpy.core.units import (
     MAX_FLOAT,
@@ -38,7 +40,7 @@ from blis_simpy.core.units import (
     MAX_TOKENS,
     US_PER_S,
 )
-from blis_simpy.core.yamlio import load_yaml
+from blis_simpy.core.yamlio import dump_yaml, load_yaml
 
 if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentSection
@@ -129,8 +131,9 @@ class Refresh:
     interval_s: float = spec(0.0, help="periodic refresh interval (s)", ge=0)
 
     def validate(self, path: str) -> None:
-        if self.mode == "periodic" and self.interval_s <= 0:
-            raise ScenarioError(join(path, "interval_s"), "must be > 0 for periodic refresh")
+        if self.mode == "periodic" and self.interval_us < 1:
+            raise ScenarioError(join(path, "interval_s"), f"{self.interval_s!r} s is 0 µs on "
+                                "the clock; periodic refresh needs an interval", ">= 1e-06")
 
     @property
     def interval_us(self) -> int:
@@ -205,7 +208,8 @@ class Burst:
 
 @dataclass(frozen=True, slots=True)
 class MeasurementWindow:
-    """Which part of a run its metrics describe (docs/metrics.md, "The measurement window")."""
+    """Which part of a run its metrics describe (docs/reference/metrics.md, "The measurement
+    window")."""
 
     warmup_s: float = spec(0.0, help="measure the requests arriving from this time on (s): a "
                            "run starts with empty queues and cold prefix caches", ge=0,
@@ -276,7 +280,8 @@ class Scenario:
                      "out/<name>; default: the YAML file's name without .yaml")
     seed: int = spec(42, help="master seed; every random stream derives from it")
     compat: Literal["none", "blis"] = spec(
-        "none", help="blis: reproduce the reference BLIS's reported numbers (see README)"
+        "none", help="blis: reproduce the reference BLIS's reported numbers "
+        "(docs/reference/compat.md)"
     )
     horizon_s: float | None = spec(None, help="stop the simulation at this time (s)", gt=0,
                                    le=MAX_SIM_S)
@@ -325,7 +330,8 @@ class Scenario:
                                 "no window, or compat: none")
         if self.compat == "blis" and self.engine.kv_tiers.enabled:
             raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
-                                "only (the reference's tiers have defects, README \"KV tiers\")",
+                                "only (the reference's tiers have defects: "
+                                "docs/guides/kv-tiers.md)",
                                 "0, or compat: none")
 
     def check_targets(self, path: str) -> None:
@@ -381,7 +387,9 @@ class Scenario:
     def from_dict(cls, data: Any, base_dir: Path | None = None) -> Scenario:
         scenario = load(cls, data, "")
         if isinstance(scenario.workload, TraceWorkload) and base_dir is not None:
-            trace = (base_dir / scenario.workload.path).resolve()
+            trace = base_dir / scenario.workload.path
+            with contextlib.suppress(OSError, RuntimeError):  # a symlink loop: reading says so
+                trace = trace.resolve()
             scenario = dataclasses.replace(
                 scenario, workload=dataclasses.replace(scenario.workload, path=str(trace))
             )
@@ -393,14 +401,8 @@ class Scenario:
         """Load a scenario file; `overrides` map dotted key paths to values
         ({"cluster.instances": 2}: the command line's `--set` settings, parsed with
         `parse_sets`), applied after `presets` (the same form, e.g. a policy bundle's)."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ScenarioError("", f"cannot read {path}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise ScenarioError("", f"{path} is not UTF-8 text (byte {exc.start}): is it a "
-                                "scenario YAML file?") from None
+        path = Path(instance("path", path, (str, os.PathLike), "a scenario file's path"))
+        text = read_text(path, "", "a scenario YAML file")
         try:
             return cls.from_yaml_text(text, path.parent, overrides, default_name(path),
                                       presets)
@@ -412,7 +414,7 @@ class Scenario:
                        overrides: Mapping[str, Any] | None = None, name: str = "scenario",
                        presets: Mapping[str, Any] | None = None) -> Scenario:
         """`name` is used when the text gives none (from_yaml passes the file's stem)."""
-        data = load_yaml(text, "")
+        data = load_yaml(instance("text", text, str, "the scenario's YAML text"), "")
         for key, value in (presets or {}).items():
             data = set_path(data, key, value)
         data = with_overrides(data, overrides)
@@ -424,7 +426,7 @@ class Scenario:
         return to_plain(self)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return dump_yaml(self.to_dict())
 
 
 def default_name(path: Path) -> str:

@@ -56,6 +56,11 @@ def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
            config: EvaluationConfig, tiers: KVTiersConfig | None = None) -> list[Anomaly]:
     """The anomalies judged from the run's records: SLO violations, preemption storms,
     rejection bursts and (with KV tiers) KV thrashing."""
+    return slo_violations(requests, targets) + episodes(records, config, tiers)
+
+
+def slo_violations(requests: Table, targets: list[SLOTargets | None]) -> list[Anomaly]:
+    """One per completed request that missed a target, when it completed."""
     found = []
     ttft, tpot, e2e = (requests.array(name) for name in ("ttft_ms", "itl_mean_ms", "e2e_ms"))
     completion, states = requests.array("completion_s"), requests["final_state"]
@@ -68,6 +73,13 @@ def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
                 found.append(Anomaly("slo_violation", at, str(requests["instance"][i]),
                                      (str(requests["id"][i]),), "; ".join(missed), at,
                                      overshoot(values, target)))
+    return found
+
+
+def episodes(records: Records, config: EvaluationConfig, tiers: KVTiersConfig | None = None
+             ) -> list[Anomaly]:
+    """Preemption storms, rejection bursts and (with KV tiers) KV thrashing."""
+    found = []
     by_instance: dict[str, list[tuple[int, str, str]]] = {}
     for event in records.preemptions:
         by_instance.setdefault(event[1], []).append(event)

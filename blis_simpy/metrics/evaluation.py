@@ -62,22 +62,34 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
                                              scenario.engine.kv_tiers)]
     if scale_log is not None:
         anomalies += oscillations(scale_log)
+    shadow = None
     if records.decisions is not None:
         shadow = compared(records.decisions, outcomes(requests))
         anomalies += divergences(shadow)
-    anomalies = with_severity(anomalies, scenario.evaluation)
     measure = measured(records, window)
-    seconds = measure.seconds
     everyone = np.ones(len(records.requests), dtype=bool)
     metrics = raw_metrics(requests, targets, records.instances, measure, window.start,
                           window.tokens(records.requests, everyone, records.ended_at),
                           conventions.hit_rate(records.instances) if window.whole
                           else window.hit_rate(records.requests, measure.arrived))
+    return evaluation(scenario, metrics, summary, anomalies, measure.seconds, wall_s, window,
+                      None if shadow is None else accuracy(shadow))
+
+
+def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, Any],
+               anomalies: list[Anomaly], seconds: float, wall_s: float, window: Window,
+               shadow_kv: dict[str, Any] | None = None
+               ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
+    """The anomalies with their severity, the counts of those that began within the window
+    in RawMetrics (then the shadow KV's accuracy of a traced run and the saturation
+    verdict's figures), and the fitness, scaled by the share of the offered load the run
+    could sustain."""
+    anomalies = with_severity(anomalies, scenario.evaluation)
     starts = np.array([a.time for a in anomalies], dtype=np.int64)
     metrics["anomalies"] = counts([a for a, keep in zip(anomalies, window.within(starts),
                                                         strict=True) if keep])
-    if records.decisions is not None:
-        metrics["shadow_kv"] = accuracy(shadow)
+    if shadow_kv is not None:
+        metrics["shadow_kv"] = shadow_kv
     weights = scenario.fitness.weights
     values = objectives(metrics, weights)
     completion = metrics["completion_rate"]

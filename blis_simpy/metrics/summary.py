@@ -66,11 +66,28 @@ class Samples:
         if n == 0:
             return 0.0
         rank = p / 100 * (n - 1)
-        lo, hi = math.floor(rank), math.ceil(rank)
+        lo, hi = ranks(n, p)
         low = self.at(lo)
         if lo == hi:
             return low / US_PER_MS
         return low / US_PER_MS + (self.at(hi) - low) * (rank - lo) / US_PER_MS
+
+
+class Selected(Samples):
+    """Samples known by their count, their sum and the few order statistics a summary reads
+    (`ranks`): a streaming run's, whose values are not kept (metrics/order_stats.py)."""
+
+    def __init__(self, count: int, total: int, values: dict[int, int]) -> None:
+        self.count, self.total, self.values = count, total, values
+
+    def at(self, k: int) -> int:
+        return self.values[k]
+
+
+def ranks(n: int, p: float) -> tuple[int, int]:
+    """The order statistics (0-based) percentile p of n samples interpolates between."""
+    rank = p / 100 * (n - 1)
+    return math.floor(rank), math.ceil(rank)
 
 
 def distribution(name: str, samples: Samples) -> dict[str, float]:
@@ -95,10 +112,10 @@ def summary_fields(
     input_tokens: int,
     output_tokens: int,
     duration_us: int,
-    e2e: np.ndarray,
-    ttft: np.ndarray,
+    e2e: Samples,
+    ttft: Samples,
     itl: Samples,
-    scheduling_delay: np.ndarray,
+    scheduling_delay: Samples,
     preemptions: int,
     kv_allocation_failures: int = 0,
     served: int | None = None,
@@ -122,10 +139,10 @@ def summary_fields(
         "tokens_per_sec": rate(output_tokens if served_tokens is None else served_tokens,
                                seconds),
     }
-    out.update(distribution("e2e", Samples(e2e)))
-    out.update(distribution("ttft", Samples(ttft)))
+    out.update(distribution("e2e", e2e))
+    out.update(distribution("ttft", ttft))
     out.update(distribution("itl", itl))
-    out["scheduling_delay_p99_ms"] = Samples(scheduling_delay).percentile_ms(99)
+    out["scheduling_delay_p99_ms"] = scheduling_delay.percentile_ms(99)
     if kv_allocation_failures:
         out["kv_allocation_failures"] = kv_allocation_failures
     out["preemption_count"] = preemptions

@@ -7,17 +7,18 @@ already reflects them (metrics/fitness.py: scaled by the completion rate).
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload
-from blis_simpy.core.records import RequestColumns
 from blis_simpy.core.request import RejectCode
+from blis_simpy.core.units import MAX_REQUESTS
 
 LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
 
 
-def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenario) -> list[str]:
+def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario) -> list[str]:
     """Every degenerate condition the run shows, most fundamental first."""
     arrived = summary["arrived_requests"]
     if arrived == 0:
@@ -47,7 +48,12 @@ def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenari
     if timed_out:
         out.append(f"{timed_out} of {arrived} requests timed out: their clients gave up "
                    "(workload timeout_s) before the last token arrived")
-    out.extend(silent_tenants(req, scenario))
+    workload = scenario.workload
+    if isinstance(workload, TenantsWorkload) and workload.max_requests is None \
+            and arrived >= MAX_REQUESTS:
+        out.append(f"the workload stopped at the limit of {MAX_REQUESTS:,} requests "
+                   "(closed-loop users): later ones were never sent")
+    out.extend(silent_tenants(tenants, scenario))
     return out
 
 
@@ -64,11 +70,11 @@ def saturated(verdict: dict[str, Any]) -> str:
             f"steady state; about {best:.3g} req/s was sustained" + uneven)
 
 
-def silent_tenants(req: RequestColumns, scenario: Scenario) -> list[str]:
+def silent_tenants(sent: Set[str], scenario: Scenario) -> list[str]:
+    """The configured tenants that sent nothing (`sent`: the tenants of the requests)."""
     workload = scenario.workload
     if not isinstance(workload, TenantsWorkload):
         return []
-    sent = set(req.tenant)
     out = [f"tenant {t.id!r} sent no request within the run" for t in workload.tenants
            if t.id not in sent]
     total = workload.open_fraction_total

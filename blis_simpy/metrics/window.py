@@ -27,6 +27,8 @@ from blis_simpy.config.scenario import MeasurementWindow
 from blis_simpy.core.records import RequestColumns
 from blis_simpy.core.units import US_PER_S, us
 
+NEVER = np.iinfo(np.int64).max  # the end of an open-ended window (µs)
+
 
 @dataclass(frozen=True, slots=True)
 class Window:
@@ -62,26 +64,40 @@ class Window:
     def tokens(self, req: RequestColumns, rows: np.ndarray, ended: int) -> float:
         """Output tokens the selected requests emitted within the window. Token times are not
         recorded one by one: a request's first token is at its first-token time and the rest
-        are spread evenly up to its last one (completion, timeout, or the run's end), so only
-        the requests spanning an edge of the window are apportioned."""
+        are spread evenly up to its last one (completion, timeout, or `ended` for one still
+        running at the end), so only the requests spanning an edge of the window are
+        apportioned. Summed exactly (those shares rounded once), so a streaming run, which
+        sees the requests in another order, finds the same figure."""
         if self.whole:
             return float(req.emitted[rows].sum())
-        # open-ended: everything after the start (a token is delivered after its step ends,
-        # so the last ones can be later than the run's last event)
-        limit = math.inf if self.end is None else self.stop(ended)
-        first = req.first_token_at[rows].astype(float)
-        emitted = req.emitted[rows].astype(float)
         last = np.where(req.completed_at[rows] >= 0, req.completed_at[rows],
                         np.where(req.timed_out_at[rows] >= 0, req.timed_out_at[rows], ended))
-        last = np.maximum(last.astype(float), first)
+        whole, shares = self.token_shares(req.first_token_at[rows], req.emitted[rows], last)
+        return self.total(whole, shares)
+
+    def token_shares(self, first: np.ndarray, emitted: np.ndarray, last: np.ndarray
+                     ) -> tuple[int, np.ndarray]:
+        """The tokens emitted within the window by requests whose first token came at
+        `first` (-1: none) and their last at `last`: those counted whole, and the fractional
+        shares of the requests spanning an edge (`total` adds them up). A token is delivered
+        after its step ends, so the last ones can come after the run's last event: an
+        open-ended window counts them."""
+        limit = NEVER if self.end is None else self.end
         started = first >= 0
-        total = ((first >= self.start) & (first < limit) & started).sum()
+        last = np.maximum(last, first)
+        whole = int((started & (first >= self.start) & (first < limit)).sum())
         rest = np.maximum(emitted - 1, 0) * started
         span = last - first
-        overlap = np.clip(np.minimum(last, limit) - np.maximum(first, self.start), 0, None)
+        overlap = np.maximum(np.minimum(last, limit) - np.maximum(first, self.start), 0)
         instant = (last >= self.start) & (last < limit)  # all the tokens at one time
-        share = np.where(span > 0, overlap / np.where(span > 0, span, 1), instant)
-        return float(total + (rest * share).sum())
+        full = np.where(span > 0, overlap == span, instant)
+        part = started & (span > 0) & (overlap > 0) & (overlap < span)
+        whole += int(rest[full].sum())
+        return whole, rest[part] * (overlap[part] / span[part])
+
+    @staticmethod
+    def total(whole: int, shares: np.ndarray) -> float:
+        return math.fsum([whole, *shares.tolist()])
 
     def hit_rate(self, req: RequestColumns, rows: np.ndarray) -> float:
         """Cached prompt tokens over prompt tokens of the selected requests that were

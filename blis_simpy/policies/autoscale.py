@@ -100,7 +100,8 @@ AUTOSCALE: Registry[AutoscalePolicy] = Registry("autoscale", AutoscalePolicy)
 # What the threshold and target templates can follow. With vLLM's 256-slot batches the batch
 # occupancy (`utilization`) and the wait queue stay low while latency degrades, so the latency
 # signals (mean recent TTFT / TPOT over the ready replicas, ms) and the token throughput per
-# ready replica (`token_rate`, tokens/s) are the ones that track an SLO (docs/autoscaling.md).
+# ready replica (`token_rate`, tokens/s) are the ones that track an SLO
+# (docs/guides/autoscaling.md).
 Signal = Literal["utilization", "kv_utilization", "queue_depth", "recent_ttft_ms",
                  "recent_tpot_ms", "token_rate"]
 SIGNALS_HELP = ("utilization (batch occupancy), kv_utilization, queue_depth (requests waiting "

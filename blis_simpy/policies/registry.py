@@ -91,7 +91,7 @@ class Registry(Generic[P]):
             raise ScenarioError(f"{path}.type", f"{config.type}.__init__ did not call "
                                 "super().__init__(params), so the policy has no `params`",
                                 "call super().__init__(params) in __init__, or define no "
-                                "__init__ (docs/policies.md)")
+                                "__init__ (docs/guides/policies.md)")
         return policy
 
     def is_user(self, config: PolicySpec) -> bool:

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from blis_simpy.core.arguments import instance
 from blis_simpy.core.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -32,6 +33,10 @@ def compare_policies(table: pd.DataFrame, baseline: str,
     of that pair."""
     import pandas as pd
 
+    instance("table", table, pd.DataFrame, "a DataFrame from run_many")
+    if not {"scenario", "policy", "seed"} <= set(table.columns):
+        raise ScenarioError("table", "has no scenario, policy and seed columns",
+                            "a DataFrame from run_many")
     if baseline not in set(table["policy"]):
         raise ScenarioError("baseline", f"no policy named {baseline!r} in the table",
                             ", ".join(sorted(set(table["policy"]))))
@@ -60,7 +65,7 @@ def compare_policies(table: pd.DataFrame, baseline: str,
     if unwindowed:
         warnings.warn(f"compare_policies: {', '.join(unwindowed)} measured from t=0, cold "
                       "prefix caches and empty queues included; on short runs they can decide "
-                      "the comparison (set evaluation.window.warmup_s: docs/metrics.md)",
+                      "the comparison (set evaluation.window.warmup_s: docs/reference/metrics.md)",
                       UserWarning, stacklevel=2)
     return pd.DataFrame(rows)
 

@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.arguments import callback, instance, integer, integers
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.policies.bundle import PolicyBundle
-from blis_simpy.search.code import CodePolicy, CodeRejected, check, install
-from blis_simpy.search.contain import ContainedFailure, Limits, contained
+from blis_simpy.search.code import CodePolicy, CodeRejected, check
+from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox
 from blis_simpy.search.feedback import feedback
+from blis_simpy.search.remote import Contained
 from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import ScenarioForm, load, run
 
@@ -80,6 +82,14 @@ def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, Sce
     core); `workers=1` runs them here, one after another."""
     import pandas as pd
 
+    instance("policies", policies if policies is not None else {}, Mapping,
+             "a mapping of names to candidates, or None")
+    workers = None if workers is None else integer("workers", workers, low=1)
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise ScenarioError("executor", f"expected a concurrent.futures.Executor, got "
+                            f"{type(executor).__name__}", "an Executor, or None")
+    callback("progress", progress, "a function taking (runs done, runs in all), or None")
+    instance("limits", limits, (Limits, type(None)), "a Limits, or None")
     tasks = plan(named_scenarios(scenarios, overrides), policies or {"scenario": None}, seeds,
                  limits or Limits())
     frame = pd.DataFrame(execute(tasks, executor, workers, progress))
@@ -93,15 +103,15 @@ def named_scenarios(scenarios: Any, overrides: Mapping[str, Any] | None = None
     """Scenario name -> parsed scenario with its overrides; files are read once, here."""
     if is_form(scenarios):
         scenarios = [scenarios]
+    instance("scenarios", scenarios, Iterable, "a scenario (a Scenario, a YAML path, a "
+             "library name or a mapping of its sections), a list of them, or a mapping of "
+             "names to them")
     if isinstance(scenarios, Mapping):
-        pairs = [(str(name), load(form)) for name, form in scenarios.items()]
-    elif isinstance(scenarios, Sequence):
-        parsed = [load(form) for form in scenarios]
-        pairs = [(s.name, s) for s in parsed]
+        pairs = [(str(name), load(entry(f"scenarios[{name!r}]", form)))
+                 for name, form in scenarios.items()]
     else:
-        raise ScenarioError("scenarios", f"got {type(scenarios).__name__}", "a scenario (a "
-                            "Scenario, path, library name or mapping), a list of them, or a "
-                            "mapping name -> scenario")
+        parsed = [load(entry(f"scenarios[{i}]", form)) for i, form in enumerate(scenarios)]
+        pairs = [(s.name, s) for s in parsed]
     named = dict(pairs)
     if len(named) != len(pairs):
         raise ScenarioError("scenarios", "two scenarios have the same name",
@@ -117,6 +127,14 @@ def is_form(value: Any) -> bool:
     """One scenario (a mapping of its sections has a `version`), not a collection of them."""
     return isinstance(value, Scenario | str | Path) or (isinstance(value, Mapping)
                                                          and "version" in value)
+
+
+def entry(where: str, form: Any) -> Any:
+    """One scenario of a collection, refused by its place there when it is none."""
+    if not is_form(form) and not isinstance(form, Mapping):
+        raise ScenarioError(where, f"got {type(form).__name__}", "a Scenario, a YAML path, a "
+                            "library name or a mapping of its sections")
+    return form
 
 
 def per_scenario(overrides: Mapping[str, Any] | None, names: Mapping[str, Scenario]
@@ -156,13 +174,15 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
          seeds: Iterable[int] | None, limits: Limits) -> list[Task]:
     """Every run, validated: a bad candidate or seed fails here, before any run starts; code
     the static check refuses becomes zero rows (a search produces such candidates)."""
-    seed_list = None if seeds is None else list(seeds)
+    seed_list = None if seeds is None else integers("seeds", seeds)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
+    if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
+        sandbox()  # code runs only in the sandbox: a machine without one refuses it now
     unweighted = [name for name, s in scenarios.items() if not s.fitness.weights]
     if unweighted:
         warnings.warn(f"fitness is 0 in every run of {', '.join(unweighted)}: the scenario "
-                      "sets no fitness.weights (README: Fitness); compare the metric columns "
-                      "or give weights", UserWarning, stacklevel=3)
+                      "sets no fitness.weights (docs/reference/metrics.md); compare the metric "
+                      "columns or give weights", UserWarning, stacklevel=3)
     tasks: list[Task] = []
     for scenario_name, scenario in scenarios.items():
         for policy_name, (overrides, candidate_id, code, rejected) in prepared.items():
@@ -172,8 +192,6 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
                 raise ScenarioError(f"policies[{policy_name!r}] on {scenario_name}: "
                                     f"{exc.path}", exc.problem, exc.valid) from None
             for seed in seed_list if seed_list is not None else [scenario.seed]:
-                if isinstance(seed, bool) or not isinstance(seed, int):
-                    raise ScenarioError("seeds", f"{seed!r} is not an integer")
                 tasks.append(Task(len(tasks), scenario_name, policy_name, seed, applied,
                                   candidate_id, code, limits, rejected))
     return tasks
@@ -229,22 +247,27 @@ def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
 
 
 def evaluate(task: Task) -> dict[str, Any]:
-    """Run one task (in a worker) and return its row; code runs contained."""
+    """Run one task (in a worker) and return its row; code runs in the sandbox."""
     if task.code is None:
         return evaluate_here(task)
     if task.rejected:
         return zero_row(task, f"candidate rejected: {task.rejected}")
     try:
-        return dict(contained(evaluate_code, task, task.limits))
-    except ContainedFailure as exc:
-        return zero_row(task, str(exc))
-
-
-def evaluate_code(task: Task) -> dict[str, Any]:
-    """In the contained child: load the candidate's module, then run."""
-    assert task.code is not None
-    install(task.code)
-    return evaluate_here(task)
+        candidate = Contained(task.code, task.limits)
+    except SandboxUnavailable:
+        raise
+    except ScenarioError as exc:  # the source does not load
+        return {**zero_row(task, str(exc)), "log": ""}
+    try:
+        out = evaluate_here(task)
+    except ScenarioError as exc:  # its process failed building the policy
+        out = zero_row(task, str(exc))
+    finally:
+        log = candidate.close()
+    out["log"] = log
+    if log:
+        out["feedback"] += f"\n\nWhat the candidate printed:\n{log}"
+    return out
 
 
 def evaluate_here(task: Task) -> dict[str, Any]:

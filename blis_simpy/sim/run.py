@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario, with_overrides
+from blis_simpy.core.arguments import callback, flag, instance
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
+from blis_simpy.metrics.conventions import step_durations
 from blis_simpy.metrics.evaluation import evaluate
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
-from blis_simpy.metrics.saturation import saturation
+from blis_simpy.metrics.saturation import run_saturation
 from blis_simpy.metrics.tables import (
     instance_series,
     request_table,
@@ -28,11 +30,15 @@ from blis_simpy.metrics.warnings import run_warnings
 from blis_simpy.metrics.window import Window
 from blis_simpy.sim.background import Background
 from blis_simpy.sim.build import Progress, Simulation, build
+from blis_simpy.sim.output import OutputFolder
 from blis_simpy.sim.result import Result
+from blis_simpy.sim.stream import simulate_streaming, streams
 
 if TYPE_CHECKING:
     from blis_simpy.compat.results import ReferenceOutputs
     from blis_simpy.metrics.conventions import RequestLatencies
+
+PROGRESS = "a function taking a RunProgress (now_us, arrived, finished, ...), or None"
 
 
 ScenarioForm = Scenario | str | Path | Mapping[str, Any]
@@ -82,6 +88,9 @@ def prepare(scenario: ScenarioForm, *, seed: int | None = None,
             checks: bool = False) -> Simulation:
     """Resolve and build a simulation; every input error (including a bad trace) surfaces
     here, before any event runs."""
+    recorder = instance("recorder", recorder, (Recorder, type(None)),
+                        "a Recorder (blis_simpy.Recorder(events=True)) or None")
+    checks = flag("checks", checks)
     return build(resolve(load(scenario, seed=seed, overrides=overrides)), recorder=recorder,
                  checks=checks)
 
@@ -91,24 +100,33 @@ def run(scenario: ScenarioForm, progress: Progress | None = None, *,
         recorder: Recorder | None = None, checks: bool = False) -> Result:
     """Simulate a scenario (any form `load` takes), optionally with another seed and dotted
     overrides, and return its Result."""
+    callback("progress", progress, PROGRESS)
     return simulate(prepare(scenario, seed=seed, overrides=overrides, recorder=recorder,
                             checks=checks), progress)
 
 
-def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
-    """Run a prepared simulation to its end and build the Result from its records."""
+def simulate(sim: Simulation, progress: Progress | None = None, *,
+             folder: OutputFolder | None = None, record_mode: str = "auto") -> Result:
+    """Run a prepared simulation to its end and build the Result from its records. With an
+    output `folder` (to `save` the Result into), `record_mode` chooses whether they are kept
+    in memory or streamed into the folder as the run goes: auto, memory or stream
+    (sim/stream.py)."""
+    instance("sim", sim, Simulation, "a Simulation, from prepare()")
+    progress = callback("progress", progress, PROGRESS)
+    if streams(sim, folder, record_mode):
+        assert folder is not None
+        return simulate_streaming(sim, folder, progress)
     wall = sim.run(progress)
     records = sim.records()
     series = Background(lambda: instance_series(records), "instance-series")
     scenario, conventions = sim.scenario, sim.conventions
-    lat = conventions.latencies(records.requests, records.instances)
+    lat = conventions.latencies(records.requests, step_durations(records.instances))
     window = Window.of(scenario.evaluation.window)
     stats = summary(records, lat, conventions, scenario.horizon_us, window)
-    stats["saturation"] = saturation(records, window, scenario)
-    stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
-    requests = request_table(records.requests, lat)
-    if sim.trace_times is not None:  # a published trace: each row's own timestamp
-        requests.columns["trace_time_ns"] = sim.trace_times[records.requests.index]
+    stats["saturation"] = run_saturation(records, window, scenario)
+    stats["warnings"] = (run_warnings(stats, set(records.requests.tenant), scenario)
+                         + sim.input_notes)
+    requests = request_table(records.requests, lat, sim.trace_times)
     scale_log, scale_tables = sim.scale_log, None
     if scale_log is not None:  # a deployment section (its metrics imported only then)
         from blis_simpy.metrics.scaling import (

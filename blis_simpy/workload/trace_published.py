@@ -13,7 +13,8 @@
   0 output_length are skipped as Azure's are.
 
 Each row's own timestamp is kept, in ns, for the requests table (`trace_time_ns`). Token ids
-are synthesised from the scenario seed (`trace_tokens.py`).
+are synthesised from the scenario seed (`trace_tokens.py`). Each reader gives, for each row it
+takes, what its token ids are made from: nothing, or Mooncake's hash ids.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -34,13 +35,14 @@ from blis_simpy.workload.trace_file import (
     time_value,
     token_count,
 )
-from blis_simpy.workload.trace_tokens import HashBlockTokens, TokenMaker, UniqueTokens
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 MOONCAKE_BLOCK = 512  # prompt tokens per hash id
 NS_PER_US = 1000
+# The UTC offsets in use: Baker Island (-12:00) to Kiribati's Line Islands (+14:00).
+MAX_WEST, MAX_EAST = 12 * 3600, 14 * 3600
 
 # 2023: `2023-11-16 18:17:03.9799600`; 2024: `2024-05-10 00:00:00.009930+00:00`, or without
 # the fraction when it is 0.
@@ -72,8 +74,8 @@ def fields(lines: TraceLines, row: list[str], at: list[int]) -> list[str]:
     return [row[i] for i in at]
 
 
-def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
-               maker: TokenMaker) -> UniqueTokens:
+def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns
+               ) -> Iterator[None]:
     at = locate(lines, header, AZURE_COLUMNS, "azure")
     first: int | None = None
     for row in lines.csv_rows():
@@ -92,7 +94,7 @@ def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
             columns.skip(NO_OUTPUT)
             continue
         columns.add(arrival, prompt, output, time_ns=ns)
-    return UniqueTokens(maker)
+        yield None
 
 
 def unix_ns(lines: TraceLines, text: str) -> int:
@@ -117,21 +119,30 @@ def azure_ns(lines: TraceLines, text: str) -> int:
     if days < 0 or hour > 23 or minute > 59 or second > 59:
         raise lines.error(f"TIMESTAMP {shown(text)} is not a valid date and time",
                           AZURE_TIME_TEXT)
-    whole = ((days * 24 + hour) * 60 + minute) * 60 + second - utc_offset_s(match.group(8))
+    offset = utc_offset_s(match.group(8))
+    if offset is None:
+        raise lines.error(f"TIMESTAMP {shown(text)} has no real UTC offset",
+                          f"offsets from {-MAX_WEST // 3600:+03d}:00 to "
+                          f"{MAX_EAST // 3600:+03d}:00, minutes below 60")
+    whole = ((days * 24 + hour) * 60 + minute) * 60 + second - offset
     return whole * 10**9 + int((match.group(7) or "").ljust(9, "0"))
 
 
-def utc_offset_s(text: str | None) -> int:
-    """`+01:00`, `-0530` or `Z` as seconds east of UTC (0 when absent)."""
+def utc_offset_s(text: str | None) -> int | None:
+    """`+01:00`, `-0530` or `Z` as seconds east of UTC (0 when absent); None for an offset
+    no clock uses (`+99:00`, `+05:75`), which would shift the replay by hours or days."""
     if not text or text == "Z":
         return 0
     digits = text[1:].replace(":", "")
-    seconds = int(digits[:2]) * 3600 + int(digits[2:]) * 60
-    return seconds if text[0] == "+" else -seconds
+    hours, minutes = int(digits[:2]), int(digits[2:])
+    seconds = (hours * 60 + minutes) * 60 if text[0] == "+" else -(hours * 60 + minutes) * 60
+    if minutes > 59 or not -MAX_WEST <= seconds <= MAX_EAST:
+        return None
+    return seconds
 
 
-def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,
-                  maker: TokenMaker) -> UniqueTokens:
+def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns
+                  ) -> Iterator[None]:
     at = locate(lines, header, BURSTGPT_COLUMNS, "burstgpt")
     for row in lines.csv_rows():
         stamp, model, request, response = fields(lines, row, at)
@@ -147,13 +158,13 @@ def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,
             columns.skip("0 response tokens (failed requests)")
             continue
         columns.add(arrival, prompt, output, RowLabels(model=model), round(seconds * 10**9))
-    return UniqueTokens(maker)
+        yield None
 
 
-def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns,
-                  maker: TokenMaker) -> HashBlockTokens:
-    """`rows`: the file's lines from the first (which detection may have read already)."""
-    hash_ids: list[np.ndarray] = []
+def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns
+                  ) -> Iterator[np.ndarray]:
+    """`rows`: the file's lines from the first (which detection may have read already). Each
+    row's hash ids are given as it is taken."""
     for text in rows:
         if not text.strip():
             continue
@@ -169,8 +180,7 @@ def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns,
             columns.skip(NO_OUTPUT)
             continue
         columns.add(arrival, prompt, output, time_ns=round(stamp * 10**6))
-        hash_ids.append(blocks)
-    return HashBlockTokens(maker, hash_ids, MOONCAKE_BLOCK)
+        yield blocks
 
 
 def json_record(lines: TraceLines, text: str) -> dict[str, object]:
