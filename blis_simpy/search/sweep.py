@@ -34,7 +34,7 @@ from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
 from blis_simpy.sim.result import Result
-from blis_simpy.sim.run import load, run
+from blis_simpy.sim.run import ScenarioForm, load, run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,14 +61,18 @@ class Task:
     rejected: str = ""  # why the static check refused the code: the row is a zero
 
 
-def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
-             | Mapping[str, Scenario | str | Path],
+def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, ScenarioForm],
              policies: Mapping[str, Candidate] | None = None,
-             seeds: Iterable[int] | None = None, *, executor: Executor | None = None,
+             seeds: Iterable[int] | None = None, *,
+             overrides: Mapping[str, Any] | None = None, executor: Executor | None = None,
              workers: int | None = None, progress: Progress | None = None,
              limits: Limits | None = None) -> pd.DataFrame:
     """Run every scenario x policy x seed and return one row per run (`row` says which
-    columns). `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
+    columns). `scenarios`: one scenario in any form `run` takes (a `Scenario`, a YAML path, a
+    library name, a mapping of its sections), a list of them, or a mapping name -> form.
+    `overrides`: dotted key paths -> values for every scenario ({"cluster.instances": 2}),
+    or scenario names -> such mappings, for each its own.
+    `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
     candidate mapping (`{"routing.type": "weighted", "routing.weights.prefix-affinity": 3}`),
     a `CodePolicy` (source for one axis, run contained within `limits`), or None for the
     scenario's own policies. `seeds` defaults to each scenario's seed.
@@ -86,7 +90,7 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
                             f"{type(executor).__name__}", "an Executor, or None")
     callback("progress", progress, "a function taking (runs done, runs in all), or None")
     instance("limits", limits, (Limits, type(None)), "a Limits, or None")
-    tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds,
+    tasks = plan(named_scenarios(scenarios, overrides), policies or {"scenario": None}, seeds,
                  limits or Limits())
     frame = pd.DataFrame(execute(tasks, executor, workers, progress))
     counted = [c for c in frame.columns if c.startswith("anomaly.")]
@@ -94,16 +98,19 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     return frame
 
 
-def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
-    """Scenario name -> parsed scenario; paths are read once, here."""
-    if isinstance(scenarios, Scenario | str | Path):
+def named_scenarios(scenarios: Any, overrides: Mapping[str, Any] | None = None
+                    ) -> dict[str, Scenario]:
+    """Scenario name -> parsed scenario with its overrides; files are read once, here."""
+    if is_form(scenarios):
         scenarios = [scenarios]
-    instance("scenarios", scenarios, Iterable, "a Scenario or a YAML path, a list of them, "
-             "or a mapping of names to them")
+    instance("scenarios", scenarios, Iterable, "a scenario (a Scenario, a YAML path, a "
+             "library name or a mapping of its sections), a list of them, or a mapping of "
+             "names to them")
     if isinstance(scenarios, Mapping):
-        pairs = [(str(name), as_scenario(s)) for name, s in scenarios.items()]
+        pairs = [(str(name), load(entry(f"scenarios[{name!r}]", form)))
+                 for name, form in scenarios.items()]
     else:
-        parsed = [as_scenario(s) for s in scenarios]
+        parsed = [load(entry(f"scenarios[{i}]", form)) for i, form in enumerate(scenarios)]
         pairs = [(s.name, s) for s in parsed]
     named = dict(pairs)
     if len(named) != len(pairs):
@@ -111,12 +118,46 @@ def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
                             "distinct names, or a mapping name -> scenario")
     if not named:
         raise ScenarioError("scenarios", "no scenario to run")
-    return named
+    own = per_scenario(overrides, named)
+    return {name: load(scenario, overrides=own.get(name)) if own.get(name) else scenario
+            for name, scenario in named.items()}
 
 
-def as_scenario(scenario: Scenario | str | Path) -> Scenario:
-    instance("scenarios", scenario, (Scenario, str, Path), "Scenarios or YAML paths")
-    return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
+def is_form(value: Any) -> bool:
+    """One scenario (a mapping of its sections has a `version`), not a collection of them."""
+    return isinstance(value, Scenario | str | Path) or (isinstance(value, Mapping)
+                                                         and "version" in value)
+
+
+def entry(where: str, form: Any) -> Any:
+    """One scenario of a collection, refused by its place there when it is none."""
+    if not is_form(form) and not isinstance(form, Mapping):
+        raise ScenarioError(where, f"got {type(form).__name__}", "a Scenario, a YAML path, a "
+                            "library name or a mapping of its sections")
+    return form
+
+
+def per_scenario(overrides: Mapping[str, Any] | None, names: Mapping[str, Scenario]
+                 ) -> dict[str, Mapping[str, Any]]:
+    """Each scenario's overrides: the same mapping for all, or each its own by name."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise ScenarioError("overrides", f"got {type(overrides).__name__}", "a mapping of "
+                            "dotted key paths to values, or scenario names to such mappings")
+    keyed = [k for k in overrides if k in names]
+    if not keyed:
+        return dict.fromkeys(names, overrides)
+    if len(keyed) != len(overrides):
+        rest = [k for k in overrides if k not in names]
+        raise ScenarioError("overrides", f"mixes scenario names ({', '.join(keyed)}) with "
+                            f"other keys ({', '.join(map(str, rest))})", "dotted key paths "
+                            "for every scenario, or scenario names -> dotted key paths")
+    for name in keyed:
+        if not isinstance(overrides[name], Mapping):
+            raise ScenarioError(f"overrides[{name!r}]", f"got {type(overrides[name]).__name__}",
+                                "a mapping of dotted key paths to values")
+    return {name: overrides[name] for name in keyed}
 
 
 def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:
@@ -250,7 +291,8 @@ def zero_row(task: Task, error: str) -> dict[str, Any]:
 
 def row(result: Result) -> dict[str, Any]:
     """A run's columns after its ids: policy and workload ids, error (empty), fitness,
-    completion, each normalised objective (`objective.<key>`), every scalar of the summary,
+    completion, each normalised objective (`objective.<key>`), the measurement window
+    (`window_start_s`, `window_end_s`: null for the run's end), every scalar of the summary,
     the RawMetrics scalars the summary lacks, anomaly counts (`anomaly.<kind>`) and the number
     of warnings, then the feedback text for reflection."""
     evaluation = result.evaluation
@@ -259,6 +301,8 @@ def row(result: Result) -> dict[str, Any]:
                            "workload_id": evaluation.workload_id, "error": "",
                            "fitness": evaluation.fitness, "completion": evaluation.completion}
     out.update({f"objective.{k}": v for k, v in evaluation.objectives.items()})
+    window = result.scenario.evaluation.window
+    out["window_start_s"], out["window_end_s"] = window.warmup_s, window.end_s
     summary = {k: v for k, v in result.summary.items() if scalar(v) and k != "instance_id"}
     out.update(summary)
     out.update({k: v for k, v in result.metrics.items() if scalar(v) and k not in summary})
