@@ -62,7 +62,7 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
     """Load, apply the policy bundle then the overrides, and build, so every input error
     surfaces before running."""
     from blis_simpy.config.fitness import FitnessConfig, parse_weights
-    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.config.scenario import Scenario, parse_sets
     from blis_simpy.sim.run import prepare
 
     path = scenario_file(path)
@@ -78,7 +78,7 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
         except ScenarioError as exc:
             raise exc.in_file(policy_config) from None
     try:
-        scenario = Scenario.from_yaml(path, overrides or (), changes)
+        scenario = Scenario.from_yaml(path, parse_sets(overrides or ()), changes)
     except ScenarioError as exc:
         raise exc if bundle is None else bundle.blame(exc, policy_config) from None
     if seed is not None:
@@ -336,11 +336,11 @@ def workload_sample(
 ) -> None:
     """Run a scenario and write every request that arrived as a trace CSV, replayable by
     `workload: {type: trace}` and by the reference (extra tenant columns come last)."""
-    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.config.scenario import Scenario, parse_sets
     from blis_simpy.sim.sample import sample
 
     try:
-        loaded = Scenario.from_yaml(scenario_file(scenario), set_ or ())
+        loaded = Scenario.from_yaml(scenario_file(scenario), parse_sets(set_ or ()))
         if seed is not None:
             loaded = dataclasses.replace(loaded, seed=seed)
         count = sample(loaded, out)

@@ -49,7 +49,7 @@ ANOMALY_TYPES = (
     "priority_inversion",  # admitted while a higher-priority request waits in the same queue
     "hol_blocking",  # ... and that request had queued before it: one episode per passed-over one
     "kv_hol_blocking",  # the head does not fit in free KV while one behind would: an episode
-    "slo_class_inversion",  # admitted while a more urgent SLO class (or older) request waits
+    "slo_class_inversion",  # admitted while a request of a more urgent SLO class waits
     "slo_violation",
     "preemption_storm",
     "rejection_burst",
@@ -387,7 +387,7 @@ def rows_matrix(rows: Iterable[tuple[int, ...]], count: int, width: int) -> np.n
 INT_FIELDS = ("index", "arrival", "admitted_at", "routed_at", "queued_at", "first_scheduled",
               "first_token_at", "completed_at", "timed_out_at", "input_len", "output_len",
               "cached_tokens", "emitted", "preemptions", "turn", "first_token_step",
-              "last_emit_step")  # the requests' integer fields, read into columns
+              "last_emit_step", "trace_time")  # the requests' integer fields, read into columns
 
 
 def int_columns(requests: Sequence[Request]) -> dict[str, np.ndarray]:
@@ -432,6 +432,7 @@ class RequestColumns:
     reject_reason: list[str]
     first_token_step: np.ndarray  # step (of its instance) that emitted the first token
     last_emit_step: np.ndarray
+    trace_time: np.ndarray  # a published trace row's own timestamp (ns), else -1
     # Inter-token gaps that span several steps (after a preemption or a budget skip):
     # (request position, step of the token before, step of the token after).
     gap_request: np.ndarray

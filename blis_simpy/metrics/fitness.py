@@ -11,6 +11,11 @@ policy that rejects or strands most requests would otherwise look fast. So a run
 completes nothing scores 0, the bottom, and every request that does not complete (rejected,
 still queued or running at the horizon) costs its share of the score. A latency key without
 samples normalises to 0, never to a perfect 1.
+
+A saturated run (metrics/saturation.py: the wait queue grew all along) completes everything
+it was offered only because a finite workload drains in the end; its fitness is further
+scaled by `sustained` = the sustainable rate / the offered rate, the share of the offered load
+it could carry for good (1 for a run that keeps up).
 """
 
 from __future__ import annotations
@@ -62,6 +67,14 @@ def objectives(metrics: Mapping[str, Any], weights: Mapping[str, float]) -> dict
     return out
 
 
+def sustained(saturation: Mapping[str, Any]) -> float:
+    """The share of the offered load a saturated run could carry for good; 1 otherwise."""
+    best = saturation.get("max_sustainable_rate_per_s")
+    if saturation.get("verdict") != "saturated" or not best:
+        return 1.0
+    return min(1.0, best / saturation["offered_rate_per_s"])
+
+
 def score(values: Mapping[str, float], weights: Mapping[str, float], completion: float
           ) -> float:
     """The fitness: the weighted sum scaled by the completion rate (module docstring)."""
@@ -74,6 +87,7 @@ class EvaluationResult:
 
     fitness: float
     completion: float  # completed / arrived: the factor the weighted sum was scaled by
+    sustained: float  # sustainable / offered rate when saturated, else 1: the other factor
     objectives: dict[str, float]
     weights: dict[str, float]
     metrics: dict[str, Any]
@@ -98,14 +112,16 @@ class EvaluationResult:
 # Without weights a sweep scores every candidate against a baseline, the scenario's own
 # policies run on the same seed (common random numbers: the same requests), term by term:
 #
-#     fitness = completion x exp(mean over terms of clip(ln(ratio)))
+#     fitness = completion x sustained x exp(mean over terms of clip(ln(ratio)))
 #
 # where a term's ratio is baseline / candidate for a latency or cost (lower is better) and
 # candidate / baseline for a rate or share (higher is better), so above 1 means better. The
 # baseline itself scores its completion (1.0 when every request completes); 10 % lower
 # latencies on every latency term score about 1.09; a run that completes nothing scores 0. A
 # log ratio is clipped to +-ln(10) so one term cannot outweigh the others, and a term the
-# baseline has no value for (nothing completed there) is left out.
+# baseline has no value for (nothing completed there) is left out. `sustained` scales a
+# saturated candidate down as it does a weighted fitness (module docstring); a baseline that
+# saturates makes every ratio easier to beat, not the candidate's own factor.
 
 Better = Literal["lower", "higher"]
 CLIP = math.log(10.0)
@@ -165,6 +181,7 @@ def relative_score(candidate: Mapping[str, Any], baseline: Mapping[str, Any],
         if base is not None:
             logs[term.name] = log_ratio(number(candidate.get(term.column)), base, term.better)
     completion = number(candidate.get("completion_rate", candidate.get("completion"))) or 0.0
+    carried = number(candidate.get("sustained"))
     mean = sum(logs.values()) / len(logs) if logs else 0.0
-    return RelativeScore(completion * math.exp(mean),
+    return RelativeScore(completion * (1.0 if carried is None else carried) * math.exp(mean),
                          {name: math.exp(value) for name, value in logs.items()})

@@ -15,16 +15,20 @@ hands its finished requests and its step rows here as it goes (`Recorder.stream`
   tokens that followed one in that step (metrics/gaps.py), never a value per token.
 
 The summary is the in-memory one to the last bit: the same counts, integer sums, order
-statistics and weighted gaps. So is RawMetrics, but for the instances' mean KV use: a sum of
-floats over every step, taken chunk by chunk rather than in numpy's pairwise order (equal to
-about 1e-15 relative).
+statistics and weighted gaps; the measurement window (metrics/window.py) is applied as the
+requests come (who arrived within it, what completed within it, the tokens emitted within it);
+vLLM's metrics' spreads come from exact sums (metrics/moments.py), and the saturation verdict
+counts the requests' arrival, service and leaving times in a scratch file of them. So is
+RawMetrics, but for the instances' mean KV use: a sum of floats over every step, taken chunk
+by chunk rather than in numpy's pairwise order (equal to about 1e-15 relative).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -46,33 +50,62 @@ from blis_simpy.metrics.columns import Coded, Table, TableWriter
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.evaluation import EvaluationResult, evaluation, request_targets
 from blis_simpy.metrics.imbalance import Spans, Waiting, imbalanced
+from blis_simpy.metrics.moments import float_sum, square_sum
 from blis_simpy.metrics.order_stats import ALL, Cell, SampleFile, pairwise_sum
 from blis_simpy.metrics.raw import (
     STATS,
     GroupCounts,
     Totals,
     assemble,
+    clipped,
     group_dict,
     interpolate,
     levels,
     linear,
     meets,
     stats,
+    targeted,
+)
+from blis_simpy.metrics.saturation import (
+    ASK,
+    Started,
+    StepSums,
+    capacity,
+    count_between,
+    count_by,
+    leaving_times,
+    saturation,
+)
+from blis_simpy.metrics.serving import PERCENTILES as SERVING_PERCENTILES
+from blis_simpy.metrics.serving import (
+    FloatSelected,
+    ServingFigures,
+    breakdown,
+    squares,
 )
 from blis_simpy.metrics.summary import PERCENTILES, Samples, Selected, ranks
 from blis_simpy.metrics.tables import (
     ScopeFigures,
     request_table,
+    scope_end,
     scoped_summary,
     series_columns,
     steps_of,
 )
 from blis_simpy.metrics.warnings import run_warnings
+from blis_simpy.metrics.window import Window
 
-SERIES = ("e2e", "ttft", "delay", "tpot")  # the latencies whose order statistics are asked
+# the latencies whose order statistics are asked: the summary's and RawMetrics', then vLLM's
+# (the cluster's completed requests: TTFT, TPOT in µs, E2EL)
+SERIES = ("e2e", "ttft", "delay", "tpot", "vllm_ttft", "vllm_tpot", "vllm_e2el")
+SERVING = {"vllm_ttft": "ttft", "vllm_tpot": "tpot", "vllm_e2el": "e2el"}
+FLOATS = ("tpot", "vllm_tpot")
 SUMMED = ("arrived", "completed", "queued", "running", "rejected", "timed_out",
-          "input_tokens", "output_tokens", "preemptions")  # per instance, in the summary
+          "input_tokens", "output_tokens", "preemptions",  # per instance, in the summary
+          "served", "cached", "prompt",  # and with a measurement window
+          "finished_output", "finished_input")  # vLLM's throughputs
 GROUPED = GroupCounts.__slots__  # per SLO class and tenant, in RawMetrics
+TIMES = ("arrived", "left", "completed", "entered")  # per request, for the saturation verdict
 
 
 class Histogram:
@@ -113,14 +146,23 @@ class InstanceSteps:
         self.count = 0  # rows handed over
         self.start = np.zeros(0, dtype=np.int64)
         self.duration = np.zeros(0, dtype=np.int64)
+        self.new = np.zeros(0, dtype=np.int64)
         self.diff = np.zeros(1, dtype=np.int64)  # one more than the rows held
         self.itl = Histogram()
+        # ITL's breakdown (metrics/serving.py): gaps ending in steps that prefilled, in all
+        # steps, spanning several steps, and the gaps of the steps that only decoded
+        self.in_prefill_steps = self.in_steps = self.spans = 0
+        self.decode_only = Histogram()
+        self.sums = StepSums()  # for the step-cost fit (metrics/saturation.py)
 
     def add(self, rows: np.ndarray) -> None:
         self.start = np.concatenate((self.start, rows[:, START]))
         self.duration = np.concatenate((self.duration, rows[:, DURATION]))
+        self.new = np.concatenate((self.new, rows[:, NEW]))
         self.diff = np.concatenate((self.diff, np.zeros(len(rows), dtype=np.int64)))
         self.count += len(rows)
+        self.sums = self.sums + StepSums.of(rows[:, NEW], rows[:, DECODES], rows[:, DURATION],
+                                            None)
 
     def durations(self, steps: np.ndarray) -> np.ndarray:
         return self.duration[steps - self.base]
@@ -141,6 +183,7 @@ class InstanceSteps:
         np.add.at(self.diff, after + 1 - base, 1)
         spans = self.ends(after) - self.ends(before) + delay
         self.itl.add(spans, np.ones(len(spans), dtype=np.int64))
+        self.spans += len(spans)
         if closing:
             self.itl.add(self.durations(last) + delay, np.ones(len(last), dtype=np.int64))
 
@@ -152,8 +195,13 @@ class InstanceSteps:
             return
         weights = np.cumsum(self.diff[:cut])
         self.itl.add(self.duration[:cut] + self.gap_delay, weights)
+        mixed = self.new[:cut] > 0
+        self.in_prefill_steps += int(weights[mixed].sum())
+        self.in_steps += int(weights.sum())
+        self.decode_only.add(self.duration[:cut][~mixed], weights[~mixed])
         carry = int(weights[-1])
         self.start, self.duration = self.start[cut:].copy(), self.duration[cut:].copy()
+        self.new = self.new[cut:].copy()
         self.diff = self.diff[cut:].copy()
         self.diff[0] += carry
         self.base += cut
@@ -314,19 +362,128 @@ class Series:
         return stats(prefix, n, lambda: self.mean_ms(cell), percentile)
 
 
+class Timeline:
+    """The requests' arrival, leaving, completion and entry-into-service times (µs, -1:
+    none), one scratch file each, counted at the end for the saturation verdict
+    (metrics/saturation.py: `Timeline`). A rejected request's leaving time is its
+    rejection's, looked up in the run's records at the end by its name (`asked`)."""
+
+    def __init__(self, folder: Path, window: Window) -> None:
+        self.files = {name: folder / f".{name}.times" for name in TIMES}
+        self.handles = {name: path.open("wb") for name, path in self.files.items()}
+        self.window = window
+        self.count, self.last = 0, -1  # measured arrivals, the last one's time
+        self.asked: list[tuple[str, int]] = []  # (name, arrival) of rejected requests
+        self.rejected = np.zeros(0, dtype=np.int64)  # their leaving times, once looked up
+
+    def add(self, req: RequestColumns) -> None:
+        left = leaving_times(req)
+        ask = np.flatnonzero(left == ASK)
+        self.asked += [(req.id[i], int(req.arrival[i])) for i in ask.tolist()]
+        left[ask] = -1
+        for name, values in (("arrived", req.arrival), ("left", left),
+                             ("completed", req.completed_at), ("entered", req.first_scheduled)):
+            self.handles[name].write(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+        measured = req.arrival[self.window.arrived(req.arrival)]
+        if len(measured):
+            self.count += len(measured)
+            self.last = max(self.last, int(measured.max()))
+
+    def resolve(self, rejections: Sequence[tuple[int, str, str]]) -> None:
+        times = {name: time for time, _, name in rejections}
+        self.rejected = np.array([times.get(name, arrival) for name, arrival in self.asked],
+                                 dtype=np.int64)
+
+    def column(self, name: str) -> Iterator[np.ndarray]:
+        self.handles[name].flush()
+        with self.files[name].open("rb") as f:
+            while len(values := np.fromfile(f, dtype=np.int64, count=CHUNK_VALUES)):
+                yield values
+
+    def measured(self) -> tuple[int, int]:
+        return self.count, self.last
+
+    def between(self, column: str, low: float, high: float) -> int:
+        return sum(count_between(values, low, high) for values in self.column(column))
+
+    def by(self, column: str, times: np.ndarray) -> np.ndarray:
+        total = count_by(self.rejected, times) if column == "left" else 0
+        for values in self.column(column):
+            total = total + count_by(values, times)
+        return np.asarray(total)
+
+    def close(self) -> None:
+        for name, handle in self.handles.items():
+            handle.close()
+            self.files[name].unlink(missing_ok=True)
+
+
+CHUNK_VALUES = 1 << 21  # times read at a time (16 MiB)
+
+
+class Tokens:
+    """The output tokens emitted within a measurement window (metrics/window.py `tokens`),
+    per instance position + 1: the whole ones, the shares of the requests spanning an edge,
+    and the requests still running at the end, whose last token's time is the end of the
+    scope that asks."""
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+        self.whole = Sums()
+        self.shares: dict[int, list[np.ndarray]] = {}
+        self.open: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, req: RequestColumns, position: np.ndarray) -> None:
+        first, done, out = req.first_token_at, req.completed_at, req.timed_out_at
+        running = (first >= 0) & (done < 0) & (out < 0)
+        if running.any():
+            self.open.append((position[running], first[running], req.emitted[running]))
+        last = np.where(done >= 0, done, out)
+        for code in np.unique(position[~running]).tolist():
+            mine = (position == code) & ~running
+            whole, shares = self.window.token_shares(first[mine], req.emitted[mine],
+                                                     last[mine])
+            self.whole.add(np.array([code]), np.array([whole]))
+            if len(shares):
+                self.shares.setdefault(code, []).append(shares)
+
+    def within(self, codes: list[int], ended: int) -> float:
+        """The tokens of the requests at positions `codes`, with the run ending at `ended`."""
+        whole = sum(self.whole[c] for c in codes)
+        shares = [part for c in codes for part in self.shares.get(c, [])]
+        for position, first, emitted in self.open:
+            mine = np.isin(position, codes)
+            if mine.any():
+                more, part = self.window.token_shares(first[mine], emitted[mine],
+                                                      np.full(int(mine.sum()), ended))
+                whole += more
+                shares.append(part)
+        return self.window.total(whole, np.concatenate(shares) if shares
+                                 else np.zeros(0))
+
+
 class StreamingRecords:
     """The sink of a streaming run (core/records.py: `RecordSink`), writing into `folder`
     (the output folder being staged) and keeping its scratch files there until `close`."""
 
     def __init__(self, folder: Path, fmt: str, scenario: Scenario,
-                 conventions: Conventions) -> None:
+                 conventions: Conventions, trace_times: bool = False) -> None:
         self.scenario, self.conventions = scenario, conventions
         self.folder, self.format = folder, fmt
+        self.trace_times = trace_times
+        self.window = window = Window.of(scenario.evaluation.window)
         self.request_file = TableWriter(folder / f"requests.{fmt}")
         self.step_rows = StepFile(folder / ".steps.rows")
         self.instances: dict[int, InstanceSteps] = {}  # by position
-        self.series = {name: Series(folder / f".{name}.samples", floats=name == "tpot")
+        self.series = {name: Series(folder / f".{name}.samples", floats=name in FLOATS)
                        for name in SERIES}
+        # vLLM's metrics: the exact sums of their values and of their squares (µs)
+        self.moments: dict[str, list[int | Fraction]] = {
+            name: [Fraction(0), Fraction(0)] if name in FLOATS else [0, 0]
+            for name in SERVING}
+        self.timeline = Timeline(folder, window)
+        self.tokens = Tokens(window)
+        self.started = Started()
         self.classes, self.tenants = Codes(), Codes()
         self.by_instance = {name: Sums() for name in SUMMED}  # by instance position + 1
         self.by_class = {name: Sums() for name in GROUPED}
@@ -348,7 +505,7 @@ class StreamingRecords:
 
     def requests(self, chunk: RequestColumns, floors: dict[int, int]) -> None:
         lat = self.conventions.latencies(chunk, self.durations)
-        table = request_table(chunk, lat)
+        table = request_table(chunk, lat, self.trace_times)
         self.request_file.write(table)
         self.gaps(chunk)
         self.count(chunk, lat, table)
@@ -363,7 +520,7 @@ class StreamingRecords:
         return out
 
     def gaps(self, req: RequestColumns) -> None:
-        done = req.in_state(State.COMPLETED)
+        done = req.in_state(State.COMPLETED) & self.window.arrived(req.arrival)
         where = req.instance_index
         gap_where = where[req.gap_request]
         gap_done = done[req.gap_request]
@@ -375,47 +532,81 @@ class StreamingRecords:
                 req.gap_after[spans], self.conventions.closing_gap)
 
     def count(self, req: RequestColumns, lat: RequestLatencies, table: Table) -> None:
-        """Add a chunk to the running totals and the samples."""
+        """Add a chunk to the running totals and the samples: the requests that arrived
+        within the measurement window, and what happened within it."""
+        window = self.window
         position = req.instance_index + 1  # 0: never routed
         state = req.state_array
-        done = state == str(State.COMPLETED)
-        rejected = state == str(State.REJECTED)
-        timed_out = state == str(State.TIMED_OUT)
-        everyone = np.ones(len(req), dtype=bool)
+        measured = window.arrived(req.arrival)
+        completed = state == str(State.COMPLETED)
+        done = completed & measured
+        rejected = (state == str(State.REJECTED)) & measured
+        timed_out = (state == str(State.TIMED_OUT)) & measured
+        served = completed if window.whole else window.within(req.completed_at)
+        scheduled = measured & (req.cached_tokens >= 0)
         for name, values in (
-                ("arrived", everyone), ("completed", done),
-                ("queued", state == str(State.QUEUED)), ("running", state == str(State.RUNNING)),
+                ("arrived", measured), ("completed", done),
+                ("queued", (state == str(State.QUEUED)) & measured),
+                ("running", (state == str(State.RUNNING)) & measured),
                 ("rejected", rejected), ("timed_out", timed_out),
-                ("input_tokens", np.where(req.queued_at >= 0, req.input_len, 0)),
-                ("output_tokens", self.conventions.counted_tokens(req)),
-                ("preemptions", req.preemptions)):
+                ("input_tokens", np.where((req.queued_at >= 0) & measured, req.input_len, 0)),
+                ("output_tokens", np.where(measured, self.conventions.counted_tokens(req), 0)),
+                ("preemptions", np.where(measured, req.preemptions, 0)),
+                ("served", served),
+                ("cached", np.where(scheduled, req.cached_tokens, 0)),
+                ("prompt", np.where(scheduled, req.input_len, 0)),
+                ("finished_output", np.where(done, req.emitted, 0)),
+                ("finished_input", np.where(done, req.input_len, 0))):
             self.by_instance[name].add(position, values)
         for row, code in enumerate(req.reject_code):
-            if code:
+            if code and measured[row]:
                 self.reject_codes.setdefault(int(position[row]), Counter())[code] += 1
         targets = request_targets(self.scenario, table)
-        good = meets(table, targets)
+        good, judged = meets(table, targets), targeted(targets)
         self.violations += slo_violations(table, targets)
         if self.scenario.deployment is None:
             self.waiting.append(Waiting.of(table))
         ended = done | rejected | timed_out
         klass, tenant = self.classes.of(req.slo_class), self.tenants.of(req.tenant)
         for sums, codes in ((self.by_class, klass), (self.by_tenant, tenant)):
-            for name, values in (("requests", everyone), ("completed", done),
+            for name, values in (("requests", measured), ("completed", done),
                                  ("rejected", rejected), ("timed_out", timed_out),
-                                 ("ended", ended), ("good_completed", good & done),
-                                 ("good_ended", good & ended)):
+                                 ("served", served), ("targeted", measured & judged),
+                                 ("targeted_ended", ended & judged),
+                                 ("targeted_good", good & ended & judged),
+                                 ("any_targeted", judged),
+                                 ("good_served", good & judged & served)):
                 sums[name].add(codes, values)
-        self.totals.update(input_done=int(req.input_len[done].sum()),
+        self.totals.update(input_served=int(req.input_len[served].sum()),
                            generated=int(req.emitted.sum()))
+        if not window.whole:
+            self.tokens.add(req, position)
+        self.timeline.add(req)
+        self.started = self.started + Started.of(req)
         tpot = table.array("itl_mean_ms")
+        first, arrival, last, out = (req.first_token_at, req.arrival, req.completed_at,
+                                     req.output_len)
+        many = done & (out > 1)
+        vllm_tpot = (last[many] - first[many]) / (out[many] - 1)
+        groups = {ALL: np.zeros(len(req), dtype=np.int32), "instance": position,
+                  "klass": klass, "tenant": tenant}
         for name, values, keep in (
-                ("e2e", lat.e2e, lat.e2e >= 0), ("ttft", lat.ttft, lat.ttft >= 0),
-                ("delay", lat.scheduling_delay, lat.scheduling_delay >= 0),
-                ("tpot", tpot, done & (req.output_len > 1))):
-            self.series[name].add(np.ascontiguousarray(values[keep]), {
-                ALL: np.zeros(int(keep.sum()), dtype=np.int32), "instance": position[keep],
-                "klass": klass[keep], "tenant": tenant[keep]})
+                ("e2e", lat.e2e, (lat.e2e >= 0) & measured),
+                ("ttft", lat.ttft, (lat.ttft >= 0) & measured),
+                ("delay", lat.scheduling_delay, (lat.scheduling_delay >= 0) & measured),
+                ("tpot", tpot, many),
+                ("vllm_ttft", first - arrival, done), ("vllm_tpot", None, many),
+                ("vllm_e2el", last - arrival, done)):
+            kept = vllm_tpot if values is None else np.ascontiguousarray(values[keep])
+            self.series[name].add(kept, {part: codes[keep] for part, codes in groups.items()})
+            if name in SERVING:
+                total, squared = self.moments[name]
+                if name in FLOATS:
+                    self.moments[name] = [total + float_sum(kept),
+                                          squared + float_sum(kept * kept)]
+                else:
+                    self.moments[name] = [total + int(kept.sum()),
+                                          squared + square_sum(kept)]
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -428,13 +619,18 @@ class StreamingRecords:
         for position in range(len(logs)):
             self.steps_of(position).fold(self.steps_of(position).count)
         self.select(len(logs))
-        scenario = self.scenario
-        stats = scoped_summary(logs, scenario.horizon_us, self.conventions, self.figures)
+        scenario, window = self.scenario, self.window
+        stats = scoped_summary(logs, scenario.horizon_us, self.conventions, window,
+                               self.figures)
+        self.timeline.resolve(records.rejections)
+        stats["saturation"] = saturation(self.timeline, window, lambda: capacity(
+            scenario, [log.role for log in logs], self.step_sums(), self.started))
         stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario) + notes
-        seconds = records.ended_at / US_PER_S
+        seconds = window.seconds(records.ended_at)
         metrics = assemble(
-            self.group(ALL, 0, seconds), self.whole_totals(), seconds,
-            self.conventions.hit_rate(logs),
+            self.group(ALL, 0, seconds), self.whole_totals(records.ended_at), seconds,
+            self.conventions.hit_rate(logs) if window.whole else self.hit_rate(
+                list(range(len(logs) + 1))),
             {name: self.group("klass", code, seconds) for name, code in self.classes.by_name()},
             {name: self.group("tenant", code, seconds) for name, code in self.tenants.by_name()},
             {log.id: self.levels(i, log, seconds * US_PER_S) for i, log in enumerate(logs)})
@@ -445,7 +641,23 @@ class StreamingRecords:
                                     records.ended_at)
             self.waiting = []
         self.write_steps(logs)
-        return (stats, *evaluation(scenario, metrics, stats, anomalies, seconds, wall_s))
+        return (stats, *evaluation(scenario, metrics, stats, anomalies, seconds, wall_s,
+                                   window))
+
+    def step_sums(self) -> StepSums:
+        """The step-cost fit's sums over every instance's steps, with the smallest KV pool
+        of an instance that stepped."""
+        total = StepSums()
+        for position, log in enumerate(self.logs):
+            steps = self.steps_of(position)
+            if steps.count:
+                total = total + replace(steps.sums, kv_blocks=log.kv_total)
+        return total
+
+    def hit_rate(self, codes: list[int]) -> float:
+        """The measured requests' cached prompt tokens over their prompt tokens."""
+        prompt = sum(self.by_instance["prompt"][c] for c in codes)
+        return sum(self.by_instance["cached"][c] for c in codes) / prompt if prompt else 0.0
 
     def select(self, instances: int) -> None:
         """Find every order statistic the summary and RawMetrics read, a few passes over
@@ -458,6 +670,10 @@ class StreamingRecords:
             for cell in cells:
                 n = series.n(cell)
                 if not n:
+                    continue
+                if name in SERVING:  # the cluster's only
+                    if cell == (ALL, 0):
+                        wanted[cell] = {k for p in SERVING_PERCENTILES for k in ranks(n, p)}
                     continue
                 ks = wanted.setdefault(cell, set())
                 if cell[0] in (ALL, "instance") and name != "tpot":  # the summary's
@@ -491,8 +707,11 @@ class StreamingRecords:
         in memory (time_weighted), the same sums to the last bit (pairwise_sum)."""
         n = self.step_rows.count(position)
 
+        start = self.window.start
+
         def total(level: Callable[[np.ndarray], np.ndarray]) -> float:
-            return pairwise_sum((level(rows) * clipped(rows, span_us)
+            return pairwise_sum((level(rows) * clipped(rows[:, START], rows[:, DURATION],
+                                                       start, span_us)
                                  for rows in self.step_rows.rows(position)), n)
 
         return levels(span_us, total(lambda rows: np.ones(len(rows))),
@@ -533,6 +752,11 @@ class StreamingRecords:
             reject_codes.update(self.reject_codes.get(c, {}))
         series = self.series
         itl = Histogram.merged([self.steps_of(m).itl for m in members])
+        served = served_tokens = None
+        if not self.window.whole:
+            served = total("served")
+            served_tokens = self.tokens.within(codes, scope_end(
+                [self.logs[m] for m in members], self.scenario.horizon_us))
         return ScopeFigures(
             whole=whole, arrived=total("arrived"), completed=total("completed"),
             queued=total("queued"), running=total("running"), rejected=total("rejected"),
@@ -540,7 +764,36 @@ class StreamingRecords:
             output_tokens=total("output_tokens"), preemptions=total("preemptions"),
             reject_codes={code: reject_codes[code] for code in sorted(reject_codes)},
             e2e=series["e2e"].samples(cell), ttft=series["ttft"].samples(cell), itl=itl,
-            scheduling_delay=series["delay"].samples(cell))
+            scheduling_delay=series["delay"].samples(cell), cached_tokens=total("cached"),
+            prompt_tokens=total("prompt"), served=served, served_tokens=served_tokens,
+            serving=self.serving(total("completed"), total("finished_output"),
+                                 total("finished_input"), itl) if whole else None)
+
+    def serving(self, completed: int, output: int, prompt: int, itl: Samples
+                ) -> ServingFigures:
+        """vLLM's metrics' figures, the cluster's (`itl`: its inter-token gaps)."""
+        steps = [self.steps_of(m) for m in range(len(self.logs))]
+
+        def samples(name: str) -> Samples:
+            series = self.series[name]
+            n, total = series.n((ALL, 0)), self.moments[name][0]
+            keys = series.selected.get((ALL, 0), {})
+            if name in FLOATS:
+                return FloatSelected(n, Fraction(total), {k: float(np.array(
+                    [v], dtype=np.uint64).view(np.float64)[0]) for k, v in keys.items()})
+            return Selected(n, int(total), keys)
+
+        tpot = samples("vllm_tpot")
+        assert isinstance(tpot, FloatSelected)
+        return ServingFigures(
+            completed=completed, output_tokens=output, input_tokens=prompt,
+            ttft=samples("vllm_ttft"), tpot=tpot, itl=itl, e2el=samples("vllm_e2el"),
+            squares={"ttft": self.moments["vllm_ttft"][1],
+                     "tpot": self.moments["vllm_tpot"][1], "itl": squares(itl),
+                     "e2el": self.moments["vllm_e2el"][1]},
+            breakdown=breakdown(sum(s.in_prefill_steps for s in steps),
+                                sum(s.in_steps for s in steps), sum(s.spans for s in steps),
+                                Histogram.merged([s.decode_only for s in steps])))
 
     def group(self, partition: str, code: int, seconds: float) -> dict[str, Any]:
         """A group's RawMetrics entry (ALL: the whole run)."""
@@ -556,28 +809,26 @@ class StreamingRecords:
             **self.series["tpot"].distribution("tpot", cell),
             **self.series["e2e"].distribution("e2e", cell)})
 
-    def whole_totals(self) -> Totals:
+    def whole_totals(self, ended: int) -> Totals:
+        """RawMetrics' totals: the measured requests', and the tokens emitted within the
+        window by every request, the run having ended at `ended`."""
+        tokens = float(self.totals["generated"]) if self.window.whole else \
+            self.tokens.within(list(range(len(self.logs) + 1)), ended)
         return Totals(self.by_instance["arrived"].total(), self.by_instance["completed"].total(),
-                      self.totals["input_done"], self.totals["generated"],
+                      self.totals["input_served"], tokens,
                       self.by_instance["preemptions"].total())
 
     def close(self) -> None:
         """Close the requests table and delete the scratch files."""
         self.request_file.close()
         self.step_rows.close()
+        self.timeline.close()
         for series in self.series.values():
             series.file.close()
 
 
-START, DURATION, QUEUE, BATCH, KV = (STEP_FIELDS.index(name) for name in (
-    "start", "duration", "queue_depth", "batch_size", "kv_used"))
-
-
-def clipped(rows: np.ndarray, span_us: float) -> np.ndarray:
-    """Each step's duration, a step still running at the end (at a horizon) counted up to
-    the end only (metrics/raw.py: time_weighted)."""
-    start = rows[:, START]
-    return (np.minimum(start + rows[:, DURATION], span_us) - start).astype(float)
+START, DURATION, NEW, DECODES, QUEUE, BATCH, KV = (STEP_FIELDS.index(name) for name in (
+    "start", "duration", "new_tokens", "decodes", "queue_depth", "batch_size", "kv_used"))
 
 
 def instance_series(rows: np.ndarray, where: np.ndarray, logs: Sequence[InstanceRecord]

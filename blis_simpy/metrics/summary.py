@@ -38,7 +38,7 @@ class Samples:
             self.sorted = np.sort(values)
             self.cumulative = None
             self.count = len(values)
-            self.total = int(self.sorted.sum())
+            self.total: float = int(self.sorted.sum())
             return
         weights = np.asarray(weights, dtype=np.int64)
         keep = weights > 0
@@ -98,7 +98,7 @@ def distribution(name: str, samples: Samples) -> dict[str, float]:
     return out
 
 
-def rate(count: int, seconds: float) -> float:
+def rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else 0.0
 
 
@@ -118,9 +118,13 @@ def summary_fields(
     scheduling_delay: Samples,
     preemptions: int,
     kv_allocation_failures: int = 0,
+    served: int | None = None,
+    served_tokens: float | None = None,
 ) -> dict[str, Any]:
     """The reference's summary object, fields in its order (`kv_allocation_failures` only
-    when non-zero, as the reference omits it), with a p50 next to every p90."""
+    when non-zero, as the reference omits it), with a p50 next to every p90. The rates count
+    `served` completions and `served_tokens` output tokens (a measurement window's: what
+    happened within it), by default the completed requests and their tokens."""
     seconds = duration_us / US_PER_S
     out: dict[str, Any] = {
         "instance_id": instance_id,
@@ -131,8 +135,9 @@ def summary_fields(
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
         "vllm_estimated_duration_s": seconds,
-        "responses_per_sec": rate(completed, seconds),
-        "tokens_per_sec": rate(output_tokens, seconds),
+        "responses_per_sec": rate(completed if served is None else served, seconds),
+        "tokens_per_sec": rate(output_tokens if served_tokens is None else served_tokens,
+                               seconds),
     }
     out.update(distribution("e2e", e2e))
     out.update(distribution("ttft", ttft))

@@ -17,36 +17,49 @@ from blis_simpy.metrics.columns import Coded, Column, Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
 from blis_simpy.metrics.kv_tiers import tier_levels, tier_summary
+from blis_simpy.metrics.serving import ServingFigures, serving_benchmark, serving_figures
 from blis_simpy.metrics.summary import Samples, summary_fields
+from blis_simpy.metrics.window import Window
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
 def summary(records: Records, lat: RequestLatencies, conventions: Conventions,
-            horizon_us: int | None) -> dict[str, Any]:
+            horizon_us: int | None, window: Window) -> dict[str, Any]:
     """The cluster summary; with several instances, each one's summary under `instances`."""
-    return scoped_summary(records.instances, horizon_us, conventions,
-                          lambda members: scope_figures(records, lat, conventions, members))
+    return scoped_summary(records.instances, horizon_us, conventions, window,
+                          lambda members: scope_figures(records, lat, conventions, members,
+                                                        window, horizon_us))
 
 
 def scoped_summary(instances: Sequence[InstanceRecord], horizon_us: int | None,
-                   conventions: Conventions, figures: Callable[[list[int]], ScopeFigures]
-                   ) -> dict[str, Any]:
+                   conventions: Conventions, window: Window,
+                   figures: Callable[[list[int]], ScopeFigures]) -> dict[str, Any]:
     """The cluster's summary and, with several instances, each one's, from the figures of
     the requests routed to a set of instances (positions in `instances`)."""
     everyone = list(range(len(instances)))
-    out = scope_summary(figures(everyone), instances, conventions, "cluster", horizon_us)
+    out = scope_summary(figures(everyone), instances, conventions, "cluster", horizon_us,
+                        window)
     if len(everyone) > 1:
         out["instances"] = [scope_summary(figures([i]), [instances[i]], conventions,
-                                          instances[i].id, horizon_us) for i in everyone]
+                                          instances[i].id, horizon_us, window)
+                            for i in everyone]
     return out
+
+
+def scope_end(instances: Sequence[InstanceRecord], horizon_us: int | None) -> int:
+    """When a scope's part of the run ended: its last event, at most the horizon."""
+    ended = max(i.last_event for i in instances)
+    return ended if horizon_us is None else min(ended, horizon_us)
 
 
 @dataclass(frozen=True, slots=True)
 class ScopeFigures:
     """What a scope's summary is made of: the requests routed to its instances (the cluster
-    also counts requests rejected before routing), counted and their latencies as samples."""
+    also counts requests rejected before routing) that arrived within the measurement window,
+    counted and their latencies as samples; what happened within the window (a window that
+    is not the whole run: for its rates); and, for the cluster, vLLM's metrics' figures."""
 
     whole: bool  # the cluster
     arrived: int
@@ -63,19 +76,31 @@ class ScopeFigures:
     ttft: Samples
     itl: Samples
     scheduling_delay: Samples
+    cached_tokens: int  # of the scheduled requests' prompt tokens (`prompt_tokens`)
+    prompt_tokens: int
+    served: int | None  # completed within the window, whenever they arrived
+    served_tokens: float | None  # output tokens emitted within the window
+    serving: ServingFigures | None
 
 
 def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventions,
-                  members: list[int]) -> ScopeFigures:
+                  members: list[int], window: Window, horizon_us: int | None) -> ScopeFigures:
     """The figures of the requests routed to `members` (positions in `records.instances`)."""
     req = records.requests
     whole = len(members) == len(records.instances)
     where = req.instance_index
-    chosen = np.isin(where, members) | (whole & (where < 0))
+    routed_here = np.isin(where, members) | (whole & (where < 0))
+    chosen = routed_here & window.arrived(req.arrival)
     finished = chosen & req.in_state(State.COMPLETED)
     gaps = token_gaps(req, finished, records.instances)
     e2e, ttft, delay = lat.e2e[chosen], lat.ttft[chosen], lat.scheduling_delay[chosen]
     codes = [c for c, keep in zip(req.reject_code, chosen, strict=True) if keep and c]
+    scheduled = chosen & (req.cached_tokens >= 0)
+    served = served_tokens = None
+    if not window.whole:  # rates: what happened within the window, whoever it was for
+        served = int((routed_here & window.within(req.completed_at)).sum())
+        served_tokens = window.tokens(req, routed_here, scope_end(
+            [records.instances[i] for i in members], horizon_us))
     return ScopeFigures(
         whole=whole,
         arrived=int(chosen.sum()),
@@ -92,15 +117,19 @@ def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventi
         ttft=Samples(ttft[ttft >= 0]),
         itl=conventions.itl(gaps, req, finished, records.instances),
         scheduling_delay=Samples(delay[delay >= 0]),
+        cached_tokens=int(req.cached_tokens[scheduled].sum()),
+        prompt_tokens=int(req.input_len[scheduled].sum()),
+        served=served,
+        served_tokens=served_tokens,
+        serving=serving_figures(req, finished, gaps, records.instances) if whole else None,
     )
 
 
 def scope_summary(fig: ScopeFigures, instances: Sequence[InstanceRecord],
-                  conventions: Conventions, instance_id: str, horizon_us: int | None
-                  ) -> dict[str, Any]:
-    """One scope's summary: the reference's fields, the cache hit rate, the KV tiers' use
-    and where the requests went."""
-    ended = max(i.last_event for i in instances)
+                  conventions: Conventions, instance_id: str, horizon_us: int | None,
+                  window: Window) -> dict[str, Any]:
+    """One scope's summary: the reference's fields over the measurement window, the cache
+    hit rate, vLLM's metrics (the cluster), the KV tiers' use and where the requests went."""
     out = summary_fields(
         instance_id=instance_id,
         completed=fig.completed,
@@ -110,15 +139,21 @@ def scope_summary(fig: ScopeFigures, instances: Sequence[InstanceRecord],
                                       fig.running),
         input_tokens=fig.input_tokens,
         output_tokens=fig.output_tokens,
-        duration_us=ended if horizon_us is None else min(ended, horizon_us),
+        duration_us=window.stop(scope_end(instances, horizon_us)) - window.start,
         e2e=fig.e2e,
         ttft=fig.ttft,
         itl=fig.itl,
         scheduling_delay=fig.scheduling_delay,
         preemptions=fig.preemptions,
         kv_allocation_failures=sum(i.kv_failures for i in instances),
+        served=fig.served,
+        served_tokens=fig.served_tokens,
     )
-    out["cache_hit_rate"] = conventions.hit_rate(instances)
+    out["cache_hit_rate"] = conventions.hit_rate(instances) if window.whole else \
+        fig.cached_tokens / fig.prompt_tokens if fig.prompt_tokens else 0.0
+    if fig.serving is not None:
+        out["serving_benchmark"] = serving_benchmark(fig.serving,
+                                                     out["vllm_estimated_duration_s"])
     tiers = tier_summary(instances)
     if tiers is not None:
         out["kv_tiers"] = tiers
@@ -156,9 +191,11 @@ TEXT_COLUMNS = frozenset(("id", "instance", "tenant", "slo_class", "model", "req
                           "session", "final_state", "reject_code", "reject_reason", "role"))
 
 
-def request_table(req: RequestColumns, lat: RequestLatencies) -> Table:
-    """One row per request that arrived, in arrival order."""
-    return Table({
+def request_table(req: RequestColumns, lat: RequestLatencies, trace_times: bool = False
+                  ) -> Table:
+    """One row per request that arrived, in arrival order; `trace_times`: with each
+    published trace row's own timestamp (`trace_time_ns`, as the file gives it)."""
+    table = Table({
         "id": req.id,
         "arrival_s": seconds(req.arrival),
         "admitted_s": seconds(req.admitted_at),
@@ -188,6 +225,9 @@ def request_table(req: RequestColumns, lat: RequestLatencies) -> Table:
         "reject_code": req.reject_code,
         "reject_reason": req.reject_reason,
     })
+    if trace_times:
+        table.columns["trace_time_ns"] = req.trace_time
+    return table
 
 
 def each_step(instances: Sequence[InstanceRecord], column: Any) -> np.ndarray:

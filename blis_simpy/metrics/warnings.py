@@ -37,6 +37,9 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario)
     elif completed < LOW_COMPLETION * arrived:
         out.append(f"only {completed} of {arrived} arrived requests completed "
                    f"({completed / arrived:.0%}); the fitness is scaled by that fraction")
+    verdict = summary.get("saturation", {})
+    if verdict.get("verdict") == "saturated":
+        out.append(saturated(verdict))
     too_big = by_reason.get(RejectCode.KV_CAPACITY, 0)
     if too_big:
         out.append(f"{too_big} requests need more tokens than an instance's whole KV pool "
@@ -52,6 +55,19 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario)
                    "(closed-loop users): later ones were never sent")
     out.extend(silent_tenants(tenants, scenario))
     return out
+
+
+def saturated(verdict: dict[str, Any]) -> str:
+    """The saturation verdict in one sentence (summary.json `saturation` has the figures)."""
+    best, model = verdict["max_sustainable_rate_per_s"], verdict["capacity_model_per_s"]
+    uneven = (f", but the instances could carry about {model:.3g} req/s with the load spread "
+              "evenly: routing concentrated it" if model and model > verdict[
+                  "offered_rate_per_s"] else "")
+    return (f"saturated: offered {verdict['offered_rate_per_s']:.3g} req/s, served "
+            f"{verdict['served_rate_per_s']:.3g} req/s; the wait queue grew by "
+            f"{verdict['queue_growth_per_s']:.3g} req/s ({verdict['waiting_at_end']} waiting at "
+            f"t={verdict['span_s'][1]:.4g} s), so latencies describe a growing queue, not a "
+            f"steady state; about {best:.3g} req/s was sustained" + uneven)
 
 
 def silent_tenants(sent: Set[str], scenario: Scenario) -> list[str]:

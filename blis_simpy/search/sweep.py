@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.arguments import callback, instance, integer, integers
@@ -51,7 +50,7 @@ from blis_simpy.search.store import RunStore, normalised, run_key
 from blis_simpy.sim.build import build
 from blis_simpy.sim.modes import mode_of
 from blis_simpy.sim.result import Result
-from blis_simpy.sim.run import load, simulate
+from blis_simpy.sim.run import ScenarioForm, load, simulate
 from blis_simpy.workload.prepared import WorkloadCache
 
 if TYPE_CHECKING:
@@ -88,15 +87,19 @@ class Task:
     baseline: bool = False  # run only to score the others against (not a row of the table)
 
 
-def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
-             | Mapping[str, Scenario | str | Path],
+def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, ScenarioForm],
              policies: Mapping[str, Candidate] | None = None,
-             seeds: Iterable[int] | None = None, *, executor: Executor | None = None,
+             seeds: Iterable[int] | None = None, *,
+             overrides: Mapping[str, Any] | None = None, executor: Executor | None = None,
              workers: int | None = None, progress: Progress | None = None,
              limits: Limits | None = None, store: str | Path | RunStore | None = None
              ) -> pd.DataFrame:
     """Run every scenario x policy x seed and return one row per run (`row` says which
-    columns). `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
+    columns). `scenarios`: one scenario in any form `run` takes (a `Scenario`, a YAML path, a
+    library name, a mapping of its sections), a list of them, or a mapping name -> form.
+    `overrides`: dotted key paths -> values for every scenario ({"cluster.instances": 2}),
+    or scenario names -> such mappings, for each its own.
+    `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
     candidate mapping (`{"routing.type": "weighted", "routing.weights.prefix-affinity": 3}`),
     a `CodePolicy` (source for one axis, run contained within `limits`), or None for the
     scenario's own policies. `seeds` defaults to each scenario's seed.
@@ -118,7 +121,7 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     instance("limits", limits, (Limits, type(None)), "a Limits, or None")
     instance("store", store, (str, Path, RunStore, type(None)),
              "a file path, a RunStore, or None")
-    tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds,
+    tasks = plan(named_scenarios(scenarios, overrides), policies or {"scenario": None}, seeds,
                  limits or Limits())
     opened = RunStore(store) if isinstance(store, str | Path) else store
     try:
@@ -132,16 +135,19 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     return frame
 
 
-def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
-    """Scenario name -> parsed scenario; paths are read once, here."""
-    if isinstance(scenarios, Scenario | str | Path):
+def named_scenarios(scenarios: Any, overrides: Mapping[str, Any] | None = None
+                    ) -> dict[str, Scenario]:
+    """Scenario name -> parsed scenario with its overrides; files are read once, here."""
+    if is_form(scenarios):
         scenarios = [scenarios]
-    instance("scenarios", scenarios, Iterable, "a Scenario or a YAML path, a list of them, "
-             "or a mapping of names to them")
+    instance("scenarios", scenarios, Iterable, "a scenario (a Scenario, a YAML path, a "
+             "library name or a mapping of its sections), a list of them, or a mapping of "
+             "names to them")
     if isinstance(scenarios, Mapping):
-        pairs = [(str(name), as_scenario(s)) for name, s in scenarios.items()]
+        pairs = [(str(name), load(entry(f"scenarios[{name!r}]", form)))
+                 for name, form in scenarios.items()]
     else:
-        parsed = [as_scenario(s) for s in scenarios]
+        parsed = [load(entry(f"scenarios[{i}]", form)) for i, form in enumerate(scenarios)]
         pairs = [(s.name, s) for s in parsed]
     named = dict(pairs)
     if len(named) != len(pairs):
@@ -149,14 +155,46 @@ def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
                             "distinct names, or a mapping name -> scenario")
     if not named:
         raise ScenarioError("scenarios", "no scenario to run")
-    return named
+    own = per_scenario(overrides, named)
+    return {name: load(scenario, overrides=own.get(name)) if own.get(name) else scenario
+            for name, scenario in named.items()}
 
 
-def as_scenario(scenario: Scenario | str | Path) -> Scenario:
-    """A scenario object as is; a path, or a library scenario's name, read."""
-    instance("scenarios", scenario, (Scenario, str, Path), "Scenarios or YAML paths")
-    return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(
-        scenario_file(scenario))
+def is_form(value: Any) -> bool:
+    """One scenario (a mapping of its sections has a `version`), not a collection of them."""
+    return isinstance(value, Scenario | str | Path) or (isinstance(value, Mapping)
+                                                         and "version" in value)
+
+
+def entry(where: str, form: Any) -> Any:
+    """One scenario of a collection, refused by its place there when it is none."""
+    if not is_form(form) and not isinstance(form, Mapping):
+        raise ScenarioError(where, f"got {type(form).__name__}", "a Scenario, a YAML path, a "
+                            "library name or a mapping of its sections")
+    return form
+
+
+def per_scenario(overrides: Mapping[str, Any] | None, names: Mapping[str, Scenario]
+                 ) -> dict[str, Mapping[str, Any]]:
+    """Each scenario's overrides: the same mapping for all, or each its own by name."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise ScenarioError("overrides", f"got {type(overrides).__name__}", "a mapping of "
+                            "dotted key paths to values, or scenario names to such mappings")
+    keyed = [k for k in overrides if k in names]
+    if not keyed:
+        return dict.fromkeys(names, overrides)
+    if len(keyed) != len(overrides):
+        rest = [k for k in overrides if k not in names]
+        raise ScenarioError("overrides", f"mixes scenario names ({', '.join(keyed)}) with "
+                            f"other keys ({', '.join(map(str, rest))})", "dotted key paths "
+                            "for every scenario, or scenario names -> dotted key paths")
+    for name in keyed:
+        if not isinstance(overrides[name], Mapping):
+            raise ScenarioError(f"overrides[{name!r}]", f"got {type(overrides[name]).__name__}",
+                                "a mapping of dotted key paths to values")
+    return {name: overrides[name] for name in keyed}
 
 
 def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:
@@ -344,6 +382,8 @@ def relative_row(row: dict[str, Any], base: Mapping[str, Any], terms: tuple[Term
     row = {**row, "fitness": scored.fitness}
     row.update({f"objective.{name}": ratio for name, ratio in scored.ratios.items()})
     changes = ", ".join(f"{name} x{ratio:.3f}" for name, ratio in scored.ratios.items())
+    if row.get("sustained", 1.0) < 1.0:
+        changes += f"; saturated: x{row['sustained']:.3f} for the load it could not sustain"
     row["feedback"] = (f"Fitness {scored.fitness:.4g} against the scenario's own policies on "
                        f"the same requests (1 = as good; per term, > 1 is better: {changes})"
                        f"\n\n{row['feedback']}")
@@ -397,15 +437,20 @@ def zero_row(task: Task, error: str) -> dict[str, Any]:
 
 def row(result: Result) -> dict[str, Any]:
     """A run's columns after its ids: policy and workload ids, error (empty), fitness,
-    completion, each normalised objective (`objective.<key>`), every scalar of the summary,
+    completion, sustained (the saturation factor), each normalised objective
+    (`objective.<key>`), the measurement window (`window_start_s`, `window_end_s`: null for
+    the run's end), every scalar of the summary,
     the RawMetrics scalars the summary lacks, anomaly counts (`anomaly.<kind>`) and the number
     of warnings, then the feedback text for reflection."""
     evaluation = result.evaluation
     assert evaluation is not None
     out: dict[str, Any] = {"policy_id": evaluation.policy_id,
                            "workload_id": evaluation.workload_id, "error": "",
-                           "fitness": evaluation.fitness, "completion": evaluation.completion}
+                           "fitness": evaluation.fitness, "completion": evaluation.completion,
+                           "sustained": evaluation.sustained}
     out.update({f"objective.{k}": v for k, v in evaluation.objectives.items()})
+    window = result.scenario.evaluation.window
+    out["window_start_s"], out["window_end_s"] = window.warmup_s, window.end_s
     summary = {k: v for k, v in result.summary.items() if scalar(v) and k != "instance_id"}
     out.update(summary)
     out.update({k: v for k, v in result.metrics.items() if scalar(v) and k not in summary})

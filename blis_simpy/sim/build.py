@@ -86,6 +86,7 @@ class Simulation:
         self.input_notes = input_notes  # what the source noted (trace rows skipped)
         self.scale_log = scale_log  # with a deployment section: lifecycle and scale actions
         self.expected: int | None = None  # requests the workload will send, when known
+        self.trace_times = False  # requests carry their trace rows' own timestamps
 
     def run(self, progress: Progress | None = None, every: int = 0) -> float:
         """Process every event up to the horizon, `every` events at a time (default
@@ -220,5 +221,5 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     sim = Simulation(scenario, env, mode, recorder, fleet, gateway,
                      mode.conventions(latency.output_delay), checks,
                      latency_notes(latency) + started.notes, scale_log)
-    sim.expected = started.expected
+    sim.expected, sim.trace_times = started.expected, started.timed
     return sim

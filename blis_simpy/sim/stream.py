@@ -70,7 +70,8 @@ def simulate_streaming(sim: Simulation, folder: OutputFolder,
                        progress: Progress | None = None) -> Result:
     """Run with the records streamed into the folder's staging copy; the Result's requests
     and steps tables are those files (read when asked for)."""
-    sink = StreamingRecords(folder.staging, folder.format, sim.scenario, sim.conventions)
+    sink = StreamingRecords(folder.staging, folder.format, sim.scenario, sim.conventions,
+                            sim.trace_times)
     sim.recorder.stream(sink)
     try:
         wall = sim.run(progress)

@@ -45,12 +45,15 @@ class Deliver(Protocol):
 
 class Source(NamedTuple):
     """A known workload: its requests in arrival order (made lazily), what the source noted
-    about its input (trace rows it skipped, for the run's warnings), and how many requests
-    there are at most (a trace's rows; None when a horizon may cut a synthetic one)."""
+    about its input (trace rows it skipped, for the run's warnings), how many requests there
+    are at most (a trace's rows; None when a horizon may cut a synthetic one), and whether
+    each request carries its trace row's own timestamp (a published trace's, for the
+    requests table's `trace_time_ns`)."""
 
     requests: Iterable[Request]
     notes: list[str]
     expected: int | None
+    timed: bool = False
 
 
 def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
@@ -81,6 +84,7 @@ def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = Tr
     workload, horizon = scenario.workload, scenario.horizon_us
     requests: Iterable[Request]
     notes: list[str] = []
+    timed = False
     if isinstance(workload, DistributionWorkload):
         make = compat_requests if reference_draws else native_requests
         requests = make(workload, scenario.seed, horizon)
@@ -91,8 +95,9 @@ def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = Tr
                            truncate=reference_draws)
         served_models(scenario, trace)
         requests, notes, expected = trace.requests(), trace.notes, len(trace)
+        timed = trace.timed
     return Source(hashed(requests, scenario.engine.block_size) if prehash else requests,
-                  notes, expected)
+                  notes, expected, timed)
 
 
 def served_models(scenario: Scenario, trace: Trace) -> None:

@@ -79,6 +79,7 @@ class Trace:
         self.count = 0  # the rows replayed
         self.notes: list[str] = []  # rows skipped and why, for the run's warnings
         self.models: set[str] = set()  # the models the replayed rows name
+        self.timed = False  # the rows give their own timestamps (published formats)
 
     def __len__(self) -> int:
         return self.count
@@ -91,7 +92,7 @@ class Trace:
         if repeated:
             self.read(checking=True, watch=repeated)
         self.count, self.notes = columns.count, columns.notes()
-        self.models = columns.kept_models
+        self.models, self.timed = columns.kept_models, columns.timed
 
     def read(self, checking: bool, watch: set[int] | None = None) -> TraceColumns:
         columns = TraceColumns(None, self.horizon, self.workload.models,  # type: ignore[arg-type]
@@ -105,11 +106,12 @@ class Trace:
         columns = TraceColumns(None, self.horizon, self.workload.models,  # type: ignore[arg-type]
                                checking=False)
         for row, (payload, tokens) in enumerate(self.rows(columns, TokenMaker(self.seed))):
-            arrival, n_in, n_out, labels = columns.row
+            arrival, n_in, n_out, labels, time_ns = columns.row
             sequence = tokens.sequence(payload, n_in, n_out)
             req = Request(row, arrival, sequence[:n_in], sequence[n_in:])
             if labels is not None:
                 label(req, labels)
+            req.trace_time = time_ns
             yield req
 
     def rows(self, columns: TraceColumns, maker: TokenMaker

@@ -206,7 +206,11 @@ class TraceColumns:
     horizon: int | None
     models: list[str]  # keep only rows naming one of these (all when empty)
     checking: bool = True
-    row: tuple[int, int, int, RowLabels | None] = (0, 0, 0, None)
+    # the newest row: arrival, prompt and output tokens, labels, and its own timestamp in ns
+    # as the file gives it (published formats: Azure since 1970-01-01 UTC, BurstGPT and
+    # Mooncake from the trace's start; -1 for the reference's CSV, whose arrival_time is the
+    # arrival itself), which its request carries to the requests table (`trace_time_ns`)
+    row: tuple[int, int, int, RowLabels | None, int] = (0, 0, 0, None, -1)
     count: int = 0
     last: int = 0  # the newest row's arrival
     hashes: array[int] = field(default_factory=lambda: array("q"))  # of the names (checking)
@@ -216,6 +220,8 @@ class TraceColumns:
     seen_models: set[str] = field(default_factory=set)
     tokens: int = 0  # prompt and output tokens of the rows kept
     kept_models: set[str] = field(default_factory=set)  # named by the rows replayed
+    timed: bool = False  # the rows give their own timestamps
+    empty_outputs: int = 0  # rows kept with 0 output tokens (the reference's CSV)
 
     def past_horizon(self, arrival: int) -> bool:
         """The row arrives after the horizon: it and every later row are not replayed."""
@@ -227,8 +233,9 @@ class TraceColumns:
         return not self.models or model in self.models
 
     def add(self, arrival: int, input_len: int, output_len: int,
-            labels: RowLabels | None = None) -> None:
-        """Take a row (the reader has checked it is within the horizon and wanted)."""
+            labels: RowLabels | None = None, time_ns: int = -1) -> None:
+        """Take a row (the reader has checked it is within the horizon and wanted);
+        `time_ns`: its own timestamp, as the file gives it (published formats)."""
         if self.count and arrival < self.last:
             raise self.lines.error(
                 f"arrives at {arrival / US_PER_S:g} s, before the previous row "
@@ -243,9 +250,11 @@ class TraceColumns:
         if labels is not None and self.checking:
             self.check_name(labels.id or f"request_{self.count}")
             self.kept_models.add(labels.model)
-        self.row = (arrival, input_len, output_len, labels)
+        self.row = (arrival, input_len, output_len, labels, time_ns)
         self.last = arrival
         self.count += 1
+        self.timed |= time_ns >= 0
+        self.empty_outputs += output_len == 0
 
     def check_name(self, name: str) -> None:
         key = hash(name)
@@ -277,4 +286,8 @@ class TraceColumns:
                                          else "") or "none"
         notes += [f"workload.models: no row of {name} names {model!r} (rows "
                   f"name: {seen})" for model in self.models if model not in self.seen_models]
+        if self.empty_outputs:
+            notes.append(f"{self.empty_outputs:,} rows of {name} have no output tokens: each "
+                         "runs as a request generating one token, as the reference replays "
+                         "them (a server always returns the first token)")
         return notes

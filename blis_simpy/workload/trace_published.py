@@ -2,15 +2,19 @@
 
 * `azure`: the Azure LLM inference traces 2023 and 2024, `TIMESTAMP,ContextTokens,
   GeneratedTokens`, timestamps like `2023-11-16 18:17:03.9799600` (2024: with a UTC offset,
-  `2024-05-10 00:00:00.009930+00:00`); arrival is the offset from the first row.
+  `2024-05-10 00:00:00.009930+00:00`), or as seconds since 1970-01-01 UTC in the same layout
+  (`1700158623.9799600`); arrival is the offset from the first row. Rows with 0
+  GeneratedTokens produced nothing and are skipped (counted in the run's warnings).
 * `burstgpt`: BurstGPT, `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`,
   seconds from the start; rows with 0 response tokens are failed requests and are skipped
   (counted in the run's warnings).
 * `mooncake`: Mooncake / FAST'25 JSON lines, `{"timestamp": ms, "input_length",
-  "output_length", "hash_ids": [...]}` with one hash id per 512-token prompt block.
+  "output_length", "hash_ids": [...]}` with one hash id per 512-token prompt block; rows with
+  0 output_length are skipped as Azure's are.
 
-Token ids are synthesised from the scenario seed (`trace_tokens.py`). Each reader gives, for each
-row it takes, what its token ids are made from: nothing, or Mooncake's hash ids.
+Each row's own timestamp is kept, in ns, for the requests table (`trace_time_ns`). Token ids
+are synthesised from the scenario seed (`trace_tokens.py`). Each reader gives, for each row it
+takes, what its token ids are made from: nothing, or Mooncake's hash ids.
 """
 
 from __future__ import annotations
@@ -45,7 +49,11 @@ MAX_WEST, MAX_EAST = 12 * 3600, 14 * 3600
 AZURE_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
                         r"(Z|[+-]\d{2}:?\d{2})?")
 AZURE_TIME_TEXT = ("YYYY-MM-DD hh:mm:ss, up to 9 fractional digits and an optional UTC offset, "
-                   "e.g. 2023-11-16 18:17:03.9799600 or 2024-05-10 00:00:00.009930+00:00")
+                   "e.g. 2023-11-16 18:17:03.9799600 or 2024-05-10 00:00:00.009930+00:00; or "
+                   "seconds since 1970-01-01 UTC, e.g. 1700158623.9799600")
+EPOCH_TIME = re.compile(r"(\d{1,11})(?:\.(\d{1,9}))?")  # seconds since 1970, up to year 5138
+UNIX_DAY = datetime.date(1970, 1, 1).toordinal()
+NO_OUTPUT = "0 output tokens (requests that produced nothing)"
 
 
 def locate(lines: TraceLines, header: list[str], wanted: Sequence[str], fmt: str
@@ -72,7 +80,7 @@ def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns
     first: int | None = None
     for row in lines.csv_rows():
         stamp, context, generated = fields(lines, row, at)
-        ns = azure_ns(lines, stamp)
+        ns = unix_ns(lines, stamp)
         first = ns if first is None else first
         arrival = (ns - first + NS_PER_US // 2) // NS_PER_US  # nearest µs
         if arrival > MAX_SIM_S * US_PER_S:
@@ -80,9 +88,22 @@ def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns
                               "first row's", "a trace spanning less time")
         if columns.past_horizon(arrival):
             break
-        columns.add(arrival, token_count(lines, context, "ContextTokens"),
-                    token_count(lines, generated, "GeneratedTokens"))
+        prompt = token_count(lines, context, "ContextTokens")
+        output = token_count(lines, generated, "GeneratedTokens")
+        if output == 0:
+            columns.skip(NO_OUTPUT)
+            continue
+        columns.add(arrival, prompt, output, time_ns=ns)
         yield None
+
+
+def unix_ns(lines: TraceLines, text: str) -> int:
+    """An Azure TIMESTAMP, a date and time or seconds since the epoch, as UTC nanoseconds
+    since 1970-01-01 (read as integers: the 7th fractional digit is kept)."""
+    match = EPOCH_TIME.fullmatch(text.strip())
+    if match is not None:
+        return int(match.group(1)) * 10**9 + int((match.group(2) or "").ljust(9, "0"))
+    return azure_ns(lines, text) - UNIX_DAY * 86_400 * 10**9
 
 
 def azure_ns(lines: TraceLines, text: str) -> int:
@@ -125,7 +146,8 @@ def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns
     at = locate(lines, header, BURSTGPT_COLUMNS, "burstgpt")
     for row in lines.csv_rows():
         stamp, model, request, response = fields(lines, row, at)
-        arrival = round(time_value(lines, stamp, "Timestamp") * US_PER_S)
+        seconds = time_value(lines, stamp, "Timestamp")
+        arrival = round(seconds * US_PER_S)
         if columns.past_horizon(arrival):
             break
         prompt = token_count(lines, request, "Request tokens")
@@ -135,7 +157,7 @@ def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns
         if output == 0:
             columns.skip("0 response tokens (failed requests)")
             continue
-        columns.add(arrival, prompt, output, RowLabels(model=model))
+        columns.add(arrival, prompt, output, RowLabels(model=model), round(seconds * 10**9))
         yield None
 
 
@@ -154,7 +176,10 @@ def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns
         prompt = token_count(lines, record["input_length"], "input_length")
         output = token_count(lines, record["output_length"], "output_length")
         blocks = block_ids(lines, record.get("hash_ids", []), prompt)
-        columns.add(arrival, prompt, output)
+        if output == 0:
+            columns.skip(NO_OUTPUT)
+            continue
+        columns.add(arrival, prompt, output, time_ns=round(stamp * 10**6))
         yield blocks
 
 

@@ -25,6 +25,10 @@ BEST_WORST = {
     "search-kv-tiers": ("mirror", "threshold-1.0-fifo"),
 }
 AXES = ("admission", "priority", "routing", "scheduler", "autoscale", "pd", "kv_tiers")
+# Fewest anomalies of its kind a pathological template raises a run: one per occurrence,
+# except scale_oscillation, one per flapping episode (judged from the scale log at the end of
+# the run: the oscillator's flips are one long episode, its reversals in the severity).
+MIN_COUNT = {"scale_oscillation": 1}
 
 
 def test_every_axis_has_a_library_scenario_with_held_out_seeds():
@@ -45,7 +49,8 @@ def test_best_template_beats_the_worst_by_20_percent_on_held_out_seeds(name):
     assert table.index[0] == best, table
     for template, kind in entry.pathological.items():
         count = table.loc[template, f"anomaly.{kind}"]  # a mean over the seeds
-        assert count >= 5 and count > 2 * table.loc[best, f"anomaly.{kind}"], table
+        assert count >= MIN_COUNT.get(kind, 5), table
+        assert count > 2 * table.loc[best, f"anomaly.{kind}"], table
 
 
 def test_default_score_orders_routing_templates_as_their_held_out_latencies():

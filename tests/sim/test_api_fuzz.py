@@ -34,7 +34,7 @@ def test_numbers_out_of_domain_max_scheduled_tokens_zero_through_the_api_is_refu
 
 
 def test_a_scenario_of_the_wrong_kind_is_refused():
-    with pytest.raises(ScenarioError, match="expected a Scenario or a YAML path"):
+    with pytest.raises(ScenarioError, match=r"scenario: got int \(valid: a Scenario, a YAML"):
         run(42)  # type: ignore[arg-type]
 
 
@@ -111,9 +111,9 @@ WRONG_ARGUMENTS = {  # call -> the message it must start with
     "from-yaml-path": (lambda: Scenario.from_yaml(5), "path: expected a scenario file"),
     "from-yaml-text": (lambda: Scenario.from_yaml_text(5), "text: expected the scenario's"),
     "run-many-scenarios": (lambda: run_many_small(scenarios=5), "scenarios: expected a "
-                           "Scenario or a YAML path"),
-    "run-many-scenario-entry": (lambda: run_many_small(scenarios=[SMALL, 5]), "scenarios: "
-                                "expected Scenarios or YAML paths"),
+                           "scenario (a Scenario, a YAML path, a library name"),
+    "run-many-scenario-entry": (lambda: run_many_small(scenarios=[SMALL, 5]),
+                                "scenarios[1]: got int"),
     "run-many-policies": (lambda: run_many_small(policies=["a"]), "policies: expected a "
                           "mapping"),
     "run-many-seeds": (lambda: run_many_small(seeds=5), "seeds: expected a list of integers"),

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -301,13 +302,74 @@ def test_azure_arrivals_are_offsets_from_the_first_row_to_the_microsecond(tmp_pa
         ("2023-11-16 18:17:04.0000004", 396, 109),  # +20040.4 µs
         ("2023-11-16 18:17:04.0000005", 879, 7),  # +20040.5 µs: rounds up
         ("2023-11-16 18:17:05", 45, 3),  # fewer fractional digits are fine
-        ("2023-11-17 00:00:00.0000000", 1, 0),  # past midnight
+        ("2023-11-17 00:00:00.0000000", 1, 1),  # past midnight
     ]))
     trace = load(path)
     midnight = (24 * 3600 - (18 * 3600 + 17 * 60 + 3.97996)) * 1e6
     assert column(trace, "arrival") == [0, 20040, 20041, 1020040, round(midnight)]
     assert column(trace, "input_len") == [374, 396, 879, 45, 1]
-    assert column(trace, "output_len") == [44, 109, 7, 3, 0]
+    assert column(trace, "output_len") == [44, 109, 7, 3, 1]
+
+
+EPOCH_2023 = 1700158623  # 2023-11-16 18:17:03 UTC
+
+
+def test_azure_timestamps_as_epoch_seconds_or_date_times_and_kept(tmp_path):
+    """Issue 31: epoch-second timestamps in the Azure layout were refused, and the original
+    timestamps were lost. Both forms are read as the same instants (mixed in one file too),
+    to the nanosecond, and each row's own timestamp is in the requests table."""
+    dated = write(tmp_path / "dated.csv", azure_text([
+        ("2023-11-16 18:17:03.9799600", 374, 44), ("2023-11-16 18:17:04.0000004", 396, 9)]))
+    epoch = write(tmp_path / "epoch.csv", azure_text([
+        (f"{EPOCH_2023}.9799600", 374, 44), ("2023-11-16 18:17:04.0000004", 396, 9)]))
+    first, second = load(dated), load(epoch)
+    assert column(first, "arrival") == column(second, "arrival") == [0, 20040]
+    ns = [EPOCH_2023 * 10**9 + 979_960_000, (EPOCH_2023 + 1) * 10**9 + 400]
+    assert column(first, "trace_time") == column(second, "trace_time") == ns
+    req = run(trace_scenario(epoch)).requests
+    assert req.trace_time_ns.tolist() == ns  # exact, beyond a float's digits
+    assert str(pd.to_datetime(req.trace_time_ns[0], utc=True)) == \
+        "2023-11-16 18:17:03.979960+00:00"
+
+
+def test_published_trace_times_are_kept_and_other_workloads_add_no_column(tmp_path):
+    burst = write(tmp_path / "b.csv", burstgpt_text([(0.5, "ChatGPT", 10, 5),
+                                                     (1.25, "ChatGPT", 12, 4)]))
+    moon = write(tmp_path / "m.jsonl", mooncake_text([
+        {"timestamp": 10, "input_length": 10, "output_length": 5, "hash_ids": [1]},
+        {"timestamp": 2510, "input_length": 10, "output_length": 5, "hash_ids": [1]}]))
+    assert run(trace_scenario(burst)).requests.trace_time_ns.tolist() == [5 * 10**8,
+                                                                          125 * 10**7]
+    assert run(trace_scenario(moon)).requests.trace_time_ns.tolist() == [10**7, 2510 * 10**6]
+    blis = write(tmp_path / "t.csv", blis_text(ROWS))
+    assert "trace_time_ns" not in run(trace_scenario(blis)).requests
+
+
+@pytest.mark.parametrize("fmt", ["azure", "mooncake"])
+def test_zero_token_output_rows_are_skipped_and_counted(tmp_path, fmt):
+    """Issue 31: a 0-token output row ran silently as a 1-token request. In the published
+    traces such a row produced nothing: it is skipped, and the run says how many."""
+    if fmt == "azure":
+        text = azure_text([("2023-11-16 18:17:03", 10, 5), ("2023-11-16 18:17:04", 20, 0),
+                           ("2023-11-16 18:17:05", 30, 2)])
+    else:
+        text = mooncake_text([{"timestamp": t, "input_length": n, "output_length": o,
+                               "hash_ids": [1]} for t, n, o in ((0, 10, 5), (1, 20, 0),
+                                                                 (2, 30, 2))])
+    result = run(trace_scenario(write(tmp_path / "z.txt", text)))
+    assert result.requests.input_tokens.tolist() == [10, 30]
+    assert any("skipped 1 rows of z.txt: 0 output tokens" in w for w in result.warnings)
+
+
+def test_zero_token_output_rows_of_the_reference_csv_run_as_one_token_and_say_so(tmp_path):
+    """The reference replays an empty decode list as a request generating one token (compat
+    parity keeps that); the run now says it does."""
+    path = write(tmp_path / "t.csv", blis_text([(0.0, "a", "m", [1, 2, 3], []),
+                                               (0.1, "b", "m", [6, 7], [8])]))
+    result = run(trace_scenario(path))
+    assert result.requests.generated_tokens.tolist() == [1, 1]
+    assert any("1 rows of t.csv have no output tokens: each runs as a request generating "
+               "one token" in w for w in result.warnings)
 
 
 def test_an_azure_2024_trace_replays_with_unique_synthesised_tokens(tmp_path):
@@ -331,7 +393,8 @@ def test_an_azure_2024_trace_replays_with_unique_synthesised_tokens(tmp_path):
 
 @pytest.mark.parametrize("stamp", ["2023-11-16", "2023-11-16 25:00:00", "2023-02-30 01:00:00",
                                    "16/11/2023 18:17:03", "2023-11-16 18:17:03.1234567890",
-                                   "1700000000", "2023-11-16 18:17:04+1:00",
+                                   "1700000000.1234567890", "-1700000000",
+                                   "2023-11-16 18:17:04+1:00",
                                    "2023-11-16 18:17:04 UTC"])
 def test_bad_azure_timestamps_name_the_line(tmp_path, stamp):
     path = write(tmp_path / "t.csv", azure_text([("2023-11-16 18:17:03.9799600", 10, 5),
