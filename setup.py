@@ -23,6 +23,7 @@ COMPILED = [
     "blis_simpy/core/request.py",
     "blis_simpy/core/router_state.py",
     "blis_simpy/core/shadow_kv.py",
+    "blis_simpy/engine/alpha.py",
     "blis_simpy/engine/anomalies.py",
     "blis_simpy/engine/instance.py",
     "blis_simpy/engine/kv/cache.py",

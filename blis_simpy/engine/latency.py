@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from mypy_extensions import mypyc_attr
-
 from blis_simpy.config.catalog import (
     bundled_hardware_config,
     bundled_model_config,
@@ -21,6 +19,7 @@ from blis_simpy.config.catalog import (
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
+from blis_simpy.engine.alpha import Alpha, batch_shape
 from blis_simpy.engine.roofline import GpuSpec, ModelShape, RooflineModel
 from blis_simpy.engine.roofline_native import (
     NativeGpu,
@@ -43,30 +42,6 @@ class LatencyModel(Protocol):
         `extra_us` is time the step spends on top of its compute (KV loads from a lower tier,
         a warm-up penalty), added as is."""
         ...
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)  # physical.PhysicalLatency is not compiled
-class Alpha:
-    """The alpha coefficients: queueing delay and output-processing delay, in µs."""
-
-    def __init__(self, alpha: Sequence[float]) -> None:
-        self.a0, self.a1 = float(alpha[0]), float(alpha[1])
-        self.output_delay = int(float(alpha[2]))
-
-    def queue_delay(self, input_len: int) -> int:
-        return int(self.a0 + self.a1 * input_len)
-
-
-def batch_shape(batch: Sequence[Request]) -> tuple[list[tuple[int, int]], list[int]]:
-    """(cached progress, chunk) of each prefilling request and context of each decoding one."""
-    prefills: list[tuple[int, int]] = []
-    contexts: list[int] = []
-    for req in batch:
-        if req.chunk < 0:
-            contexts.append(req.progress)
-        else:
-            prefills.append((req.progress, req.chunk))
-    return prefills, contexts
 
 
 class BlackboxLatency(Alpha):

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from blis_simpy.report.figures import bin_edges, bin_width, line_style, new_figure
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -20,8 +22,6 @@ ROLE_COLUMNS = ("instance", "role", "time_s", "busy_s")
 
 def pd_plot(instances: pd.DataFrame, transfers: pd.DataFrame, queue: pd.DataFrame
             ) -> Figure:
-    from blis_simpy.report.plots import bin_edges, bin_width, line_style, new_figure
-
     figure, (busy_ax, queue_ax, took_ax) = new_figure(11, 8.5, 3)
     end = max(float((instances["time_s"] + instances["busy_s"]).max())
               if len(instances) else 0.0, 1e-3)

@@ -15,8 +15,8 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.hashing import Scratch, hash_requests
 from blis_simpy.core.request import Request
+from blis_simpy.workload.prehash import Scratch, hash_requests
 from blis_simpy.workload.release import Release
 from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload

@@ -20,12 +20,13 @@ from blis_simpy.config.arrivals import ConstantProfile
 from blis_simpy.config.distributions import Distribution
 from blis_simpy.config.workload import TenantSpec, TenantsWorkload
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.hashing import block_hashes, hash_request
+from blis_simpy.core.hashing import block_hashes
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.units import US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.arrivals import arrival_times
+from blis_simpy.workload.prehash import hash_request
 from blis_simpy.workload.sampling import (
     UniformIds,
     WeightedPick,
