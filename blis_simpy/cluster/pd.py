@@ -115,7 +115,7 @@ class PDHandoff:
             req.max_tokens = max(req.output_len, 1)
             return self.decode
         req.max_tokens = 1
-        if self.pd.decode_choice == "routing":
+        if self.pd.decode_choice == "routing" and self.decode.routable:
             req.decode_target = self.gateway.choose(req, self.decode, self.env.now,
                                                     self.routing)[0].id
         return self.prefill
@@ -140,9 +140,32 @@ class PDHandoff:
     def _ready(self, event: simpy.Event) -> None:
         self.store.put(event.value)
 
-    def abandoned(self, req: Request) -> None:
+    def abandoned(self, req: Request, reason: str) -> None:
         move = self.moving.pop(req.name)
-        self._cancel(move, "abandoned", "client_timeout")
+        self._cancel(move, "abandoned", reason)
+
+    def failed(self, instance: DecodeInstance) -> None:
+        """`instance` failed: a transfer into it is lost with it (the request goes back to
+        the gateway); one waiting for room on it chooses another decode instance."""
+        moves = [m for m in self.moving.values() if m.decode is instance]
+        for move in moves:  # first those waiting, so no room freed below goes to them
+            if move.reservation is None and move.event is not None \
+                    and not move.event.triggered:
+                self._unwait(move)
+                event, move.event = move.event, None
+                event.succeed()
+        for move in moves:
+            if move.reservation is not None:
+                self._lose(move)
+
+    def _lose(self, move: Move) -> None:
+        """The handoff fails with an instance: the request is lost (sent again or failed by
+        the gateway, which counts it in flight at its prefill instance until then)."""
+        del self.moving[move.req.name]
+        self._cancel(move, "dropped", "instance_failure")
+        observer = move.prefill.observer
+        if observer is not None:
+            observer.lost(move.prefill.id, move.req)
 
     def room(self, instance: DecodeInstance) -> None:
         """Blocks were freed on `instance`: reserve for its waiting transfers, in order."""
@@ -177,6 +200,8 @@ class PDHandoff:
             if req.state is not State.TRANSFERRING:  # abandoned
                 return
             decode = self._decode_for(req)
+            if decode is None:  # the whole decode pool is down
+                return self._lose(move)
             move.decode = decode
             if req.input_len + req.output_len > decode.max_len:
                 return self._drop(move, RejectCode.PD_DECODE_CAPACITY,
@@ -195,6 +220,8 @@ class PDHandoff:
             if move.reservation is None:  # timed out (or abandoned: already unwaited)
                 if req.state is not State.TRANSFERRING:
                     return
+                if move.event is None and env.now < deadline:
+                    continue  # its decode instance failed: choose again
                 self._unwait(move)
                 move.event = None
                 return self._drop(move, RejectCode.PD_HANDOFF_TIMEOUT,
@@ -209,14 +236,16 @@ class PDHandoff:
         if req.state is State.TRANSFERRING and req.name in self.moving:
             self._move(move, end)
 
-    def _decode_for(self, req: Request) -> DecodeInstance:
+    def _decode_for(self, req: Request) -> DecodeInstance | None:
         """The decode instance chosen at routing while it is routable, else the routing
-        policy's choice now (a pool always has a routable replica: scale-down removes
-        starting replicas first and keeps `min` >= 1)."""
+        policy's choice now; None if no decode instance is routable (scale-down never leaves
+        a pool without one, failures can)."""
         if req.decode_target:
             chosen = self.decode.get(req.decode_target)
             if chosen is not None and chosen.routable:
                 return cast(DecodeInstance, chosen)
+        if not self.decode.routable:
+            return None
         return cast(DecodeInstance, self.gateway.choose(req, self.decode, self.env.now,
                                                     self.routing)[0])
 
@@ -250,10 +279,9 @@ class PDHandoff:
         decode.reservations.remove(reservation)
         req.blocks = reservation.blocks
         req.max_tokens = max(req.output_len, 1)
-        in_flight = self.gateway.in_flight
-        in_flight[decode.id] = in_flight.get(decode.id, 0) + 1
         if prefill.observer is not None:
             prefill.observer.handed_off(prefill.id, req)
+        self.gateway.took_over(decode.id, req)
         decode.receive(req)
         self._record(move, end, "transferred", "")
         self._check()

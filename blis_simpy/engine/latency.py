@@ -7,7 +7,7 @@ holds the engine). Go's int64() conversion truncates toward zero, so does int().
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from blis_simpy.config.catalog import (
@@ -42,6 +42,24 @@ class LatencyModel(Protocol):
         `extra_us` is time the step spends on top of its compute (KV loads from a lower tier,
         a warm-up penalty), added as is."""
         ...
+
+
+class Scaled:
+    """Another model's step times times `factor()`, read at each step's start (a warming
+    replica's penalty, a slowed instance); its delays as they are."""
+
+    def __init__(self, base: LatencyModel, factor: Callable[[], float]) -> None:
+        self.base = base
+        self.factor = factor
+        self.output_delay = base.output_delay
+        self.per_request = base.per_request
+
+    def queue_delay(self, input_len: int) -> int:
+        return self.base.queue_delay(input_len)
+
+    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
+                  extra_us: int) -> int:
+        return round(self.base.step_time(new_tokens, decodes, batch, extra_us) * self.factor())
 
 
 class BlackboxLatency(Alpha):

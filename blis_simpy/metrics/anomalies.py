@@ -19,6 +19,7 @@ from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.records import Anomaly, Records
 from blis_simpy.core.units import US_PER_S, us
 from blis_simpy.metrics.columns import Table
+from blis_simpy.metrics.faults import failure_anomalies
 from blis_simpy.metrics.raw import violated
 
 
@@ -54,7 +55,7 @@ def overshoot(values: tuple[float, float, float], target: SLOTargets) -> float:
 def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
            config: EvaluationConfig, tiers: KVTiersConfig | None = None) -> list[Anomaly]:
     """The anomalies judged from the run's records: SLO violations, preemption storms,
-    rejection bursts and (with KV tiers) KV thrashing."""
+    rejection bursts, (with KV tiers) KV thrashing and (with failures) instance failures."""
     found = []
     ttft, tpot, e2e = (requests.array(name) for name in ("ttft_ms", "itl_mean_ms", "e2e_ms"))
     completion, states = requests.array("completion_s"), requests["final_state"]
@@ -82,6 +83,8 @@ def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
                              f"{len(reqs)} rejections in {(end - start) / US_PER_S:.3f} s", end))
     if tiers is not None and tiers.enabled:
         found.extend(thrashing(records, tiers))
+    if records.faults:
+        found.extend(failure_anomalies(records))
     return found
 
 

@@ -13,6 +13,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.evaluation import evaluate
+from blis_simpy.metrics.faults import fault_summary, fault_table
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.tables import (
     instance_series,
@@ -84,7 +85,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
     requests = request_table(records.requests, lat)
     scale_log, scale_tables = sim.scale_log, None
-    if scale_log is not None:  # a deployment section (its metrics imported only then)
+    if scenario.deployment is not None:  # (its metrics imported only then)
         from blis_simpy.metrics.scaling import (
             deployment_summary,
             replica_table,
@@ -94,6 +95,10 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
         scale_tables = scale_event_table(scale_log), replica_table(scale_log, scenario)
+    faults = None
+    if records.faults or scenario.faults is not None:
+        stats["faults"] = fault_summary(records, scale_log.lifecycle, requests)
+        faults = fault_table(records.faults)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)
@@ -136,6 +141,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         replica_table=None if scale_tables is None else scale_tables[1],
         transfer_table=None if pd_tables is None else pd_tables[0],
         transfer_queue_table=None if pd_tables is None else pd_tables[1],
+        fault_table=faults,
     )
 
 

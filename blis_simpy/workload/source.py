@@ -2,8 +2,8 @@
 `deliver` (the gateway's cluster arrival) at its arrival time, and never before (BC-1).
 
 Synthetic and trace workloads are known in advance and are released lazily, in arrival order,
-by one callback chain (`release.Release`); the tenants workload runs processes per tenant, user
-and session that react to completions (`tenants.py`).
+by one process (`release.release`); the tenants workload runs processes per tenant, user and
+session that react to completions (`tenants.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
 from blis_simpy.workload.prehash import Scratch, hash_requests
-from blis_simpy.workload.release import Release
+from blis_simpy.workload.release import release
 from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
 from blis_simpy.workload.trace import load_trace
@@ -43,7 +43,7 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
         return []
     requests, notes = requests_of(scenario, reference_draws=reference_draws,
                                   prehash=not keep_tokens)
-    Release(env, requests, deliver)
+    env.process(release(env, requests, deliver))
     return notes
 
 

@@ -14,7 +14,9 @@ as the type gets), so a summary can rank occurrences of different types.
 * `scale_oscillation`: 0.5, each flip pays a replica's provisioning and load (or a drain) for
   nothing; their count carries the weight;
 * `pd_backpressure`: the episode's length in seconds, capped at 1 (a prefill instance unable to
-  admit for a second or more).
+  admit for a second or more);
+* `instance_failure`: 0.5 plus half the downtime in seconds, capped at 1: a crash always
+  loses work, and a second or more down is as bad as it gets.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:
         return INVERSION_SEVERITY
     if kind == "scale_oscillation":
         return OSCILLATION_SEVERITY
+    if kind == "instance_failure":
+        return min(1.0, 0.5 + (anomaly.end - anomaly.time) / US_PER_S / 2)
     raise ValueError(f"no severity rule for anomaly type {kind!r}")
 
 
