@@ -15,9 +15,10 @@ prefill instances put into):
    whenever the instance frees blocks, up to `handoff_timeout_s` after the prefill finished;
    then the request is dropped (`pd_handoff_timeout`). One that can never fit the decode pool
    is dropped at once (`pd_exceeds_decode_kv`).
-2. transfer: over its link (one per prefill instance, or one shared): base latency plus the
-   prompt's blocks times the bytes per block (model config, prefill TP) over the bandwidth;
-   transfers sharing a link queue (`engine/kv/tiers.Link`).
+2. transfer: over its link (one per prefill instance, or one shared), a SimPy Resource of
+   capacity 1 (`TransferLink`): transfers sharing a link queue for it, first come first
+   served, and each holds it for the base latency plus the prompt's blocks times the bytes
+   per block (model config, prefill TP) over the bandwidth.
 3. ownership moves in one step: the prefill instance frees its copy, the reserved blocks
    become the request's, and the decode instance receives it through its inbox. Until then
    the prefill instance owns the KV (and counts the request in flight), so every block has one
@@ -78,6 +79,15 @@ class Move:
         self.event: simpy.Event | None = None  # set while waiting for decode KV room
 
 
+class TransferLink(simpy.Resource):
+    """A link between instances that KV blocks move over: one transfer at a time, in the
+    order they asked for it; `duration` is how long a transfer of some blocks holds it."""
+
+    def __init__(self, env: Environment, base_us: int, blocks_per_s: float) -> None:
+        super().__init__(env, capacity=1)
+        self.duration = Link(base_us, blocks_per_s).duration
+
+
 class PDHandoff:
     """The decider, the decode choice and the KV handoffs of one disaggregated config."""
 
@@ -99,8 +109,9 @@ class PDHandoff:
         link = pd.link
         self.base_us = round(link.base_latency_ms * US_PER_MS)
         self.blocks_per_s = link.bandwidth_gb_s * 1e9 / block_bytes
-        self.shared = Link(self.base_us, self.blocks_per_s) if link.shared else None
-        self.links: dict[str, Link] = {}
+        self.shared = (TransferLink(env, self.base_us, self.blocks_per_s) if link.shared
+                       else None)
+        self.links: dict[str, TransferLink] = {}
         self.waiting: dict[str, deque[Move]] = {}  # per decode instance, FIFO
         self.moving: dict[str, Move] = {}  # by request name
         self.store = simpy.Store(env)  # a Move when its prefill step has ended
@@ -190,14 +201,14 @@ class PDHandoff:
     def _dispatch(self) -> Generator[simpy.Event, object, None]:
         while True:
             move = cast(Move, (yield self.store.get()))
-            if move.req.name in self.moving:  # not abandoned meanwhile
+            if self._current(move):  # not abandoned meanwhile
                 self.env.process(self._handoff(move))
 
     def _handoff(self, move: Move) -> Generator[simpy.Event, object, None]:
         env, req = self.env, move.req
         deadline = move.asked + self.timeout_us
         while move.reservation is None:
-            if req.state is not State.TRANSFERRING:  # abandoned
+            if not self._current(move):  # abandoned
                 return
             decode = self._decode_for(req)
             if decode is None:  # the whole decode pool is down
@@ -218,7 +229,7 @@ class PDHandoff:
             decode.awaiting += 1
             yield move.event | env.timeout(deadline - env.now)
             if move.reservation is None:  # timed out (or abandoned: already unwaited)
-                if req.state is not State.TRANSFERRING:
+                if not self._current(move):
                     return
                 if move.event is None and env.now < deadline:
                     continue  # its decode instance failed: choose again
@@ -229,12 +240,17 @@ class PDHandoff:
                                   f"{self.pd.handoff_timeout_s} s")
         move.event = None
         link = self._link(move.prefill)
-        blocks = len(move.req.blocks)
-        end = link.transfer(env.now, blocks)
-        move.start = end - link.duration(blocks)
-        yield env.timeout(end - env.now)
-        if req.state is State.TRANSFERRING and req.name in self.moving:
-            self._move(move, end)
+        with link.request() as turn:  # (a transfer dropped meanwhile still takes its turn)
+            yield turn
+            move.start = env.now
+            yield env.timeout(link.duration(len(move.req.blocks)))
+        if self._current(move):
+            self._move(move, env.now)
+
+    def _current(self, move: Move) -> bool:
+        """The move still under way: not ended early (a request lost with an instance and
+        sent again has a new move under the same name)."""
+        return self.moving.get(move.req.name) is move
 
     def _decode_for(self, req: Request) -> DecodeInstance | None:
         """The decode instance chosen at routing while it is routable, else the routing
@@ -261,12 +277,13 @@ class PDHandoff:
         self._check()
         return True
 
-    def _link(self, prefill: PrefillInstance) -> Link:
+    def _link(self, prefill: PrefillInstance) -> TransferLink:
         if self.shared is not None:
             return self.shared
         link = self.links.get(prefill.id)
         if link is None:
-            link = self.links[prefill.id] = Link(self.base_us, self.blocks_per_s)
+            link = self.links[prefill.id] = TransferLink(self.env, self.base_us,
+                                                         self.blocks_per_s)
         return link
 
     def _move(self, move: Move, end: int) -> None:
