@@ -8,14 +8,15 @@ run in exactly the order SimPy itself would run them.
 
 The rest of the package reads no private attribute of SimPy's objects: what it needs of them
 (the current time without the property, whether an event would run next, what is left to
-happen, an event at a priority of its own, a Store whose put never waits) is a named function
-or class here. `tests/core/test_loop.py` runs them side by side with SimPy's own.
+happen, an event at a priority of its own, a Store whose put never waits, a compiled
+generator's process name) is a named function or class here. `tests/core/test_loop.py` runs
+them side by side with SimPy's own.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from heapq import heappop, heappush
 from typing import Any, cast
 
@@ -129,3 +130,17 @@ class Inbox(simpy.Store):
         self.items.append(item)
         if self.get_queue:
             self._trigger_get(None)
+
+
+class NamedProcess(simpy.Process):
+    """A process named explicitly: SimPy names a process after its generator's `__name__`,
+    which a compiled (mypyc) generator does not have."""
+
+    def __init__(self, env: Environment, generator: Generator[Event, Any, Any],
+                 name: str) -> None:
+        self.label = name
+        super().__init__(env, generator)
+
+    @property
+    def name(self) -> str:
+        return self.label

@@ -38,7 +38,7 @@ from simpy.resources.store import StoreGet
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.failure import Failure
-from blis_simpy.core.loop import Clock, Inbox
+from blis_simpy.core.loop import Clock, Inbox, NamedProcess
 from blis_simpy.core.ordering import Background
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.request import Request, State
@@ -93,8 +93,9 @@ class Instance(Stepper):
         # start of a step that empties its batch); natively the step loop, busy until a step
         # ends.
         self.order = ReferenceEventOrder(self, env) if reference_order else None
-        self.process: simpy.Process = env.process(
-            self.run() if self.order is None else self.stand_by())
+        self.process: simpy.Process = NamedProcess(
+            env, self.run() if self.order is None else self.stand_by(),
+            f"{instance_id}.run" if self.order is None else f"{instance_id}.stand_by")
 
     # -- arrivals ---------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.loop import NamedProcess
 from blis_simpy.core.request import Request
 from blis_simpy.workload.prehash import Scratch, hash_requests
 from blis_simpy.workload.release import release
@@ -43,7 +44,7 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
         return []
     requests, notes = requests_of(scenario, reference_draws=reference_draws,
                                   prehash=not keep_tokens)
-    env.process(release(env, requests, deliver))
+    NamedProcess(env, release(env, requests, deliver), "release")
     return notes
 
 
