@@ -28,9 +28,11 @@ from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.loop import run_events
+from blis_simpy.core.ordering import Background, only_background_left
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.snapshot import Role
+from blis_simpy.core.units import US_PER_S
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.kv.tiered import TieredKVCache, tiered_pool
@@ -75,7 +77,8 @@ class Simulation:
     fleet (every instance by id, `fleet.get("instance_0")`), the pools the instances belong
     to (their public lifecycle: `drain`, `terminate`; and `instance.fail`), the gateway, the
     autoscaler's per-config scalers (each with its poll `process`) and the recorder. Add a
-    process of your own with `sim.env.process(...)` before `run` (docs/extending.md)."""
+    process of your own with `sim.env.process(...)` before `run`; `after` and `work_left`
+    let it wait without keeping the run alive (docs/extending.md)."""
 
     def __init__(self, scenario: Scenario, env: Environment, mode: Mode,
                  recorder: Recorder, fleet: Fleet, gateway: Gateway,
@@ -116,6 +119,19 @@ class Simulation:
         if progress is not None:
             progress(self.progress(count, started, done=True))
         return time.perf_counter() - started
+
+    def after(self, seconds: float) -> Background:
+        """An event `seconds` from now for a process of your own to wait on (`yield
+        sim.after(5)`) that keeps no run alive: with no horizon, a run ends once only such
+        wake-ups are left (`work_left`)."""
+        if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"after: got {seconds!r}; a number of seconds >= 0")
+        return Background(self.env, round(seconds * US_PER_S))
+
+    def work_left(self) -> bool:
+        """Whether anything but background wake-ups is left to happen: requests still to come
+        or in flight. A process that would go on for ever stops when this is False."""
+        return not only_background_left(self.env)
 
     def check_counts(self) -> None:
         """The gateway's per-instance counts agree with the requests themselves: each one
