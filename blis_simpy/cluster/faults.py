@@ -22,7 +22,7 @@ import simpy
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.pool import Pool
 from blis_simpy.config.distributions import Distribution
-from blis_simpy.config.faults import Crash, FaultsConfig, RandomCrashes, Slowdown, Target
+from blis_simpy.config.faults import Crash, FaultsConfig, RandomCrashes, Slowdown, Targeted
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.failure import Failure
 from blis_simpy.core.ordering import Background, only_background_left
@@ -51,10 +51,10 @@ class FaultInjector:
         for crash in config.crashes:
             env.process(self.crash(crash))
         for spec in config.random_crashes:
-            for inst in self.targets(spec.target):
+            for inst in self.targets(spec):
                 env.process(self.random_crashes(spec, inst))
             if not spec.instances:  # replicas that join later are in it too
-                for pool in self.pools_of(spec.target):
+                for pool in self.pools_of(spec):
                     pool.joined.append(functools.partial(self.joined, spec))
         for slowdown in config.slowdowns:
             env.process(self.slow(slowdown))
@@ -62,13 +62,13 @@ class FaultInjector:
     def joined(self, spec: RandomCrashes, inst: Instance) -> None:
         self.env.process(self.random_crashes(spec, inst))
 
-    def pools_of(self, target: Target) -> list[Pool]:
+    def pools_of(self, target: Targeted) -> list[Pool]:
         config = target.config
         return [pool for pool in self.pools
                 if config is None or pool.config == config or pool.config.startswith(
                     f"{config}/")]
 
-    def targets(self, target: Target) -> list[Instance]:
+    def targets(self, target: Targeted) -> list[Instance]:
         """The target's instances now, leaving out those already down or gone."""
         if target.instances:
             found = [self.fleet.get(name) for name in target.instances]
@@ -85,7 +85,7 @@ class FaultInjector:
     def crash(self, crash: Crash) -> Generator[simpy.Event, object, None]:
         """Crash the target's instances at `at_s` (a pool or the whole fleet at once)."""
         yield Background(self.env, self.seconds(crash.at_s))
-        for inst in self.targets(crash.target):
+        for inst in self.targets(crash):
             inst.fail(Failure(crash.repair_s, crash.reason))
 
     def random_crashes(self, spec: RandomCrashes, inst: Instance
@@ -106,7 +106,7 @@ class FaultInjector:
         yield Background(self.env, self.seconds(slowdown.at_s))
         factor = slowdown.factor
         slowed = []
-        for inst in self.targets(slowdown.target):
+        for inst in self.targets(slowdown):
             scaled = Scaled(inst.latency, lambda: factor)
             inst.latency = scaled
             slowed.append((inst, scaled))

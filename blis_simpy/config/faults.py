@@ -11,7 +11,7 @@ neither means every instance. The injector is `cluster/faults.py`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from blis_simpy.config.distributions import Distribution, mean_of
@@ -29,14 +29,14 @@ CONFIG_HELP = ("instead of ids: every replica of this deployment config at that 
                "id; a P/D config's pools as <id>/prefill, <id>/decode)")
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Which instances: by id, by deployment config, or (neither) all of them."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Targeted:
+    """Which instances a fault hits: by id, by deployment config, or (neither) all of them."""
 
-    instances: list[str] = field(default_factory=list)
-    config: str | None = None
+    instances: list[str] = spec(factory=list, help=INSTANCES_HELP)
+    config: str | None = spec(None, help=CONFIG_HELP)
 
-    def check(self, path: str) -> None:
+    def validate(self, path: str) -> None:
         if self.instances and self.config is not None:
             raise ScenarioError(join(path, "config"), "names instances already listed in "
                                 "`instances`", "one of instances or config")
@@ -46,67 +46,44 @@ class Target:
                                     "instance id", "instance_0, instance_1, ...")
 
 
-@dataclass(frozen=True, slots=True)
-class Crash:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Crash(Targeted):
     """Instances that crash at a given time: every request in them is lost (see `requests`),
     their KV caches with them."""
 
     at_s: float = spec(help="when (s)", ge=0, le=MAX_SIM_S)
-    instances: list[str] = spec(factory=list, help=INSTANCES_HELP)
-    config: str | None = spec(None, help=CONFIG_HELP)
     repair_s: float | None = spec(
         None, help="down this long (s), then serving again with an empty KV cache; null: "
         "never (an autoscaler keeps the pool at its min)", ge=0, le=MAX_SIM_S)
     reason: str = spec("crash", help="a label for the records (node loss, OOM, ...)")
 
-    def validate(self, path: str) -> None:
-        Target(self.instances, self.config).check(path)
 
-    @property
-    def target(self) -> Target:
-        return Target(self.instances, self.config)
-
-
-@dataclass(frozen=True, slots=True)
-class RandomCrashes:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RandomCrashes(Targeted):
     """Each instance named crashes after a time drawn from `mtbf_s` of serving, and is back
-    after a time drawn from `mttr_s`, over and over (both from the "faults" stream)."""
+    after a time drawn from `mttr_s`, over and over (both from the "faults" stream); replicas
+    a config adds later are included."""
 
     mtbf_s: Distribution = spec(help="time between failures of one instance (s): from its "
                                 "start, or its last repair, to its next crash")
     mttr_s: Distribution | None = spec(None, help="time to repair (s); null: never repaired")
-    instances: list[str] = spec(factory=list, help=INSTANCES_HELP)
-    config: str | None = spec(None, help=CONFIG_HELP + "; replicas added later included")
 
     def validate(self, path: str) -> None:
-        Target(self.instances, self.config).check(path)
+        Targeted.validate(self, path)
         if not mean_of(self.mtbf_s) >= MIN_MTBF_S:
             raise ScenarioError(join(path, "mtbf_s"), f"has mean {mean_of(self.mtbf_s):g} s: "
                                 "instances would crash in a loop",
                                 f"a distribution with mean >= {MIN_MTBF_S:g} s")
 
-    @property
-    def target(self) -> Target:
-        return Target(self.instances, self.config)
 
-
-@dataclass(frozen=True, slots=True)
-class Slowdown:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Slowdown(Targeted):
     """Instances whose steps take `factor` times as long for a while (thermal throttling, a
     noisy neighbour, a degraded link)."""
 
     at_s: float = spec(help="from when (s)", ge=0, le=MAX_SIM_S)
     for_s: float = spec(help="for how long (s)", gt=0, le=MAX_SIM_S)
     factor: float = spec(help="step-time factor (2: twice as slow)", gt=0, le=1000)
-    instances: list[str] = spec(factory=list, help=INSTANCES_HELP)
-    config: str | None = spec(None, help=CONFIG_HELP)
-
-    def validate(self, path: str) -> None:
-        Target(self.instances, self.config).check(path)
-
-    @property
-    def target(self) -> Target:
-        return Target(self.instances, self.config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +120,8 @@ class FaultsConfig:
     requests: RequestRecovery = spec(factory=RequestRecovery, help="what happens to the "
                                      "requests a failed instance held")
 
-    def targets(self) -> list[tuple[str, Target]]:
-        """Every target with its path in the scenario (for the checks against the fleet)."""
-        out: list[tuple[str, Target]] = []
-        for name in ("crashes", "random_crashes", "slowdowns"):
-            for i, entry in enumerate(getattr(self, name)):
-                out.append((f"faults.{name}[{i}]", entry.target))
-        return out
+    def targets(self) -> list[tuple[str, Targeted]]:
+        """Every fault with its path in the scenario (for the checks against the fleet)."""
+        return [(f"faults.{name}[{i}]", entry)
+                for name in ("crashes", "random_crashes", "slowdowns")
+                for i, entry in enumerate(getattr(self, name))]

@@ -86,7 +86,8 @@ class Instance(Stepper):
         self.routable = True  # the gateway may send it requests (the fleet keeps this)
         self.home: Home | None = None  # set by the pool it belongs to
         self.inbox = Inbox(env, self.delivered)  # requests whose queueing delay is over
-        self.arriving: dict[Request, None] = {}  # in their queueing delay, in arrival order
+        # In their queueing delay, in arrival order, each with the timeout that ends it.
+        self.arriving: dict[Request, simpy.Event] = {}
         self.clock = Clock(env)
         self.failures = 0
         # Compat: the reference's event order (which also makes the instance idle from the
@@ -107,13 +108,14 @@ class Instance(Stepper):
         if self.order is not None:
             self.order.arrive(req)
             return
-        self.arriving[req] = None
         delay = self.env.timeout(self.latency.queue_delay(req.input_len), req)
         delay.callbacks.append(self._arrive)
+        self.arriving[req] = delay
 
     def _arrive(self, event: simpy.Event) -> None:
         req = cast(Request, event.value)
-        if self.arriving.pop(req, 0) is None:  # not abandoned or lost meanwhile
+        if self.arriving.get(req) is event:  # not abandoned or lost (and sent again) since
+            del self.arriving[req]
             self.join(req, self.clock.now())
 
     def deliver(self, req: Request) -> None:
