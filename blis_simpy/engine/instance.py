@@ -27,7 +27,7 @@ is repaired (`Failure.repair_s`), or ever.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Protocol, cast
+from typing import Literal, Protocol, cast
 
 import simpy
 from mypy_extensions import mypyc_attr
@@ -52,12 +52,17 @@ from blis_simpy.policies.scheduler import InstanceScheduler
 
 
 class Home(Protocol):
-    """Who keeps an instance's place in the fleet (its deployment pool): told when it fails
-    and when it is back."""
+    """Who keeps an instance's place in the fleet (its pool, cluster/pool.py): told when it
+    fails and when it is back; drains and terminates it."""
 
     def failed(self, instance: Instance, failure: Failure) -> None: ...
 
     def repaired(self, instance: Instance) -> None: ...
+
+    def drain(self, instance: Instance, policy: Literal["wait", "immediate", "redirect"],
+              timeout_s: float | None) -> None: ...
+
+    def terminate(self, instance: Instance) -> None: ...
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # P/D's prefill and decode roles
@@ -174,7 +179,21 @@ class Instance(Stepper):
         (None: try again at once)."""
         return None
 
-    # -- failure ------------------------------------------------------------------------------
+    # -- the public lifecycle -----------------------------------------------------------------
+
+    def drain(self, policy: Literal["wait", "immediate", "redirect"] = "wait",
+              timeout_s: float | None = None) -> None:
+        """No new requests; those routed here finish or go back to the gateway by `policy`;
+        terminated once none is left (its pool's `drain`)."""
+        if self.home is None:
+            raise ValueError(f"{self.id} belongs to no pool: nothing keeps its place in a fleet")
+        self.home.drain(self, policy, timeout_s)
+
+    def terminate(self) -> None:
+        """Terminated now: what it holds goes back to the gateway (its pool's `terminate`)."""
+        if self.home is None:
+            raise ValueError(f"{self.id} belongs to no pool: nothing keeps its place in a fleet")
+        self.home.terminate(self)
 
     def fail(self, failure: Failure | None = None) -> None:
         """Crash the instance now (its process is interrupted with `failure`). Does nothing

@@ -107,3 +107,14 @@ def test_checks_raise_on_a_drifting_count():
     sim.gateway.in_flight["instance_0"] = 2  # nothing is in flight there
     with pytest.raises(InvariantError, match="drifted"):
         sim.run()
+
+
+def test_an_instance_drains_and_terminates_through_its_own_methods():
+    sim = prepare(scenario(cluster={"instances": 3}), checks=True)
+    a, b = sim.fleet.get("instance_0"), sim.fleet.get("instance_1")
+    sim.env.process(at(sim.env, 300_000, lambda: a.drain("redirect")))
+    sim.env.process(at(sim.env, 400_000, b.terminate))
+    result = simulate(sim)
+    assert a.state is Lifecycle.TERMINATED and b.state is Lifecycle.TERMINATED
+    assert result.summary["completed_requests"] == 40
+    assert set(result.requests[result.requests.routed_s > 0.4].instance) == {"instance_2"}
