@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from blis_simpy.core.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from blis_simpy.api import compare_policies, prepare, run, run_many, simulate
+    from blis_simpy.api import compare_policies, load, prepare, run, run_many, simulate
     from blis_simpy.config.scenario import Scenario
     from blis_simpy.core.errors import InvariantError, ScenarioError
     from blis_simpy.core.failure import Failure
@@ -43,13 +43,14 @@ if TYPE_CHECKING:
     from blis_simpy.sim.result import Result
 
 __all__ = ["Failure", "InvariantError", "Recorder", "Result", "Scenario", "ScenarioError",
-           "Simulation", "compare_policies", "prepare", "run", "run_many", "simulate"]
+           "Simulation", "compare_policies", "load", "prepare", "run", "run_many", "simulate"]
 __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _HOMES = {
     "compare_policies": "blis_simpy.search.paired",
     "run": "blis_simpy.sim.run",
+    "load": "blis_simpy.sim.run",
     "prepare": "blis_simpy.sim.run",
     "simulate": "blis_simpy.sim.run",
     "Simulation": "blis_simpy.sim.build",

@@ -17,7 +17,7 @@ from typing import Literal
 from blis_simpy.config.distributions import Distribution, mean_of
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
-from blis_simpy.core.units import MAX_SIM_S, US_PER_S
+from blis_simpy.core.units import MAX_SIM_S, TICK_S, US_PER_S
 
 INSTANCE_ID = re.compile(r"instance_(0|[1-9][0-9]{0,8})")
 MIN_MTBF_S = 1e-3  # shorter mean times between failures would crash instances in a loop
@@ -27,6 +27,14 @@ INSTANCES_HELP = ("instance ids (instance_<n>, running at t=0); with `config` un
                   "this empty: every instance")
 CONFIG_HELP = ("instead of ids: every replica of this deployment config at that moment (its "
                "id; a P/D config's pools as <id>/prefill, <id>/decode)")
+
+
+def at_least_a_tick(seconds: float | None, path: str) -> None:
+    """A duration that may be 0 (at once) must, when positive, last at least the clock's
+    tick: a shorter one rounds to 0 µs and would mean "at once" unsaid."""
+    if seconds is not None and 0 < seconds < TICK_S:
+        raise ScenarioError(path, f"{seconds!r} s rounds to 0 µs, the clock's tick",
+                            f"0 (at once), or >= {TICK_S:g}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +64,10 @@ class Crash(Targeted):
         None, help="down this long (s), then serving again with an empty KV cache; null: "
         "never (an autoscaler keeps the pool at its min)", ge=0, le=MAX_SIM_S)
     reason: str = spec("crash", help="a label for the records (node loss, OOM, ...)")
+
+    def validate(self, path: str) -> None:
+        Targeted.validate(self, path)
+        at_least_a_tick(self.repair_s, join(path, "repair_s"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +112,7 @@ class RequestRecovery:
                             "twice as long", ge=0, le=MAX_SIM_S)
 
     def validate(self, path: str) -> None:
+        at_least_a_tick(self.backoff_s, join(path, "backoff_s"))
         longest = self.backoff_s * 2 ** max(self.max_retries - 1, 0)
         if longest > MAX_SIM_S:
             raise ScenarioError(join(path, "backoff_s"), f"doubled {self.max_retries - 1} "

@@ -130,6 +130,7 @@ class Stepper:
         self._preempted = False
         self._load_us = 0  # KV load time of the prefix hits admitted this step
         self.preemptions = self.admissions = self.completions = 0
+        self.output_tokens = 0  # emitted so far: the autoscaler's token-throughput signal
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -223,6 +224,7 @@ class Stepper:
         steps = append(steps, kv_used)
         steps = append(steps, queue_depth)
         self.steps_taken += 1
+        self.output_tokens += decodes
         if len(steps) == STEP_VALUES:
             self.log.pack(steps)
             steps = vec[i64](capacity=STEP_VALUES)
@@ -603,6 +605,7 @@ class Stepper:
         emitted = req.emitted + 1
         req.emitted = emitted
         if emitted == 1:
+            self.output_tokens += 1
             req.first_token_at = emit_at
             req.first_token_step = step
             self.recent_ttft.append(emit_at - req.arrival)
