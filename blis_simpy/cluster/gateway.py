@@ -293,8 +293,8 @@ class Gateway:
         too: its client never sees it complete."""
         req = cast(Request, event.value)
         state = req.state
-        if state is State.REJECTED or (state is State.COMPLETED
-                                        and req.completed_at <= self.env.now):
+        if state is State.REJECTED or state is State.FAILED or (
+                state is State.COMPLETED and req.completed_at <= self.env.now):
             return
         if state is not State.COMPLETED:
             instance = self.fleet.get(req.instance) if req.instance else None

@@ -46,6 +46,19 @@ def test_lose_fails_every_request_the_instance_held():
     assert failed.completion_s.isna().all()
 
 
+def test_a_failed_request_stays_failed_when_its_client_timeout_passes():
+    """A request that failed (lost with its instance, no retry) has ended: its client's
+    timeout, passing later, neither turns it into a timed-out one nor ends it twice."""
+    result = run({"crashes": [{"at_s": 0.5, "instances": ["instance_0"]}],
+                  "requests": {"on_failure": "lose"}}, workload={"timeout_s": 1.0})
+    f = result.summary["faults"]
+    failed = result.requests[result.requests.final_state == "failed"]
+    assert f["failed_requests"] == len(failed) == f["lost_requests"] > 0
+    assert failed.timed_out_s.isna().all()
+    assert result.summary["timed_out_requests"] == (result.requests.final_state
+                                                     == "timed_out").sum()
+
+
 def test_retries_stop_at_the_limit_with_doubling_back_off():
     """Both instances down for good: nothing can take a retry, so every request in flight or
     arriving uses all its retries (0.1 s, then 0.2 s, then 0.4 s later) and fails."""
