@@ -45,15 +45,14 @@ def up_and_down(lifecycle: Sequence[tuple[int, str, str, str]], ended_at: int
     return up, down
 
 
-def fault_summary(records: Records, lifecycle: Sequence[tuple[int, str, str, str]]
-                  ) -> dict[str, Any]:
-    """The summary's `faults` section, from the fault records alone (a streaming run's
-    requests are in its folder, not in memory): a request that failed has one `failed` row."""
+def fault_summary(records: Records, lifecycle: Sequence[tuple[int, str, str, str]],
+                  computed: int) -> dict[str, Any]:
+    """The summary's `faults` section, from the fault records and the tokens the run's steps
+    computed (`computed`), not the requests or steps tables (a streaming run's are in its
+    folder): a request that failed has one `failed` row."""
     rows = records.faults
     lost = [row for row in rows if row[1] == "lost"]
     retried = {row[3] for row in rows if row[1] == "retry"}
-    computed = sum(int(inst.new_tokens.sum()) + int(inst.decodes.sum())
-                   for inst in records.instances)
     lost_tokens = sum(int(row[4]) for row in lost)
     up, down = up_and_down(lifecycle, records.ended_at)
     return {
@@ -69,6 +68,12 @@ def fault_summary(records: Records, lifecycle: Sequence[tuple[int, str, str, str
         "availability": up / (up + down) if up + down else 1.0,
         "downtime_s": down / US_PER_S,
     }
+
+
+def computed_tokens(records: Records) -> int:
+    """Prefill and decode tokens every step of the run computed (from the in-memory steps)."""
+    return sum(int(inst.new_tokens.sum()) + int(inst.decodes.sum())
+               for inst in records.instances)
 
 
 def fault_table(rows: Sequence[FaultRow]) -> Table:

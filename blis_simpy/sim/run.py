@@ -16,7 +16,7 @@ from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.conventions import step_durations
 from blis_simpy.metrics.evaluation import evaluate
-from blis_simpy.metrics.faults import fault_summary, fault_table
+from blis_simpy.metrics.faults import computed_tokens, fault_summary, fault_table
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.saturation import run_saturation
 from blis_simpy.metrics.tables import (
@@ -141,7 +141,8 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         scale_tables = scale_event_table(scale_log), replica_table(scale_log, scenario)
     faults = None
     if records.faults or scenario.faults is not None:
-        stats["faults"] = fault_summary(records, scale_log.lifecycle)
+        stats["faults"] = fault_summary(records, scale_log.lifecycle,
+                                       computed_tokens(records))
         faults = fault_table(records.faults)
     pd_tables = None
     if disaggregated(records):

@@ -78,12 +78,14 @@ def simulate_streaming(sim: Simulation, folder: OutputFolder,
         wall = sim.run(progress)
         records = sim.records()
         summary, metrics, evaluation, anomalies = sink.finish(records, wall, sim.input_notes)
+        faults = None
+        if records.faults or sim.scenario.faults is not None:  # small: kept in memory
+            sums = sink.step_sums()
+            summary["faults"] = fault_summary(records, sim.scale_log.lifecycle,
+                                              sums.new + sums.decodes)
+            faults = fault_table(records.faults)
     finally:
         sink.close()
-    faults = None
-    if records.faults or sim.scenario.faults is not None:  # small: kept in memory
-        summary["faults"] = fault_summary(records, sim.scale_log.lifecycle)
-        faults = fault_table(records.faults)
     return Result(scenario=sim.scenario, summary=summary, request_table=Table({}),
                   step_table=Table({}), wall_time_s=wall, metrics=metrics,
                   evaluation=evaluation, anomaly_table=anomaly_table(anomalies),
