@@ -52,6 +52,11 @@ def with_faults(**faults: Any) -> dict[str, Any]:
     (with_faults(slowdowns=[{"at_s": 0, "for_s": 1, "factor": 0}]),
      "faults.slowdowns[0].factor", ""),
     (with_faults(requests={"max_retries": 99}), "faults.requests.max_retries", ""),
+    (with_faults(crashes=[{"at_s": 1, "repair_s": 1e-9}]), "faults.crashes[0].repair_s",
+     "rounds to 0 µs"),
+    (with_faults(requests={"backoff_s": 4e-7}), "faults.requests.backoff_s", "rounds to 0 µs"),
+    (with_faults(slowdowns=[{"at_s": 0, "for_s": 1e-9, "factor": 2}]),
+     "faults.slowdowns[0].for_s", "rounds to 0 µs"),
     (with_faults(requests={"on_failure": "ignore"}), "faults.requests.on_failure", ""),
     (merge(with_faults(crashes=[{"at_s": 1}]), {"compat": "blis",
                                                "workload": {"arrival": "constant"}}),
@@ -62,6 +67,12 @@ def test_bad_faults_name_the_field(data, where, says):
         Scenario.from_dict(data)
     assert err.value.path == where, str(err.value)
     assert says in str(err.value)
+
+
+def test_zero_repair_and_back_off_still_mean_at_once():
+    scenario = Scenario.from_dict(with_faults(crashes=[{"at_s": 1, "repair_s": 0}],
+                                              requests={"backoff_s": 0}))
+    assert scenario.faults is not None and scenario.faults.crashes[0].repair_s == 0
 
 
 def test_configs_and_p_d_pools_are_targets_and_instances_of_every_pool_count():
