@@ -425,13 +425,22 @@ class Scenario:
 
     def initial_instances(self) -> int:
         """Instances running at t=0 (instance_0 ... in creation order)."""
+        return self.replica_total("start")
+
+    def most_instances(self) -> int:
+        """The most instances the scenario can run at once."""
+        return self.replica_total("max")
+
+    def replica_total(self, bound: Literal["start", "max"]) -> int:
+        """Every pool's replicas at that bound (the shorthand: `cluster.instances`)."""
         if self.deployment is None:
             return self.cluster.instances
         total = 0
         for _, config in self.deployment.configs():
             pd = config.disaggregation
-            total += (config.replicas.start if pd is None
-                      else pd.prefill.replicas.start + pd.decode.replicas.start)
+            pools = [config.replicas] if pd is None else [pd.prefill.replicas,
+                                                           pd.decode.replicas]
+            total += sum(getattr(pool, bound) for pool in pools)
         return total
 
     @classmethod

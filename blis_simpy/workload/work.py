@@ -285,7 +285,7 @@ def check_crashes(scenario: Scenario) -> None:
     if faults is None or span is None:
         return
     for i, entry in enumerate(faults.random_crashes):
-        reached = len(entry.instances) or most_instances(scenario)
+        reached = len(entry.instances) or scenario.most_instances()
         mtbf = mean_of(entry.mtbf_s)
         crashes = span / mtbf * reached
         if crashes > MAX_POLLS:
@@ -295,18 +295,6 @@ def check_crashes(scenario: Scenario) -> None:
                                 f"{MAX_POLLS:,}",
                                 f"a mean >= {span * reached / MAX_POLLS:.3g} s, or a shorter "
                                 "horizon_s")
-
-
-def most_instances(scenario: Scenario) -> int:
-    """The most instances the scenario can run at once."""
-    if scenario.deployment is None:
-        return scenario.cluster.instances
-    total = 0
-    for _, config in scenario.deployment.configs():
-        pd = config.disaggregation
-        total += (config.replicas.max if pd is None
-                  else pd.prefill.replicas.max + pd.decode.replicas.max)
-    return total
 
 
 def arrival_window(workload: Workload) -> float | None:
