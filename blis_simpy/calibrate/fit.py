@@ -29,7 +29,7 @@ import numpy as np
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
 from blis_simpy.core.units import US_PER_S
-from blis_simpy.engine.latency import batch_shape
+from blis_simpy.engine.alpha import batch_shape
 from blis_simpy.engine.physical import TERMS, PhysicalLatency
 from blis_simpy.sim.run import prepare, simulate
 from blis_simpy.validate.ground_truth import Experiment, Stage

@@ -17,6 +17,11 @@ recorder when decisions are traced.
 Client timeouts: a request whose client has a timeout gets one more event, at its deadline; a
 request still unfinished then is abandoned wherever it is (in a gateway stage, inside an
 instance's queueing delay, waiting, or running: its KV blocks freed) and ends `timed_out`.
+
+Failures: a request lost with a failed instance (or finding no routable instance) is sent
+again after a back-off, doubling with every retry, while its retries last (`faults.requests`);
+then it ends `failed`. Each request is counted in flight at one instance at most
+(`Request.counted`), so the counters stay exact whatever order instances report in.
 """
 
 from __future__ import annotations
@@ -30,9 +35,12 @@ from simpy.events import EventPriority
 
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
+from blis_simpy.config.faults import RequestRecovery
 from blis_simpy.config.scenario import ClusterConfig
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.errors import InvariantError
+from blis_simpy.core.loop import runs_next
 from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
 from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
@@ -57,7 +65,8 @@ class Gateway:
     def __init__(self, env: Environment, fleet: Fleet, config: ClusterConfig,
                  admission: AdmissionPolicy, priority: PriorityPolicy, routing: RoutingPolicy,
                  recorder: Recorder, block_size: int,
-                 timeouts: ClientTimeouts | None = None) -> None:
+                 timeouts: ClientTimeouts | None = None,
+                 recovery: RequestRecovery | None = None, checks: bool = False) -> None:
         self.env = env
         self.fleet = fleet
         self.config = config
@@ -77,6 +86,8 @@ class Gateway:
         self.keep_tokens = False  # set to export the requests' token ids
         self.timeouts = timeouts if timeouts else None
         self.timed_out = 0
+        self.recovery = recovery if recovery is not None else RequestRecovery()
+        self.checks = checks  # raise InvariantError on a negative count
         self.models: ModelFleets | None = None  # several models: each request to its own
         # P/D: the pool of its model's fleet a request is routed in (cluster/pd.py)
         self.pools: Callable[[Request, Fleet], Fleet] | None = None
@@ -86,15 +97,55 @@ class Gateway:
         let go of it and its KV blocks): the request is routed again, as if just admitted, and
         restarts from scratch there, as a client retrying a broken stream would; its latencies
         still count from its first arrival."""
-        self.in_flight[instance] -= 1
+        self._uncount(instance, req)
+        self._restart(req)
+        StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
+
+    @staticmethod
+    def _restart(req: Request) -> None:
+        """Back to just admitted: what it computed on an instance is gone."""
         req.state = State.ARRIVING
         req.instance = ""
         req.queued_at = req.first_scheduled = req.cached_tokens = -1
         req.first_token_at = req.first_token_step = req.last_emit_step = -1
         req.progress = req.emitted = 0
         req.prefill_target = req.input_len
+        req.max_tokens = max(req.output_len, 1)
         req.gaps = None
-        StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
+
+    # -- in-flight counts -----------------------------------------------------------------------
+
+    def _count(self, instance: str, req: Request, pending: bool = True) -> None:
+        """The request is in flight at `instance` (and, when `pending`, not yet queued)."""
+        if req.counted:
+            raise InvariantError(f"{req.name} counted in flight at {instance} while still "
+                                 f"counted at {req.counted}")
+        req.counted = instance
+        if pending:
+            self.pending[instance] = self.pending.get(instance, 0) + 1
+        self.in_flight[instance] = self.in_flight.get(instance, 0) + 1
+
+    def _uncount(self, instance: str, req: Request) -> bool:
+        """The request is no longer in flight at `instance`; False if it was not counted
+        there (a second report of the same end changes nothing)."""
+        if req.counted != instance:
+            return False
+        req.counted = ""
+        if req.queued_at < 0:  # never queued there
+            self._decrement(self.pending, instance)
+        self._decrement(self.in_flight, instance)
+        return True
+
+    def _decrement(self, counts: dict[str, int], instance: str) -> None:
+        left = counts[instance] - 1
+        if left < 0 and self.checks:
+            raise InvariantError(f"in-flight count of {instance} went negative")
+        counts[instance] = left
+
+    def took_over(self, instance: str, req: Request) -> None:
+        """P/D: a decode instance owns the request's KV now (its prefill instance has
+        reported it handed off)."""
+        self._count(instance, req, pending=False)
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -119,13 +170,10 @@ class Gateway:
             StageEvent(self.env, latency, ADMISSION, req, self._admit)
 
     def _runs_next(self, priority: EventPriority) -> bool:
-        """Whether an event scheduled now, with no delay and this priority, would be the very
-        next to run: nothing else is due now at a priority that runs before it or with it (an
-        equal one scheduled earlier). Then the stage runs at once instead, in the same order
-        and at the same time, without an event (zero-latency stages: two fewer events per
-        request). The event queue is SimPy's heap of (time, priority, id, event)."""
-        queue = self.env._queue
-        return not queue or queue[0][:2] > (self.env.now, priority)
+        """Whether a stage event now would be the very next to run (`core.loop.runs_next`).
+        Then the stage runs at once instead, in the same order and at the same time, without
+        an event (zero-latency stages: two fewer events per request)."""
+        return runs_next(self.env, priority)
 
     def _admit(self, event: simpy.Event) -> None:
         self._admit_now(cast(Request, event.value))
@@ -180,6 +228,9 @@ class Gateway:
         fleet = self.fleet if self.models is None else self.models.fleet_of(req)
         if self.pools is not None:  # P/D: the pool the request goes to first
             fleet = self.pools(req, fleet)
+        if not fleet.routable:  # every instance it could go to has failed
+            self._retry_or_fail(req, "", "no routable instance")
+            return
         target, decision, snapshots = self.choose(req, fleet, now)
         if self.events is not None:
             self.events.append((now, "routing", req.name, target.id))
@@ -187,8 +238,7 @@ class Gateway:
             self.decisions.append(self._routing_record(req, decision, snapshots, fleet, now))
         if state.shadow_kv is not None:
             state.shadow_kv.routed(target.id, req.view.prefix_hashes)
-        self.pending[target.id] = self.pending.get(target.id, 0) + 1
-        self.in_flight[target.id] = self.in_flight.get(target.id, 0) + 1
+        self._count(target.id, req)
         req.routed_at = now
         target.accept(req)
 
@@ -243,8 +293,8 @@ class Gateway:
         too: its client never sees it complete."""
         req = cast(Request, event.value)
         state = req.state
-        if state is State.REJECTED or (state is State.COMPLETED
-                                        and req.completed_at <= self.env.now):
+        if state is State.REJECTED or state is State.FAILED or (
+                state is State.COMPLETED and req.completed_at <= self.env.now):
             return
         if state is not State.COMPLETED:
             instance = self.fleet.get(req.instance) if req.instance else None
@@ -270,15 +320,46 @@ class Gateway:
     # -- instance observer --------------------------------------------------------------------
 
     def queued(self, instance: str, req: Request) -> None:
-        self.pending[instance] = max(0, self.pending.get(instance, 0) - 1)
+        if req.counted == instance:
+            self._decrement(self.pending, instance)
 
     def handed_off(self, instance: str, req: Request) -> None:
         """P/D: the request's KV has left the instance for a decode instance."""
-        self.in_flight[instance] -= 1
+        self._uncount(instance, req)
 
     def finished(self, instance: str, req: Request) -> None:
-        if req.queued_at < 0:  # rejected on arrival at the instance: never queued
-            self.pending[instance] = max(0, self.pending.get(instance, 0) - 1)
-        self.in_flight[instance] -= 1
+        if self._uncount(instance, req):
+            self.state.on_finish(req.tenant_id)
+            settle(req)
+
+    def lost(self, instance: str, req: Request) -> None:
+        """The instance failed with the request in it: send it again, or it fails."""
+        if self._uncount(instance, req):
+            self.recorder.faults.append((self.env.now, "lost", instance, req.name,
+                                         str(req.progress)))
+            self._retry_or_fail(req, instance, f"lost with {instance}")
+
+    def _retry_or_fail(self, req: Request, instance: str, why: str) -> None:
+        """Route the request again after its back-off while retries last; else it fails."""
+        now = self.env.now
+        recovery = self.recovery
+        if recovery.on_failure == "retry" and req.retries < recovery.max_retries:
+            req.retries += 1
+            self._restart(req)
+            self.recorder.faults.append((now, "retry", instance, req.name, why))
+            if self.events is not None:
+                self.events.append((now, "retried", req.name, instance))
+            wait = recovery.backoff_us << (req.retries - 1)
+            StageEvent(self.env, wait + self.config.routing_latency_us, ROUTING, req,
+                       self._route)
+            return
+        req.state = State.FAILED
+        req.completed_at = -1
+        req.reject_reason = why if not req.retries else f"{why} after {req.retries} retries"
+        if req.first_token_at > now:  # computed, but its token never left the instance
+            req.first_token_at = -1
+        self.recorder.faults.append((now, "failed", instance, req.name, req.reject_reason))
+        if self.events is not None:
+            self.events.append((now, "failed", req.name, instance))
         self.state.on_finish(req.tenant_id)
         settle(req)

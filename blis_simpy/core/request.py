@@ -39,9 +39,9 @@ NO_TOKENS = np.zeros(0, dtype=np.int64)  # what `clone` builds a copy from
 class State(StrEnum):
     """Lifecycle: arriving -> queued -> running -> completed (preemption sends a running request
     back to queued); rejected at admission or on arrival at an instance; timed out from any
-    unfinished state when its client's timeout passes. Every request ends in exactly one
-    terminal state (completed, rejected, timed_out) or is reported unfinished at the
-    horizon."""
+    unfinished state when its client's timeout passes; failed when an instance failed with it
+    and it was not sent again (faults). Every request ends in exactly one terminal state
+    (completed, rejected, timed_out, failed) or is reported unfinished at the horizon."""
 
     ARRIVING = "arriving"  # routed to an instance, inside its queueing delay
     QUEUED = "queued"
@@ -52,6 +52,7 @@ class State(StrEnum):
     COMPLETED = "completed"
     REJECTED = "rejected"
     TIMED_OUT = "timed_out"  # its client gave up before the last token reached it
+    FAILED = "failed"  # lost with a failed instance, its retries used up (or none allowed)
 
 
 class RejectCode(StrEnum):
@@ -76,6 +77,7 @@ class Request:
         "cached_tokens",
         "chunk",
         "completed_at",
+        "counted",
         "deadline",
         "decode_target",
         "done",
@@ -104,6 +106,7 @@ class Request:
         "reject_code",
         "reject_reason",
         "request_type",
+        "retries",
         "routed_at",
         "seq",
         "session_id",
@@ -150,6 +153,8 @@ class Request:
         self.hashed = False
         self.state = State.ARRIVING
         self.instance = ""  # id of the instance it was routed to
+        self.counted = ""  # the instance the gateway counts it in flight at, if any
+        self.retries = 0  # times the gateway sent it again after an instance failed with it
         self.priority = 0.0
         # progress: tokens whose KV is computed. emitted: output tokens streamed so far.
         self.progress = 0

@@ -22,8 +22,9 @@ class Role(StrEnum):
 
 class Lifecycle(StrEnum):
     """Where an instance is in its life: provisioning -> loading -> warming -> active ->
-    draining -> terminated. Active instances are routable, warming ones when the scenario says
-    so (`deployment.autoscaler.actuation.warming_takes_traffic`); the others never are."""
+    draining -> terminated; a crash makes a serving one failed (back to active when repaired)
+    or, for good, dead. Active instances are routable, warming ones when the scenario says so
+    (`deployment.autoscaler.actuation.warming_takes_traffic`); the others never are."""
 
     PROVISIONING = "provisioning"  # node and container starting
     LOADING = "loading"  # model weights loading
@@ -31,6 +32,8 @@ class Lifecycle(StrEnum):
     ACTIVE = "active"
     DRAINING = "draining"  # chosen for scale-down: finishing or handing back its requests
     TERMINATED = "terminated"
+    FAILED = "failed"  # crashed, down until repaired (counted in its pool's bounds)
+    DEAD = "dead"  # crashed and never repaired (an autoscaler replaces it)
 
 
 class InstanceSnapshot(NamedTuple):

@@ -26,7 +26,7 @@ from blis_simpy.config.catalog import bundled_hardware_config, bundled_model_con
 from blis_simpy.config.scenario import PHYSICAL_TERMS, Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
-from blis_simpy.engine.latency import Alpha, batch_shape
+from blis_simpy.engine.alpha import Alpha, batch_shape
 from blis_simpy.engine.roofline_native import NativeShape
 
 TERMS = ("overhead_us", "weights", "compute", "kv_reads", "per_request_us", "allreduce_us")

@@ -41,12 +41,14 @@ MakeInstance = Callable[[str, LatencyModel, EngineConfig, Role], Instance]
 
 
 def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
-           recorder: Recorder, make: MakeInstance, checks: bool = False,
-           routing: Callable[[], RoutingPolicy] | None = None) -> ScaleLog:
-    """`routing` makes the routing policy object of a P/D config's decode pool."""
+           recorder: Recorder, make: MakeInstance, log: ScaleLog, checks: bool = False,
+           routing: Callable[[], RoutingPolicy] | None = None
+           ) -> tuple[list[DeploymentPool], list[ConfigScaler]]:
+    """The pools (in config order, a P/D config's prefill then decode pool) and the
+    autoscaler's per-config scalers (none without an autoscaler). `routing` makes the
+    routing policy object of a P/D config's decode pool."""
     section = scenario.deployment
     assert section is not None
-    log = ScaleLog()
     autoscaler = section.autoscaler
     actuation = autoscaler.actuation if autoscaler is not None else Actuation()
     delays = actuation_delays(actuation, scenario.seed)
@@ -82,15 +84,15 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
     if several:
         gateway.models = ModelFleets(
             fleets, {t: m.name for m in section.models for t in m.tenants}, scenario.model.name)
+    scalers = []
     if autoscaler is not None:
-        scalers = []
         for pool in pools:
             policy = AUTOSCALE.create(autoscaler.policy, "deployment.autoscaler.policy")
             log.windows[pool.config] = oscillation_window(autoscaler, policy)
             scalers.append(ConfigScaler(pool, policy))
         Autoscaler(env, autoscaler, scalers, gateway, recorder, log,
                    "deployment.autoscaler.policy", not several)
-    return log
+    return pools, scalers
 
 
 def spawner(make: MakeInstance, numbers: Iterator[int], latency: LatencyModel,

@@ -16,6 +16,7 @@ from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.conventions import step_durations
 from blis_simpy.metrics.evaluation import evaluate
+from blis_simpy.metrics.faults import computed_tokens, fault_summary, fault_table
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.saturation import run_saturation
 from blis_simpy.metrics.tables import (
@@ -128,7 +129,7 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
                          + sim.input_notes)
     requests = request_table(records.requests, lat, sim.trace_times)
     scale_log, scale_tables = sim.scale_log, None
-    if scale_log is not None:  # a deployment section (its metrics imported only then)
+    if scenario.deployment is not None:  # (its metrics imported only then)
         from blis_simpy.metrics.scaling import (
             deployment_summary,
             replica_table,
@@ -138,6 +139,11 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
         scale_tables = scale_event_table(scale_log), replica_table(scale_log, scenario)
+    faults = None
+    if records.faults or scenario.faults is not None:
+        stats["faults"] = fault_summary(records, scale_log.lifecycle,
+                                       computed_tokens(records))
+        faults = fault_table(records.faults)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)
@@ -180,6 +186,7 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         replica_table=None if scale_tables is None else scale_tables[1],
         transfer_table=None if pd_tables is None else pd_tables[0],
         transfer_queue_table=None if pd_tables is None else pd_tables[1],
+        fault_table=faults,
     )
 
 

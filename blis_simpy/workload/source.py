@@ -2,8 +2,8 @@
 `deliver` (the gateway's cluster arrival) at its arrival time, and never before (BC-1).
 
 Synthetic and trace workloads are known in advance and are released lazily, in arrival order,
-by one callback chain (`release.Release`); the tenants workload runs processes per tenant, user
-and session that react to completions (`tenants.py`).
+by one process (`release.release`); the tenants workload runs processes per tenant, user and
+session that react to completions (`tenants.py`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.hashing import Scratch, hash_requests
+from blis_simpy.core.loop import NamedProcess
 from blis_simpy.core.request import Request
-from blis_simpy.workload.release import Release
+from blis_simpy.workload.prehash import Scratch, hash_requests
+from blis_simpy.workload.release import release
 from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
 from blis_simpy.workload.trace import Trace, load_trace
@@ -73,7 +74,7 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
                        None if keep_tokens else scenario.engine.block_size)
         return Source((), [], workload.max_requests)
     source = requests_of(scenario, reference_draws=reference_draws, prehash=not keep_tokens)
-    Release(env, source.requests, deliver)
+    NamedProcess(env, release(env, source.requests, deliver), "release")
     return source
 
 

@@ -81,6 +81,25 @@ def test_a_run_cut_at_its_horizon_streams_the_same_files(tmp_path, small_chunks)
     assert differing(tmp_path / "memory", tmp_path / "stream") == []
 
 
+@pytest.mark.parametrize("requests", [{"max_retries": 2, "backoff_s": 0.05},
+                                      {"on_failure": "lose"}])
+def test_a_run_with_failures_streams_the_same_files_faults_csv_included(tmp_path,
+                                                                       small_chunks,
+                                                                       requests):
+    """Crashes, repairs, lost, retried and failed requests: a failed request has finished for
+    good (it is handed over), and the faults summary and table come from the fault rows."""
+    memory, _ = both(tmp_path, scenario_file("quickstart"), overrides={
+        "cluster.instances": 2, "workload.rate_per_s": 40.0,
+        "faults": {"crashes": [{"at_s": 2.0, "instances": ["instance_0"], "repair_s": 1.0},
+                               {"at_s": 5.0, "instances": ["instance_1"]}],
+                   "requests": requests}})
+    faults = memory.summary["faults"]
+    assert faults["lost_requests"] > 0
+    assert (faults["failed_requests"] > 0) == (requests.get("on_failure") == "lose")
+    assert (tmp_path / "stream" / "faults.csv").is_file()
+    assert differing(tmp_path / "memory", tmp_path / "stream") == []
+
+
 def test_requests_pass_an_unfinished_one_and_the_summary_stays_exact(tmp_path, small_chunks,
                                                                     monkeypatch):
     """When many requests wait behind an unfinished one, the finished ones are handed over

@@ -259,6 +259,17 @@ class KVCache:
         self.used -= len(freed)
         req.blocks = []
 
+    def wipe(self) -> None:
+        """The instance failed: the cached content is lost and the pool is as new (its hit
+        counters kept). Every holder has released its blocks first."""
+        if self.used:
+            raise InvariantError(f"KV pool wiped while {self.used} blocks are held")
+        self.refcount = []
+        self.block_hash = []
+        self.free = FreeList(self.total)
+        self.index = {}
+        self.first_hashes = set()
+
     def check(self) -> None:
         """Invariant check for tests and debug runs: conservation and refcount agreement."""
         if self.used + len(self.free) != self.total:

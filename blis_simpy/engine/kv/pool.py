@@ -71,6 +71,10 @@ class BlockPool(Protocol):
         """The request was preempted: free its blocks."""
         ...
 
+    def wipe(self) -> None:
+        """The instance failed: every cached block is lost (holders released theirs first)."""
+        ...
+
     def cpu_utilization(self) -> float:
         """Blocks used / total of the CPU tier below the GPU (0.0 without one)."""
         ...

@@ -547,6 +547,8 @@ FOCUS = {
     "kv_thrashing": "Keep a session's requests on one instance, or give its KV a larger CPU tier",
     "scale_oscillation": "Widen the autoscaler's hysteresis or lengthen its cooldown",
     "pd_backpressure": "Add decode replicas, or lower the P:D ratio",
+    "instance_failure": "Keep spare replicas (N+1), retry lost requests, let the autoscaler "
+                        "replace failed ones",
 }
 
 DETECTORS: tuple[Callable[[TraceInputs], list[Issue]], ...] = (
