@@ -66,7 +66,7 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
     requests, already drawn and hashed (`workload/prepared.py`)."""
     check_work(scenario)
     if prepared is not None:
-        Release(env, prepared.fresh(), deliver)
+        NamedProcess(env, release(env, prepared.fresh(), deliver), "release")
         return Source((), list(prepared.notes), len(prepared.requests))
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
