@@ -28,6 +28,7 @@ import simpy
 from mypy_extensions import mypyc_attr
 from simpy.events import EventPriority
 
+from blis_simpy.cluster.cache_signal import CacheSignal
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
 from blis_simpy.config.scenario import ClusterConfig
@@ -74,6 +75,9 @@ class Gateway:
         self.pending: dict[str, int] = {}  # routed, not yet in the instance's wait queue
         self.in_flight: dict[str, int] = {}  # routed, not yet finished
         self.snapshots = SnapshotProvider(config.observability, self.pending, self.in_flight)
+        # the instances' real prefix caches, for the scorers that read them
+        signal = CacheSignal(fleet, config.observability.cached_blocks)
+        self.state.cache_signal = self.snapshots.cache_signal = signal
         self.keep_tokens = False  # set to export the requests' token ids
         self.timeouts = timeouts if timeouts else None
         self.timed_out = 0

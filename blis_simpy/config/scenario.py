@@ -153,6 +153,10 @@ class ObservabilityConfig:
     cache_hit_rate: Refresh = spec(factory=lambda: periodic(0.01), help="prefix-cache hit rate")
     recent_ttft: Refresh = spec(factory=lambda: periodic(0.1), help="mean TTFT of recent requests")
     recent_tpot: Refresh = spec(factory=lambda: periodic(0.1), help="mean TPOT of recent requests")
+    cached_blocks: Refresh = spec(
+        factory=lambda: periodic(0.05), help="the instances' real prefix caches, as the "
+        "precise-prefix-cache and no-hit-lru scorers read them (KV events; default: a copy "
+        "refreshed every 50 ms, the reference's --cache-signal-delay)", omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)

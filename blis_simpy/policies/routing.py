@@ -4,22 +4,22 @@ composite policy, each scorer's weighted share, so every decision record has its
 Ties go to the first instance in fleet order (seed E.4). Policies that remember where requests
 went key that memory by instance id, so instances may come and go during a run.
 
-Templates: round-robin, least-loaded, weighted (composable scorers), prefix-affinity,
-always-busiest (pathological).
+Templates: round-robin, least-loaded, weighted (composable scorers: `policies/scorers.py`),
+prefix-affinity, always-busiest (pathological).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.schema import spec
-from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.registry import Registry
+from blis_simpy.policies.scorers import SCORERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,40 +102,6 @@ class AlwaysBusiest(RoutingPolicy):
                                scores)
 
 
-Scorer = Callable[[RequestView, Sequence[InstanceSnapshot], ShadowKV], list[float]]
-
-
-def queue_depth_scores(req, snaps, shadow) -> list[float]:
-    loads = [s.effective_load for s in snaps]
-    low, high = min(loads), max(loads)
-    if high == low:
-        return [1.0] * len(loads)
-    return [(high - load) / (high - low) for load in loads]
-
-
-def kv_utilization_scores(req, snaps, shadow) -> list[float]:
-    return [1.0 - s.kv_utilization for s in snaps]
-
-
-def load_balance_scores(req, snaps, shadow) -> list[float]:
-    return [1.0 / (1.0 + s.effective_load) for s in snaps]
-
-
-def prefix_affinity_scores(req, snaps, shadow) -> list[float]:
-    total = len(req.prefix_hashes)
-    if total == 0:
-        return [0.0] * len(snaps)
-    return [shadow.expected_hit(s.id, req.prefix_hashes) / total for s in snaps]
-
-
-SCORERS: dict[str, Scorer] = {
-    "queue-depth": queue_depth_scores,
-    "kv-utilization": kv_utilization_scores,
-    "load-balance": load_balance_scores,
-    "prefix-affinity": prefix_affinity_scores,
-}
-
-
 @dataclass(frozen=True, slots=True)
 class WeightedParams:
     scorers: dict[str, float] = spec(
@@ -167,26 +133,27 @@ class Weighted(RoutingPolicy):
 
     Params = WeightedParams
     params: WeightedParams
-    reads_shadow_kv = True
 
     def __init__(self, params: WeightedParams) -> None:
         super().__init__(params)
         total = sum(params.scorers.values())
-        self.scorers = [(n, SCORERS[n], w / total) for n, w in params.scorers.items()]
+        self.scorers = [(n, SCORERS[n](), w / total) for n, w in params.scorers.items()]
+        self.reads_shadow_kv = any(s.reads_shadow_kv for _, s, _ in self.scorers)
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         composite = [0.0] * len(snapshots)
         breakdown = {}
-        shadow = state.shadow_kv
-        assert shadow is not None  # kept by the gateway: this policy reads it
         for name, scorer, weight in self.scorers:
-            shares = tuple(weight * clamp01(score) for score in scorer(req, snapshots, shadow))
+            shares = tuple(weight * clamp01(score)
+                           for score in scorer.scores(req, snapshots, state))
             breakdown[name] = shares
             for i, share in enumerate(shares):
                 composite[i] += share
         best = argmax(composite)
         target = snapshots[best].id
+        for _, scorer, _ in self.scorers:
+            scorer.chosen(req, target)
         return RoutingDecision(target, f"weighted-scoring (score={composite[best]:.3f})",
                                tuple(composite), breakdown)
 

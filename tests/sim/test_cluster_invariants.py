@@ -150,6 +150,9 @@ routing = st.sampled_from([
     {"type": "round-robin"}, {"type": "least-loaded"}, {"type": "always-busiest"},
     {"type": "prefix-affinity"}, {"type": "weighted"},
     {"type": "weighted", "params": {"scorers": {"queue-depth": 1, "kv-utilization": 1}}},
+    {"type": "weighted", "params": {"scorers": {"precise-prefix-cache": 2, "no-hit-lru": 1,
+                                                "active-requests": 1, "load-aware": 1}}},
+    {"type": "weighted", "params": {"scorers": {"running-requests": 1, "vllm-dp": 1}}},
 ])
 scheduler = st.builds(lambda t, p: {"type": t, "params": {"preemption": p}},
                       st.sampled_from(["fcfs", "priority-fcfs", "sjf", "reverse-priority"]),
