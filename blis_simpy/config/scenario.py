@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from blis_simpy.config.fitness import FitnessConfig
+from blis_simpy.config.flow_control import FlowControlConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
@@ -175,6 +176,10 @@ class ClusterConfig:
     shadow_kv_capacity: int = spec(
         10_000, help="the router's shadow KV model: prompt block hashes remembered per instance "
         "(its LRU eviction estimate)", ge=1)
+    flow_control: FlowControlConfig | None = spec(
+        None, help="a gateway queue in priority bands between admission and routing, drained "
+        "while the fleet is not saturated (docs/guides/flow-control.md); null: none",
+        omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +301,9 @@ class Scenario:
             raise ScenarioError(join(path, "workload.timeout_s"), "client timeouts are not in "
                                 "the reference BLIS; compat: blis cannot reproduce them",
                                 "no timeout_s, or compat: none")
+        if self.compat == "blis" and self.cluster.flow_control is not None:
+            raise ScenarioError(join(path, "cluster.flow_control"), "the reference BLIS this "
+                                "mode reproduces has no gateway queue", "null, or compat: none")
         if self.compat == "blis" and self.engine.kv_tiers.enabled:
             raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
                                 "only (the reference's tiers have defects: "

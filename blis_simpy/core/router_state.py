@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from blis_simpy.core.shadow_kv import ShadowKV
+from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.core.units import US_PER_S
 
 RATE_WINDOW_US = US_PER_S  # recent rates are counted over the last second
@@ -48,6 +49,13 @@ class CacheSignal(Protocol):
         ...
 
 
+class FleetView(Protocol):
+    """The routable instances as an admission policy may see them (snapshots taken when
+    read, by the same freshness rules as routing's)."""
+
+    def admission_snapshots(self, clock: int) -> Sequence[InstanceSnapshot]: ...
+
+
 class RouterState:
     """Tenant and global counters, updated by the gateway as requests move through it."""
 
@@ -61,6 +69,14 @@ class RouterState:
         # decisions are traced (None otherwise)
         self.shadow_kv: ShadowKV | None = None
         self.cache_signal: CacheSignal | None = None  # set by the gateway
+        self.fleet_view: FleetView | None = None  # set by the gateway
+
+    def instance_snapshots(self) -> Sequence[InstanceSnapshot]:
+        """The snapshots of the instances the request being decided on could go to (its
+        model's routable instances), for admission policies that judge the fleet's load;
+        empty with no fleet (a policy called outside a run)."""
+        view = self.fleet_view
+        return () if view is None else view.admission_snapshots(self.clock)
 
     def cached_blocks(self, instance_id: str, hashes: Sequence[int]) -> int:
         """The prompt's leading blocks the instance has cached, as the router last heard

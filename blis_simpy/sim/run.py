@@ -94,6 +94,12 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
         scale_tables = scale_event_table(scale_log), replica_table(scale_log, scenario)
+    flow = scenario.cluster.flow_control
+    if flow is not None:  # the gateway queue's bands (metrics imported only then)
+        from blis_simpy.metrics.flow import gateway_queue_summary
+
+        stats["gateway_queue"] = gateway_queue_summary(records, requests, flow,
+                                                       scenario.cluster.routing_latency_us)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)
