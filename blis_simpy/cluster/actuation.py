@@ -22,7 +22,7 @@ computed from it.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import cast
+from typing import Any, Protocol, cast
 
 import simpy
 from simpy.events import NORMAL
@@ -73,6 +73,16 @@ class WarmingLatency:
         return round(self.base.step_time(new_tokens, decodes, batch, extra_us) * factor)
 
 
+class Seats(Protocol):
+    """Where a config's replicas hold GPUs (cluster/placement.py; only with node pools)."""
+
+    def find(self) -> Any: ...  # a node with room, or None
+
+    def hold(self, node: Any, instance: str) -> simpy.Event | None: ...
+
+    def release(self, instance: str) -> None: ...
+
+
 class DeploymentPool:
     """One deployment config's replicas while the run goes on, in the order they joined.
     `spawn` makes a new instance of this config (named and recorded by the caller)."""
@@ -93,6 +103,7 @@ class DeploymentPool:
         self.log = log
         self.members: list[Instance] = []
         self.wrap: Callable[[InstanceObserver], InstanceObserver] | None = None
+        self.seats: Seats | None = None  # node pools: GPUs per replica on the config's pool
 
     def watch(self, wrap: Callable[[InstanceObserver], InstanceObserver]) -> None:
         """Put `wrap(observer)` between every replica, present and future, and its observer."""
@@ -105,17 +116,31 @@ class DeploymentPool:
         """Replicas counted against the pool's bounds: every one not draining or gone."""
         return sum(1 for inst in self.members if inst.state not in GONE)
 
-    def start(self, count: int) -> None:
-        """The replicas active at t=0 (no provisioning, load or warm-up)."""
-        for _ in range(count):
-            self._add(self.spawn(), Lifecycle.ACTIVE)
+    def start(self, count: int) -> int:
+        """The replicas active at t=0 (no provisioning, load or warm-up); how many were
+        placed (node pools: fewer when the ready nodes lack the GPUs)."""
+        for placed in range(count):
+            node = self.seats.find() if self.seats is not None else None
+            if self.seats is not None and node is None:
+                return placed
+            inst = self.spawn()
+            if self.seats is not None:
+                self.seats.hold(node, inst.id)
+            self._add(inst, Lifecycle.ACTIVE)
+        return count
 
-    def grow(self, count: int) -> None:
-        for _ in range(count):
+    def grow(self, count: int) -> str:
+        """Start `count` replicas; what kept some from starting ("" when none was)."""
+        for placed in range(count):
+            node = self.seats.find() if self.seats is not None else None
+            if self.seats is not None and node is None:
+                return f"; {placed} of {count} placed: no free GPUs in the node pool"
             inst = self.spawn()
             inst.routable = False
+            node_ready = self.seats.hold(node, inst.id) if self.seats is not None else None
             self._add(inst, Lifecycle.PROVISIONING)
-            self.env.process(self._bring_up(inst, *self.delays()))
+            self.env.process(self._bring_up(inst, *self.delays(), node_ready))
+        return ""
 
     def shrink(self, count: int) -> None:
         for _ in range(count):
@@ -153,8 +178,11 @@ class DeploymentPool:
         for fleet in self.fleets:
             fleet.open(inst)
 
-    def _bring_up(self, inst: Instance, provisioning: int, load: int
+    def _bring_up(self, inst: Instance, provisioning: int, load: int,
+                  node_ready: simpy.Event | None = None
                   ) -> Generator[simpy.Event, object, None]:
+        if node_ready is not None:  # its node is still provisioning
+            yield node_ready
         yield Timer(self.env, provisioning)
         if inst.state is not Lifecycle.PROVISIONING:  # cancelled by a scale-down
             return
@@ -184,6 +212,8 @@ class DeploymentPool:
             for fleet in self.fleets:
                 fleet.close(inst)
         self._enter(inst, Lifecycle.TERMINATED)
+        if self.seats is not None:
+            self.seats.release(inst.id)
 
     def _drain(self, inst: Instance) -> None:
         for fleet in self.fleets:

@@ -120,8 +120,9 @@ class Autoscaler:
         if decision.action == "none":
             return
         target = min(max(decision.target, bounds.min), bounds.max)
+        note = ""
         if decision.action == "up" and target > before:
-            pool.grow(target - before)
+            note = pool.grow(target - before)
         elif decision.action == "down" and target < before:
             pool.shrink(before - target)
         else:
@@ -131,8 +132,8 @@ class Autoscaler:
             raise InvariantError(f"scale_bounds: config {pool.config!r} has {after} replicas "
                                  f"after scaling {decision.action}, outside [{bounds.min}, "
                                  f"{bounds.max}]")
-        event = ScaleEvent(now, pool.config, decision.action, before, after, decision.reason,
-                           shown(ctx.signals), trigger)
+        event = ScaleEvent(now, pool.config, decision.action, before, after,
+                           decision.reason + note, shown(ctx.signals), trigger)
         self.log.events.append(event)
         if last is not None and last.action != event.action \
                 and now - last.time < scaler.window_us:

@@ -15,16 +15,19 @@ from blis_simpy.cluster.autoscaler import Autoscaler, ConfigScaler
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.cluster.pd import PDHandoff, PoolChoice
+from blis_simpy.cluster.placement import Placement, Seats
 from blis_simpy.config.deployment import (
     Actuation,
     AutoscalerConfig,
     DeploymentConfig,
+    DeploymentSection,
     ModelDeployment,
 )
 from blis_simpy.config.pd import Disaggregation
 from blis_simpy.config.resolve import config_scenario, kv_block_bytes, pool_config
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.snapshot import Role
@@ -55,6 +58,8 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
     pools: list[DeploymentPool] = []
     fleets: dict[str, Fleet] = {}
     choice = PoolChoice()
+    placement = Placement(env, section.node_pools, log, scenario.seed) \
+        if section.node_pools else None
     for model, config in section.configs():
         fleets.setdefault(model.name, Fleet() if several else fleet)
         homes = (fleet, fleets[model.name]) if several else (fleet,)
@@ -67,7 +72,8 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
                                 checks)
             choice.by_fleet[id(homes[-1])] = handoff
             pools += disaggregated(scenario, model, config, pd, env, homes, gateway,
-                                   make, numbers, actuation, delays, log, handoff)
+                                   make, numbers, actuation, delays, log, handoff,
+                                   placement, section)
             continue
         own = config_scenario(scenario, model, config)
         latency = latency_model(own)
@@ -75,7 +81,7 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
             env, config.id, model.name, config.replicas, homes, gateway,
             spawner(make, numbers, latency, own.engine), actuation, delays, log)
         log.configs[config.id] = (model.name, config.cost_per_replica_hour)
-        pool.start(config.replicas.start)
+        start(pool, config.replicas.start, placement, section, config, own.model.tp)
         pools.append(pool)
     if choice.by_fleet:
         gateway.pools = choice
@@ -118,7 +124,8 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
                   pd: Disaggregation, env: Environment, homes: tuple[Fleet, ...],
                   gateway: Gateway, make: MakeInstance, numbers: Iterator[int],
                   actuation: Actuation, delays: Callable[[], tuple[int, int]], log: ScaleLog,
-                  handoff: PDHandoff) -> list[DeploymentPool]:
+                  handoff: PDHandoff, placement: Placement | None = None,
+                  section: DeploymentSection | None = None) -> list[DeploymentPool]:
     """A disaggregated_pd config's prefill and decode pools (`<id>/prefill`, `<id>/decode`,
     scaled independently), joined by its handoff."""
     pools = []
@@ -130,9 +137,25 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
             spawner(make, numbers, latency_model(own), own.engine, Role(role), handoff),
             actuation, delays, log)
         log.configs[pool.config] = (model.name, config.cost_per_replica_hour)
-        pool.start(spec.replicas.start)
+        start(pool, spec.replicas.start, placement, section, config, own.model.tp)
         pools.append(pool)
     return pools
+
+
+def start(pool: DeploymentPool, count: int, placement: Placement | None,
+          section: DeploymentSection | None, config: DeploymentConfig, tp: int | None) -> None:
+    """A pool's initial replicas, placed on its node pool's ready nodes when there are node
+    pools (they must fit: a scenario whose initial replicas do not is an error)."""
+    if placement is not None:
+        assert section is not None and config.node_pool is not None
+        nodes = next(p for p in section.node_pools if p.id == config.node_pool)
+        pool.seats = Seats(placement, nodes, pool.config, tp or 1)
+    placed = pool.start(count)
+    if placed < count:
+        raise ScenarioError("deployment.node_pools", f"the {count} initial replicas of "
+                            f"{pool.config!r} ({tp} GPUs each) do not fit on the ready nodes "
+                            f"of pool {config.node_pool!r}: {placed} placed",
+                            "more nodes, or fewer initial replicas")
 
 
 def oscillation_window(config: AutoscalerConfig, policy: AutoscalePolicy) -> int:

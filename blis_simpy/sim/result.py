@@ -48,11 +48,17 @@ class Result:
     replica_table: Table | None = None  # ... and each config's replica count over time
     transfer_table: Table | None = None  # P/D: one row per KV handoff
     transfer_queue_table: Table | None = None  # P/D: handoffs waiting for the link over time
+    placement_table: Table | None = None  # node pools: one row per replica placed
 
     @cached_property
     def transfers(self) -> pd.DataFrame | None:
         """P/D: one row per KV handoff (transfers.csv)."""
         return None if self.transfer_table is None else self.transfer_table.frame()
+
+    @cached_property
+    def placements(self) -> pd.DataFrame | None:
+        """Node pools: one row per replica placed (placements.csv)."""
+        return None if self.placement_table is None else self.placement_table.frame()
 
     @cached_property
     def scale_events(self) -> pd.DataFrame | None:
@@ -165,7 +171,8 @@ class Result:
             ("anomalies", self.anomaly_table), ("instances", self.instance_table),
             ("decisions", self.decision_table), ("scale_events", self.scale_event_table),
             ("replicas", self.replica_table), ("transfers", self.transfer_table),
-            ("transfer_queue", self.transfer_queue_table)) if table is not None]
+            ("transfer_queue", self.transfer_queue_table),
+            ("placements", self.placement_table)) if table is not None]
         write_tables(tables)
 
 

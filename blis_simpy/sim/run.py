@@ -83,7 +83,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     stats = summary(records, lat, conventions, scenario.horizon_us)
     stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
     requests = request_table(records.requests, lat)
-    scale_log, scale_tables = sim.scale_log, None
+    scale_log, scale_tables, placements = sim.scale_log, None, None
     if scale_log is not None:  # a deployment section (its metrics imported only then)
         from blis_simpy.metrics.scaling import (
             deployment_summary,
@@ -94,6 +94,20 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
         scale_tables = scale_event_table(scale_log), replica_table(scale_log, scenario)
+        section = scenario.deployment
+        if section is not None and section.node_pools:  # placement on node pools
+            from blis_simpy.metrics.placement import (
+                config_pools,
+                node_pool_summary,
+                placement_table,
+                with_placement,
+            )
+
+            stats["deployment"]["node_pools"] = node_pool_summary(
+                scale_log, section.node_pools, records.ended_at)
+            scale_tables = scale_tables[0], with_placement(
+                scale_tables[1], scale_log, section.node_pools, config_pools(section))
+            placements = placement_table(scale_log)
     flow = scenario.cluster.flow_control
     if flow is not None:  # the gateway queue's bands (metrics imported only then)
         from blis_simpy.metrics.flow import gateway_queue_summary
@@ -142,6 +156,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         replica_table=None if scale_tables is None else scale_tables[1],
         transfer_table=None if pd_tables is None else pd_tables[0],
         transfer_queue_table=None if pd_tables is None else pd_tables[1],
+        placement_table=placements,
     )
 
 

@@ -62,6 +62,18 @@ BASES: list[dict[str, Any]] = [
                   "tenants": [{"id": "a", "slo_class": "gold", **TENANT},
                               {"id": "b", "slo_class": "batch", "timeout_s": 0.3,
                                **TENANT}]}},
+    # issue 35: replicas placed on node pools that may grow
+    {**{k: v for k, v in BASE.items() if k != "workload"},
+     "deployment": {
+         "node_pools": [{"id": "h100", "gpu": "H100", "gpus_per_node": 2, "nodes": 1,
+                         "max_nodes": 2, "provisioning_s": {"type": "constant", "value": 0.2}}],
+         "models": [{"name": "meta-llama/llama-3.1-8b-instruct",
+                     "configs": [{"id": "c", "node_pool": "h100",
+                                  "replicas": {"min": 1, "max": 4}}]}],
+         "autoscaler": {"interval_s": 0.2, "policy": {"type": "queue-depth",
+                                                       "params": {"up_per_replica": 1}}}},
+     "workload": {"type": "tenants", "rate_per_s": 16, "duration_s": 1,
+                  "tenants": [{"id": "a", **TENANT}]}},
 ]
 
 HOSTILE = st.sampled_from([
