@@ -4,7 +4,7 @@ A replica takes its config's tensor-parallel degree in GPUs on one node of the c
 The node is chosen by best fit: the ready node with the fewest free GPUs that still has room
 (ties to the first), so large holes stay open for large replicas; else a node still
 provisioning that has room; else, while the pool is below `max_nodes`, a new node, ready after
-its provisioning time (drawn from the "nodes" stream); else the replica is not placed and not
+its provisioning time (`provisioning`: a draw per node, µs); else the replica is not placed and not
 started. A replica on a provisioning node starts its own provisioning when the node is ready.
 A terminated replica's GPUs are free at once. Nodes, once added, stay for the run.
 
@@ -23,9 +23,6 @@ from blis_simpy.cluster.actuation import Timer
 from blis_simpy.config.node_pools import NodePool
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.scale_log import ScaleLog
-from blis_simpy.core.units import US_PER_S
-from blis_simpy.rng.streams import stream
-from blis_simpy.workload.sampling import sample_seconds
 
 
 class Node:
@@ -45,14 +42,12 @@ class Placement:
     """Every pool's nodes while the run goes on, and which replica holds GPUs where."""
 
     def __init__(self, env: Environment, pools: list[NodePool], log: ScaleLog,
-                 seed: int) -> None:
+                 provisioning: Callable[[NodePool], int]) -> None:
         self.env = env
         self.log = log
         self.nodes: dict[str, list[Node]] = {}
         self.held: dict[str, tuple[Node, int]] = {}  # instance id -> (node, GPUs)
-        rng = stream(seed, "nodes")
-        self.draw: Callable[[NodePool], int] = lambda pool: round(float(
-            sample_seconds(pool.provisioning_s, rng, 1)[0]) * US_PER_S)
+        self.draw = provisioning
         for pool in pools:
             self.nodes[pool.id] = []
             for _ in range(pool.nodes):

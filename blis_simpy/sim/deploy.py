@@ -23,6 +23,7 @@ from blis_simpy.config.deployment import (
     DeploymentSection,
     ModelDeployment,
 )
+from blis_simpy.config.node_pools import NodePool
 from blis_simpy.config.pd import Disaggregation
 from blis_simpy.config.resolve import config_scenario, kv_block_bytes, pool_config
 from blis_simpy.config.scenario import EngineConfig, Scenario
@@ -58,7 +59,7 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
     pools: list[DeploymentPool] = []
     fleets: dict[str, Fleet] = {}
     choice = PoolChoice()
-    placement = Placement(env, section.node_pools, log, scenario.seed) \
+    placement = Placement(env, section.node_pools, log, node_provisioning(scenario.seed)) \
         if section.node_pools else None
     for model, config in section.configs():
         fleets.setdefault(model.name, Fleet() if several else fleet)
@@ -163,6 +164,12 @@ def oscillation_window(config: AutoscalerConfig, policy: AutoscalePolicy) -> int
     if config.oscillation_window_s is not None:
         return round(config.oscillation_window_s * US_PER_S)
     return policy.cooldown_us or round(3 * config.interval_s * US_PER_S)
+
+
+def node_provisioning(seed: int) -> Callable[[NodePool], int]:
+    """Draws a new node's provisioning time (µs) from the "nodes" stream."""
+    rng = stream(seed, "nodes")
+    return lambda pool: round(float(sample_seconds(pool.provisioning_s, rng, 1)[0]) * US_PER_S)
 
 
 def actuation_delays(actuation: Actuation, seed: int) -> Callable[[], tuple[int, int]]:

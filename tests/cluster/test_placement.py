@@ -15,6 +15,7 @@ from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.schema import load
+from blis_simpy.sim.deploy import node_provisioning
 
 
 def pool(**fields) -> NodePool:
@@ -23,7 +24,7 @@ def pool(**fields) -> NodePool:
 
 def placement(*pools: NodePool) -> tuple[Environment, Placement, ScaleLog]:
     env, log = Environment(), ScaleLog()
-    return env, Placement(env, list(pools), log, seed=1), log
+    return env, Placement(env, list(pools), log, node_provisioning(seed=1)), log
 
 
 def test_best_fit_puts_a_replica_on_the_fullest_ready_node_that_has_room():
