@@ -153,8 +153,8 @@ def slo_targets(args: Args, data: dict[str, Any]) -> None:
 def flow_control(args: Args, data: dict[str, Any]) -> None:
     """--flow-control and its settings: cluster.flow_control. The head replaces admission with
     the queue; here admission still runs first, and the head's default (always-admit) makes
-    that the same. Its settings are checked even without --flow-control, as the head parses
-    them, and then have no effect."""
+    that the same. Its settings are checked even without --flow-control (the head checks most
+    only with it, and warns that they have no effect): a bad value is a mistake either way."""
     detector = args["saturation-detector"]
     for flag, value, valid in (("saturation-detector", detector, SATURATION),
                                ("dispatch-order", args["dispatch-order"], DISPATCH),
