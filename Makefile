@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 COMPILED := $(shell sed -n 's/^    "\(blis_simpy\/.*\.py\)",$$/\1/p' setup.py)
 BUILT    := $(VENV)/.compiled
 
-.PHONY: demo test test-long lint bench validate-real compile clean browser docs
+.PHONY: demo test test-long lint bench validate-real compile clean browser docs notebooks
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ $(BUILT): $(STAMP) $(COMPILED) setup.py
 	touch $(BUILT)
 
 compile: $(BUILT)  ## rebuild the compiled modules' extensions after editing them
+
+notebooks: $(BUILT)  ## execute the notebooks outside the repository and store their outputs
+	$(BIN)/python scripts/run_notebooks.py
 
 demo: $(BUILT)  ## run the quickstart scenario; results in out/quickstart/
 	$(BIN)/blis-simpy run scenarios/quickstart.yaml
@@ -59,6 +62,7 @@ lint: $(STAMP)
 
 bench: $(BUILT)  ## time the bench cases side by side with the Go reference (docs/performance.md)
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_sandbox.py  # what the code candidates' sandbox costs (docs/security.md)
 
 # The 16 public vLLM runs: git clone https://github.com/inference-sim/training ../training
 GROUND_TRUTH ?= ../training/default_args

@@ -13,6 +13,7 @@ interpreter's last garbage collections at exit (docs/performance.md: Start-up).
 import dataclasses
 import gc
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -61,7 +62,7 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
     """Load, apply the policy bundle then the overrides, and build, so every input error
     surfaces before running."""
     from blis_simpy.config.fitness import FitnessConfig, parse_weights
-    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.config.scenario import Scenario, parse_sets
     from blis_simpy.sim.run import prepare
 
     path = scenario_file(path)
@@ -72,7 +73,7 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
 
         bundle = PolicyBundle.from_yaml(policy_config)
     try:
-        scenario = Scenario.from_yaml(path, overrides or (),
+        scenario = Scenario.from_yaml(path, parse_sets(overrides or ()),
                                       None if bundle is None else bundle.overrides())
     except ScenarioError as exc:
         raise exc if bundle is None else bundle.blame(exc, policy_config) from None
@@ -155,10 +156,13 @@ class ProgressBar:
         self.status.close()
 
 
-def progress_bar(scenario: "Scenario", forced: bool) -> ProgressBar:
-    """What the bar can know in advance: the request count and when arrivals stop."""
+def progress_bar(scenario: "Scenario", forced: bool, total: int | None = None
+                 ) -> ProgressBar:
+    """What the bar can know in advance: the request count (`total`: a trace's rows, counted
+    when it was checked) and when arrivals stop."""
     workload = scenario.workload
-    total = getattr(workload, "num_requests", None) or getattr(workload, "max_requests", None)
+    total = total or getattr(workload, "num_requests", None) or getattr(
+        workload, "max_requests", None)
     window = getattr(workload, "duration_s", None)
     end = None if window is None else round(window * US_PER_S)
     return ProgressBar(total, end, scenario.horizon_us, forced)
@@ -192,6 +196,9 @@ def run(
     trace_format: Annotated[list[str] | None, typer.Option(
         help="extra trace file: jsonl (decisions.jsonl) or perfetto (trace.json); "
         "repeatable (outputs.trace_formats)")] = None,
+    records: Annotated[str, typer.Option(
+        help="memory, stream (requests and steps written as the run goes, memory flat in "
+        "its length: docs/scale.md) or auto (stream from 1,000,000 requests)")] = "auto",
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
     from blis_simpy.sim.output import OutputFolder
@@ -213,10 +220,10 @@ def run(
     quiet = progress is False
     bar = None
     if progress or (progress is None and sys.stderr.isatty()):
-        bar = progress_bar(resolved, forced=bool(progress))
+        bar = progress_bar(resolved, forced=bool(progress), total=sim.expected)
     started = time.perf_counter()
     try:
-        result = simulate(sim, progress=bar)
+        result = simulate(sim, progress=bar, folder=folder, record_mode=records)
         if bar is not None:
             bar.writing(target)
         result.save(folder)
@@ -254,9 +261,15 @@ def validate(
 
 
 def scenario_description(path: Path) -> str:
-    """A scenario file's first line, when it is a `# ...` comment."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        first = f.readline().strip()
+    """A scenario file's first line, when it is a `# ...` comment (none for a file that
+    cannot be read: a FIFO or a folder named *.yaml is listed, not waited on)."""
+    from blis_simpy.core.files import open_input
+
+    try:
+        with open_input(path, "--dir") as f:
+            first = f.readline(1000).decode("utf-8", errors="replace").strip()
+    except (ScenarioError, OSError):
+        return ""
     return first.lstrip("#").strip() if first.startswith("#") else ""
 
 
@@ -319,11 +332,11 @@ def workload_sample(
 ) -> None:
     """Run a scenario and write every request that arrived as a trace CSV, replayable by
     `workload: {type: trace}` and by the reference (extra tenant columns come last)."""
-    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.config.scenario import Scenario, parse_sets
     from blis_simpy.sim.sample import sample
 
     try:
-        loaded = Scenario.from_yaml(scenario_file(scenario), set_ or ())
+        loaded = Scenario.from_yaml(scenario_file(scenario), parse_sets(set_ or ()))
         if seed is not None:
             loaded = dataclasses.replace(loaded, seed=seed)
         count = sample(loaded, out)
@@ -513,6 +526,7 @@ def calibrate(
     entry, and report errors on the held-out workloads only (never on the fitted stages)."""
     from blis_simpy.calibrate.fit import FIT_SECONDS, catalog_entry
     from blis_simpy.calibrate.fit import fit as fit_model
+    from blis_simpy.core.files import check_replaceable, replacing
     from blis_simpy.validate.ground_truth import read_experiments
     from blis_simpy.validate.harness import report as validation_report
     from blis_simpy.validate.harness import validate as validate_stages
@@ -529,12 +543,14 @@ def calibrate(
         if not held:
             raise ScenarioError("--fit", "leaves no experiment out to report on",
                                 "a subset of " + ", ".join(workloads))
+        check_replaceable(out, "--out", CATALOG)  # before the fit, not after it
         pairs = [(e, s) for e in experiments if e.workload in chosen for s in e.stages]
         model = fit_model(pairs, seed=seed, max_duration_s=FIT_SECONDS, progress=lambda r, m, n:
                           typer.echo(f"round {r}: a0 {m.a0:.0f} µs, beta "
                                      f"{[round(b, 4) for b in m.beta]} ({n} equations)",
                                      err=True))
-        out.write_text(catalog_entry(model, chosen, str(ground_truth)), encoding="utf-8")
+        with replacing(out, "--out", CATALOG) as temp:
+            temp.write_text(catalog_entry(model, chosen, str(ground_truth)), encoding="utf-8")
         typer.echo(f"wrote {out}", err=True)
         rows = validate_stages(held, model.latency, seed=seed)
     except ScenarioError as exc:
@@ -543,10 +559,34 @@ def calibrate(
     typer.echo(validation_report(rows, model.latency), nl=False)
 
 
+CATALOG = "a catalog entry file path, e.g. calibrated.yaml"
 register_search_commands(app)
 
 
+# What `timeout`, CI runners, Kubernetes and a closed terminal send to end a process.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def end_like_ctrl_c(received: list[int]) -> None:
+    """SIGTERM and SIGHUP handled as SIGINT is: a KeyboardInterrupt, so every `finally`
+    runs (a run's staging folder and partial files are removed, nothing half-written stays);
+    `main` then ends the process by the signal itself. Later signals are ignored so the
+    clean-up is not cut short; forked children (worker pools) get the default handling."""
+    def interrupt(signum: int, frame: object) -> None:
+        for sig in ENDING_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    for sig in ENDING_SIGNALS:
+        signal.signal(sig, interrupt)
+    os.register_at_fork(after_in_child=lambda: [signal.signal(sig, signal.SIG_DFL)
+                                                for sig in ENDING_SIGNALS])
+
+
 def main() -> None:
+    received: list[int] = []
+    end_like_ctrl_c(received)
     # One simulation is one thread: OpenBLAS would start a thread per core when numpy loads
     # (60 ms of a 1K run here) for no gain. A value the user set wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -562,6 +602,9 @@ def main() -> None:
         # object and module once more (50 ms of a 1K run, 10 ms with it) to free memory the
         # operating system takes back anyway. Every file is closed by now.
         gc.freeze()
+        if received:  # cleaned up; now end as the signal asked (status 128 + its number)
+            signal.signal(received[0], signal.SIG_DFL)
+            os.kill(os.getpid(), received[0])
 
 
 if __name__ == "__main__":

@@ -255,8 +255,8 @@ def column_rows() -> list[str]:
     import blis_simpy
     from blis_simpy.config.scenario import Scenario
 
-    scenario = Scenario.from_yaml(ROOT / "scenarios" / "quickstart.yaml", [
-        "cluster.instances=2", "cluster.trace_level=decisions", "workload.num_requests=20"])
+    scenario = Scenario.from_yaml(ROOT / "scenarios" / "quickstart.yaml", {
+        "cluster.instances": 2, "cluster.trace_level": "decisions", "workload.num_requests": 20})
     result = blis_simpy.run(scenario)
     rows = ["| table | columns |", "|---|---|"]
     for name, what in TABLES.items():

@@ -14,7 +14,7 @@ SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "kv-offload.yaml"
 
 @functools.cache
 def summary(cpu_blocks: int) -> dict:
-    scenario = Scenario.from_yaml(SCENARIO, [f"engine.kv_tiers.cpu_blocks={cpu_blocks}"])
+    scenario = Scenario.from_yaml(SCENARIO, {"engine.kv_tiers.cpu_blocks": cpu_blocks})
     return blis_simpy.run(scenario).summary
 
 
