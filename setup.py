@@ -34,6 +34,7 @@ COMPILED = [
     "blis_simpy/engine/steady.py",
     "blis_simpy/cluster/gateway.py",
     "blis_simpy/cluster/snapshot.py",
+    "blis_simpy/policies/scorers.py",
     "blis_simpy/rng/gomath.py",
     "blis_simpy/workload/release.py",
     "blis_simpy/workload/sampling.py",

@@ -33,6 +33,7 @@ class RequestView:
 # What a request's view is until the gateway observes it at cluster arrival; no policy ever
 # sees it.
 UNOBSERVED = RequestView("", -1, 0, "", "", ())
+NO_TOKENS = np.zeros(0, dtype=np.int64)  # what `clone` builds a copy from
 
 
 class State(StrEnum):
@@ -148,7 +149,8 @@ class Request:
         self.output_len = len(output_tokens)
         # The KV cache hashes the whole sequence (prompt, then output) block by block; the
         # token ids are dropped once hashed so a long run holds only hashes.
-        self.tokens: np.ndarray | None = np.concatenate((input_tokens, output_tokens))
+        self.tokens: np.ndarray | None = (
+            None if input_tokens is NO_TOKENS else np.concatenate((input_tokens, output_tokens)))
         self.hashes: list[int] = []  # set by hash_blocks (then `tokens` is None)
         self.hashed = False
         self.state = State.ARRIVING
@@ -191,6 +193,26 @@ class Request:
             self.hashed = True
             if not keep_tokens:
                 self.tokens = None
+
+    def clone(self) -> Request:
+        """A fresh copy of a request that has not run (a prepared workload's, shared by many
+        runs): its identity, content and block hashes (shared: never changed in place), none
+        of a run's state."""
+        twin = Request(self.index, self.arrival, NO_TOKENS, NO_TOKENS, self.tenant_id,
+                       self.slo_class)
+        twin.name = self.name
+        twin.request_type = self.request_type
+        twin.session_id = self.session_id
+        twin.turn = self.turn
+        twin.model = self.model
+        twin.input_len = self.input_len
+        twin.output_len = self.output_len
+        twin.prefill_target = self.input_len
+        twin.max_tokens = self.max_tokens
+        twin.tokens = self.tokens
+        twin.hashes = self.hashes
+        twin.hashed = self.hashed
+        return twin
 
     def observe(self, block_size: int, keep_tokens: bool = False) -> RequestView:
         """Make the view policies get: at cluster arrival, once its block hashes exist."""

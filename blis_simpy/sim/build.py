@@ -40,6 +40,7 @@ from blis_simpy.policies.routing import ROUTING
 from blis_simpy.policies.scheduler import SCHEDULER
 from blis_simpy.sim.modes import Mode, mode_of
 from blis_simpy.workload import source
+from blis_simpy.workload.source import PreparedRequests
 
 if TYPE_CHECKING:
     from blis_simpy.core.scale_log import ScaleLog
@@ -165,11 +166,13 @@ def sparse_collection() -> Iterator[None]:
 
 
 def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool = False,
-          keep_tokens: bool = False) -> Simulation:
+          keep_tokens: bool = False, prepared: PreparedRequests | None = None) -> Simulation:
     """Wire a resolved scenario. `recorder` chooses what is recorded beyond the essentials
     (default: what `cluster.trace_level` asks for); `checks` verifies invariants while
     running (KV conservation after every block operation, clock monotonicity) and raises
-    InvariantError; `keep_tokens` keeps every request's token ids (to export the workload)."""
+    InvariantError; `keep_tokens` keeps every request's token ids (to export the workload);
+    `prepared`: the scenario's requests drawn and hashed already (a sweep's runs share them,
+    `workload/prepared.py`)."""
     env = Environment()
     mode = mode_of(scenario)
     policies, cluster, engine = scenario.policies, scenario.cluster, scenario.engine
@@ -219,7 +222,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
         scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
                            lambda: policy(ROUTING, policies.routing, "policies.routing"))
     started = source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
-                           keep_tokens=keep_tokens)
+                           keep_tokens=keep_tokens, prepared=prepared)
     sim = Simulation(scenario, env, mode, recorder, fleet, gateway,
                      mode.conventions(latency.output_delay), checks,
                      latency_notes(latency) + started.notes, scale_log)

@@ -24,6 +24,19 @@ from blis_simpy.workload.trace import Trace, load_trace
 from blis_simpy.workload.work import check_work
 
 
+class PreparedRequests(Protocol):
+    """A prepared workload (`workload/prepared.py`): fresh copies of its requests, and what
+    reading them noted."""
+
+    @property
+    def requests(self) -> tuple[Request, ...]: ...
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+    def fresh(self) -> Iterator[Request]: ...
+
+
 class Deliver(Protocol):
     """The gateway's cluster arrival; `alone`: no other request arrives at this time."""
 
@@ -44,11 +57,16 @@ class Source(NamedTuple):
 
 
 def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
-          reference_draws: bool, keep_tokens: bool = False) -> Source:
+          reference_draws: bool, keep_tokens: bool = False,
+          prepared: PreparedRequests | None = None) -> Source:
     """Start the scenario's source. `reference_draws`: draw synthetic requests with the
     reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
-    A trace is read (and checked) here, before any event runs."""
+    A trace is read (and checked) here, before any event runs. `prepared`: this scenario's
+    requests, already drawn and hashed (`workload/prepared.py`)."""
     check_work(scenario)
+    if prepared is not None:
+        Release(env, prepared.fresh(), deliver)
+        return Source((), list(prepared.notes), len(prepared.requests))
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
         TenantWorkload(env, workload, scenario.seed, deliver,

@@ -138,10 +138,11 @@ def test_a_weighted_policy_with_no_hit_lru_tells_it_where_each_request_went():
     assert targets == ["instance_0", "instance_1", "instance_0", "instance_1"]
 
 
-def test_weighted_keeps_the_shadow_model_only_for_a_scorer_that_reads_it():
-    assert not routing("weighted", scorers={"precise-prefix-cache": 2, "queue-depth": 1}
-                       ).reads_shadow_kv
+def test_weighted_keeps_the_shadow_model_only_for_a_scorer_or_bonus_that_reads_it():
+    real_cache = {"precise-prefix-cache": 2, "queue-depth": 1}
+    assert not routing("weighted", scorers=real_cache).reads_shadow_kv
     assert routing("weighted", scorers={"prefix-affinity": 1}).reads_shadow_kv
+    assert routing("weighted", scorers=real_cache, prefix_match_bonus=0.5).reads_shadow_kv
 
 
 # -- every scorer ---------------------------------------------------------------------------

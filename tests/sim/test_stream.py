@@ -62,6 +62,16 @@ def test_a_streamed_run_writes_the_in_memory_runs_files_byte_for_byte(tmp_path, 
     assert memory.summary == streamed.summary
 
 
+def test_load_imbalance_is_judged_the_same_when_the_steps_stream(tmp_path, small_chunks):
+    """`load_imbalance` reads every replica's step times and the waiting requests: a streamed
+    run keeps the waiting requests' columns and reads the steps back from its step file."""
+    both(tmp_path, scenario_file("search-routing"),
+         overrides={"policies.routing.type": "always-busiest"})
+    anomalies = pd.read_csv(tmp_path / "stream" / "anomalies.csv")
+    assert (anomalies["type"] == "load_imbalance").sum() >= 5
+    assert differing(tmp_path / "memory", tmp_path / "stream") == []
+
+
 def test_a_run_cut_at_its_horizon_streams_the_same_files(tmp_path, small_chunks):
     """Requests still queued and running at the end, a last step cut at the horizon."""
     both(tmp_path, scenario_file("quickstart"),

@@ -14,7 +14,8 @@ as the type gets), so a summary can rank occurrences of different types.
 * `scale_oscillation`: an episode's reversals / 10, capped at 1 (set where it is judged: each
   flip pays a replica's provisioning and load, or a drain, for nothing);
 * `pd_backpressure`: the episode's length in seconds, capped at 1 (a prefill instance unable to
-  admit for a second or more).
+  admit for a second or more);
+* `load_imbalance`: the request's wait in seconds, capped at 1 (set where it is judged).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from blis_simpy.core.units import US_PER_S
 
 INVERSION_SEVERITY = 0.25
 JUDGED_WITH_SEVERITY = ("slo_violation", "shadow_divergence", "kv_thrashing",
-                        "scale_oscillation")
+                        "scale_oscillation", "load_imbalance")
 
 
 def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:

@@ -101,10 +101,17 @@ def within(frame: pd.DataFrame, column: str, start: float, end: float | None
 def as_text(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     frame = frame.copy()
     for name in TEXT_COLUMNS[table]:
-        if name in frame:
+        if name in frame and not all_text(frame[name]):
             frame[name] = [v if isinstance(v, str) else "" if v is None or v != v else str(v)
                            for v in frame[name]]
     return frame
+
+
+def all_text(column: pd.Series) -> bool:
+    """Every value a string already (a fresh run's tables): checked in C, not per value."""
+    from pandas.api.types import is_string_dtype
+
+    return is_string_dtype(column) and not column.isna().any()
 
 
 @dataclass(frozen=True)
