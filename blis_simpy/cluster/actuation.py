@@ -23,6 +23,7 @@ computed from it.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
+from typing import Any, Protocol
 
 import simpy
 
@@ -47,10 +48,20 @@ def warming(base: LatencyModel, warmup: Warmup, env: Environment) -> Scaled:
     return Scaled(base, lambda: warmup.factor(env.now - start, duration))
 
 
+class Seats(Protocol):
+    """Where a config's replicas hold GPUs (cluster/placement.py; only with node pools)."""
+
+    def find(self) -> Any: ...  # a node with room, or None
+
+    def hold(self, node: Any, instance: str) -> simpy.Event | None: ...
+
+    def release(self, instance: str) -> None: ...
+
+
 class DeploymentPool(Pool):
     """A deployment config's pool, grown and shrunk by the autoscaler through the actuation
     delays, warm-up and drain policy. `delays` draws (provisioning µs, load µs) for the next
-    new replica."""
+    new replica; `seats`, with node pools, is where its replicas hold their GPUs."""
 
     def __init__(self, env: Environment, config: str, model: str, pool: ReplicaPool,
                  fleets: Sequence[Fleet], gateway: Gateway, spawn: Callable[[], Instance],
@@ -60,13 +71,33 @@ class DeploymentPool(Pool):
         self.bounds = pool
         self.actuation = actuation
         self.delays = delays
+        self.seats: Seats | None = None
 
-    def grow(self, count: int) -> None:
-        for _ in range(count):
+    def start(self, count: int) -> int:
+        """The replicas active at t=0 (no provisioning, load or warm-up); how many were
+        placed (node pools: fewer when the ready nodes lack the GPUs)."""
+        for placed in range(count):
+            node = self.seats.find() if self.seats is not None else None
+            if self.seats is not None and node is None:
+                return placed
+            inst = self.spawn()
+            if self.seats is not None:
+                self.seats.hold(node, inst.id)
+            self._add(inst, Lifecycle.ACTIVE)
+        return count
+
+    def grow(self, count: int) -> str:
+        """Start `count` replicas; what kept some from starting ("" when none was)."""
+        for placed in range(count):
+            node = self.seats.find() if self.seats is not None else None
+            if self.seats is not None and node is None:
+                return f"; {placed} of {count} placed: no free GPUs in the node pool"
             inst = self.spawn()
             inst.routable = False
+            node_ready = self.seats.hold(node, inst.id) if self.seats is not None else None
             self._add(inst, Lifecycle.PROVISIONING)
-            self.env.process(self._bring_up(inst, *self.delays()))
+            self.env.process(self._bring_up(inst, *self.delays(), node_ready))
+        return ""
 
     def shrink(self, count: int) -> None:
         drain = self.actuation.drain
@@ -87,8 +118,11 @@ class DeploymentPool(Pool):
         in_flight = self.gateway.in_flight
         return min(reversed(alive), key=lambda inst: in_flight.get(inst.id, 0))
 
-    def _bring_up(self, inst: Instance, provisioning: int, load: int
+    def _bring_up(self, inst: Instance, provisioning: int, load: int,
+                  node_ready: simpy.Event | None = None
                   ) -> Generator[simpy.Event, object, None]:
+        if node_ready is not None:  # its node is still provisioning
+            yield node_ready
         yield Timer(self.env, provisioning)
         if inst.state is not Lifecycle.PROVISIONING:  # cancelled by a scale-down
             return
@@ -110,3 +144,11 @@ class DeploymentPool(Pool):
         if not inst.routable:
             self._open(inst)
         self._enter(inst, Lifecycle.ACTIVE)
+
+    def terminate(self, inst: Instance) -> None:
+        """As a pool's, and the replica's GPUs go back to its node once it is terminated."""
+        if inst.state is Lifecycle.TERMINATED:
+            return
+        super().terminate(inst)
+        if inst.state is Lifecycle.TERMINATED and self.seats is not None:
+            self.seats.release(inst.id)

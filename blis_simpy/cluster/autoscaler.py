@@ -123,8 +123,9 @@ class Autoscaler:
         if decision.action == "none":
             return
         target = min(max(decision.target, bounds.min), bounds.max)
+        note = ""
         if decision.action == "up" and target > before:
-            pool.grow(target - before)
+            note = pool.grow(target - before)
         elif decision.action == "down" and target < before:
             pool.shrink(before - target)
         else:
@@ -134,8 +135,8 @@ class Autoscaler:
             raise InvariantError(f"scale_bounds: config {pool.config!r} has {after} replicas "
                                  f"after scaling {decision.action}, outside [{bounds.min}, "
                                  f"{bounds.max}]")
-        event = ScaleEvent(now, pool.config, decision.action, before, after, decision.reason,
-                           shown(ctx.signals), trigger)
+        event = ScaleEvent(now, pool.config, decision.action, before, after,
+                           decision.reason + note, shown(ctx.signals), trigger)
         self.log.events.append(event)  # flapping is judged from these (metrics/anomalies.py)
         scaler.last_action = event
 

@@ -14,6 +14,10 @@ decision when anything reads it) and the per-instance pending and in-flight coun
 instance id) that snapshots report, and writes admission, priority and routing decisions to the
 recorder when decisions are traced.
 
+Flow control (`cluster.flow_control`, cluster/flow.py): an admitted request waits in the gateway
+queue, a Store its dispatch process drains while the fleet is not saturated, and goes to routing
+from there (`dispatch`); a run without it builds no queue and routes at once.
+
 Client timeouts: a request whose client has a timeout gets one more event, at its deadline; a
 request still unfinished then is abandoned wherever it is (in a gateway stage, inside an
 instance's queueing delay, waiting, or running: its KV blocks freed) and ends `timed_out`.
@@ -26,13 +30,14 @@ then it ends `failed`. Each request is counted in flight at one instance at most
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Sequence
+from typing import Protocol, cast
 
 import simpy
 from mypy_extensions import mypyc_attr
 from simpy.events import EventPriority
 
+from blis_simpy.cluster.cache_signal import CacheSignal
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
 from blis_simpy.config.faults import RequestRecovery
@@ -46,10 +51,19 @@ from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.shadow_kv import ShadowKV
+from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.engine.instance import Instance
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
+
+
+class Queue(Protocol):
+    """Where admitted requests wait before routing (cluster/flow.py: FlowControl)."""
+
+    def enqueue(self, req: Request) -> None: ...
+
+    def abandon(self, req: Request) -> bool: ...
 
 
 def settle(req: Request) -> None:
@@ -83,6 +97,12 @@ class Gateway:
         self.pending: dict[str, int] = {}  # routed, not yet in the instance's wait queue
         self.in_flight: dict[str, int] = {}  # routed, not yet finished
         self.snapshots = SnapshotProvider(config.observability, self.pending, self.in_flight)
+        # the instances' real prefix caches, for the scorers that read them
+        signal = CacheSignal(fleet, config.observability.cached_blocks)
+        self.state.cache_signal = self.snapshots.cache_signal = signal
+        self.state.fleet_view = self
+        self.deciding: Request | None = None  # the request admission is deciding on
+        self.flow: Queue | None = None  # the gateway queue (cluster.flow_control)
         self.keep_tokens = False  # set to export the requests' token ids
         self.timeouts = timeouts if timeouts else None
         self.timed_out = 0
@@ -183,6 +203,7 @@ class Gateway:
             return
         now = self.env.now
         self.state.clock = now
+        self.deciding = req
         decision = self.admission.decide(req.view, self.state, now)
         if self.events is not None:
             self.events.append((now, "admission", req.name, decision.action))
@@ -198,23 +219,50 @@ class Gateway:
                 self.decisions.append(Decision(now, req.name, "priority", "score", "",
                                                self.priority.name, priority=req.priority,
                                                tenant=req.tenant_id, slo_class=req.slo_class))
-            latency = self.config.routing_latency_us
-            if latency == 0 and self._runs_next(ROUTING):
-                self._route_now(req)
+            if self.flow is not None:
+                self.flow.enqueue(req)
             else:
-                StageEvent(self.env, latency, ROUTING, req, self._route)
+                self.dispatch(req)
         elif decision.action == "delay":
             if decision.delay_us <= 0:
                 raise ValueError(f"admission policy {self.admission.name!r} delayed "
                                  f"{req.name} by {decision.delay_us} µs; a delay must be > 0")
             StageEvent(self.env, decision.delay_us, ADMISSION, req, self._admit)
         else:
-            req.state = State.REJECTED
-            req.reject_code = RejectCode.ADMISSION
-            req.reject_reason = decision.reason or "rejected by admission"
-            self.state.on_reject(req.tenant_id)
-            self.recorder.rejections.append((now, "", req.name))
-            settle(req)
+            self._reject(req, RejectCode.ADMISSION, decision.reason or "rejected by admission")
+
+    def _reject(self, req: Request, code: str, reason: str) -> None:
+        req.state = State.REJECTED
+        req.reject_code = code
+        req.reject_reason = reason
+        self.state.on_reject(req.tenant_id)
+        self.recorder.rejections.append((self.env.now, "", req.name))
+        settle(req)
+
+    def refuse(self, req: Request, code: str, reason: str) -> None:
+        """The gateway queue turns away an admitted request (full, shed or expired)."""
+        self.state.on_finish(req.tenant_id)
+        if self.events is not None:
+            self.events.append((self.env.now, "refused", req.name, code))
+        self._reject(req, code, reason)
+
+    def dispatch(self, req: Request) -> None:
+        """An admitted request goes on to routing (from admission, or from the queue)."""
+        latency = self.config.routing_latency_us
+        if latency == 0 and self._runs_next(ROUTING):
+            self._route_now(req)
+        else:
+            StageEvent(self.env, latency, ROUTING, req, self._route)
+
+    def admission_snapshots(self, clock: int) -> Sequence[InstanceSnapshot]:
+        """The routable instances of the request being admitted, as admission sees them."""
+        req = self.deciding
+        fleet = self.fleet if self.models is None or req is None \
+            else self.models.fleet_of(req)
+        return self.snapshots_now(fleet.routable)
+
+    def snapshots_now(self, instances: Sequence[Instance]) -> Snapshots:
+        return Snapshots(self.snapshots, instances, self.env.now)
 
     def _route(self, event: simpy.Event) -> None:
         self._route_now(cast(Request, event.value))
@@ -300,7 +348,9 @@ class Gateway:
             instance = self.fleet.get(req.instance) if req.instance else None
             if instance is not None:
                 instance.abandon(req)  # it reports back through `finished`
-            else:  # in an admission or routing stage
+            else:  # in an admission or routing stage, or the gateway queue
+                if self.flow is not None:
+                    self.flow.abandon(req)
                 if req.admitted_at >= 0:
                     self.state.on_finish(req.tenant_id)
                 settle(req)

@@ -68,10 +68,11 @@ class Pool:
         """Replicas counted against the pool's bounds: every one not draining or gone."""
         return sum(1 for inst in self.members if inst.state not in GONE)
 
-    def start(self, count: int) -> None:
-        """The replicas active at t=0 (no provisioning, load or warm-up)."""
+    def start(self, count: int) -> int:
+        """The replicas active at t=0 (no provisioning, load or warm-up); how many started."""
         for _ in range(count):
             self._add(self.spawn(), Lifecycle.ACTIVE)
+        return count
 
     def _add(self, inst: Instance, state: Lifecycle) -> None:
         if self.wrap is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from blis_simpy.config.fitness import FitnessConfig
+from blis_simpy.config.flow_control import FlowControlConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
@@ -158,6 +159,10 @@ class ObservabilityConfig:
     cache_hit_rate: Refresh = spec(factory=lambda: periodic(0.01), help="prefix-cache hit rate")
     recent_ttft: Refresh = spec(factory=lambda: periodic(0.1), help="mean TTFT of recent requests")
     recent_tpot: Refresh = spec(factory=lambda: periodic(0.1), help="mean TPOT of recent requests")
+    cached_blocks: Refresh = spec(
+        factory=lambda: periodic(0.05), help="the instances' real prefix caches, as the "
+        "precise-prefix-cache and no-hit-lru scorers read them (KV events; default: a copy "
+        "refreshed every 50 ms, the reference's --cache-signal-delay)", omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +181,10 @@ class ClusterConfig:
     shadow_kv_capacity: int = spec(
         10_000, help="the router's shadow KV model: prompt block hashes remembered per instance "
         "(its LRU eviction estimate)", ge=1)
+    flow_control: FlowControlConfig | None = spec(
+        None, help="a gateway queue in priority bands between admission and routing, drained "
+        "while the fleet is not saturated (docs/guides/flow-control.md); null: none",
+        omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +341,9 @@ class Scenario:
                                 "no timeout_s, or compat: none")
         if self.faults is not None:
             self.check_faults(join(path, "faults"))
+        if self.compat == "blis" and self.cluster.flow_control is not None:
+            raise ScenarioError(join(path, "cluster.flow_control"), "the reference BLIS this "
+                                "mode reproduces has no gateway queue", "null, or compat: none")
         if self.compat == "blis" and not self.evaluation.window.whole:
             raise ScenarioError(join(path, "evaluation.window"), "the reference BLIS reports "
                                 "whole runs; compat: blis cannot reproduce a window",

@@ -65,6 +65,11 @@ class RejectCode(StrEnum):
     # P/D: dropped at the handoff, its prefill done
     PD_HANDOFF_TIMEOUT = "pd_handoff_timeout"  # no decode KV room within the handoff timeout
     PD_DECODE_CAPACITY = "pd_exceeds_decode_kv"  # prompt + output over the decode KV pool
+    # Gateway flow control (cluster.flow_control): refused by the queue after admission
+    BAND_FULL = "gateway_band_full"  # its priority band held its capacity
+    QUEUE_FULL = "gateway_queue_full"  # the whole queue held max_queue_depth
+    QUEUE_SHED = "gateway_queue_shed"  # pushed out by a higher band's newcomer (shed-lowest)
+    QUEUE_TTL = "gateway_queue_ttl"  # queued longer than queue_ttl_s
 
 
 class Request:

@@ -4,8 +4,8 @@ composite policy, each scorer's weighted share, so every decision record has its
 Ties go to the first instance in fleet order (seed E.4). Policies that remember where requests
 went key that memory by instance id, so instances may come and go during a run.
 
-Templates: round-robin, least-loaded, weighted (composable scorers), prefix-affinity,
-always-busiest (pathological).
+Templates: round-robin, least-loaded, weighted (composable scorers: `policies/scorers.py`),
+prefix-affinity, always-busiest (pathological).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.schema import spec
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.registry import Registry
-from blis_simpy.policies.scorers import SCORERS, combine
+from blis_simpy.policies.scorers import SCORERS, combine, tell
 
 
 class RoutingDecision(NamedTuple):
@@ -135,21 +135,22 @@ class Weighted(RoutingPolicy):
 
     Params = WeightedParams
     params: WeightedParams
-    reads_shadow_kv = True
 
     def __init__(self, params: WeightedParams) -> None:
         super().__init__(params)
         total = sum(params.scorers.values())
-        self.scorers = [(n, SCORERS[n], w / total) for n, w in params.scorers.items()]
+        self.scorers = [(n, SCORERS[n](), w / total) for n, w in params.scorers.items()]
         self.bonus = params.prefix_match_bonus
+        self.reads_shadow_kv = bool(self.bonus) or any(s.reads_shadow_kv
+                                                       for _, s, _ in self.scorers)
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         snaps = list(snapshots)  # every scorer reads every instance: take them once
-        shadow = state.shadow_kv
-        assert shadow is not None  # kept by the gateway: this policy reads it
-        composite, breakdown = combine(self.scorers, req, snaps, shadow)
+        composite, breakdown = combine(self.scorers, req, snaps, state)
         if self.bonus:
+            shadow = state.shadow_kv
+            assert shadow is not None  # kept by the gateway: the bonus reads it
             first = req.prefix_hashes[:1]
             shares = [self.bonus if first and shadow.expected_hit(s.id, first) else 0.0
                       for s in snaps]
@@ -157,6 +158,7 @@ class Weighted(RoutingPolicy):
             composite = [total + share for total, share in zip(composite, shares, strict=True)]
         best = argmax(composite)
         target = snaps[best].id
+        tell(self.scorers, req, target)
         return RoutingDecision(target, f"weighted-scoring (score={composite[best]:.3f})",
                                tuple(composite), breakdown)
 

@@ -234,6 +234,11 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
                       engine.block_size, ClientTimeouts.of(scenario.workload),
                       None if faults is None else faults.requests, checks)
     gateway.keep_tokens = keep_tokens
+    if cluster.flow_control is not None:  # the gateway queue, built only when configured
+        from blis_simpy.cluster.flow import FlowControl, ttft_targets
+
+        gateway.flow = FlowControl(env, cluster.flow_control, gateway,
+                                   ttft_targets(scenario))
     # one GPU's bytes per KV block, read once when a pool has tiers (the default model's)
     tier_bytes = functools.cache(lambda: kv_block_bytes(scenario))
 

@@ -128,7 +128,7 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
     stats["warnings"] = (run_warnings(stats, set(records.requests.tenant), scenario)
                          + sim.input_notes)
     requests = request_table(records.requests, lat, sim.trace_times)
-    scale_log, scale_tables = sim.scale_log, None
+    scale_log, scale_tables, placements = sim.scale_log, None, None
     if scenario.deployment is not None:  # (its metrics imported only then)
         from blis_simpy.metrics.scaling import (
             deployment_summary,
@@ -139,11 +139,31 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
         scale_tables = scale_event_table(scale_log), replica_table(scale_log, scenario)
+        section = scenario.deployment
+        if section.node_pools:  # placement on node pools
+            from blis_simpy.metrics.placement import (
+                config_pools,
+                node_pool_summary,
+                placement_table,
+                with_placement,
+            )
+
+            stats["deployment"]["node_pools"] = node_pool_summary(
+                scale_log, section.node_pools, records.ended_at)
+            scale_tables = scale_tables[0], with_placement(
+                scale_tables[1], scale_log, section.node_pools, config_pools(section))
+            placements = placement_table(scale_log)
     faults = None
     if records.faults or scenario.faults is not None:
         stats["faults"] = fault_summary(records, scale_log.lifecycle,
                                        computed_tokens(records))
         faults = fault_table(records.faults)
+    flow = scenario.cluster.flow_control
+    if flow is not None:  # the gateway queue's bands (metrics imported only then)
+        from blis_simpy.metrics.flow import gateway_queue_summary
+
+        stats["gateway_queue"] = gateway_queue_summary(records, requests, flow,
+                                                       scenario.cluster.routing_latency_us)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)
@@ -187,6 +207,7 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         transfer_table=None if pd_tables is None else pd_tables[0],
         transfer_queue_table=None if pd_tables is None else pd_tables[1],
         fault_table=faults,
+        placement_table=placements,
     )
 
 

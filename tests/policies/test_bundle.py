@@ -293,3 +293,20 @@ def test_a_bundle_carries_the_autoscale_axis_into_the_deployment_section():
     policy = scenario.deployment.autoscaler.policy
     assert policy.type == "threshold" and policy.params["signal"] == "queue_depth"
     assert bundle.to_dict()["autoscale"]["params"]["up"] == 8
+
+
+def test_issue_35_templates_and_scorers_are_built_ins_a_candidate_may_name():
+    """The gateway's shedding templates and the real-cache scorers are registry templates, not
+    module:Class code: a candidate bundle names them and runs (with the F.1 bonus beside them,
+    which keeps the shadow model the real-cache scorers alone would not need)."""
+    candidate = {
+        "admission": {"type": "tier-shed", "params": {"threshold": 4}},
+        "routing": {"type": "weighted", "params": {
+            "scorers": {"precise-prefix-cache": 2, "no-hit-lru": 1, "active-requests": 1},
+            "prefix_match_bonus": 0.5}},
+    }
+    bundle = PolicyBundle.from_dict(candidate)
+    assert bundle.axes["admission"]["type"] == "tier-shed"
+    base = load("flow-control-shedding", overrides={"workload.duration_s": 1})
+    table = blis_simpy.run_many(base, {"issue-35": candidate}, [1], workers=1)
+    assert table.error.tolist() == [""] and table.completed_requests[0] > 0

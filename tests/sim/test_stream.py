@@ -145,6 +145,7 @@ def test_a_streamed_results_tables_are_read_from_its_folder(tmp_path, small_chun
     ({"compat": "blis"}, "compat"),
     ({"cluster.trace_level": "decisions"}, "decision trace"),
     ({"engine.kv_tiers.cpu_blocks": 100}, "KV tiers"),
+    ({"cluster.flow_control": {}}, "gateway queue"),
 ])
 def test_a_run_that_cannot_stream_is_refused_by_name(tmp_path, change, needle):
     sim = prepare(scenario_file("quickstart"), overrides=change)
