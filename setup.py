@@ -30,6 +30,7 @@ COMPILED = [
     "blis_simpy/engine/kv/pool.py",
     "blis_simpy/engine/kv/reference.py",
     "blis_simpy/engine/latency.py",
+    "blis_simpy/engine/physical.py",
     "blis_simpy/engine/reference_order.py",
     "blis_simpy/engine/steady.py",
     "blis_simpy/cluster/gateway.py",

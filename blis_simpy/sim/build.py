@@ -29,7 +29,7 @@ from blis_simpy.core.snapshot import Role
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.kv.tiered import TieredKVCache, tiered_pool
-from blis_simpy.engine.latency import LatencyModel, latency_model, latency_notes
+from blis_simpy.engine.latency import LatencyModel, bound, latency_model, latency_notes
 from blis_simpy.engine.pd import DecodeInstance, PrefillInstance
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.policies.admission import ADMISSION
@@ -184,7 +184,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
                 else pool_type(engine.kv_blocks or 0, engine.block_size,
                                defer_index=role is Role.MONOLITHIC))  # P/D publishes handoffs
         instance = ROLES[role](
-            env, name, latency, engine, pool,
+            env, name, bound(latency, env), engine, pool,
             policy(SCHEDULER, policies.scheduler, "policies.scheduler"), priority, recorder,
             class_ranks=ranks, reference_order=mode.reference_order)
         if isinstance(pool, TieredKVCache):
