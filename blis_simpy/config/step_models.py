@@ -119,10 +119,15 @@ class CoefficientSet:
         return cls(name, family, coefficients, per_gpu, str(data.get("source", "")),
                    str(data.get("accuracy", "")), info)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, gpu: str) -> dict[str, Any]:
         """What a run's outputs say about its step model (summary.json `step_model`)."""
-        return {"coefficients": self.name, "family": self.family,
-                "source": self.source, "accuracy": self.accuracy}
+        fitted = gpu.casefold() in {k.casefold() for k in self.gpus}
+        return {"type": "physical", "coefficients": self.name, "family": self.family,
+                "source": self.source,
+                "gpu": (f"kernel multipliers fitted on {gpu}" if fitted else
+                        f"no data on {gpu}: the mean of the GPUs the fit identified, else the "
+                        "physics prior"),
+                "accuracy": self.accuracy}
 
 
 def bundled_families() -> list[str]:
@@ -156,3 +161,26 @@ def load(name: str | None) -> CoefficientSet:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
     return CoefficientSet.from_json(data, str(path))
+
+
+def describe(scenario: Any) -> dict[str, Any]:
+    """The step model a resolved native scenario runs, where its coefficients come from and
+    how accurate it is documented to be (summary.json `step_model`)."""
+    latency, model = scenario.latency, scenario.model
+    if latency.type == "physical":
+        from blis_simpy.config import hardware
+
+        try:
+            names = hardware.names(hardware.hardware(latency.hardware_config))
+            gpu = names.get((model.gpu or "").casefold(), model.gpu or "")
+            return load(latency.coefficients).describe(gpu)
+        except ValueError:
+            return {"type": "physical", "coefficients": latency.coefficients}
+    if latency.type == "roofline":
+        return {"type": "roofline", "coefficients": "none fitted: GPU figures of "
+                "hardware_native.json (docs/roofline.md)",
+                "accuracy": "docs/accuracy.md, native roofline rows"}
+    return {"type": "blackbox", "coefficients": f"alpha {latency.alpha}, beta {latency.beta}",
+            "source": (f"the reference's catalog (defaults.yaml) for {model.name} on "
+                       f"{model.tp} x {model.gpu}, {model.vllm_version}"),
+            "accuracy": "not measured against public data by blis-simpy (docs/accuracy.md)"}

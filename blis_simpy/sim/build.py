@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
-from blis_simpy.config.resolve import kv_block_bytes
+from blis_simpy.config.resolve import kv_block_bytes, kv_catalog_note
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
@@ -201,8 +201,9 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
 
         scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
                            lambda: policy(ROUTING, policies.routing, "policies.routing"))
-    notes = latency_notes(latency) + source.start(env, scenario, gateway.arrive,
-                                         reference_draws=mode.reference_draws,
-                                         keep_tokens=keep_tokens)
+    corrected = kv_catalog_note(scenario)
+    notes = ([corrected] if corrected else []) + latency_notes(latency) + source.start(
+        env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
+        keep_tokens=keep_tokens)
     return Simulation(scenario, env, mode, recorder, fleet, gateway,
                       mode.conventions(latency.output_delay), checks, notes, scale_log)

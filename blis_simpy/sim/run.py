@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario, set_path
+from blis_simpy.config.step_models import describe as step_model_of
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
@@ -82,6 +83,8 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
     lat = conventions.latencies(records.requests, records.instances)
     stats = summary(records, lat, conventions, scenario.horizon_us)
     stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
+    if not sim.mode.reference_reporting:  # compat writes the reference's summary only
+        stats["step_model"] = step_model_of(scenario)
     requests = request_table(records.requests, lat)
     scale_log, scale_tables = sim.scale_log, None
     if scale_log is not None:  # a deployment section (its metrics imported only then)

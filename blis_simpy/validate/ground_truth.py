@@ -90,8 +90,8 @@ def experiment_stages(folder: Path, hints: Hints) -> list[dict[str, Any]]:
             raise ScenarioError(str(path), f"stage {index} is not in {run_config} load.stages")
         asked = _mapping(stages_asked[index], run_config)
         stage = read_stage(path, asked, output_len, run_config)
-        stage.update(name=f"{name}/{index}", model=model,
-                     tp=int(exp.get("tensor_parallelism") or hints.tp), engine=engine)
+        stage.update(name=f"{name}/{index}", model=model, tp=exp.get("tensor_parallelism",
+                                                                     hints.tp), engine=engine)
         if distinct:
             stage["distinct_prompts"] = distinct
         out.append(stage)

@@ -30,8 +30,10 @@ import numpy as np
 import yaml
 
 from blis_simpy.config.kv_tiers import block_bytes
+from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.engine.latency import latency_model
 from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import run
 from blis_simpy.validate.sets import Stage
@@ -296,6 +298,16 @@ def tpot_headline(stage: Stage, sim: Mapping[str, float]) -> Compared | None:
     return None
 
 
+def checked(stage: Stage, scenario: Scenario) -> Scenario:
+    """The scenario, its step model built once so that a model or GPU it cannot cost fails
+    before any stage runs."""
+    try:
+        latency_model(resolve(scenario))
+    except ScenarioError as exc:
+        raise ScenarioError(stage.key, str(exc)) from None
+    return scenario
+
+
 def signed_error(simulated: float, measured: float) -> float:
     return 100.0 * (simulated - measured) / measured
 
@@ -323,7 +335,7 @@ def validate(stages: Sequence[Stage], latency: Latency, seed: int = 42,
     chosen = [s for s in stages if not only or only in s.key]
     if not chosen:
         raise ScenarioError("--only", f"{only!r} matches no stage")
-    scenarios = [stage_scenario(s, latency, seed, max_requests) for s in chosen]
+    scenarios = [checked(s, stage_scenario(s, latency, seed, max_requests)) for s in chosen]
     rows = []
     for stage, scenario in zip(chosen, scenarios, strict=True):
         if progress:

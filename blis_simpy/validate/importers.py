@@ -99,7 +99,11 @@ def detect(path: Path, text: str) -> str:
                             "vLLM (request_throughput, mean_ttft_ms), GuideLLM (benchmarks), "
                             "a measured set (set, stages); or --format")
     if stripped.startswith("{"):
-        first = json.loads(stripped.splitlines()[0])
+        try:
+            first = json.loads(stripped.splitlines()[0])
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(str(path), f"is not valid JSON nor JSON lines: {exc}") \
+                from None
         if isinstance(first, dict) and ("ttft_ms" in first or "ttft_s" in first):
             return "requests"
         return "sglang"
