@@ -42,9 +42,9 @@ def test_the_physical_model_is_native_only_and_takes_named_coefficients():
     with pytest.raises(ScenarioError, match="native"):
         resolve(scenario(compat="blis", latency={"type": "physical"},
                          workload={"arrival": "constant"}))
-    with pytest.raises(ScenarioError, match="latency.beta"):
+    with pytest.raises(ScenarioError, match=r"latency\.beta"):
         scenario(latency={"type": "physical", "beta": [1, 2, 3]})
-    with pytest.raises(ScenarioError, match="latency.coefficients"):
+    with pytest.raises(ScenarioError, match=r"latency\.coefficients"):
         resolve(scenario(latency={"coefficients": "vllm", "beta": [1, 2, 3]}))
     with pytest.raises(ScenarioError, match="bundled: sglang, vllm"):
         run(scenario(latency={"coefficients": "tgi"}))

@@ -42,7 +42,7 @@ def observe(server: StreamingServer, concurrency: int, duration: float,
 
 def test_timings_follow_the_servers_pace_and_concurrency_is_bounded():
     server = StreamingServer(ttft_s=0.05, itl_s=0.01)
-    url, planned, results = observe(server, concurrency=3, duration=30)
+    _, planned, results = observe(server, concurrency=3, duration=30)
     assert len(results) == len(planned) == 24 and server.max_in_flight <= 3
     rows = [record(o) for o in results]
     for row, sent in zip(sorted(rows, key=lambda r: r["scheduled_s"]), planned, strict=True):
