@@ -13,7 +13,8 @@ coefficient saying it is near its physical prior, the non-negative least-squares
 the next estimate; simulate and fit alternate (half steps) until the coefficients settle.
 
 A coefficient is *identified* when the data constrain it more than its prior does: the sum of
-the squared shares of the fitted metrics it explains exceeds the prior's weight squared. One
+the squared shares of the fitted metrics it would explain at its prior exceeds the prior's
+weight squared. One
 that is not stays near its prior, and the fit says so: a term the data never exercise (an
 uncached prefill's compute, when every fitted prompt was a cache hit) is not a term that is
 zero.
@@ -51,15 +52,15 @@ from blis_simpy.validate.sets import Stage
 # in units of a fitted metric missed by 100 %). Kernel multipliers: 1.0, as fast as
 # microbenchmarks reach (config/hardware.py), held as firmly as a stage missed by 50 %. Host
 # costs: typical magnitudes of a Python serving stack (a few ms to parse, template and
-# tokenise a request; about 0.1 ms to detokenise and stream one token), held loosely: the
-# data should decide. The API server's costs act only when it queues, so a prior far below
+# tokenise a request; about 0.1 ms to detokenise and stream one token), held more loosely:
+# the data should decide. The API server's costs act only when it queues, so a prior far below
 # the truth would leave them with no gradient to climb.
 PRIORS: dict[str, tuple[float, float]] = {
     "weights": (1.0, 0.5), "kv_reads": (1.0, 0.5), "gemm": (1.0, 0.5),
     "attention": (1.0, 0.5), "allreduce": (1.0, 0.5), "link": (1.0, 0.5),
-    "step_us": (1000.0, 0.1), "request_us": (25.0, 0.1), "api_fixed_us": (5000.0, 0.1),
-    "api_request_us": (5000.0, 0.1), "api_input_token_us": (1.0, 0.1),
-    "api_output_token_us": (100.0, 0.1),
+    "step_us": (1000.0, 0.3), "request_us": (25.0, 0.3), "api_fixed_us": (5000.0, 0.3),
+    "api_request_us": (5000.0, 0.3), "api_input_token_us": (1.0, 0.3),
+    "api_output_token_us": (100.0, 0.3), "intake_steps": (0.5, 0.3),
 }
 ROUNDS = 6
 SETTLED = 0.02  # stop when no coefficient moved by more than 2 % of its prior
@@ -101,20 +102,39 @@ class LinearApi(ApiServer):
 
 class RecordingLatency(PhysicalLatency):
     """The physical model of one instance, recording every step's quantities and every
-    request's API-server delay as linear forms."""
+    request's delay before the engine queue as a linear form (its API-server part, and the
+    intake lag behind a running step: k x that step's duration, linearised in k and in the
+    step's coefficients)."""
 
     def __init__(self, model: PhysicalLatency) -> None:
         super().__init__(model.shape, model.c, model.clock)
-        self.api = LinearApi(model.c)
+        self.linear = LinearApi(model.c)
+        self.api = self.linear
         self.steps: list[tuple[list[float], bool]] = []
-        self.delays: dict[tuple[int, int], list[np.ndarray]] = {}
+        self.delays: dict[tuple[int, int], list[Form]] = {}
+        self.cvec = np.array([getattr(model.c, n) for n in NAMES])
 
     def queue_delay(self, input_len: int) -> int:
         assert self.clock is not None
         now = float(self.clock.now)
-        delay = int(self.api.arrive(now, input_len))
-        self.delays.setdefault((int(now), input_len), []).append(self.api.last_delay.copy())
-        return delay
+        api = self.linear.arrive(now, input_len)
+        d = self.linear.last_delay
+        vector = np.zeros(len(NAMES))
+        vector[INDEX["api_request_us"]] = d[1]
+        vector[INDEX["api_input_token_us"]] = d[2]
+        vector[INDEX["api_output_token_us"]] = d[3]
+        vector[INDEX["api_fixed_us"]] = 1.0
+        form = Form(vector, float(d[0]))
+        delay = api
+        if now + api < self.step_ends and self.steps:
+            k = self.c.intake_steps
+            row = step_row(*self.steps[-1])
+            lag = np.zeros(len(NAMES))
+            lag[INDEX["intake_steps"]] = self.step_duration
+            form = form + Form(lag + k * row, -k * float(row @ self.cvec))
+            delay += k * self.step_duration
+        self.delays.setdefault((int(now), input_len), []).append(form)
+        return int(delay)
 
     def step_time(self, new_tokens: int, decodes: int, batch: Sequence, extra_us: int) -> int:
         assert self.clock is not None
@@ -124,7 +144,21 @@ class RecordingLatency(PhysicalLatency):
         duration = int(step_us(q, c)) + extra_us
         now = float(self.clock.now)
         self.api.stream(now, now + duration, emitted(batch))
+        self.step_ends, self.step_duration = now + duration, float(duration)
         return duration
+
+
+def step_row(q: list[float], gemm_binds: bool) -> np.ndarray:
+    """A step's quantities as a row over the coefficients (the binding linear term only)."""
+    row = np.zeros(len(NAMES))
+    row[INDEX["step_us"]] = q[0]
+    row[INDEX["request_us"]] = q[1]
+    row[INDEX["gemm" if gemm_binds else "weights"]] = q[4] if gemm_binds else q[2]
+    row[INDEX["kv_reads"]] = q[3]
+    row[INDEX["attention"]] = q[5]
+    row[INDEX["allreduce"]] = q[6]
+    row[INDEX["link"]] = q[7]
+    return row
 
 
 # ---- linear forms ----------------------------------------------------------------------------
@@ -218,15 +252,7 @@ def overloaded(stage: Stage, result) -> bool:
 def equations(stage: Stage, result, rec: RecordingLatency, c: StepCoefficients
               ) -> list[tuple[str, Form, float]]:
     cvec = np.array([getattr(c, n) for n in NAMES])
-    rows = np.zeros((len(rec.steps), len(NAMES)))
-    for i, (q, gemm_binds) in enumerate(rec.steps):
-        rows[i, INDEX["step_us"]] = q[0]
-        rows[i, INDEX["request_us"]] = q[1]
-        rows[i, INDEX["gemm" if gemm_binds else "weights"]] = q[4] if gemm_binds else q[2]
-        rows[i, INDEX["kv_reads"]] = q[3]
-        rows[i, INDEX["attention"]] = q[5]
-        rows[i, INDEX["allreduce"]] = q[6]
-        rows[i, INDEX["link"]] = q[7]
+    rows = np.array([step_row(q, binds) for q, binds in rec.steps]).reshape(-1, len(NAMES))
     steps = result.steps
     start = steps["start_s"].to_numpy(dtype=float) * US_PER_S
     duration = steps["duration_ms"].to_numpy(dtype=float) * 1e3
@@ -241,17 +267,8 @@ def equations(stage: Stage, result, rec: RecordingLatency, c: StepCoefficients
     inputs = done["input_tokens"].to_numpy(dtype=int)
     pending = {key: list(forms) for key, forms in rec.delays.items()}
     for t, n, q_at in zip(routed, inputs, queued, strict=True):
-        forms = pending.get((round(t), int(n)))
-        vector = np.zeros(len(NAMES))
-        constant = q_at - t
-        if forms:
-            form = forms.pop(0)
-            vector[INDEX["api_request_us"]] = form[1]
-            vector[INDEX["api_input_token_us"]] = form[2]
-            vector[INDEX["api_output_token_us"]] = form[3]
-            vector[INDEX["api_fixed_us"]] = 1.0
-            constant = form[0]
-        api.append(Form(vector, float(constant)))
+        recorded = pending.get((round(t), int(n)))
+        api.append(recorded.pop(0) if recorded else Form(np.zeros(len(NAMES)), float(q_at - t)))
     waits = accrual.intervals(queued, first)
     decode = accrual.intervals(first, completion)
     ttft = [Form(a.vector + w.vector, a.constant + w.constant + (r - t0))
@@ -315,7 +332,7 @@ class Fitted:
     said about each column (`family.name` or `name@gpu`)."""
     columns: tuple[str, ...]
     values: dict[str, float]
-    information: dict[str, float]  # column -> data information (sum of squared shares)
+    information: dict[str, float]  # column -> the data's information (squared shares at prior)
     prior_weight: dict[str, float]
     stages: tuple[str, ...]  # the stages fitted (set:name)
     residuals: dict[str, float] = field(default_factory=dict)  # equation -> signed error %
@@ -424,7 +441,7 @@ def fit(stages: Sequence[Stage], start: Mapping[str, float] | None = None,
         a = np.vstack([data, np.diag(weights)])
         b = np.concatenate([np.array(rhs), weights])
         solution = nnls(a, b)
-        info = {col: float(np.sum((data[:, k] * x[k]) ** 2)) for k, col in enumerate(cols)}
+        info = {col: float(np.sum(data[:, k] ** 2)) for k, col in enumerate(cols)}
         step = solution - x if round_ == 0 else 0.5 * (solution - x)
         x = x + step
         fitted = replace(fitted, values=dict(zip(cols, x * priors, strict=True)),

@@ -127,8 +127,8 @@ def catalog_kv_blocks(entry: CatalogEntry, block_size: int, compat: str,
 def kv_catalog_note(scenario: Scenario) -> str | None:
     """The warning of a native run whose catalog KV size was replaced by what fits in memory."""
     model, latency, engine = scenario.model, scenario.latency, scenario.engine
-    if scenario.compat == "blis" or latency.type != "blackbox" or None in (
-            model.gpu, model.tp, model.vllm_version):
+    if scenario.compat == "blis" or latency.type != "blackbox" or model.gpu is None \
+            or model.tp is None or model.vllm_version is None:
         return None
     entry = bundled().find(model.name, model.gpu, model.tp, model.vllm_version)
     if entry is None:

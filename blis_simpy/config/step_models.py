@@ -42,6 +42,8 @@ class StepCoefficients:
     api_request_us: float  # per request, serial in the API server (parsing, templating)
     api_input_token_us: float  # per prompt token, serial in the API server (tokenising)
     api_output_token_us: float  # per streamed token, serial in the API server (detokenising)
+    intake_steps: float  # x the step under way when a request reaches the engine: how far
+    # behind the running step the engine takes new requests in
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> StepCoefficients:

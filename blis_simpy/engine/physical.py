@@ -19,7 +19,10 @@ Before the engine queue a request goes through the API server, a serial process 
 `api_request_us` + `api_input_token_us` per prompt token of its own work, behind the work
 already queued there, including `api_output_token_us` per token the engine streamed out; plus
 `api_fixed_us` of latency that holds nothing. That queue is what makes TTFT grow with load
-before the engine saturates (docs/accuracy.md).
+before the engine saturates (docs/accuracy.md). A busy engine then takes the request in
+`intake_steps` times the running step's duration later (its input is read between steps, and
+a step's outputs are handled while the next one runs), which is why TTFT grows with the step
+time of larger models.
 """
 
 from __future__ import annotations
@@ -173,6 +176,8 @@ class PhysicalLatency:
         self.clock = clock
         self.api = ApiServer(coefficients)
         self.notes: list[str] = []  # config fields the model does not apply (run warnings)
+        self.step_ends = -1.0  # when the step under way ends (µs)
+        self.step_duration = 0.0
 
     def bind(self, clock: Clock) -> PhysicalLatency:
         model = type(self)(self.shape, self.c, clock)
@@ -181,7 +186,10 @@ class PhysicalLatency:
 
     def queue_delay(self, input_len: int) -> int:
         now = float(self.clock.now) if self.clock is not None else 0.0
-        return int(self.api.arrive(now, input_len))
+        delay = self.api.arrive(now, input_len)
+        if now + delay < self.step_ends:  # the engine is busy when the request reaches it
+            delay += self.c.intake_steps * self.step_duration
+        return int(delay)
 
     def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
                   extra_us: int) -> int:
@@ -189,4 +197,5 @@ class PhysicalLatency:
         if self.clock is not None:
             now = float(self.clock.now)
             self.api.stream(now, now + duration, emitted(batch))
+            self.step_ends, self.step_duration = now + duration, float(duration)
         return duration

@@ -208,9 +208,11 @@ def observe(
     try:
         loaded = Scenario.from_yaml(scenario_file(scenario))
         planned = plan(loaded, requests)
-        results = asyncio.run(drive(
-            endpoint, served_model or loaded.model.name, planned, concurrency, duration, grace,
-            progress=lambda done, total: sys.stderr.write(f"\robserve: {done}/{total}  ")))
+        def shown(done: int, total: int) -> None:
+            sys.stderr.write(f"\robserve: {done}/{total}  ")
+
+        results = asyncio.run(drive(endpoint, served_model or loaded.model.name, planned,
+                                    concurrency, duration, grace, progress=shown))
         sys.stderr.write("\n")
         rows = [record(o) for o in results]
         write(out, rows, measured_set(loaded, rows, url, concurrency, duration))

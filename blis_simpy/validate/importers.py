@@ -338,11 +338,12 @@ def requests_stage(rows: list[Any], path: Path) -> dict[str, Any]:
     else:
         load = {"arrival": "poisson", "rate": (len(good) - 1) / span, "requests": len(good)}
     return {"name": path.stem, "load": load,
-            "prompt": length_distribution([r["input"] for r in good]),
-            "output": length_distribution([r["output"] for r in good]), "measured": measured}
+            "prompt": length_distribution([int(r["input"]) for r in good]),
+            "output": length_distribution([int(r["output"]) for r in good]),
+            "measured": measured}
 
 
-def _request(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _request(row: Mapping[str, Any], where: str) -> dict[str, float]:
     def number(*keys: str, scale: tuple[float, ...]) -> float | None:
         for key, k in zip(keys, scale, strict=True):
             value = row.get(key)
@@ -358,15 +359,18 @@ def _request(row: Mapping[str, Any], where: str) -> dict[str, Any]:
                 return number * k
         return None
 
-    out = {"arrival": number("arrival_s", "start_s", "timestamp", scale=(1.0, 1.0, 1.0)),
-           "input": number("input_tokens", "prompt_tokens", scale=(1.0, 1.0)),
-           "output": number("output_tokens", "completion_tokens", scale=(1.0, 1.0)),
-           "ttft": number("ttft_ms", "ttft_s", scale=(1.0, 1e3)),
-           "e2e": number("e2e_ms", "e2e_s", "latency_s", scale=(1.0, 1e3, 1e3))}
+    found = {"arrival": number("arrival_s", "start_s", "timestamp", scale=(1.0, 1.0, 1.0)),
+             "input": number("input_tokens", "prompt_tokens", scale=(1.0, 1.0)),
+             "output": number("output_tokens", "completion_tokens", scale=(1.0, 1.0)),
+             "ttft": number("ttft_ms", "ttft_s", scale=(1.0, 1e3)),
+             "e2e": number("e2e_ms", "e2e_s", "latency_s", scale=(1.0, 1e3, 1e3))}
+    out: dict[str, float] = {}
     for key, names in (("arrival", "arrival_s"), ("input", "input_tokens"),
                        ("output", "output_tokens"), ("ttft", "ttft_ms"), ("e2e", "e2e_ms")):
-        if out[key] is None:
+        value = found[key]
+        if value is None:
             raise ScenarioError(where, f"needs {names}")
+        out[key] = value
     out["input"], out["output"] = max(1, round(out["input"])), max(1, round(out["output"]))
     if out["output"] > 1:
         out["tpot"] = (out["e2e"] - out["ttft"]) / (out["output"] - 1)

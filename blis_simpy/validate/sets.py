@@ -251,8 +251,9 @@ def load(data: Mapping[str, Any], where: str) -> Load:
         if not (isinstance(requests, int) and requests > 0):
             raise ScenarioError(f"{where}.requests", f"expected a positive integer, got "
                                 f"{requests!r}")
-        return Load("poisson", requests, rate, float(duration) if _positive(duration)
-                    else requests / rate)
+        window = float(duration) if duration is not None and _positive(duration) \
+            else requests / rate
+        return Load("poisson", requests, rate, window)
     requests = int(_number(data, "requests", where))
     if arrival == "burst":
         return Load("burst", requests)
@@ -322,7 +323,7 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 def _number(data: Mapping[str, Any], key: str, where: str) -> float:
     value = data.get(key)
-    if not _positive(value):
+    if value is None or not _positive(value):
         raise ScenarioError(f"{where}.{key}", f"expected a positive number, got {value!r}")
     return float(value)
 

@@ -18,7 +18,8 @@ H100 = hardware.gpu_spec(hardware.bundled(), "H100")
 BW = 3.35e12 * 0.85 / 1e6  # achievable bytes per µs
 ONES = StepCoefficients(step_us=0.0, request_us=0.0, weights=1.0, kv_reads=1.0, gemm=1.0,
                         attention=1.0, allreduce=1.0, link=1.0, api_fixed_us=0.0,
-                        api_request_us=0.0, api_input_token_us=0.0, api_output_token_us=0.0)
+                        api_request_us=0.0, api_input_token_us=0.0, api_output_token_us=0.0,
+                        intake_steps=0.0)
 
 
 def shape(model: str, tp: int) -> StepShape:
@@ -84,6 +85,20 @@ def test_the_api_server_queues_requests_and_streamed_tokens_first_come_first_ser
     api.stream(3000.0, 5000.0, 100)  # 100 tokens of work join at 5000 µs
     assert api.arrive(4000.0, 0) == pytest.approx(100 + 1000)  # before them: not delayed
     assert api.arrive(5500.0, 0) == pytest.approx(100 + (6000 - 5500) + 1000)  # behind them
+
+
+def test_a_busy_engine_takes_a_request_in_behind_its_running_step():
+    class Clock:
+        now = 0.0
+
+    clock = Clock()
+    c = StepCoefficients(**{**ONES.as_dict(), "api_request_us": 100.0, "intake_steps": 0.5})
+    model = PhysicalLatency(shape("meta-llama/Llama-2-7b-hf", 1), c).bind(clock)
+    assert model.queue_delay(0) == 100  # an idle engine: the API server's work only
+    duration = model.step_time(0, 8, decodes(8, 100), 0)
+    assert model.queue_delay(0) == int(200 + 0.5 * duration)  # behind the first, then the step
+    clock.now = duration + 1.0
+    assert model.queue_delay(0) == 100  # the step has ended: nothing to wait for
 
 
 def test_each_bound_instance_has_its_own_api_server():
