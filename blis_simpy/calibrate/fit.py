@@ -10,7 +10,9 @@ stage gives, for each statistic the client measured (mean or median TTFT, TPOT o
 and the duration of a saturated stage), one linear equation in the coefficients, divided by
 the measurement so that the fit weighs relative errors. Stacked with one soft equation per
 coefficient saying it is near its physical prior, the non-negative least-squares solution is
-the next estimate; simulate and fit alternate (half steps) until the coefficients settle.
+the next estimate; simulate and fit alternate until the coefficients settle, each round
+moving 1/(round + 1) of the way (a step whose binding term flips between the weights and the
+GEMMs would otherwise make a coefficient oscillate).
 
 A coefficient is *identified* when the data constrain it more than its prior does: the sum of
 the squared shares of the fitted metrics it would explain at its prior exceeds the prior's
@@ -126,7 +128,7 @@ class RecordingLatency(PhysicalLatency):
         vector[INDEX["api_fixed_us"]] = 1.0
         form = Form(vector, float(d[0]))
         delay = api
-        if now + api < self.step_ends and self.steps:
+        if now < self.step_ends and self.steps:
             k = self.c.intake_steps
             row = step_row(*self.steps[-1])
             lag = np.zeros(len(NAMES))
@@ -442,7 +444,7 @@ def fit(stages: Sequence[Stage], start: Mapping[str, float] | None = None,
         b = np.concatenate([np.array(rhs), weights])
         solution = nnls(a, b)
         info = {col: float(np.sum(data[:, k] ** 2)) for k, col in enumerate(cols)}
-        step = solution - x if round_ == 0 else 0.5 * (solution - x)
+        step = (solution - x) / (round_ + 1)  # a full step, then ever smaller ones
         x = x + step
         fitted = replace(fitted, values=dict(zip(cols, x * priors, strict=True)),
                          information=info, residuals=dict(zip(names, errors, strict=True)))

@@ -19,10 +19,10 @@ Before the engine queue a request goes through the API server, a serial process 
 `api_request_us` + `api_input_token_us` per prompt token of its own work, behind the work
 already queued there, including `api_output_token_us` per token the engine streamed out; plus
 `api_fixed_us` of latency that holds nothing. That queue is what makes TTFT grow with load
-before the engine saturates (docs/accuracy.md). A busy engine then takes the request in
-`intake_steps` times the running step's duration later (its input is read between steps, and
-a step's outputs are handled while the next one runs), which is why TTFT grows with the step
-time of larger models.
+before the engine saturates (docs/accuracy.md). A request arriving while the engine is busy
+is taken in `intake_steps` times the running step's duration later (input is read between
+steps, and a step's outputs are handled while the next one runs), which is why TTFT grows
+with the step time of larger models.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class PhysicalLatency:
     def queue_delay(self, input_len: int) -> int:
         now = float(self.clock.now) if self.clock is not None else 0.0
         delay = self.api.arrive(now, input_len)
-        if now + delay < self.step_ends:  # the engine is busy when the request reaches it
+        if now < self.step_ends:  # the engine is busy: it takes requests in behind its steps
             delay += self.c.intake_steps * self.step_duration
         return int(delay)
 

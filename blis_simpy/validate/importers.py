@@ -121,9 +121,8 @@ def vllm_stage(data: Mapping[str, Any], path: Path) -> dict[str, Any]:
     for metric, key in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2e", "e2el")):
         stats = {}
         for statistic in STATISTICS:
-            name = {"mean": "mean", "median": "median"}.get(statistic, statistic)
-            value = data.get(f"{name}_{key}_ms")
-            if isinstance(value, int | float) and value > 0:
+            value = data.get(f"{statistic}_{key}_ms")
+            if _is_positive(value):
                 stats[statistic] = float(value)
         if stats:
             measured[f"{metric}_ms"] = stats
@@ -131,10 +130,11 @@ def vllm_stage(data: Mapping[str, Any], path: Path) -> dict[str, Any]:
     _copy_positive(data, measured, "output_throughput", "output_tokens_per_s")
     _copy_positive(data, measured, "duration", "duration_s")
     lengths = _lengths(data, completed, path)
+    prompts = data.get("num_prompts")
     return {"name": _run_name(data), "load": _load(data.get("request_rate"),
                                                    data.get("max_concurrency"),
-                                                   int(data.get("num_prompts") or completed),
-                                                   measured.get("duration_s")),
+                                                   prompts if _is_count(prompts) and prompts
+                                                   else completed, measured.get("duration_s")),
             **lengths, "model": data.get("model_id"), "measured": measured}
 
 
@@ -150,7 +150,7 @@ def _lengths(data: Mapping[str, Any], completed: int, path: Path) -> dict[str, A
             out[side] = length_distribution(values)
         else:
             tokens = data.get(total)
-            if not isinstance(tokens, int | float) or tokens <= 0:
+            if not _is_positive(tokens):
                 raise ScenarioError(f"{path}: {total}", "needs the total (or per-request "
                                     f"{per_request}) to know the {side} lengths")
             out[side] = {"type": "constant", "value": max(1, round(tokens / completed))}
@@ -159,7 +159,7 @@ def _lengths(data: Mapping[str, Any], completed: int, path: Path) -> dict[str, A
 
 def _load(rate: Any, concurrency: Any, requests: int, duration: float | None
           ) -> dict[str, Any]:
-    if isinstance(concurrency, int) and concurrency > 0 and (
+    if _is_count(concurrency) and concurrency > 0 and (
             rate in (None, "inf", float("inf")) or (isinstance(rate, float)
                                                      and math.isinf(rate))):
         return {"arrival": "concurrency", "concurrency": concurrency, "requests": requests}
@@ -172,40 +172,46 @@ def _load(rate: Any, concurrency: Any, requests: int, duration: float | None
 def _run_name(data: Mapping[str, Any]) -> str:
     rate = data.get("request_rate")
     conc = data.get("max_concurrency")
-    if isinstance(conc, int) and conc > 0:
+    if _is_count(conc) and conc > 0:
         return f"concurrency-{conc}"
-    if isinstance(rate, int | float) and math.isfinite(rate):
+    if _is_positive(rate):
         return f"rate-{rate:g}"
     return "burst"
 
 
 # ---- SGLang ----------------------------------------------------------------------------------
 
-def sglang_stage(run: Mapping[str, Any], index: int) -> dict[str, Any]:
-    completed = int(run.get("completed") or 0)
-    if completed <= 0:
-        raise ScenarioError(f"run {index}", "reports no completed request")
+def sglang_stage(run: Any, index: int) -> dict[str, Any]:
+    where = f"run {index + 1}"
+    if not isinstance(run, dict):
+        raise ScenarioError(where, f"expected a JSON object, got {type(run).__name__}")
+    completed = run.get("completed")
+    if not _is_count(completed) or completed <= 0:
+        raise ScenarioError(f"{where}: completed", f"expected a positive count, got "
+                            f"{completed!r}")
     measured: dict[str, Any] = {"completed": completed, "failed": 0}
     for metric, key in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"),
                         ("e2e", "e2e_latency")):
         stats = {s: float(run[f"{s}_{key}_ms"]) for s in ("mean", "median", "p90", "p99")
-                 if isinstance(run.get(f"{s}_{key}_ms"), int | float)
-                 and run[f"{s}_{key}_ms"] > 0}
+                 if _is_positive(run.get(f"{s}_{key}_ms"))}
         if stats:
             measured[f"{metric}_ms"] = stats
     duration = run.get("duration")
-    if isinstance(duration, int | float) and duration > 0:
+    if _is_positive(duration):
         measured["duration_s"] = float(duration)
         measured["requests_per_s"] = completed / float(duration)
     _copy_positive(run, measured, "output_throughput", "output_tokens_per_s")
     lengths = {}
     for side, total, upper in (("prompt", "total_input_tokens", "random_input_len"),
                                ("output", "total_output_tokens", "random_output_len")):
-        mean = float(run[total]) / completed
+        tokens = run.get(total)
+        if not _is_positive(tokens):
+            raise ScenarioError(f"{where}: {total}", f"expected a positive token count, got "
+                                f"{tokens!r}")
+        mean = float(tokens) / completed
         high = run.get(upper)
-        ratio = run.get("random_range_ratio")
-        if run.get("dataset_name") == "random" and isinstance(high, int) and ratio != 1.0 \
-                and 2 * mean - high >= 1:
+        if run.get("dataset_name") == "random" and _is_count(high) \
+                and run.get("random_range_ratio") != 1.0 and 1 <= 2 * mean - high < high:
             lengths[side] = {"type": "uniform", "low": float(round(2 * mean - high)),
                              "high": float(high + 1)}
         else:
@@ -215,6 +221,15 @@ def sglang_stage(run: Mapping[str, Any], index: int) -> dict[str, Any]:
                                                       run.get("max_concurrency"), completed,
                                                       measured.get("duration_s")),
             **lengths, "measured": measured}
+
+
+def _is_positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value) and value > 0
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 # ---- GuideLLM --------------------------------------------------------------------------------
@@ -245,9 +260,10 @@ def guidellm_stages(data: Mapping[str, Any], path: Path) -> list[dict[str, Any]]
         counts = bench.get("request_totals") or bench.get("run_stats", {}).get(
             "requests_made") or {}
         completed = counts.get("successful") if isinstance(counts, dict) else None
-        if isinstance(completed, int):
+        if _is_count(completed):
             measured["completed"] = completed
-            measured["failed"] = int(counts.get("errored", 0) or 0)
+            errored = counts.get("errored", 0)
+            measured["failed"] = errored if _is_count(errored) else 0
         prompt = _guidellm_summary(metrics, ("prompt_token_count",)).get("mean")
         output = _guidellm_summary(metrics, ("output_token_count",)).get("mean")
         if not prompt or not output:
@@ -255,10 +271,11 @@ def guidellm_stages(data: Mapping[str, Any], path: Path) -> list[dict[str, Any]]
         strategy = _guidellm_strategy(bench)
         requests = completed or 100
         kind = strategy.get("type_") or strategy.get("type")
-        if kind in ("constant", "poisson") and strategy.get("rate"):
+        if kind in ("constant", "poisson") and _is_positive(strategy.get("rate")):
             load = {"arrival": "poisson", "rate": float(strategy["rate"]), "requests": requests}
-        elif kind == "concurrent" and strategy.get("streams"):
-            load = {"arrival": "concurrency", "concurrency": int(strategy["streams"]),
+        elif kind == "concurrent" and _is_count(strategy.get("streams")) \
+                and strategy["streams"] > 0:
+            load = {"arrival": "concurrency", "concurrency": strategy["streams"],
                     "requests": requests}
         elif kind == "synchronous":
             load = {"arrival": "concurrency", "concurrency": 1, "requests": requests}
@@ -281,13 +298,13 @@ def _guidellm_summary(metrics: Mapping[str, Any], keys: Sequence[str]) -> dict[s
         out = {}
         for ours, theirs in (("mean", "mean"), ("median", "median")):
             value = entry.get(theirs)
-            if isinstance(value, int | float) and value > 0:
+            if _is_positive(value):
                 out[ours] = float(value)
         pct = entry.get("percentiles")
         if isinstance(pct, dict):
             for ours in ("p90", "p99"):
                 value = pct.get(ours)
-                if isinstance(value, int | float) and value > 0:
+                if _is_positive(value):
                     out[ours] = float(value)
         if out:
             return out
@@ -404,13 +421,13 @@ def _finish(path: Path, hints: Hints, stages: list[dict[str, Any]], client: str
 def _copy_positive(data: Mapping[str, Any], out: dict[str, Any], theirs: str, ours: str
                    ) -> None:
     value = data.get(theirs)
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+    if _is_positive(value):
         out[ours] = float(value)
 
 
 def _int(data: Mapping[str, Any], key: str, path: Path) -> int:
     value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    if not _is_count(value) or value <= 0:
         raise ScenarioError(f"{path}: {key}", f"expected a positive count, got {value!r}")
     return value
 

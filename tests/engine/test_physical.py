@@ -97,7 +97,7 @@ def test_a_busy_engine_takes_a_request_in_behind_its_running_step():
     assert model.queue_delay(0) == 100  # an idle engine: the API server's work only
     duration = model.step_time(0, 8, decodes(8, 100), 0)
     assert model.queue_delay(0) == int(200 + 0.5 * duration)  # behind the first, then the step
-    clock.now = duration + 1.0
+    clock.now = duration + 1000.0
     assert model.queue_delay(0) == 100  # the step has ended: nothing to wait for
 
 

@@ -1,0 +1,89 @@
+"""Fuzzing the measured-data boundary: a bundled set's stage, and a vLLM, SGLang, GuideLLM or
+per-request result, with one value made hostile. The contract: reading raises ScenarioError
+naming where, or the stage is valid and builds a scenario; never a traceback from deep
+inside. Coefficient files likewise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from blis_simpy.config import step_models
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.validate.harness import Latency, checked, stage_scenario
+from blis_simpy.validate.importers import Hints, read
+from blis_simpy.validate.sets import parse
+from tests.config.test_scenario_fuzz import HOSTILE, leaves, replaced
+from tests.validate.helpers import training_facts
+from tests.validate.test_importers import SGLANG, VLLM
+
+SET = {**{k: v for k, v in training_facts().items() if k != "stages"},
+       "stages": training_facts()["stages"][:1]}
+SET_LEAVES = [p for p in leaves(SET) if p[0] in ("stages", "defaults")]
+FILES = {"vllm.json": VLLM, "sglang.jsonl": SGLANG,
+         "requests.jsonl": {"arrival_s": 0.0, "input_tokens": 100, "output_tokens": 10,
+                            "ttft_ms": 50, "e2e_ms": 150}}
+SETTINGS = settings(max_examples=120, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+
+
+@SETTINGS
+@given(st.sampled_from(SET_LEAVES), HOSTILE)
+def test_a_hostile_value_in_a_set_is_named_or_harmless(path, value):
+    try:
+        measured = parse(replaced(SET, path, value), "fuzz.json")
+    except ScenarioError as exc:
+        assert str(exc).startswith("fuzz.json")
+        return
+    for stage in measured.stages:
+        try:
+            checked(stage, stage_scenario(stage, Latency.default(), max_requests=5))
+        except ScenarioError:
+            pass
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(FILES)), st.data(), HOSTILE)
+def test_a_hostile_value_in_a_benchmark_file_is_named_or_harmless(tmp_path_factory, name,
+                                                                  data, value):
+    record = dict(FILES[name])
+    key = data.draw(st.sampled_from(sorted(record)))
+    record[key] = value
+    path = tmp_path_factory.mktemp("fuzz") / name
+    lines = [record, {**FILES[name], "arrival_s": 1.0}] if name == "requests.jsonl" else [record]
+    try:
+        path.write_text("\n".join(json.dumps(r) for r in lines))
+    except ValueError:  # not JSON-serialisable as written by a real tool: nothing to read
+        return
+    hints = Hints(model="Qwen/Qwen3-8B")
+    try:
+        measured = read(path, hints)
+    except ScenarioError:
+        return
+    for stage in measured.stages:
+        try:
+            checked(stage, stage_scenario(stage, Latency.default(), max_requests=5))
+        except ScenarioError:
+            pass
+
+
+@SETTINGS
+@given(st.sampled_from(step_models.NAMES), HOSTILE)
+def test_a_hostile_coefficient_is_named(tmp_path_factory, name, value):
+    data = {"family": "vllm",
+            "coefficients": {**step_models.bundled("vllm").coefficients.as_dict(), name: value}}
+    path: Path = tmp_path_factory.mktemp("c") / "c.json"
+    try:
+        path.write_text(json.dumps(data))
+    except ValueError:
+        return
+    try:
+        loaded = step_models.load(str(path))
+    except ValueError as exc:
+        assert name in str(exc)
+        return
+    assert getattr(loaded.coefficients, name) >= 0
