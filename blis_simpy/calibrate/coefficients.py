@@ -67,7 +67,7 @@ def identification_table(fitted: Fitted) -> str:
         weight = fitted.prior_weight[col]
         lines.append(f"  {col:<34} {fitted.values[col]:>11.4g} "
                      f"{fitted.information.get(col, 0.0):>10.3g} {weight ** 2:>7.3g}  "
-                     f"{'yes' if fitted.identified(col) else 'no (near its prior)'}")
+                     f"{'yes' if fitted.identified(col) else 'no: the prior outweighs the data'}")
     return "\n".join(lines)
 
 

@@ -23,8 +23,10 @@ GROUPS: dict[str, Callable[[Stage], str]] = {
 def cross_validate(stages: Sequence[Stage], by: str, seed: int = 42,
                    fit_requests: int | None = FIT_REQUESTS, rounds: int = ROUNDS,
                    requests: int | None = None,
-                   progress: Callable[[str], None] | None = None) -> list[Row]:
-    """Every stage, simulated with coefficients fitted on the other groups only."""
+                   progress: Callable[[str], None] | None = None,
+                   keep: Path | None = None) -> list[Row]:
+    """Every stage, simulated with coefficients fitted on the other groups only (each fold's
+    coefficient sets written to `keep`, if given, to be read)."""
     if by not in GROUPS:
         raise ScenarioError("--cv", f"got {by!r}", ", ".join(GROUPS))
     key = GROUPS[by]
@@ -40,7 +42,9 @@ def cross_validate(stages: Sequence[Stage], by: str, seed: int = 42,
         fitted = fit(train, seed=seed, max_requests=fit_requests, rounds=rounds)
         with tempfile.TemporaryDirectory() as folder:
             families = sorted({s.server for s in held})
-            paths = write_sets(fitted, Path(folder) / "cv.json",
+            where = keep / group.replace("/", "_") if keep is not None else Path(folder)
+            where.mkdir(parents=True, exist_ok=True)
+            paths = write_sets(fitted, where / "cv.json",
                                f"cross-validation fit without {by} {group}", families)
             files = dict(zip(families, paths, strict=True))
             if progress:

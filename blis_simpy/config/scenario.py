@@ -72,7 +72,7 @@ class LatencyConfig:
     )
     coefficients: str | None = spec(
         None, help="physical: a bundled server family (vllm, sglang) or a coefficients file "
-        "written by blis-simpy calibrate; default vllm"
+        "written by blis-simpy calibrate; default vllm", omit_default=True
     )
     model_config: str | None = spec(
         None, help="roofline/physical: HuggingFace config.json (or its folder); default: "

@@ -7,7 +7,7 @@ tensor-parallel group, at the GPU's achievable rates (config/hardware.py), it co
   + max(weights * W / BW, gemm * F_linear / F)            linear layers: bytes or FLOPs
   + kv_reads * KV / BW                                    every request reads its KV cache
   + attention * F_attention / F                           prefill chunks attend to context
-  + allreduce * 2L * latency + link * 2L * ring bytes / link bandwidth   (TP > 1)
+  + allreduce * 2L * latency * log2(TP) + link * 2L * ring bytes / link bandwidth
 
 R requests, W the weights the step touches (for a mixture of experts only the experts its
 tokens route to, in expectation), KV the cache entries read by context length. Each
@@ -77,7 +77,9 @@ class StepShape:
         self.kv_us_per_token = 2.0 * m.layers * kv_heads_per_gpu * m.head_dim * b / bw
         self.attn_us_per_pair = 4.0 * q_width * m.layers / tp / flops  # QK^T and AV
         ring = 2.0 * (tp - 1) / tp * m.hidden * b  # bytes per token per all-reduce
-        self.allreduce_us = 2.0 * m.layers * gpu.allreduce_latency_us if tp > 1 else 0.0
+        # A small all-reduce's latency grows with the log of the GPUs it spans (recursive
+        # doubling): the hardware figure is for two GPUs.
+        self.allreduce_us = 2.0 * m.layers * gpu.allreduce_latency_us * math.log2(tp)
         self.link_us_per_token = 2.0 * m.layers * ring / link if tp > 1 else 0.0
 
     def weights_us(self, tokens: float) -> float:

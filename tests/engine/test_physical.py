@@ -65,7 +65,9 @@ def test_mixture_of_experts_reads_the_experts_its_tokens_touch():
     one, batch = s.quantities(decodes(1, 500)), s.quantities(decodes(32, 500))
     touched = 8 * (1 - (1 - 2 / 8) ** 32)
     assert batch[2] - one[2] == pytest.approx((touched - 2) * expert_bytes / BW)
-    assert batch[6] == 2 * 32 * H100.allreduce_latency_us  # two all-reduces per layer
+    assert batch[6] == 2 * 32 * H100.allreduce_latency_us  # two all-reduces per layer at TP 2
+    assert shape("mistralai/Mixtral-8x7B-v0.1", 8).quantities(decodes(1, 500))[6] == \
+        3 * batch[6]  # log2(8) = 3 times the latency of two GPUs
 
 
 def test_prefill_cost_grows_with_the_chunk_and_its_cached_prefix():
