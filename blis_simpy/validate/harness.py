@@ -367,9 +367,11 @@ def summarise(rows: Iterable[Row], metric: str) -> Summary:
 
 
 def scored(rows: Iterable[Row], metric: str) -> list[Row]:
-    """The rows a metric's median counts: latencies below saturation, throughput past it."""
+    """The rows a metric's median counts: latencies below saturation, throughput past it
+    (where the client waited for every request: one that gave up on some measured the
+    requests that finished in time, compared on their share instead)."""
     if metric == "throughput":
-        return [r for r in rows if r.saturated]
+        return [r for r in rows if r.saturated and not r.stage.censored]
     return [r for r in rows if not r.saturated]
 
 
