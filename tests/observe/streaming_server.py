@@ -2,12 +2,15 @@
 with server-sent events in chunked transfer encoding, the first token after `ttft_s` (plus
 `per_prompt_token_s` per prompt token), then one token every `itl_s`, `max_tokens` in all,
 a usage chunk and [DONE]. It counts the requests in flight, so a test can check the client's
-concurrency bound, and can fail every n-th request."""
+concurrency bound, keeps when it wrote each token (by prompt), so a test can compare the
+client's timings with the pace the server really kept on a busy machine, and can fail every
+n-th request."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 
 class StreamingServer:
@@ -18,6 +21,7 @@ class StreamingServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.received: list[dict] = []
+        self.token_times: dict[tuple[int, ...], list[float]] = {}  # perf_counter, by prompt
         self.server: asyncio.base_events.Server | None = None
 
     async def start(self) -> str:
@@ -51,9 +55,11 @@ class StreamingServer:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n")
             await asyncio.sleep(self.ttft_s + self.per_token * len(body["prompt"]))
+            written = self.token_times.setdefault(tuple(body["prompt"]), [])
             for i in range(body["max_tokens"]):
                 if i:
                     await asyncio.sleep(self.itl_s)
+                written.append(time.perf_counter())
                 self.send(writer, {"choices": [{"index": 0, "text": f" t{i}"}]})
                 await writer.drain()
             self.send(writer, {"choices": [], "usage": {"completion_tokens": body["max_tokens"],

@@ -44,13 +44,18 @@ def test_timings_follow_the_servers_pace_and_concurrency_is_bounded():
     server = StreamingServer(ttft_s=0.05, itl_s=0.01)
     _, planned, results = observe(server, concurrency=3, duration=30)
     assert len(results) == len(planned) == 24 and server.max_in_flight <= 3
-    rows = [record(o) for o in results]
-    for row, sent in zip(sorted(rows, key=lambda r: r["scheduled_s"]), planned, strict=True):
+    outcomes = sorted(results, key=lambda o: o.planned.at)
+    for o, sent in zip(outcomes, planned, strict=True):
+        row = record(o)
         assert "error" not in row
         assert row["output_tokens"] == sent.output_tokens
         assert 50 <= row["ttft_ms"] < 150  # the server's 50 ms, plus the client's turn
-        assert row["itl_ms_mean"] == pytest.approx(10, abs=6)
-        assert row["e2e_ms"] >= row["ttft_ms"] + 10 * (sent.output_tokens - 1) * 0.9
+        # the gaps the server really kept (its sleeps overshoot on a busy machine)
+        written = server.token_times[tuple(o.planned.prompt)]
+        kept = (written[-1] - written[0]) / (len(written) - 1) * 1e3
+        assert kept >= 10 * 0.99
+        assert row["itl_ms_mean"] == pytest.approx(kept, abs=5)
+        assert row["e2e_ms"] >= row["ttft_ms"] + 10 * (sent.output_tokens - 1) * 0.99
     body = server.received[0]
     assert body["model"] == "served" and body["stream"] and body["ignore_eos"]
     assert len(body["prompt"]) in {len(p.prompt) for p in planned}
