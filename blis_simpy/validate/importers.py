@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.validate.sets import (
@@ -223,12 +223,12 @@ def sglang_stage(run: Any, index: int) -> dict[str, Any]:
             **lengths, "measured": measured}
 
 
-def _is_positive(value: Any) -> bool:
+def _is_positive(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) \
         and math.isfinite(value) and value > 0
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
