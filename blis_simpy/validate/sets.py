@@ -33,6 +33,7 @@ from typing import Any
 
 from blis_simpy.config.catalog import data_dir
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.units import MAX_REQUESTS
 
 SETS_DIR = "ground_truth"
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -42,6 +43,8 @@ ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_bl
                "prefix_caching", "cpu_offload_gib")
 STAGE_KEYS = ("name", "experiment", "model", "gpu", "tp", "server", "engine", "load", "prompt",
               "output", "distinct_prompts", "measured")
+# Prompts a stage may cycle: each becomes a prefix group of the stage's scenario.
+MAX_DISTINCT = 100_000
 MEASURED_KEYS = (*(f"{m}_ms" for m in METRICS), "requests_per_s", "output_tokens_per_s",
                  "completed", "failed", "timeout_s", "duration_s")
 
@@ -221,16 +224,18 @@ def stage(set_name: str, data: Mapping[str, Any], where: str) -> Stage:
         if value is not None and key != "prefix_caching" and not _positive(value):
             raise ScenarioError(f"{where}: engine.{key}", f"expected a positive number, got "
                                 f"{value!r}")
+    sent = load(_mapping(data.get("load"), f"{where}: load"), f"{where}: load")
     distinct = data.get("distinct_prompts")
-    if distinct is not None and not (isinstance(distinct, int) and distinct > 0):
-        raise ScenarioError(f"{where}: distinct_prompts", f"expected a positive integer, got "
-                            f"{distinct!r}")
+    if distinct is not None and not (isinstance(distinct, int) and not isinstance(distinct, bool)
+                                     and 0 < distinct <= min(sent.requests, MAX_DISTINCT)):
+        raise ScenarioError(f"{where}: distinct_prompts", f"expected a positive integer, at "
+                            f"most the stage's {sent.requests} requests and {MAX_DISTINCT:,}, "
+                            f"got {distinct!r}")
     return Stage(
         set=set_name, name=_text(data, "name", where), model=_text(data, "model", where),
         gpu=_text(data, "gpu", where), tp=int(_number(data, "tp", where)),
         server=str(server.get("family") or "vllm"), server_version=str(server.get("version", "")),
-        engine=dict(engine), load=load(_mapping(data.get("load"), f"{where}: load"),
-                                       f"{where}: load"),
+        engine=dict(engine), load=sent,
         prompt=_length(data.get("prompt"), f"{where}: prompt"),
         output=_length(data.get("output"), f"{where}: output"),
         distinct_prompts=distinct,
@@ -248,16 +253,16 @@ def load(data: Mapping[str, Any], where: str) -> Load:
         requests = data.get("requests")
         if requests is None:
             requests = max(1, round(rate * _number(data, "duration_s", where)))
-        if not (isinstance(requests, int) and requests > 0):
-            raise ScenarioError(f"{where}.requests", f"expected a positive integer, got "
-                                f"{requests!r}")
+        if not (isinstance(requests, int) and 0 < requests <= MAX_REQUESTS):
+            raise ScenarioError(f"{where}.requests", f"expected a positive integer up to "
+                                f"{MAX_REQUESTS:,}, got {requests!r}")
         window = float(duration) if duration is not None and _positive(duration) \
             else requests / rate
         return Load("poisson", requests, rate, window)
-    requests = int(_number(data, "requests", where))
+    requests = _count(data, "requests", where)
     if arrival == "burst":
         return Load("burst", requests)
-    return Load("concurrency", requests, concurrency=int(_number(data, "concurrency", where)))
+    return Load("concurrency", requests, concurrency=_count(data, "concurrency", where))
 
 
 def measured(data: Mapping[str, Any], where: str) -> Measured:
@@ -319,6 +324,14 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ScenarioError(where, f"expected a mapping, got {type(value).__name__}")
     return value
+
+
+def _count(data: Mapping[str, Any], key: str, where: str) -> int:
+    """A positive whole number of requests (or clients), at most a run's `MAX_REQUESTS`."""
+    value = _number(data, key, where)
+    if value > MAX_REQUESTS:
+        raise ScenarioError(f"{where}.{key}", f"expected at most {MAX_REQUESTS:,}, got {value:g}")
+    return int(value)
 
 
 def _number(data: Mapping[str, Any], key: str, where: str) -> float:

@@ -9,6 +9,7 @@ import contextlib
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -84,3 +85,20 @@ def test_a_hostile_coefficient_is_named(tmp_path_factory, name, value):
         assert name in str(exc)
         return
     assert getattr(loaded.coefficients, name) >= 0
+
+
+@pytest.mark.parametrize("value", [2**70, 10**7, 0, True, 1.5])
+def test_distinct_prompts_beyond_the_stage_are_named_before_any_memory_is_taken(value):
+    """A hostile `distinct_prompts` (2**70 once took the fuzz run to 18 GB: one prefix group
+    each) is refused by the set's reader, naming the field."""
+    bad = {**SET, "stages": [{**SET["stages"][0], "distinct_prompts": value}]}
+    with pytest.raises(ScenarioError, match="distinct_prompts"):
+        parse(bad, "fuzz.json")
+
+
+@pytest.mark.parametrize("field", ["requests", "concurrency"])
+def test_a_stage_count_beyond_a_run_is_named(field):
+    stage = {**SET["stages"][0], "load": {"arrival": "concurrency", "requests": 10,
+                                          "concurrency": 2, field: 2**70}}
+    with pytest.raises(ScenarioError, match=field):
+        parse({**SET, "stages": [stage]}, "fuzz.json")
