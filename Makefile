@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 COMPILED := $(shell sed -n 's/^    "\(blis_simpy\/.*\.py\)",$$/\1/p' setup.py)
 BUILT    := $(VENV)/.compiled
 
-.PHONY: demo test test-long lint bench validate-real compile clean
+.PHONY: demo test test-long lint bench validate-real compile clean browser docs notebooks
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -27,10 +27,13 @@ $(BUILT): $(STAMP) $(COMPILED) setup.py
 
 compile: $(BUILT)  ## rebuild the compiled modules' extensions after editing them
 
+notebooks: $(BUILT)  ## execute the notebooks outside the repository and store their outputs
+	$(BIN)/python scripts/run_notebooks.py
+
 demo: $(BUILT)  ## run the quickstart scenario; results in out/quickstart/
 	$(BIN)/blis-simpy run scenarios/quickstart.yaml
 
-test: $(BUILT)  ## lint, type-check, then the whole test suite
+test: $(BUILT) browser  ## lint, type-check, then the whole test suite (the docs build included)
 	$(BIN)/ruff check blis_simpy tests scripts notebooks setup.py
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -40,12 +43,26 @@ test-long: $(BUILT)  ## the invariant and P/D properties with 1,000 examples eac
 		tests/engine/test_invariants.py tests/cluster/test_pd.py --hypothesis-show-statistics \
 		-k 'not test_pd.py or pd_ownership or pd_handoff or no_double_counting'
 
+# The HTML report's browser test drives Debian's Chromium (never `playwright install`, which
+# downloads a browser build of its own). Installed once, as root; without root the test is
+# skipped and says how to install it.
+browser:  ## install headless Chromium for the HTML report's browser test (apt-get, as root)
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else echo "make browser: no /usr/bin/chromium and not root: run 'sudo apt-get install" \
+		"chromium' for the browser test (skipped until then)"; fi
+
+docs: $(BUILT)  ## serve the documentation site at http://127.0.0.1:8000 (rebuilt on edits)
+	NO_MKDOCS_2_WARNING=1 MPLBACKEND=Agg $(BIN)/mkdocs serve
+
 lint: $(STAMP)
 	$(BIN)/ruff check blis_simpy tests scripts notebooks setup.py
 	$(BIN)/mypy
 
 bench: $(BUILT)  ## time the bench cases side by side with the Go reference (docs/performance.md)
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_sandbox.py  # what the code candidates' sandbox costs (docs/security.md)
 
 # Every public set bundled with blis-simpy (docs/accuracy.md); GROUND_TRUTH=path adds your own
 validate-real: $(STAMP)  ## simulated vs measured on real serving runs (docs/accuracy.md)

@@ -11,20 +11,21 @@ from typing import TYPE_CHECKING
 from blis_simpy.core.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from blis_simpy.api import compare_policies, run, run_many
+    from blis_simpy.api import compare_policies, load, run, run_many
     from blis_simpy.config.scenario import Scenario
     from blis_simpy.core.errors import InvariantError, ScenarioError
     from blis_simpy.core.records import Recorder
     from blis_simpy.sim.result import Result
 
 __all__ = ["InvariantError", "Recorder", "Result", "Scenario", "ScenarioError",
-           "compare_policies", "run", "run_many"]
+           "compare_policies", "load", "run", "run_many"]
 __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _HOMES = {
     "compare_policies": "blis_simpy.search.paired",
     "run": "blis_simpy.sim.run",
+    "load": "blis_simpy.sim.run",
     "run_many": "blis_simpy.search.sweep",
     "Scenario": "blis_simpy.config.scenario",
     "InvariantError": "blis_simpy.core.errors",

@@ -13,6 +13,7 @@ interpreter's last garbage collections at exit (docs/performance.md: Start-up).
 import dataclasses
 import gc
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -62,7 +63,7 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
     """Load, apply the policy bundle then the overrides, and build, so every input error
     surfaces before running."""
     from blis_simpy.config.fitness import FitnessConfig, parse_weights
-    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.config.scenario import Scenario, parse_sets
     from blis_simpy.sim.run import prepare
 
     path = scenario_file(path)
@@ -73,7 +74,7 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
 
         bundle = PolicyBundle.from_yaml(policy_config)
     try:
-        scenario = Scenario.from_yaml(path, overrides or (),
+        scenario = Scenario.from_yaml(path, parse_sets(overrides or ()),
                                       None if bundle is None else bundle.overrides())
     except ScenarioError as exc:
         raise exc if bundle is None else bundle.blame(exc, policy_config) from None
@@ -97,22 +98,31 @@ def user_code_importable(scenario: Path) -> None:
 
 
 class ProgressBar:
-    """One line on stderr, rewritten in place: requests finished of the total (when known),
-    simulated time, events/s and an ETA; then the drain (every request has arrived, some still
-    run) and the writing of the outputs. Shown after the run has taken a second, or at once
-    when forced."""
+    """A live line on stderr (core/status.py: rich): requests finished of the total (when
+    known), simulated time, events/s and an ETA; then the drain (every request has arrived,
+    some still run) and the writing of the outputs. Shown after the run has taken a second,
+    or at once when forced; the closing `[done]` line stays."""
 
     def __init__(self, total: int | None, arrivals_end_us: int | None,
                  horizon_us: int | None, forced: bool) -> None:
+        from blis_simpy.core.status import StatusLine
+
         self.total, self.arrivals_end, self.horizon = total, arrivals_end_us, horizon_us
         self.forced = forced
         self.shown = False
+        self.status = StatusLine()
 
     def __call__(self, p: "RunProgress") -> None:
         if not (self.forced or p.wall_s >= 1.0):
             return
         self.shown = True
-        self.show(self.line(p))
+        if p.done:
+            self.status.note(self.line(p))
+        elif self.total:
+            self.status.show(self.line(p), p.finished, self.total)
+        else:
+            end = self.horizon or self.arrivals_end
+            self.status.show(self.line(p), p.now_us if end else None, end)
 
     def line(self, p: "RunProgress") -> str:
         rate = p.events / p.wall_s if p.wall_s > 0 else 0.0
@@ -139,23 +149,21 @@ class ProgressBar:
             return ""
         return f", ETA {p.wall_s * (1 - share) / share:,.0f} s" if share > 0 else ""
 
-    def show(self, text: str) -> None:
-        sys.stderr.write(f"\r{text:<100}")
-        sys.stderr.flush()
-
     def writing(self, target: Path) -> None:
         if self.shown:
-            self.show(f"[write] {target}")
+            self.status.show(f"[write] {target}")
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")
+        self.status.close()
 
 
-def progress_bar(scenario: "Scenario", forced: bool) -> ProgressBar:
-    """What the bar can know in advance: the request count and when arrivals stop."""
+def progress_bar(scenario: "Scenario", forced: bool, total: int | None = None
+                 ) -> ProgressBar:
+    """What the bar can know in advance: the request count (`total`: a trace's rows, counted
+    when it was checked) and when arrivals stop."""
     workload = scenario.workload
-    total = getattr(workload, "num_requests", None) or getattr(workload, "max_requests", None)
+    total = total or getattr(workload, "num_requests", None) or getattr(
+        workload, "max_requests", None)
     window = getattr(workload, "duration_s", None)
     end = None if window is None else round(window * US_PER_S)
     return ProgressBar(total, end, scenario.horizon_us, forced)
@@ -178,9 +186,10 @@ def run(
         "--set", help="override a scenario value: --set policies.routing.type=least-loaded")
     ] = None,
     fitness_weights: Annotated[str | None, typer.Option(
-        help='objective weights, e.g. "throughput:0.5,p99_ttft:0.3" (see README)')] = None,
+        help='objective weights, e.g. "throughput:0.5,p99_ttft:0.3" '
+        '(docs/reference/metrics.md)')] = None,
     policy_config: Annotated[Path | None, typer.Option(
-        help="policy bundle YAML (every axis; README: Policy search); --set still wins")
+        help="policy bundle YAML (every axis; docs/guides/policy-search.md); --set still wins")
     ] = None,
     trace_level: Annotated[str | None, typer.Option(
         help="none, decisions or full (cluster.trace_level): what the decision trace "
@@ -188,6 +197,9 @@ def run(
     trace_format: Annotated[list[str] | None, typer.Option(
         help="extra trace file: jsonl (decisions.jsonl) or perfetto (trace.json); "
         "repeatable (outputs.trace_formats)")] = None,
+    records: Annotated[str, typer.Option(
+        help="memory, stream (requests and steps written as the run goes, memory flat in "
+        "its length: docs/scale.md) or auto (stream from 1,000,000 requests)")] = "auto",
 ) -> None:
     """Run a scenario: print the summary JSON and write the results folder."""
     from blis_simpy.sim.output import OutputFolder
@@ -209,10 +221,10 @@ def run(
     quiet = progress is False
     bar = None
     if progress or (progress is None and sys.stderr.isatty()):
-        bar = progress_bar(resolved, forced=bool(progress))
+        bar = progress_bar(resolved, forced=bool(progress), total=sim.expected)
     started = time.perf_counter()
     try:
-        result = simulate(sim, progress=bar)
+        result = simulate(sim, progress=bar, folder=folder, record_mode=records)
         if bar is not None:
             bar.writing(target)
         result.save(folder)
@@ -250,9 +262,15 @@ def validate(
 
 
 def scenario_description(path: Path) -> str:
-    """A scenario file's first line, when it is a `# ...` comment."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        first = f.readline().strip()
+    """A scenario file's first line, when it is a `# ...` comment (none for a file that
+    cannot be read: a FIFO or a folder named *.yaml is listed, not waited on)."""
+    from blis_simpy.core.files import open_input
+
+    try:
+        with open_input(path, "--dir") as f:
+            first = f.readline(1000).decode("utf-8", errors="replace").strip()
+    except (ScenarioError, OSError):
+        return ""
     return first.lstrip("#").strip() if first.startswith("#") else ""
 
 
@@ -315,11 +333,11 @@ def workload_sample(
 ) -> None:
     """Run a scenario and write every request that arrived as a trace CSV, replayable by
     `workload: {type: trace}` and by the reference (extra tenant columns come last)."""
-    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.config.scenario import Scenario, parse_sets
     from blis_simpy.sim.sample import sample
 
     try:
-        loaded = Scenario.from_yaml(scenario_file(scenario), set_ or ())
+        loaded = Scenario.from_yaml(scenario_file(scenario), parse_sets(set_ or ()))
         if seed is not None:
             loaded = dataclasses.replace(loaded, seed=seed)
         count = sample(loaded, out)
@@ -364,16 +382,27 @@ def convert_inference_perf(
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="a run's output folder (run --out)")],
-    out: Annotated[Path | None, typer.Option(help="plot folder (default: RUN_DIR/plots)")
-                   ] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="plot folder (default: RUN_DIR/plots); with --html, the file (default: "
+        "RUN_DIR/report.html)")] = None,
+    html: Annotated[bool, typer.Option(
+        "--html", help="one self-contained HTML file with interactive plots instead of PNGs")
+    ] = False,
 ) -> None:
-    """Plot a finished run: latency CDFs, per-instance state, throughput.
+    """Plot a finished run: latency CDFs, per-instance state, throughput; with --html, also
+    the summary, SLO attainment per class and tenant, anomalies and the trace summary.
 
-    Needs matplotlib, from the plots extra: pip install 'blis-simpy\\[plots]'."""
-    from blis_simpy.report import plots
-
+    Needs matplotlib (PNG) or bokeh (--html), from the plots extra: pip install
+    'blis-simpy\\[plots]'."""
     try:
-        written = plots.render(run_dir, out or run_dir / "plots")
+        if html:
+            from blis_simpy.report.html import render_html
+
+            written = [render_html(run_dir, out or run_dir / "report.html")]
+        else:
+            from blis_simpy.report import plots
+
+            written = plots.render(run_dir, out or run_dir / "plots")
     except ScenarioError as exc:
         raise fail(exc) from None
     for path in written:
@@ -410,15 +439,30 @@ def summarize(
 
 @app.command()
 def compare(
-    run_a: Annotated[Path, typer.Argument(help="first run's output folder (A)")],
-    run_b: Annotated[Path, typer.Argument(help="second run's output folder (B)")],
+    runs: Annotated[list[Path], typer.Argument(
+        help="run output folders: A and B, or with --html two or more")],
     json_: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")
                      ] = False,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="write the runs side by side, with interactive plots, to this HTML "
+        "file instead")] = None,
 ) -> None:
-    """Print two runs' summary.json side by side with the B/A ratio of each number."""
-    from blis_simpy.report import compare as comparison
-
+    """Print two runs' summary.json side by side with the B/A ratio of each number; with
+    --html, write two or more runs' summaries, SLO attainment and plots to one file."""
     try:
+        if html is not None:
+            if len(runs) < 2:
+                raise ScenarioError("compare", f"got {len(runs)} run folder", "two or more")
+            from blis_simpy.report.html import compare_html
+
+            typer.echo(str(compare_html(runs, html)))
+            return
+        if len(runs) != 2:
+            raise ScenarioError("compare", f"got {len(runs)} run folders",
+                                "two (A and B), or two or more with --html FILE")
+        from blis_simpy.report import compare as comparison
+
+        run_a, run_b = runs
         rows = comparison.compare_runs(run_a, run_b)
     except ScenarioError as exc:
         raise fail(exc) from None
@@ -430,7 +474,30 @@ register_accuracy_commands(app)
 register_search_commands(app)
 
 
+# What `timeout`, CI runners, Kubernetes and a closed terminal send to end a process.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def end_like_ctrl_c(received: list[int]) -> None:
+    """SIGTERM and SIGHUP handled as SIGINT is: a KeyboardInterrupt, so every `finally`
+    runs (a run's staging folder and partial files are removed, nothing half-written stays);
+    `main` then ends the process by the signal itself. Later signals are ignored so the
+    clean-up is not cut short; forked children (worker pools) get the default handling."""
+    def interrupt(signum: int, frame: object) -> None:
+        for sig in ENDING_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    for sig in ENDING_SIGNALS:
+        signal.signal(sig, interrupt)
+    os.register_at_fork(after_in_child=lambda: [signal.signal(sig, signal.SIG_DFL)
+                                                for sig in ENDING_SIGNALS])
+
+
 def main() -> None:
+    received: list[int] = []
+    end_like_ctrl_c(received)
     # One simulation is one thread: OpenBLAS would start a thread per core when numpy loads
     # (60 ms of a 1K run here) for no gain. A value the user set wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -446,6 +513,9 @@ def main() -> None:
         # object and module once more (50 ms of a 1K run, 10 ms with it) to free memory the
         # operating system takes back anyway. Every file is closed by now.
         gc.freeze()
+        if received:  # cleaned up; now end as the signal asked (status 128 + its number)
+            signal.signal(received[0], signal.SIG_DFL)
+            os.kill(os.getpid(), received[0])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The kv-offload library scenario: a CPU tier below a GPU cache too small for the chat's
-working set cuts TTFT and raises throughput and the hit rate (README "KV tiers")."""
+working set cuts TTFT and raises throughput and the hit rate (docs/guides/kv-tiers.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "kv-offload.yaml"
 
 @functools.cache
 def summary(cpu_blocks: int) -> dict:
-    scenario = Scenario.from_yaml(SCENARIO, [f"engine.kv_tiers.cpu_blocks={cpu_blocks}"])
+    scenario = Scenario.from_yaml(SCENARIO, {"engine.kv_tiers.cpu_blocks": cpu_blocks})
     return blis_simpy.run(scenario).summary
 
 

@@ -13,6 +13,9 @@ from typing import Any
 
 from blis_simpy.calibrate.fit import PRIORS, Fitted
 from blis_simpy.config.step_models import HOST, KERNEL
+from blis_simpy.core.files import replacing
+
+COEFFICIENTS_FILE = "a coefficients file path, e.g. coefficients.json"
 
 
 def coefficient_set(fitted: Fitted, family: str, source: str, accuracy: str = ""
@@ -54,7 +57,8 @@ def write_sets(fitted: Fitted, out: Path, source: str, families: Sequence[str] |
     for family in families:
         path = out if len(families) == 1 else out.with_name(f"{out.stem}-{family}.json")
         data = coefficient_set(fitted, family, source, (accuracy or {}).get(family, ""))
-        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        with replacing(path, "--out", COEFFICIENTS_FILE) as temp:
+            temp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         written.append(path)
     return written
 

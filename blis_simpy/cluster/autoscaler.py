@@ -6,8 +6,8 @@ every instance event of their timestamp (SCALE_CHECK, seed E.3), see aggregate s
 
 Every target is clamped into the pool's [min, max]; after acting, min <= replicas <= max is
 asserted (invariant scale_bounds: an InvariantError names the config). Each action is written
-to the ScaleLog with the signals behind it; an action opposite to the config's previous one
-within the oscillation window is a scale_oscillation anomaly.
+to the ScaleLog with the signals behind it; flapping (scale_oscillation) is judged from them
+when the run ends (metrics/anomalies.py).
 
 With no horizon the polls stop once nothing but polls is left to happen (every request has
 arrived and ended), so an autoscaled run ends as a fixed one does.
@@ -47,13 +47,13 @@ class Poll(StageEvent):
 class ConfigScaler:
     """One config's autoscaling state: its pool, its policy object, what it last did."""
 
-    def __init__(self, pool: DeploymentPool, policy: AutoscalePolicy, window_us: int) -> None:
+    def __init__(self, pool: DeploymentPool, policy: AutoscalePolicy) -> None:
         self.pool = pool
         self.policy = policy
-        self.window_us = window_us
         self.last_action: ScaleEvent | None = None
         self.last_trigger = -1
         self.seen_requests = 0  # recorder.requests already counted for the request rate
+        self.seen_tokens: dict[str, int] = {}  # instance -> output tokens already counted
         self.seen_at = 0
 
 
@@ -133,12 +133,7 @@ class Autoscaler:
                                  f"{bounds.max}]")
         event = ScaleEvent(now, pool.config, decision.action, before, after, decision.reason,
                            shown(ctx.signals), trigger)
-        self.log.events.append(event)
-        if last is not None and last.action != event.action \
-                and now - last.time < scaler.window_us:
-            self.recorder.anomaly("scale_oscillation", last.time, "", (),
-                                  f"{pool.config}: {last.action} {last.before}->{last.after} "
-                                  f"then {event.action} {before}->{after}", end=now)
+        self.log.events.append(event)  # flapping is judged from these (metrics/anomalies.py)
         scaler.last_action = event
 
     def _decide(self, scaler: ConfigScaler, ctx: ScaleContext) -> ScaleDecision:
@@ -172,6 +167,10 @@ class Autoscaler:
                         if self._serves(pool, req))
         elapsed = now - scaler.seen_at
         rate = count / (elapsed / US_PER_S) if elapsed > 0 else 0.0
+        tokens = 0
+        for inst in pool.members:  # emitted since the last look, by every replica serving
+            tokens += inst.output_tokens - scaler.seen_tokens.get(inst.id, 0)
+            scaler.seen_tokens[inst.id] = inst.output_tokens
         scaler.seen_requests, scaler.seen_at = len(arrived), now
         return DeploymentSignals(
             ready_replicas=n,
@@ -187,6 +186,8 @@ class Autoscaler:
             starting_kv_capacity_tokens=sum(inst.capacity for inst in starting),
             request_rate=rate,
             recent_ttft_ms=sum(inst.recent_ttft_ms() for inst in ready) / n if n else 0.0,
+            recent_tpot_ms=sum(inst.recent_tpot_ms() for inst in ready) / n if n else 0.0,
+            output_tokens_per_s=tokens / (elapsed / US_PER_S) if elapsed > 0 else 0.0,
         )
 
     def _serves(self, pool: DeploymentPool, req: Request) -> bool:

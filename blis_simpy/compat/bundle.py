@@ -21,6 +21,7 @@ import yaml
 
 from blis_simpy.compat.flags import go_int
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.core.schema import join
 from blis_simpy.core.yamlio import first_node
 
@@ -239,14 +240,7 @@ def load_bundle(path: Path, label: str | None = None) -> Bundle:
     """Read and validate a PolicyBundle YAML as the reference's LoadPolicyBundle + Validate:
     only the first YAML document is read, and a file without one is an error (EOF)."""
     label = label or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(label, f"{path} is not UTF-8 text (byte {exc.start}): is it a "
-                            "policy bundle YAML file?") from None
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise ScenarioError(label, f"cannot read {path}: {reason}") from None
+    text = read_text(path, label, "a policy bundle YAML file")
     root = first_node(text, label)
     if root is None:
         raise ScenarioError(label, "has no YAML document (the reference fails with EOF)",

@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from blis_simpy.compat.flags import DEFAULTS_FILE, INT64_MAX, KEY_TO_FLAG, Args, parse_args
 from blis_simpy.compat.policy_config import build_policies, command_policies
 from blis_simpy.compat.workload_spec import workload_spec
@@ -40,6 +38,7 @@ from blis_simpy.config.catalog import (
 )
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.yamlio import dump_yaml
 from blis_simpy.workload.imported import Converted
 
 LOG_LEVELS = ("panic", "fatal", "error", "warn", "warning", "info", "debug", "trace")
@@ -442,4 +441,4 @@ def to_yaml(data: dict[str, Any], command: list[str] | None = None) -> str:
         header += ("# Except the workload: --workload-spec became a tenants workload drawn from\n"
                    "# blis-simpy's numpy streams; the reference's exact RNG stream is not\n"
                    "# reproduced, so requests and numbers differ from its run.\n")
-    return header + yaml.safe_dump(data, sort_keys=False)
+    return header + dump_yaml(data)

@@ -13,8 +13,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from blis_simpy.compat.bundle import (
     AXIS_FLAGS,
     BUNDLE_KEYS,
@@ -26,6 +24,7 @@ from blis_simpy.compat.bundle import (
 from blis_simpy.compat.flags import FLAGS, Args, default_values, go_float
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join
+from blis_simpy.core.yamlio import dump_yaml
 
 # What a weighted router uses when neither --routing-scorers nor the bundle names scorers.
 DEFAULT_SCORERS = {"prefix-affinity": 3.0, "queue-depth": 2.0, "kv-utilization": 2.0}
@@ -147,4 +146,4 @@ def policies_yaml(policies: dict[str, Any], source: str | Path | None = None) ->
     """A `policies:` section as YAML, headed by a comment naming the file it came from."""
     header = (f"# Converted from the reference BLIS policy config {source}\n" if source
               else "# Converted from a reference BLIS policy config.\n")
-    return header + yaml.safe_dump({"policies": policies}, sort_keys=False)
+    return header + dump_yaml({"policies": policies})

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.core.yamlio import load_yaml
 
 DEFAULT_KV_BLOCKS = 1_000_000
@@ -72,11 +73,7 @@ class Catalog:
     def from_file(cls, path: Path, where: str) -> Catalog:
         """A user's defaults.yaml; a ScenarioError at `where` (the option that named it)
         says what is wrong with the file."""
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or exc
-            raise ScenarioError(where, f"cannot read {path}: {reason}") from None
+        text = read_text(path, where, "a defaults YAML file")
         try:
             data = load_yaml(text, str(path))
         except ScenarioError as exc:
@@ -169,8 +166,8 @@ def read_json(path: str, inside: str | None) -> dict[str, Any]:
     if inside and file.is_dir():
         file = file / inside
     try:
-        return json.loads(file.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {file}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
+        return json.loads(read_text(file, "", "a JSON file"))
+    except ScenarioError as exc:
+        raise ValueError(exc.problem) from None
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"{file} is not valid JSON: {exc}") from None

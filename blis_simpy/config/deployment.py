@@ -170,8 +170,9 @@ class AutoscalerConfig:
     triggers: Triggers = spec(factory=Triggers, help="event triggers besides the poll")
     actuation: Actuation = spec(factory=Actuation, help="delays, warm-up and drain")
     oscillation_window_s: float | None = spec(
-        None, help="an up then down (or down then up) of one config within this long is a "
-        "scale_oscillation anomaly; default: the policy's cooldown, else 3 poll intervals",
+        None, help="scale actions of one config each within this long of the last, reversing "
+        "direction twice or more, are a scale_oscillation (flapping) episode; default: the "
+        "policy's cooldown + 3 poll intervals + the config's mean time-to-ready",
         gt=0, le=MAX_SIM_S)
 
 

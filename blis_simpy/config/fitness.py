@@ -21,7 +21,8 @@ FITNESS_KEYS = ("throughput", "tokens_per_sec", "goodput", "p99_ttft", "p50_ttft
 
 @dataclass(frozen=True, slots=True)
 class FitnessConfig:
-    weights: dict[str, float] = spec(factory=dict, help="metric key -> weight (see README)")
+    weights: dict[str, float] = spec(factory=dict, help="metric key -> weight "
+                                     "(docs/reference/metrics.md)")
 
     def validate(self, path: str) -> None:
         check_weights(self.weights, join(path, "weights"))

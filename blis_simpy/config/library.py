@@ -18,7 +18,7 @@ def scenario_file(arg: str | Path, folder: Path | None = None, where: str = "") 
     """A file that exists (relative to `folder` when given) wins; else a bare name is looked
     up in the library."""
     path = Path(arg) if folder is None else folder / arg
-    if path.exists() or path.suffix or len(Path(arg).parts) != 1:
+    if path.exists() or path.is_symlink() or path.suffix or len(Path(arg).parts) != 1:
         return path
     shipped = LIBRARY / f"{arg}.yaml"
     if shipped.is_file():

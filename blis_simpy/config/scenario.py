@@ -8,15 +8,15 @@ says exactly what ran.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-
-import yaml
 
 from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
@@ -28,7 +28,9 @@ from blis_simpy.config.workload import (
     TraceWorkload,
     Workload,
 )
+from blis_simpy.core.arguments import instance
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.core.schema import join, load, spec, to_plain
 from blis_simpy.core.units import (
     MAX_FLOAT,
@@ -38,7 +40,7 @@ from blis_simpy.core.units import (
     MAX_TOKENS,
     US_PER_S,
 )
-from blis_simpy.core.yamlio import load_yaml
+from blis_simpy.core.yamlio import dump_yaml, load_yaml
 
 if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentSection
@@ -139,8 +141,9 @@ class Refresh:
     interval_s: float = spec(0.0, help="periodic refresh interval (s)", ge=0)
 
     def validate(self, path: str) -> None:
-        if self.mode == "periodic" and self.interval_s <= 0:
-            raise ScenarioError(join(path, "interval_s"), "must be > 0 for periodic refresh")
+        if self.mode == "periodic" and self.interval_us < 1:
+            raise ScenarioError(join(path, "interval_s"), f"{self.interval_s!r} s is 0 µs on "
+                                "the clock; periodic refresh needs an interval", ">= 1e-06")
 
     @property
     def interval_us(self) -> int:
@@ -214,9 +217,35 @@ class Burst:
 
 
 @dataclass(frozen=True, slots=True)
+class MeasurementWindow:
+    """Which part of a run its metrics describe (docs/reference/metrics.md, "The measurement
+    window")."""
+
+    warmup_s: float = spec(0.0, help="measure the requests arriving from this time on (s): a "
+                           "run starts with empty queues and cold prefix caches", ge=0,
+                           le=MAX_SIM_S)
+    end_s: float | None = spec(None, help="... and before this time (s); rates count the "
+                               "completions and tokens within [warmup_s, end_s); null: until "
+                               "the run's end", gt=0, le=MAX_SIM_S)
+
+    def validate(self, path: str) -> None:
+        if self.end_s is not None and self.end_s <= self.warmup_s:
+            raise ScenarioError(join(path, "end_s"), f"{self.end_s:g} is not after warmup_s "
+                                f"{self.warmup_s:g}", f"a time above {self.warmup_s:g}, or null")
+
+    @property
+    def whole(self) -> bool:
+        """The default: the whole run."""
+        return self.warmup_s == 0 and self.end_s is None
+
+
+@dataclass(frozen=True, slots=True)
 class EvaluationConfig:
     slo_targets: dict[str, SLOTargets] = spec(
         factory=dict, help="SLO class -> targets (a tenant's own slo takes precedence)")
+    window: MeasurementWindow = spec(
+        factory=MeasurementWindow, help="the measurement window every metric, the fitness and "
+        "compare_policies use; default: the whole run", omit_default=True)
     class_ranks: dict[str, int] = spec(
         factory=dict, help="SLO class -> urgency rank for SLO-class inversions (lower = more "
         "urgent); defaults: realtime/critical 0, interactive/standard 1, default 2, "
@@ -234,6 +263,8 @@ class EvaluationConfig:
                 ranks[""] = ranks["default"] = rank
         return ranks
 
+
+SLO_FITNESS_KEYS = ("slo_attainment", "goodput", "fairness")  # null without SLO targets
 
 MAX_NAME = 100
 # A name is one path component that stays inside out/: no separators, no leading dot.
@@ -259,7 +290,8 @@ class Scenario:
                      "out/<name>; default: the YAML file's name without .yaml")
     seed: int = spec(42, help="master seed; every random stream derives from it")
     compat: Literal["none", "blis"] = spec(
-        "none", help="blis: reproduce the reference BLIS's reported numbers (see README)"
+        "none", help="blis: reproduce the reference BLIS's reported numbers "
+        "(docs/reference/compat.md)"
     )
     horizon_s: float | None = spec(None, help="stop the simulation at this time (s)", gt=0,
                                    le=MAX_SIM_S)
@@ -297,14 +329,38 @@ class Scenario:
                                 "cluster.trace_level: decisions or full, or no jsonl")
         if self.deployment is not None:
             self.check_deployment(join(path, "deployment"))
+        self.check_targets(path)
         if self.compat == "blis" and ClientTimeouts.of(self.workload):
             raise ScenarioError(join(path, "workload.timeout_s"), "client timeouts are not in "
                                 "the reference BLIS; compat: blis cannot reproduce them",
                                 "no timeout_s, or compat: none")
+        if self.compat == "blis" and not self.evaluation.window.whole:
+            raise ScenarioError(join(path, "evaluation.window"), "the reference BLIS reports "
+                                "whole runs; compat: blis cannot reproduce a window",
+                                "no window, or compat: none")
         if self.compat == "blis" and self.engine.kv_tiers.enabled:
             raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
-                                "only (the reference's tiers have defects, README \"KV tiers\")",
+                                "only (the reference's tiers have defects: "
+                                "docs/guides/kv-tiers.md)",
                                 "0, or compat: none")
+
+    def check_targets(self, path: str) -> None:
+        """A fitness weight on an SLO figure needs a target to attain: without one the figure
+        is null (nothing to attain) and the weight would only add 0."""
+        weighted = [k for k in SLO_FITNESS_KEYS if self.fitness.weights.get(k)]
+        if weighted and not self.has_slo_targets:
+            raise ScenarioError(join(path, f"fitness.weights.{weighted[0]}"), "the scenario "
+                                "sets no SLO target, so there is nothing to attain",
+                                "evaluation.slo_targets (or a tenant's slo), or no weight on "
+                                + ", ".join(SLO_FITNESS_KEYS))
+
+    @property
+    def has_slo_targets(self) -> bool:
+        """Whether any request can have an SLO target (a class's or a tenant's)."""
+        goals = list(self.evaluation.slo_targets.values())
+        if isinstance(self.workload, TenantsWorkload):
+            goals += [t.slo for t in self.workload.tenants if t.slo is not None]
+        return any(v is not None for g in goals for v in (g.ttft_ms, g.tpot_ms, g.e2e_ms))
 
     def check_deployment(self, path: str) -> None:
         """The deployment section against the rest: native mode only, the default model among
@@ -341,25 +397,22 @@ class Scenario:
     def from_dict(cls, data: Any, base_dir: Path | None = None) -> Scenario:
         scenario = load(cls, data, "")
         if isinstance(scenario.workload, TraceWorkload) and base_dir is not None:
-            trace = (base_dir / scenario.workload.path).resolve()
+            trace = base_dir / scenario.workload.path
+            with contextlib.suppress(OSError, RuntimeError):  # a symlink loop: reading says so
+                trace = trace.resolve()
             scenario = dataclasses.replace(
                 scenario, workload=dataclasses.replace(scenario.workload, path=str(trace))
             )
         return scenario
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = (),
+    def from_yaml(cls, path: str | Path, overrides: Mapping[str, Any] | None = None,
                   presets: Mapping[str, Any] | None = None) -> Scenario:
-        """Load a scenario file; `overrides` are dotted `key.path=value` settings, applied
-        after `presets` (dotted path -> value, e.g. a policy bundle's)."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ScenarioError("", f"cannot read {path}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise ScenarioError("", f"{path} is not UTF-8 text (byte {exc.start}): is it a "
-                                "scenario YAML file?") from None
+        """Load a scenario file; `overrides` map dotted key paths to values
+        ({"cluster.instances": 2}: the command line's `--set` settings, parsed with
+        `parse_sets`), applied after `presets` (the same form, e.g. a policy bundle's)."""
+        path = Path(instance("path", path, (str, os.PathLike), "a scenario file's path"))
+        text = read_text(path, "", "a scenario YAML file")
         try:
             return cls.from_yaml_text(text, path.parent, overrides, default_name(path),
                                       presets)
@@ -368,14 +421,13 @@ class Scenario:
 
     @classmethod
     def from_yaml_text(cls, text: str, base_dir: Path | None = None,
-                       overrides: Sequence[str] = (), name: str = "scenario",
+                       overrides: Mapping[str, Any] | None = None, name: str = "scenario",
                        presets: Mapping[str, Any] | None = None) -> Scenario:
         """`name` is used when the text gives none (from_yaml passes the file's stem)."""
-        data = load_yaml(text, "")
+        data = load_yaml(instance("text", text, str, "the scenario's YAML text"), "")
         for key, value in (presets or {}).items():
             data = set_path(data, key, value)
-        for override in overrides:
-            data = apply_override(data, override)
+        data = with_overrides(data, overrides)
         if isinstance(data, dict) and "name" not in data:
             data = {**data, "name": name}
         return cls.from_dict(data, base_dir)
@@ -384,7 +436,7 @@ class Scenario:
         return to_plain(self)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return dump_yaml(self.to_dict())
 
 
 def default_name(path: Path) -> str:
@@ -393,13 +445,31 @@ def default_name(path: Path) -> str:
     return name or "scenario"
 
 
-def apply_override(data: Any, override: str) -> dict[str, Any]:
-    """Set `a.b.c=value` (value parsed as YAML) in a copy of the scenario's data, creating
-    missing sections; the usual validation then checks the result."""
-    key, sep, raw = override.partition("=")
-    if not sep or not key.strip():
-        raise ScenarioError("--set", f"expected key.path=value, got {override!r}")
-    return set_path(data, key, load_yaml(raw, f"--set {key}"))
+def parse_sets(settings: Sequence[str]) -> dict[str, Any]:
+    """The command line's `--set a.b.c=value` settings (values parsed as YAML) as overrides;
+    a key set twice keeps its last value."""
+    out: dict[str, Any] = {}
+    for setting in settings:
+        key, sep, raw = setting.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError("--set", f"expected key.path=value, got {setting!r}")
+        out[key.strip()] = load_yaml(raw, f"--set {key}")
+    return out
+
+
+def with_overrides(data: Any, overrides: Mapping[str, Any] | None) -> Any:
+    """A copy of the scenario's data with each dotted key path set to its value, in order;
+    the usual validation then checks the result."""
+    if overrides is None:
+        return data
+    if not isinstance(overrides, Mapping):
+        raise ScenarioError("overrides", f"expected a mapping of dotted key paths to values "
+                            f"({{'cluster.instances': 2}}), got {type(overrides).__name__}")
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key.strip():
+            raise ScenarioError("overrides", f"keys are dotted key paths, got {key!r}")
+        data = set_path(data, key, value)
+    return data
 
 
 def set_path(data: Any, key: str, value: Any) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from blis_simpy.config.catalog import data_dir
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 
 STEP_DIR = "step_models"
 DEFAULT_FAMILY = "vllm"
@@ -154,13 +156,13 @@ def load(name: str | None) -> CoefficientSet:
     if name in bundled_families():
         return bundled(name)
     path = Path(name)
-    if not path.suffix and not path.exists():
+    if not path.suffix and not path.exists() and not path.is_symlink():
         return bundled(name)  # a family name that is not bundled: say which are
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(read_text(path, "", "a coefficients JSON file"))
+    except ScenarioError as exc:
+        raise ValueError(exc.problem) from None
+    except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
     return CoefficientSet.from_json(data, str(path))
 

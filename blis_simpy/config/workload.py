@@ -161,12 +161,6 @@ class TenantsWorkload:
         if sum(t.rate_fraction for t in self.tenants if t.closed_loop is None) <= 0 and all(
                 t.closed_loop is None for t in self.tenants):
             raise ScenarioError(join(path, "tenants"), "every rate_fraction is 0")
-        expected = self.rate_per_s * self.duration_s
-        if self.max_requests is None and expected > MAX_REQUESTS:
-            raise ScenarioError(join(path, "rate_per_s"), f"rate_per_s x duration_s is about "
-                                f"{expected:,.0f} requests (~{expected / 1e6:,.0f} GB of "
-                                f"memory); the limit is {MAX_REQUESTS:,}",
-                                "a lower rate or duration, or set max_requests")
 
     @property
     def open_fraction_total(self) -> float:

@@ -4,6 +4,7 @@ can say where; `PolicyError` when it is a user policy's code), and broken invari
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
@@ -21,7 +22,7 @@ class ScenarioError(ValueError):
             text += f" (valid: {valid})"
         if file:
             text = f"{file}: {text}"
-        self.text = text
+        self.text = printable(text)
         # args rebuild the error (SimPy re-raises a failed process's error as
         # type(e)(*e.args); pickling across processes does the same)
         super().__init__(path, problem, valid, file)
@@ -34,6 +35,20 @@ class ScenarioError(ValueError):
         if self.file:
             return self
         return ScenarioError(self.path, self.problem, self.valid, str(file))
+
+
+# Control characters (newlines, terminal escape sequences) and the bidirectional overrides that
+# reorder what a terminal shows: from a file name, a YAML key or a trace field, any of them
+# would break an error's one line or take over the terminal that prints it. Compiled by `re` the
+# first time a message holds one (most never do: no cost at start-up).
+UNPRINTABLE = "[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+
+
+def printable(text: str) -> str:
+    """`text` with every unprintable character written as its escape (`\\n`, `\\x1b`)."""
+    if text.isprintable():
+        return text
+    return re.sub(UNPRINTABLE, lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
 class PolicyError(ScenarioError):

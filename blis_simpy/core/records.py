@@ -18,6 +18,11 @@ Channels:
   routing decision, routing rows with every candidate;
 * events (optional, trace level `full`): (time, kind, subject, where) in the order they
   happened, for tracing and for tests that check same-time ordering.
+
+A streaming run (`Recorder.stream`) hands its requests and step rows to a `RecordSink` as it
+goes instead of keeping them: the step rows every STEP_CHUNK steps, when the instance hands
+them over; the requests, oldest first, between slices of the event loop (`sweep`), once they
+have finished for good. What is left is handed over when the run closes.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from blis_simpy.core.arguments import flag
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 from blis_simpy.core.tier_records import TierLog, TierRecord
@@ -43,7 +49,7 @@ ANOMALY_TYPES = (
     "priority_inversion",  # admitted while a higher-priority request waits in the same queue
     "hol_blocking",  # ... and that request had queued before it: one episode per passed-over one
     "kv_hol_blocking",  # the head does not fit in free KV while one behind would: an episode
-    "slo_class_inversion",  # admitted while a more urgent SLO class (or older) request waits
+    "slo_class_inversion",  # admitted while a request of a more urgent SLO class waits
     "slo_violation",
     "preemption_storm",
     "rejection_burst",
@@ -126,16 +132,40 @@ class Decision:
     filtered: tuple[str, ...] = ()  # instances ruled out: not routable, or by the policy
 
 
+# A streaming run hands finished requests over this many at a time (the table writers'
+# chunk), oldest first; when this many times more are waiting behind one that has not
+# finished, the finished ones among them are handed over out of arrival order (a request
+# that never finishes must not hold every later one in memory).
+STREAM_CHUNK = 65_536
+PENDING_LIMIT = 4 * STREAM_CHUNK
+
+
+class RecordSink(Protocol):
+    """Where a streaming run's records go as it runs (metrics/stream.py)."""
+
+    def steps(self, log: InstanceLog, rows: np.ndarray) -> None:
+        """The instance's next step rows (steps x STEP_FIELDS int64, a copy to keep)."""
+
+    def requests(self, chunk: RequestColumns, floors: dict[int, int]) -> None:
+        """Requests that have finished for good (the last chunk: every request left).
+        `floors`: per instance position, the earliest first-token step of a request not yet
+        handed over: that step and later ones may still be read and gain token gaps, the
+        steps before it are final (absent: every step handed over is)."""
+
+
 class InstanceLog:
     """One instance's records: its step rows and, when the run ends, its final counters."""
 
-    __slots__ = ("id", "kv_failures", "kv_hits", "kv_misses", "kv_total", "last_event",
-                 "packed", "role", "table", "tiers")
+    __slots__ = ("id", "kv_failures", "kv_hits", "kv_misses", "kv_total", "last", "last_event",
+                 "packed", "position", "role", "sink", "table", "tiers")
 
-    def __init__(self, instance_id: str, role: Role, kv_total: int) -> None:
+    def __init__(self, instance_id: str, role: Role, kv_total: int, position: int = 0) -> None:
         self.id = instance_id
         self.role = role
         self.kv_total = kv_total
+        self.position = position  # in the recorder's instances (RequestColumns.instance_index)
+        self.sink: RecordSink | None = None  # a streaming run's: rows go there, not to `table`
+        self.last = 0  # the newest handed-over step's duration
         # The rows handed over so far: the first `packed` rows of `table` (the rest is room
         # to grow). The instance keeps its newest rows until it has a chunk of them.
         self.table = np.empty((0, len(STEP_FIELDS)), dtype=np.int64)
@@ -152,6 +182,13 @@ class InstanceLog:
         straight from the vector's memory, no Python int per field."""
         flat = np.frombuffer(memoryview(values), dtype=np.int64)
         count = len(flat) // len(STEP_FIELDS)
+        if count == 0:
+            return
+        self.last = int(flat[-len(STEP_FIELDS) + DURATION])
+        if self.sink is not None:
+            self.packed += count
+            self.sink.steps(self, flat.reshape(count, len(STEP_FIELDS)).copy())
+            return
         start, end = self.packed, self.packed + count
         if end > len(self.table):
             grown = np.empty((max(2 * len(self.table), end, STEP_CHUNK), len(STEP_FIELDS)),
@@ -163,12 +200,12 @@ class InstanceLog:
 
     def rows(self) -> np.ndarray:
         """Every step row handed over, in order, as one (steps x fields) int64 array (a
-        view)."""
-        return self.table[:self.packed]
+        view); none when they went to a sink."""
+        return self.table[:0] if self.sink is not None else self.table[:self.packed]
 
     def last_duration(self) -> int:
         """The newest handed-over step's duration (0 before the first)."""
-        return int(self.table[self.packed - 1, DURATION]) if self.packed else 0
+        return self.last
 
     def free(self) -> None:
         """Drop the rows (the records hold them as columns now)."""
@@ -184,7 +221,13 @@ class Recorder:
     """Append-only records of one run."""
 
     def __init__(self, *, decisions: bool = False, events: bool = False) -> None:
+        decisions, events = flag("decisions", decisions), flag("events", events)
+        # Every request that arrived, in arrival order; a streaming run's, those not yet
+        # handed to its sink (`handed` of them were).
         self.requests: list[Request] = []
+        self.handed = 0
+        self.sink: RecordSink | None = None
+        self.settled = 0  # how many of the oldest requests have finished for good
         self.instances: list[InstanceLog] = []
         self.anomalies: list[Anomaly] = []
         self.preemptions: list[tuple[int, str, str]] = []
@@ -194,9 +237,50 @@ class Recorder:
         self.transfers: list[TransferRow] = []  # P/D handoffs (TRANSFER_FIELDS)
 
     def instance(self, instance_id: str, role: Role, kv_total: int) -> InstanceLog:
-        log = InstanceLog(instance_id, role, kv_total)
+        log = InstanceLog(instance_id, role, kv_total, len(self.instances))
+        log.sink = self.sink
         self.instances.append(log)
         return log
+
+    @property
+    def arrived(self) -> int:
+        """Requests that arrived so far (handed to a sink or not)."""
+        return self.handed + len(self.requests)
+
+    def stream(self, sink: RecordSink) -> None:
+        """Hand requests and step rows to `sink` as the run goes (before it starts)."""
+        self.sink = sink
+        for log in self.instances:
+            log.sink = sink
+
+    def sweep(self, now: int) -> None:
+        """A streaming run, between slices of its event loop: hand the requests that have
+        finished for good to the sink, oldest first, a chunk at a time."""
+        pending = self.requests
+        if self.sink is None or len(pending) < STREAM_CHUNK:
+            return
+        packed = [log.packed for log in self.instances]
+        index = {log.id: log.position for log in self.instances}
+        done = self.settled  # a finished request stays finished: scan on from there
+        while done < len(pending) and final(pending[done], now, packed, index):
+            done += 1
+        self.settled = done
+        if done >= STREAM_CHUNK:
+            chunk, self.requests = pending[:done], pending[done:]
+        elif len(pending) >= PENDING_LIMIT:  # an old request holds up the rest: pass it
+            keep = [final(req, now, packed, index) for req in pending]
+            chunk = [req for req, ok in zip(pending, keep, strict=True) if ok]
+            self.requests = [req for req, ok in zip(pending, keep, strict=True) if not ok]
+        else:
+            return
+        self.settled = 0
+        self.hand(chunk, index, floors(self.requests, index))
+
+    def hand(self, chunk: list[Request], index: dict[str, int], floors: dict[int, int]
+             ) -> None:
+        assert self.sink is not None
+        self.handed += len(chunk)
+        self.sink.requests(RequestColumns.of(chunk, index), floors)
 
     def anomaly(self, kind: str, time: int, instance: str, requests: Sequence[str],
                 detail: str = "", end: int | None = None) -> None:
@@ -215,6 +299,9 @@ class Recorder:
         """The records as columns; call once, after the last event ran. The rows they were
         made from are released (a long run's largest objects)."""
         index = {log.id: i for i, log in enumerate(self.instances)}
+        if self.sink is not None:  # streaming: the rest go to the sink, none stay here
+            self.hand(self.requests, index, {})
+            self.requests = []
         requests = RequestColumns.of(self.requests, index)
         self.requests = []
         instances = []
@@ -232,6 +319,29 @@ class Recorder:
             ended_at=ended_at,
             transfers=tuple(self.transfers),
         )
+
+
+def final(req: Request, now: int, packed: list[int], index: dict[str, int]) -> bool:
+    """Whether nothing about the request will change any more: rejected, timed out, or
+    completed with its last token delivered (until then its client may still time out) and
+    the step that emitted it handed over (its gaps and duration are read from the rows)."""
+    state = req.state
+    if state is State.COMPLETED:
+        return req.completed_at <= now and req.last_emit_step < packed[index[req.instance]]
+    return state is State.REJECTED or state is State.TIMED_OUT
+
+
+def floors(pending: Sequence[Request], index: dict[str, int]) -> dict[int, int]:
+    """Per instance, the earliest first-token step of the requests still pending there: a
+    request adds token gaps only to steps after its first token's."""
+    out: dict[int, int] = {}
+    for req in pending:
+        step = req.first_token_step
+        if step >= 0 and req.instance:
+            where = index[req.instance]
+            if step < out.get(where, step + 1):
+                out[where] = step
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +387,7 @@ def rows_matrix(rows: Iterable[tuple[int, ...]], count: int, width: int) -> np.n
 INT_FIELDS = ("index", "arrival", "admitted_at", "routed_at", "queued_at", "first_scheduled",
               "first_token_at", "completed_at", "timed_out_at", "input_len", "output_len",
               "cached_tokens", "emitted", "preemptions", "turn", "first_token_step",
-              "last_emit_step")  # the requests' integer fields, read into columns
+              "last_emit_step", "trace_time")  # the requests' integer fields, read into columns
 
 
 def int_columns(requests: Sequence[Request]) -> dict[str, np.ndarray]:
@@ -322,6 +432,7 @@ class RequestColumns:
     reject_reason: list[str]
     first_token_step: np.ndarray  # step (of its instance) that emitted the first token
     last_emit_step: np.ndarray
+    trace_time: np.ndarray  # a published trace row's own timestamp (ns), else -1
     # Inter-token gaps that span several steps (after a preemption or a budget skip):
     # (request position, step of the token before, step of the token after).
     gap_request: np.ndarray

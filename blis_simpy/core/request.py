@@ -111,6 +111,7 @@ class Request:
         "tenant_id",
         "timed_out_at",
         "tokens",
+        "trace_time",
         "turn",
         "view",
     )
@@ -136,6 +137,7 @@ class Request:
         self.session_id = ""
         self.turn = 0
         self.model = ""  # the model a trace row names (informational: one model is served)
+        self.trace_time = -1  # a published trace row's own timestamp (ns), else -1
         self.done: Any = None  # a SimPy event a session waits on, triggered when it ends
         self.input_len = len(input_tokens)
         self.output_len = len(output_tokens)

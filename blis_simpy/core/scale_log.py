@@ -26,6 +26,8 @@ class ScaleLog:
     for every request handed back by a draining instance."""
 
     configs: dict[str, tuple[str, float]] = field(default_factory=dict)  # id -> (model, $/h)
+    # id -> (oscillation window µs, whether the config's time-to-ready is added to it)
+    windows: dict[str, tuple[int, bool]] = field(default_factory=dict)
     lifecycle: list[tuple[int, str, str, str]] = field(default_factory=list)
     events: list[ScaleEvent] = field(default_factory=list)
     lost: list[tuple[int, str, str, int]] = field(default_factory=list)

@@ -12,7 +12,6 @@ import functools
 import importlib
 import inspect
 import math
-import re
 import sys
 import types
 import typing
@@ -20,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal, get_args, get_origin
 
 from blis_simpy.core.errors import ScenarioError, closest_first
-from blis_simpy.core.units import MAX_FLOAT, MAX_INT, MIN_POSITIVE
+from blis_simpy.core.units import MAX_FLOAT, MAX_INT, MIN_POSITIVE, TICK_S
 
 
 def spec(
@@ -147,6 +146,7 @@ def describe(value: Any) -> str:
 
 
 def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
+    value = plain(value)
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         options = get_args(tp)
@@ -188,9 +188,28 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
             raise ScenarioError(path, f"expected a mapping, got {describe(value)}")
         item = get_args(tp)[1] if get_args(tp) else Any
         if item is Any:
+            check_depth(value, path)
             return {str(k): v for k, v in value.items()}
         return {str(k): convert(item, v, join(path, str(k)), {}) for k, v in value.items()}
     return bounded(scalar(tp, value, path), path, meta)
+
+
+MAX_DEPTH = 100  # levels of free-form values (a policy's params); YAML stops far sooner
+
+
+def check_depth(value: Any, path: str) -> None:
+    """Free-form values nested at most MAX_DEPTH levels (and no value inside itself): every
+    later walk of the scenario (copying, writing scenario.yaml) recurses through them."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ScenarioError(path, f"nested more than {MAX_DEPTH} levels deep (or inside "
+                                "itself)", "a flatter mapping")
+        if isinstance(item, Mapping):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
 
 
 def tagged_union(options: tuple[Any, ...]) -> dict[str, type]:
@@ -216,8 +235,13 @@ def load_tagged(tags: dict[str, type], value: Any, path: str) -> Any:
     return load(tags[tag], value, path)
 
 
-# `1e-9`: a number to YAML 1.2 and to anyone reading it, text to PyYAML (YAML 1.1 wants a dot)
-YAML11_EXPONENT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+def plain(value: Any) -> Any:
+    """A numpy scalar or array as the Python value it holds (`np.int64(3)` -> 3, `np.bool_`
+    -> bool, an array -> a list), so a value computed with numpy is valid wherever the Python
+    number it stands for is (numpy is not imported for it)."""
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    return value
 
 
 def scalar(tp: Any, value: Any, path: str) -> Any:
@@ -225,8 +249,6 @@ def scalar(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, bool):
             return value
     elif tp is int:
-        if isinstance(value, str) and YAML11_EXPONENT.fullmatch(value):
-            value = float(value)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -234,8 +256,6 @@ def scalar(tp: Any, value: Any, path: str) -> Any:
                 raise ScenarioError(path, f"{value} is out of range", "|value| <= 2**53")
             return value
     elif tp is float:
-        if isinstance(value, str) and YAML11_EXPONENT.fullmatch(value):
-            value = float(value)
         if isinstance(value, int | float) and not isinstance(value, bool):
             if not math.isfinite(value):
                 raise ScenarioError(path, f"must be a finite number, got {value!r}")
@@ -255,9 +275,19 @@ def bounded(value: Any, path: str, meta: Mapping[str, Any]) -> Any:
         raise ScenarioError(path, f"must be > {meta['gt']}, got {value!r}")
     if meta.get("gt") == 0 and isinstance(value, float) and value < MIN_POSITIVE:
         raise ScenarioError(path, f"{value!r} is too small", f">= {MIN_POSITIVE:g}")
+    if meta.get("gt") == 0 and isinstance(value, float) and value < TICK_S and duration(path):
+        raise ScenarioError(path, f"{value!r} s rounds to 0 µs, the clock's tick (a timer "
+                            "of 0 would fire at the same time for ever)", f">= {TICK_S:g}")
     if "le" in meta and value > meta["le"]:
         raise ScenarioError(path, f"must be <= {meta['le']}, got {value!r}")
     return value
+
+
+def duration(path: str) -> bool:
+    """Whether the field at `path` is a time in seconds: named `*_s` (README: times are
+    seconds), except the rates `*_per_s` and bandwidths `*_gb_s`."""
+    name = path.rpartition(".")[2]
+    return name.endswith("_s") and not name.endswith(("per_s", "gb_s"))
 
 
 def default_of(f: dataclasses.Field[Any]) -> Any:

@@ -8,14 +8,20 @@ US_PER_S = 1_000_000
 US_PER_MS = 1_000
 VOCAB = 128_000  # token ids are drawn from [0, VOCAB), like the reference's generator
 
-# Limits on what a scenario may ask for (README, "Limits"): beyond them a run would overflow
-# the integer clock or exhaust memory long before it ends, so they are refused up front.
+# Limits on what a scenario may ask for (docs/reference/outputs.md, "Degenerate runs and
+# limits"): beyond them a run would overflow the integer clock or exhaust memory long before it
+# ends, so they are refused up front.
 MAX_INT = 2**53  # any integer in a scenario (exact as a float, as YAML may write it)
 MAX_FLOAT = 1e12  # magnitude of any number in a scenario
 MIN_POSITIVE = 1e-9  # smallest value of a number that must be > 0 (rates, scales, periods)
+TICK_S = 1e-6  # smallest duration that must be > 0: one µs, so it stays > 0 on the clock
 MAX_SIM_S = 1e9  # simulated seconds (~32 years; µs stay exact in a float64)
 MAX_REQUESTS = 10_000_000  # requests one run may generate (~1 KB of memory each)
 MAX_TOKENS = 10_000_000  # tokens in one request
+# Tokens of all requests (their ids in memory, the steps that serve them): ~1,000 a request
+# at the request limit, an hour or so of simulation.
+MAX_TOTAL_TOKENS = 10_000_000_000
+MAX_POLLS = 10_000_000  # periodic events (autoscaler polls) over a run
 MAX_KV_BLOCKS = 10_000_000  # KV blocks per instance
 MAX_INSTANCES = 4096
 

@@ -6,8 +6,8 @@ with the ones served:
   the priority policy assigned it, at this time) still waits in the same queue;
 * `hol_blocking` (the seed's sense): ... and that higher-priority request had queued before
   the admitted one, i.e. it was ahead of it in line and was passed over;
-* `slo_class_inversion`: a request was admitted while one of a more urgent SLO class (or the
-  same class and an earlier arrival) waits: the SLO view, independent of the priority policy;
+* `slo_class_inversion`: a request was admitted while one of a strictly more urgent SLO class
+  waits: the SLO view, independent of the priority policy (a run with one class has none);
 * `kv_hol_blocking`: the queue head does not fit in the free KV blocks while a request behind
   it would (head-of-line blocking caused by the strict admission order).
 
@@ -94,10 +94,9 @@ class QueueWatch:
                     self._inversion(now, req, top, waiting)
         urgent = top_of(self.by_class)
         if urgent is not None:
-            rank, arrival = self.ranks.get(urgent.slo_class, self.default_rank), urgent.arrival
+            rank = self.ranks.get(urgent.slo_class, self.default_rank)
             for req in admitted:
-                if (rank, arrival) < (self.ranks.get(req.slo_class, self.default_rank),
-                                      req.arrival):
+                if rank < self.ranks.get(req.slo_class, self.default_rank):
                     self.recorder.anomaly(
                         "slo_class_inversion", now, self.instance_id, [req.name, urgent.name],
                         f"{req.name} admitted while more urgent {urgent.name} waits")

@@ -149,6 +149,7 @@ class Instance:
         self._preempted = False
         self._load_us = 0  # KV load time of the prefix hits admitted this step
         self.preemptions = self.admissions = self.completions = 0
+        self.output_tokens = 0  # emitted so far: the autoscaler's token-throughput signal
         # Compat: the reference's event order (which also makes the instance idle from the
         # start of a step that empties its batch); natively the step loop, busy until a step
         # ends.
@@ -279,6 +280,7 @@ class Instance:
         steps = append(steps, kv_used)
         steps = append(steps, queue_depth)
         self.steps_taken += 1
+        self.output_tokens += decodes
         if len(steps) == STEP_VALUES:
             self.log.pack(steps)
             steps = vec[i64](capacity=STEP_VALUES)
@@ -658,6 +660,7 @@ class Instance:
         emitted = req.emitted + 1
         req.emitted = emitted
         if emitted == 1:
+            self.output_tokens += 1
             req.first_token_at = emit_at
             req.first_token_step = step
             self.recent_ttft.append(emit_at - req.arrival)

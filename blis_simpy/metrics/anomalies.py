@@ -17,6 +17,7 @@ from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.scenario import EvaluationConfig
 from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.records import Anomaly, Records
+from blis_simpy.core.scale_log import ScaleEvent, ScaleLog
 from blis_simpy.core.units import US_PER_S, us
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.raw import violated
@@ -55,6 +56,11 @@ def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
            config: EvaluationConfig, tiers: KVTiersConfig | None = None) -> list[Anomaly]:
     """The anomalies judged from the run's records: SLO violations, preemption storms,
     rejection bursts and (with KV tiers) KV thrashing."""
+    return slo_violations(requests, targets) + episodes(records, config, tiers)
+
+
+def slo_violations(requests: Table, targets: list[SLOTargets | None]) -> list[Anomaly]:
+    """One per completed request that missed a target, when it completed."""
     found = []
     ttft, tpot, e2e = (requests.array(name) for name in ("ttft_ms", "itl_mean_ms", "e2e_ms"))
     completion, states = requests.array("completion_s"), requests["final_state"]
@@ -67,6 +73,13 @@ def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
                 found.append(Anomaly("slo_violation", at, str(requests["instance"][i]),
                                      (str(requests["id"][i]),), "; ".join(missed), at,
                                      overshoot(values, target)))
+    return found
+
+
+def episodes(records: Records, config: EvaluationConfig, tiers: KVTiersConfig | None = None
+             ) -> list[Anomaly]:
+    """Preemption storms, rejection bursts and (with KV tiers) KV thrashing."""
+    found = []
     by_instance: dict[str, list[tuple[int, str, str]]] = {}
     for event in records.preemptions:
         by_instance.setdefault(event[1], []).append(event)
@@ -83,6 +96,61 @@ def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
     if tiers is not None and tiers.enabled:
         found.extend(thrashing(records, tiers))
     return found
+
+
+MIN_REVERSALS = 2  # up, down, up (or down, up, down): a flap, not one spike followed
+
+
+def oscillations(log: ScaleLog) -> list[Anomaly]:
+    """`scale_oscillation` episodes (flapping), one config at a time. A reversal (an action
+    opposite to the config's previous one) is quick when it comes within the config's
+    oscillation window of that previous action: `autoscaler.oscillation_window_s`, else the
+    policy's cooldown plus three poll intervals plus the config's mean time-to-ready (a
+    replica removed before it could serve, or added back while the last one drains, was paid
+    for nothing). An episode is a stretch of actions each within the window of the one
+    before, with no slow reversal; it is recorded with `MIN_REVERSALS` quick reversals or
+    more, from its first action to its last. Severity: reversals / 10, capped at 1."""
+    found = []
+    ready = time_to_ready(log)
+    for config, (window, add_ready) in log.windows.items():
+        if add_ready:
+            window += ready.get(config, 0)
+        episode: list[ScaleEvent] = []
+        reversals = 0
+        for event in [e for e in log.events if e.config == config] + [None]:
+            last = episode[-1] if episode else None
+            near = event is not None and last is not None and event.time - last.time < window
+            if near:
+                assert event is not None and last is not None
+                reversals += event.action != last.action
+                episode.append(event)
+                continue
+            if reversals >= MIN_REVERSALS:
+                found.append(flapping(config, episode, reversals, window))
+            episode, reversals = ([] if event is None else [event]), 0
+    return found
+
+
+def time_to_ready(log: ScaleLog) -> dict[str, int]:
+    """Per config, the mean time (µs) from a replica's provisioning to its taking traffic."""
+    started: dict[str, tuple[str, int]] = {}
+    waits: dict[str, list[int]] = {}
+    for time, instance, config, state in log.lifecycle:
+        if state == "provisioning":
+            started[instance] = (config, time)
+        elif state in ("warming", "active") and instance in started:
+            config, begun = started.pop(instance)
+            waits.setdefault(config, []).append(time - begun)
+    return {config: sum(w) // len(w) for config, w in waits.items()}
+
+
+def flapping(config: str, episode: list[ScaleEvent], reversals: int, window: int) -> Anomaly:
+    ups = sum(1 for e in episode if e.action == "up")
+    start, end = episode[0].time, episode[-1].time
+    return Anomaly("scale_oscillation", start, "", (),
+                   f"{config}: {reversals} reversals in {(end - start) / US_PER_S:.0f} s "
+                   f"({ups} up, {len(episode) - ups} down), each action within "
+                   f"{window / US_PER_S:.3g} s of the last", end, min(1.0, reversals / 10))
 
 
 def thrashing(records: Records, config: KVTiersConfig) -> list[Anomaly]:

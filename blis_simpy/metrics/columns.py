@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, BinaryIO, overload
 
 import numpy as np
 
@@ -95,15 +95,21 @@ class Table:
 
     def write_csv(self, path: Path) -> None:
         with path.open("wb") as f:
-            names = quoted(list(self.columns))
-            f.write(((",".join(names) if names != [""] else LONE_EMPTY) + "\n").encode())
-            for start in range(0, len(self), CHUNK):
-                stop = start + CHUNK
-                text = self.csv_bytes(start, stop)
-                if text is None:
-                    rows = self.rows(start, stop)
-                    text = ("\n".join(map(",".join, rows)) + "\n").encode()
-                f.write(text)
+            self.write_header(f)
+            self.write_rows(f)
+
+    def write_header(self, f: BinaryIO) -> None:
+        names = quoted(list(self.columns))
+        f.write(((",".join(names) if names != [""] else LONE_EMPTY) + "\n").encode())
+
+    def write_rows(self, f: BinaryIO) -> None:
+        for start in range(0, len(self), CHUNK):
+            stop = start + CHUNK
+            text = self.csv_bytes(start, stop)
+            if text is None:
+                rows = self.rows(start, stop)
+                text = ("\n".join(map(",".join, rows)) + "\n").encode()
+            f.write(text)
 
     def csv_bytes(self, start: int, stop: int) -> bytes | None:
         """Rows start..stop-1 as CSV text built as one byte matrix (`cell_matrix`): each
@@ -129,6 +135,46 @@ class Table:
         if len(cells) == 1:  # a one-column table's cells are whole rows
             cells[0] = [c or LONE_EMPTY for c in cells[0]]
         return zip(*cells, strict=True)
+
+
+class TableWriter:
+    """A table written as its rows come, a chunk at a time (a streaming run's requests and
+    steps): CSV appended (the bytes `Table.write_csv` writes for the whole table), or Parquet
+    one row group per chunk, each chunk's columns cast to the first one's types. The file
+    exists from the start, with the header alone until rows come."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.parquet: Any = None  # pyarrow's ParquetWriter, opened with the first chunk
+        self.handle: BinaryIO | None = None if path.suffix == ".parquet" else path.open("wb")
+        self.started = False
+
+    def write(self, table: Table) -> None:
+        if self.handle is not None:
+            if not self.started:
+                table.write_header(self.handle)
+            table.write_rows(self.handle)
+        else:
+            import pyarrow as pa  # type: ignore[import-not-found]
+            import pyarrow.parquet as pq  # type: ignore[import-not-found]
+
+            chunk = pa.Table.from_pandas(table.frame(), preserve_index=False)
+            if self.parquet is None:
+                self.parquet = pq.ParquetWriter(self.path, chunk.schema)
+            self.parquet.write_table(chunk.cast(self.parquet.schema))
+        self.started = True
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        elif self.parquet is not None:
+            self.parquet.close()
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def quoted(cells: list[str]) -> list[str]:

@@ -15,7 +15,7 @@ engine behaviours, chosen with these conventions in `blis_simpy.sim.modes`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,28 +36,34 @@ class RequestLatencies:
     scheduling_delay: np.ndarray  # -1 where never scheduled
 
 
-def durations(instances: Sequence[InstanceRecord]) -> tuple[np.ndarray, np.ndarray]:
-    """Every instance's step durations end to end, and where each instance's steps start."""
+# The durations of steps given as (instance positions, step numbers): from every step's
+# record in memory, or from the steps a streaming run still holds (metrics/stream.py).
+StepDurations = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def step_durations(instances: Sequence[InstanceRecord]) -> StepDurations:
+    """Step durations looked up in the instances' records."""
     flat = np.concatenate([t.duration for t in instances]) if instances else np.zeros(0,
                                                                                     np.int64)
     starts = np.concatenate(([0], np.cumsum([len(t.duration) for t in instances])))
-    return flat, starts.astype(np.int64)
+    firsts = starts.astype(np.int64)
+    return lambda where, steps: flat[firsts[where] + steps]
 
 
-def last_step_durations(req: RequestColumns, rows: np.ndarray,
-                        instances: Sequence[InstanceRecord]) -> np.ndarray:
+def last_step_durations(req: RequestColumns, rows: np.ndarray, durations: StepDurations
+                        ) -> np.ndarray:
     """Duration of the step that emitted each selected request's last token."""
-    flat, starts = durations(instances)
-    return flat[starts[req.instance_index[rows]] + req.last_emit_step[rows]]
+    return durations(req.instance_index[rows], req.last_emit_step[rows])
 
 
 class Conventions:
     """Native reporting: what a client would measure."""
 
     name = "native"
+    gap_delay = 0  # added to every inter-token gap (the reference: its output delay a2)
+    closing_gap = False  # the reference: one more gap per completed request, last step + a2
 
-    def latencies(self, req: RequestColumns, instances: Sequence[InstanceRecord]
-                  ) -> RequestLatencies:
+    def latencies(self, req: RequestColumns, durations: StepDurations) -> RequestLatencies:
         first, done_at = req.first_token_at, req.completed_at
         ttft = np.where(first >= 0, first - req.arrival, -1)
         done = done_at >= 0
@@ -74,10 +80,19 @@ class Conventions:
 
     def itl(self, gaps: TokenGaps, req: RequestColumns, finished: np.ndarray,
             instances: Sequence[InstanceRecord]) -> Samples:
-        return gaps.samples(instances)
+        delay = self.gap_delay
+        more = None
+        if self.closing_gap:
+            more = last_step_durations(req, np.flatnonzero(finished),
+                                       step_durations(instances)) + delay
+        return gaps.samples(instances, delay, more)
 
     def output_tokens(self, req: RequestColumns, chosen: np.ndarray) -> int:
-        return int(req.emitted[chosen].sum())
+        return int(self.counted_tokens(req)[chosen].sum())
+
+    def counted_tokens(self, req: RequestColumns) -> np.ndarray:
+        """Each request's output tokens as the summary counts them."""
+        return req.emitted
 
     def injected(self, arrived: int, rejected: int, completed: int, queued: int,
                  running: int) -> int:
@@ -95,31 +110,25 @@ class ReferenceConventions(Conventions):
     """The reference's reporting (compat mode); `output_delay` is its a2 (µs)."""
 
     name = "blis"
+    closing_gap = True
 
     def __init__(self, output_delay: int) -> None:
-        self.output_delay = output_delay
+        self.output_delay = self.gap_delay = output_delay
 
-    def latencies(self, req: RequestColumns, instances: Sequence[InstanceRecord]
-                  ) -> RequestLatencies:
+    def latencies(self, req: RequestColumns, durations: StepDurations) -> RequestLatencies:
         first, done_at, out = req.first_token_at, req.completed_at, req.output_len
         ttft = np.where(first >= 0, first - req.arrival, -1)
         done = done_at >= 0
         rows = np.flatnonzero(done)
         last_step = np.zeros(len(req), dtype=np.int64)
-        last_step[rows] = last_step_durations(req, rows, instances)
+        last_step[rows] = last_step_durations(req, rows, durations)
         itl_sum = done_at - first + np.maximum(out, 1) * self.output_delay + last_step
         e2e = np.where(done, ttft + itl_sum, -1)
         itl_mean = np.where(done & (out > 0), itl_sum / np.maximum(out - 1, 1), 0.0)
         return RequestLatencies(ttft, e2e, itl_mean, self.scheduling_delay(req))
 
-    def itl(self, gaps: TokenGaps, req: RequestColumns, finished: np.ndarray,
-            instances: Sequence[InstanceRecord]) -> Samples:
-        a2 = self.output_delay
-        extra = last_step_durations(req, np.flatnonzero(finished), instances)
-        return gaps.samples(instances, a2, more=extra + a2)
-
-    def output_tokens(self, req: RequestColumns, chosen: np.ndarray) -> int:
-        return int(np.maximum(req.emitted[chosen] - 1, 0).sum())
+    def counted_tokens(self, req: RequestColumns) -> np.ndarray:
+        return np.maximum(req.emitted - 1, 0)
 
     def injected(self, arrived: int, rejected: int, completed: int, queued: int,
                  running: int) -> int:

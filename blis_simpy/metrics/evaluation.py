@@ -7,18 +7,22 @@ import hashlib
 import json
 from typing import Any
 
+import numpy as np
+
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import SLOTargets, TenantsWorkload
 from blis_simpy.core.records import Anomaly, Records
-from blis_simpy.core.units import US_PER_S
-from blis_simpy.metrics.anomalies import counts, judged
+from blis_simpy.core.request import State
+from blis_simpy.core.scale_log import ScaleLog
+from blis_simpy.metrics.anomalies import counts, judged, oscillations
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions
-from blis_simpy.metrics.fitness import EvaluationResult, objectives, score
-from blis_simpy.metrics.raw import raw_metrics
+from blis_simpy.metrics.fitness import EvaluationResult, objectives, score, sustained
+from blis_simpy.metrics.raw import Measured, raw_metrics
 from blis_simpy.metrics.trace.decisions import outcomes
 from blis_simpy.metrics.trace.severity import with_severity
 from blis_simpy.metrics.trace.shadow import accuracy, compared, divergences
+from blis_simpy.metrics.window import Window
 
 
 def has_targets(target: SLOTargets | None) -> bool:
@@ -37,29 +41,66 @@ def request_targets(scenario: Scenario, requests: Table) -> list[SLOTargets | No
             for tenant, cls in zip(requests["tenant"], requests["slo_class"], strict=True)]
 
 
+def measured(records: Records, window: Window) -> Measured:
+    """The window applied to the run's requests (the whole run: every request, and the
+    completed ones for rates)."""
+    req = records.requests
+    completed = req.in_state(State.COMPLETED) if window.whole else \
+        window.within(req.completed_at)
+    return Measured(window.arrived(req.arrival), completed, window.seconds(records.ended_at))
+
+
 def evaluate(records: Records, scenario: Scenario, requests: Table,
-             summary: dict[str, Any], conventions: Conventions, wall_s: float
+             summary: dict[str, Any], conventions: Conventions, wall_s: float, window: Window,
+             scale_log: ScaleLog | None = None
              ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
-    """RawMetrics, the evaluation, and every anomaly (recorded while running and judged now,
-    each with its severity). A traced run adds the shadow KV's divergences and accuracy."""
+    """RawMetrics over the measurement window, the evaluation, and every anomaly (recorded
+    while running and judged now, each with its severity; counted in the metrics when it
+    began within the window). A traced run adds the shadow KV's divergences and accuracy."""
     targets = request_targets(scenario, requests)
     anomalies = [*records.anomalies, *judged(records, requests, targets, scenario.evaluation,
                                              scenario.engine.kv_tiers)]
+    if scale_log is not None:
+        anomalies += oscillations(scale_log)
+    shadow = None
     if records.decisions is not None:
         shadow = compared(records.decisions, outcomes(requests))
         anomalies += divergences(shadow)
+    measure = measured(records, window)
+    everyone = np.ones(len(records.requests), dtype=bool)
+    metrics = raw_metrics(requests, targets, records.instances, measure, window.start,
+                          window.tokens(records.requests, everyone, records.ended_at),
+                          conventions.hit_rate(records.instances) if window.whole
+                          else window.hit_rate(records.requests, measure.arrived))
+    return evaluation(scenario, metrics, summary, anomalies, measure.seconds, wall_s, window,
+                      None if shadow is None else accuracy(shadow))
+
+
+def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, Any],
+               anomalies: list[Anomaly], seconds: float, wall_s: float, window: Window,
+               shadow_kv: dict[str, Any] | None = None
+               ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
+    """The anomalies with their severity, the counts of those that began within the window
+    in RawMetrics (then the shadow KV's accuracy of a traced run and the saturation
+    verdict's figures), and the fitness, scaled by the share of the offered load the run
+    could sustain."""
     anomalies = with_severity(anomalies, scenario.evaluation)
-    seconds = records.ended_at / US_PER_S
-    metrics = raw_metrics(requests, targets, records.instances, seconds,
-                          conventions.hit_rate(records.instances))
-    metrics["anomalies"] = counts(anomalies)
-    if records.decisions is not None:
-        metrics["shadow_kv"] = accuracy(shadow)
+    starts = np.array([a.time for a in anomalies], dtype=np.int64)
+    metrics["anomalies"] = counts([a for a, keep in zip(anomalies, window.within(starts),
+                                                        strict=True) if keep])
+    if shadow_kv is not None:
+        metrics["shadow_kv"] = shadow_kv
     weights = scenario.fitness.weights
     values = objectives(metrics, weights)
     completion = metrics["completion_rate"]
+    verdict = summary.get("saturation", {})
+    carried = sustained(verdict)
+    metrics["saturated"] = verdict.get("verdict") == "saturated"
+    metrics["headroom"] = verdict.get("headroom")
+    metrics["max_sustainable_rate_per_s"] = verdict.get("max_sustainable_rate_per_s")
     result = EvaluationResult(
-        fitness=score(values, weights, completion), completion=completion, objectives=values,
+        fitness=score(values, weights, completion) * carried, completion=completion,
+        sustained=carried, objectives=values,
         weights=dict(weights),
         metrics=metrics, summary=summary, policy_id=policy_id(scenario),
         workload_id=workload_id(scenario), simulated_s=seconds, wall_s=wall_s)

@@ -10,6 +10,11 @@ policy that rejects or strands most requests would otherwise look fast. So a run
 completes nothing scores 0, the bottom, and every request that does not complete (rejected,
 still queued or running at the horizon) costs its share of the score. A latency key without
 samples normalises to 0, never to a perfect 1.
+
+A saturated run (metrics/saturation.py: the wait queue grew all along) completes everything
+it was offered only because a finite workload drains in the end; its fitness is further
+scaled by `sustained` = the sustainable rate / the offered rate, the share of the offered load
+it could carry for good (1 for a run that keeps up).
 """
 
 from __future__ import annotations
@@ -60,6 +65,14 @@ def objectives(metrics: Mapping[str, Any], weights: Mapping[str, float]) -> dict
     return out
 
 
+def sustained(saturation: Mapping[str, Any]) -> float:
+    """The share of the offered load a saturated run could carry for good; 1 otherwise."""
+    best = saturation.get("max_sustainable_rate_per_s")
+    if saturation.get("verdict") != "saturated" or not best:
+        return 1.0
+    return min(1.0, best / saturation["offered_rate_per_s"])
+
+
 def score(values: Mapping[str, float], weights: Mapping[str, float], completion: float
           ) -> float:
     """The fitness: the weighted sum scaled by the completion rate (module docstring)."""
@@ -72,6 +85,7 @@ class EvaluationResult:
 
     fitness: float
     completion: float  # completed / arrived: the factor the weighted sum was scaled by
+    sustained: float  # sustainable / offered rate when saturated, else 1: the other factor
     objectives: dict[str, float]
     weights: dict[str, float]
     metrics: dict[str, Any]

@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from blis_simpy.config.arrivals import DiurnalProfile
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import SLOTargets
 from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.units import US_PER_S
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.evaluation import request_targets
-from blis_simpy.metrics.raw import meets
+from blis_simpy.metrics.raw import meets, targeted
 
 SECONDS_PER_HOUR = 3600.0
 ROUTABLE = ("warming", "active")
@@ -67,16 +68,25 @@ def deployment_summary(log: ScaleLog, ended_at: int, scenario: Scenario, request
                        ) -> dict[str, Any]:
     """The summary's `deployment` section."""
     return scaling_summary(log, ended_at, warming_routable(scenario), requests,
-                           request_targets(scenario, requests))
+                           request_targets(scenario, requests), hour_of(scenario))
+
+
+def hour_of(scenario: Scenario) -> float:
+    """The length of a simulated hour (s): a 24th of a diurnal load profile's period (a day
+    compressed into minutes has its hours compressed too), else 3,600."""
+    profile = getattr(scenario.workload, "load_profile", None)
+    return profile.period_s / 24 if isinstance(profile, DiurnalProfile) else SECONDS_PER_HOUR
 
 
 def scaling_summary(log: ScaleLog, ended_at: int, warming_routable: bool,
-                    requests: Table, targets: list[SLOTargets | None]) -> dict[str, Any]:
+                    requests: Table, targets: list[SLOTargets | None],
+                    hour_s: float) -> dict[str, Any]:
     """Per config and per model: replica-seconds, cost, replica counts, scale actions,
-    time-to-ready, requests and SLO attainment; totals over the deployment."""
+    time-to-ready, requests and SLO attainment; totals over the deployment, with the SLO
+    attainment of each simulated hour (`hour_s` long)."""
     spans = lives(log, ended_at, warming_routable)
     seconds = ended_at / US_PER_S
-    good = meets(requests, targets)
+    good, judged = meets(requests, targets), targeted(targets)
     instance_config = {life.instance: life.config for life in spans}
     served_by = [instance_config.get(i, "") for i in requests["instance"]]
     configs = {}
@@ -101,7 +111,7 @@ def scaling_summary(log: ScaleLog, ended_at: int, warming_routable: bool,
             "handed_back_requests": sum(1 for _, i, _, _ in log.lost
                                         if instance_config.get(i) == config),
             "lost_tokens": sum(t for _, i, _, t in log.lost if instance_config.get(i) == config),
-            **attainment(rows, good),
+            **attainment(rows, good, judged),
         }
     models: dict[str, dict[str, Any]] = {}
     for config, stats in configs.items():
@@ -113,31 +123,35 @@ def scaling_summary(log: ScaleLog, ended_at: int, warming_routable: bool,
     for model, entry in models.items():
         rows = np.fromiter((configs[c]["model"] == model if c else False for c in served_by),
                            dtype=bool, count=len(served_by))
-        entry.update(attainment(rows, good))
+        entry.update(attainment(rows, good, judged))
     return {
         "cost": sum(c["cost"] for c in configs.values()),
         "replica_seconds": sum(c["replica_seconds"] for c in configs.values()),
         "avg_replicas": sum(c["avg_replicas"] for c in configs.values()),
         "scale_ups": len([e for e in log.events if e.action == "up"]),
         "scale_downs": len([e for e in log.events if e.action == "down"]),
-        "slo_attainment_by_hour": by_hour(requests, good),
+        "slo_attainment_by_hour": by_hour(requests, good, judged, hour_s),
+        "slo_attainment_hour_s": hour_s,
         "configs": configs,
         "models": models,
     }
 
 
-def attainment(rows: np.ndarray, good: np.ndarray) -> dict[str, Any]:
-    count = int(rows.sum())
-    return {"requests": count, "slo_attainment": float(good[rows].mean()) if count else None}
+def attainment(rows: np.ndarray, good: np.ndarray, judged: np.ndarray) -> dict[str, Any]:
+    """Requests served and the SLO attainment of those with targets (None without any)."""
+    count, mine = int(rows.sum()), rows & judged
+    return {"requests": count, "slo_attainment": float(good[mine].mean()) if mine.any()
+            else None}
 
 
-def by_hour(requests: Table, good: np.ndarray) -> list[float | None]:
-    """SLO attainment of the requests arriving in each simulated hour."""
-    hours = (requests.array("arrival_s").astype(float) // SECONDS_PER_HOUR).astype(int)
+def by_hour(requests: Table, good: np.ndarray, judged: np.ndarray, hour_s: float
+            ) -> list[float | None]:
+    """SLO attainment of the requests with targets arriving in each simulated hour."""
+    hours = (requests.array("arrival_s").astype(float) // hour_s).astype(int)
     if not len(hours):
         return []
-    return [float(good[hours == h].mean()) if (hours == h).any() else None
-            for h in range(int(hours.max()) + 1)]
+    return [float(good[(hours == h) & judged].mean()) if ((hours == h) & judged).any()
+            else None for h in range(int(hours.max()) + 1)]
 
 
 def peak(spans: Sequence[Life]) -> int:

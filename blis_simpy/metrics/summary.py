@@ -38,7 +38,7 @@ class Samples:
             self.sorted = np.sort(values)
             self.cumulative = None
             self.count = len(values)
-            self.total = int(self.sorted.sum())
+            self.total: float = int(self.sorted.sum())
             return
         weights = np.asarray(weights, dtype=np.int64)
         keep = weights > 0
@@ -66,11 +66,28 @@ class Samples:
         if n == 0:
             return 0.0
         rank = p / 100 * (n - 1)
-        lo, hi = math.floor(rank), math.ceil(rank)
+        lo, hi = ranks(n, p)
         low = self.at(lo)
         if lo == hi:
             return low / US_PER_MS
         return low / US_PER_MS + (self.at(hi) - low) * (rank - lo) / US_PER_MS
+
+
+class Selected(Samples):
+    """Samples known by their count, their sum and the few order statistics a summary reads
+    (`ranks`): a streaming run's, whose values are not kept (metrics/order_stats.py)."""
+
+    def __init__(self, count: int, total: int, values: dict[int, int]) -> None:
+        self.count, self.total, self.values = count, total, values
+
+    def at(self, k: int) -> int:
+        return self.values[k]
+
+
+def ranks(n: int, p: float) -> tuple[int, int]:
+    """The order statistics (0-based) percentile p of n samples interpolates between."""
+    rank = p / 100 * (n - 1)
+    return math.floor(rank), math.ceil(rank)
 
 
 def distribution(name: str, samples: Samples) -> dict[str, float]:
@@ -81,7 +98,7 @@ def distribution(name: str, samples: Samples) -> dict[str, float]:
     return out
 
 
-def rate(count: int, seconds: float) -> float:
+def rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else 0.0
 
 
@@ -95,15 +112,19 @@ def summary_fields(
     input_tokens: int,
     output_tokens: int,
     duration_us: int,
-    e2e: np.ndarray,
-    ttft: np.ndarray,
+    e2e: Samples,
+    ttft: Samples,
     itl: Samples,
-    scheduling_delay: np.ndarray,
+    scheduling_delay: Samples,
     preemptions: int,
     kv_allocation_failures: int = 0,
+    served: int | None = None,
+    served_tokens: float | None = None,
 ) -> dict[str, Any]:
     """The reference's summary object, fields in its order (`kv_allocation_failures` only
-    when non-zero, as the reference omits it), with a p50 next to every p90."""
+    when non-zero, as the reference omits it), with a p50 next to every p90. The rates count
+    `served` completions and `served_tokens` output tokens (a measurement window's: what
+    happened within it), by default the completed requests and their tokens."""
     seconds = duration_us / US_PER_S
     out: dict[str, Any] = {
         "instance_id": instance_id,
@@ -114,13 +135,14 @@ def summary_fields(
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
         "vllm_estimated_duration_s": seconds,
-        "responses_per_sec": rate(completed, seconds),
-        "tokens_per_sec": rate(output_tokens, seconds),
+        "responses_per_sec": rate(completed if served is None else served, seconds),
+        "tokens_per_sec": rate(output_tokens if served_tokens is None else served_tokens,
+                               seconds),
     }
-    out.update(distribution("e2e", Samples(e2e)))
-    out.update(distribution("ttft", Samples(ttft)))
+    out.update(distribution("e2e", e2e))
+    out.update(distribution("ttft", ttft))
     out.update(distribution("itl", itl))
-    out["scheduling_delay_p99_ms"] = Samples(scheduling_delay).percentile_ms(99)
+    out["scheduling_delay_p99_ms"] = scheduling_delay.percentile_ms(99)
     if kv_allocation_failures:
         out["kv_allocation_failures"] = kv_allocation_failures
     out["preemption_count"] = preemptions

@@ -3,7 +3,8 @@ conventions chosen for the run (`conventions.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,80 +17,162 @@ from blis_simpy.metrics.columns import Coded, Column, Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.gaps import token_gaps
 from blis_simpy.metrics.kv_tiers import tier_levels, tier_summary
-from blis_simpy.metrics.summary import summary_fields
+from blis_simpy.metrics.serving import ServingFigures, serving_benchmark, serving_figures
+from blis_simpy.metrics.summary import Samples, summary_fields
+from blis_simpy.metrics.window import Window
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
 def summary(records: Records, lat: RequestLatencies, conventions: Conventions,
-            horizon_us: int | None) -> dict[str, Any]:
+            horizon_us: int | None, window: Window) -> dict[str, Any]:
     """The cluster summary; with several instances, each one's summary under `instances`."""
-    everyone = list(range(len(records.instances)))
-    out = scope_summary(records, lat, conventions, everyone, "cluster", horizon_us)
+    return scoped_summary(records.instances, horizon_us, conventions, window,
+                          lambda members: scope_figures(records, lat, conventions, members,
+                                                        window, horizon_us))
+
+
+def scoped_summary(instances: Sequence[InstanceRecord], horizon_us: int | None,
+                   conventions: Conventions, window: Window,
+                   figures: Callable[[list[int]], ScopeFigures]) -> dict[str, Any]:
+    """The cluster's summary and, with several instances, each one's, from the figures of
+    the requests routed to a set of instances (positions in `instances`)."""
+    everyone = list(range(len(instances)))
+    out = scope_summary(figures(everyone), instances, conventions, "cluster", horizon_us,
+                        window)
     if len(everyone) > 1:
-        out["instances"] = [scope_summary(records, lat, conventions, [i],
-                                          records.instances[i].id, horizon_us)
+        out["instances"] = [scope_summary(figures([i]), [instances[i]], conventions,
+                                          instances[i].id, horizon_us, window)
                             for i in everyone]
     return out
 
 
-def scope_summary(records: Records, lat: RequestLatencies, conventions: Conventions,
-                  members: list[int], instance_id: str, horizon_us: int | None
-                  ) -> dict[str, Any]:
-    """Summary over the requests routed to `members` (positions in `records.instances`; the
-    cluster also counts requests rejected before routing)."""
+def scope_end(instances: Sequence[InstanceRecord], horizon_us: int | None) -> int:
+    """When a scope's part of the run ended: its last event, at most the horizon."""
+    ended = max(i.last_event for i in instances)
+    return ended if horizon_us is None else min(ended, horizon_us)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeFigures:
+    """What a scope's summary is made of: the requests routed to its instances (the cluster
+    also counts requests rejected before routing) that arrived within the measurement window,
+    counted and their latencies as samples; what happened within the window (a window that
+    is not the whole run: for its rates); and, for the cluster, vLLM's metrics' figures."""
+
+    whole: bool  # the cluster
+    arrived: int
+    completed: int
+    queued: int
+    running: int
+    rejected: int
+    timed_out: int
+    input_tokens: int
+    output_tokens: int
+    preemptions: int
+    reject_codes: dict[str, int]  # rejections by code, codes in order
+    e2e: Samples
+    ttft: Samples
+    itl: Samples
+    scheduling_delay: Samples
+    cached_tokens: int  # of the scheduled requests' prompt tokens (`prompt_tokens`)
+    prompt_tokens: int
+    served: int | None  # completed within the window, whenever they arrived
+    served_tokens: float | None  # output tokens emitted within the window
+    serving: ServingFigures | None
+
+
+def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventions,
+                  members: list[int], window: Window, horizon_us: int | None) -> ScopeFigures:
+    """The figures of the requests routed to `members` (positions in `records.instances`)."""
     req = records.requests
-    instances = [records.instances[i] for i in members]
     whole = len(members) == len(records.instances)
     where = req.instance_index
-    chosen = np.isin(where, members) | (whole & (where < 0))
+    routed_here = np.isin(where, members) | (whole & (where < 0))
+    chosen = routed_here & window.arrived(req.arrival)
     finished = chosen & req.in_state(State.COMPLETED)
-    queued = int((chosen & req.in_state(State.QUEUED)).sum())
-    running = int((chosen & req.in_state(State.RUNNING)).sum())
-    rejected = int((chosen & req.in_state(State.REJECTED)).sum())
-    completed = int(finished.sum())
     gaps = token_gaps(req, finished, records.instances)
-    ended = max(i.last_event for i in instances)
     e2e, ttft, delay = lat.e2e[chosen], lat.ttft[chosen], lat.scheduling_delay[chosen]
-    out = summary_fields(
-        instance_id=instance_id,
-        completed=completed,
-        still_queued=queued,
-        still_running=running,
-        injected=conventions.injected(int(chosen.sum()), rejected, completed, queued, running),
+    codes = [c for c, keep in zip(req.reject_code, chosen, strict=True) if keep and c]
+    scheduled = chosen & (req.cached_tokens >= 0)
+    served = served_tokens = None
+    if not window.whole:  # rates: what happened within the window, whoever it was for
+        served = int((routed_here & window.within(req.completed_at)).sum())
+        served_tokens = window.tokens(req, routed_here, scope_end(
+            [records.instances[i] for i in members], horizon_us))
+    return ScopeFigures(
+        whole=whole,
+        arrived=int(chosen.sum()),
+        completed=int(finished.sum()),
+        queued=int((chosen & req.in_state(State.QUEUED)).sum()),
+        running=int((chosen & req.in_state(State.RUNNING)).sum()),
+        rejected=int((chosen & req.in_state(State.REJECTED)).sum()),
+        timed_out=int((chosen & req.in_state(State.TIMED_OUT)).sum()),
         input_tokens=int(req.input_len[chosen & (req.queued_at >= 0)].sum()),
         output_tokens=conventions.output_tokens(req, chosen),
-        duration_us=ended if horizon_us is None else min(ended, horizon_us),
-        e2e=e2e[e2e >= 0],
-        ttft=ttft[ttft >= 0],
-        itl=conventions.itl(gaps, req, finished, records.instances),
-        scheduling_delay=delay[delay >= 0],
         preemptions=int(req.preemptions[chosen].sum()),
-        kv_allocation_failures=sum(i.kv_failures for i in instances),
+        reject_codes={code: codes.count(code) for code in sorted(set(codes))},
+        e2e=Samples(e2e[e2e >= 0]),
+        ttft=Samples(ttft[ttft >= 0]),
+        itl=conventions.itl(gaps, req, finished, records.instances),
+        scheduling_delay=Samples(delay[delay >= 0]),
+        cached_tokens=int(req.cached_tokens[scheduled].sum()),
+        prompt_tokens=int(req.input_len[scheduled].sum()),
+        served=served,
+        served_tokens=served_tokens,
+        serving=serving_figures(req, finished, gaps, records.instances) if whole else None,
     )
-    out["cache_hit_rate"] = conventions.hit_rate(instances)
+
+
+def scope_summary(fig: ScopeFigures, instances: Sequence[InstanceRecord],
+                  conventions: Conventions, instance_id: str, horizon_us: int | None,
+                  window: Window) -> dict[str, Any]:
+    """One scope's summary: the reference's fields over the measurement window, the cache
+    hit rate, vLLM's metrics (the cluster), the KV tiers' use and where the requests went."""
+    out = summary_fields(
+        instance_id=instance_id,
+        completed=fig.completed,
+        still_queued=fig.queued,
+        still_running=fig.running,
+        injected=conventions.injected(fig.arrived, fig.rejected, fig.completed, fig.queued,
+                                      fig.running),
+        input_tokens=fig.input_tokens,
+        output_tokens=fig.output_tokens,
+        duration_us=window.stop(scope_end(instances, horizon_us)) - window.start,
+        e2e=fig.e2e,
+        ttft=fig.ttft,
+        itl=fig.itl,
+        scheduling_delay=fig.scheduling_delay,
+        preemptions=fig.preemptions,
+        kv_allocation_failures=sum(i.kv_failures for i in instances),
+        served=fig.served,
+        served_tokens=fig.served_tokens,
+    )
+    out["cache_hit_rate"] = conventions.hit_rate(instances) if window.whole else \
+        fig.cached_tokens / fig.prompt_tokens if fig.prompt_tokens else 0.0
+    if fig.serving is not None:
+        out["serving_benchmark"] = serving_benchmark(fig.serving,
+                                                     out["vllm_estimated_duration_s"])
     tiers = tier_summary(instances)
     if tiers is not None:
         out["kv_tiers"] = tiers
-    out.update(outcome_counts(req, chosen, whole))
+    out.update(outcome_counts(fig))
     return out
 
 
-def outcome_counts(req: RequestColumns, chosen: np.ndarray, whole: bool) -> dict[str, Any]:
+def outcome_counts(fig: ScopeFigures) -> dict[str, Any]:
     """Where the requests went: every arrival is admitted or rejected by admission; every
     admitted one is completed, rejected by an instance, or still in the system at the end.
     Rejections by stable code (`reject_code` in the requests table)."""
-    codes = [c for c, keep in zip(req.reject_code, chosen, strict=True) if keep and c]
-    by_code = {code: codes.count(code) for code in sorted(set(codes))}
+    by_code = fig.reject_codes
     out: dict[str, Any] = {}
-    if whole:
-        arrived = int(chosen.sum())
-        out["arrived_requests"] = arrived
-        out["admitted_requests"] = arrived - by_code.get(RejectCode.ADMISSION, 0)
-    out["rejected_requests"] = len(codes)
+    if fig.whole:
+        out["arrived_requests"] = fig.arrived
+        out["admitted_requests"] = fig.arrived - by_code.get(RejectCode.ADMISSION, 0)
+    out["rejected_requests"] = sum(by_code.values())
     out["rejected_by_reason"] = by_code
-    out["timed_out_requests"] = int((chosen & req.in_state(State.TIMED_OUT)).sum())
+    out["timed_out_requests"] = fig.timed_out
     return out
 
 
@@ -102,9 +185,17 @@ def seconds(values: np.ndarray) -> np.ndarray:
     return np.where(values >= 0, values / US_PER_S, np.nan)
 
 
-def request_table(req: RequestColumns, lat: RequestLatencies) -> Table:
-    """One row per request that arrived, in arrival order."""
-    return Table({
+# The tables' text columns (the rest are numbers): read back from CSV as text, an empty cell
+# as an empty string.
+TEXT_COLUMNS = frozenset(("id", "instance", "tenant", "slo_class", "model", "request_type",
+                          "session", "final_state", "reject_code", "reject_reason", "role"))
+
+
+def request_table(req: RequestColumns, lat: RequestLatencies, trace_times: bool = False
+                  ) -> Table:
+    """One row per request that arrived, in arrival order; `trace_times`: with each
+    published trace row's own timestamp (`trace_time_ns`, as the file gives it)."""
+    table = Table({
         "id": req.id,
         "arrival_s": seconds(req.arrival),
         "admitted_s": seconds(req.admitted_at),
@@ -134,6 +225,9 @@ def request_table(req: RequestColumns, lat: RequestLatencies) -> Table:
         "reject_code": req.reject_code,
         "reject_reason": req.reject_reason,
     })
+    if trace_times:
+        table.columns["trace_time_ns"] = req.trace_time
+    return table
 
 
 def each_step(instances: Sequence[InstanceRecord], column: Any) -> np.ndarray:
@@ -149,10 +243,17 @@ def instance_ids(instances: Sequence[InstanceRecord]) -> Coded:
 
 def step_table(records: Records) -> Table:
     """One row per engine step and instance."""
-    insts = records.instances
+    return steps_of(records.instances)
+
+
+def steps_of(insts: Sequence[InstanceRecord], first: Sequence[int] | None = None) -> Table:
+    """The step rows of `insts`, instance after instance; `first`: each one's first step
+    number (a streaming run's later rows), else 0."""
+    starts = first or [0] * len(insts)
     return Table({
         "instance": instance_ids(insts),
-        "step": each_step(insts, lambda i: np.arange(len(i.start))),
+        "step": np.concatenate([np.arange(start, start + len(inst.start))
+                                for start, inst in zip(starts, insts, strict=True)]),
         "start_s": each_step(insts, lambda i: i.start / US_PER_S),
         "duration_ms": each_step(insts, lambda i: i.duration / US_PER_MS),
         "prefill_tokens": each_step(insts, lambda i: i.new_tokens),
@@ -168,16 +269,15 @@ def instance_series(records: Records) -> Table:
     # Steps in time order, same-time steps by instance id: the instances taken in id order
     # (stable: equal ids keep the fleet's), a stable sort on time leaves ties in that order.
     insts = sorted(records.instances, key=lambda i: i.id)
-    time_s = each_step(insts, lambda i: i.start / US_PER_S)
-    order = np.argsort(time_s, kind="stable")
-    table: dict[str, Column] = {
-        "instance": instance_ids(insts)[order],
-        "time_s": time_s[order],
-        "queue_depth": each_step(insts, lambda i: i.queue_depth)[order],
-        "batch_size": each_step(insts, lambda i: i.batch_size)[order],
-        "kv_utilization": each_step(insts, lambda i: i.kv_used / (i.kv_total or 1))[order],
-        "busy_s": each_step(insts, lambda i: i.duration / US_PER_S)[order],
-    }
+    start = each_step(insts, lambda i: i.start)
+    order = np.argsort(start / US_PER_S, kind="stable")
+    table = series_columns(instance_ids(insts)[order], start[order],
+                           each_step(insts, lambda i: i.queue_depth)[order],
+                           each_step(insts, lambda i: i.batch_size)[order],
+                           each_step(insts, lambda i: i.kv_used)[order],
+                           each_step(insts, lambda i: np.full(len(i.start), i.kv_total or 1)
+                                     )[order],
+                           each_step(insts, lambda i: i.duration)[order])
     if any(i.role is not Role.MONOLITHIC for i in insts):  # P/D: each instance's role
         roles = np.array([str(i.role) for i in insts for _ in range(len(i.start))], object)
         table["role"] = roles[order].tolist()
@@ -185,6 +285,15 @@ def instance_series(records: Records) -> Table:
         table["kv_cpu_utilization"] = each_step(insts, lambda i: tier_levels(i)[0])[order]
         table["kv_storage_utilization"] = each_step(insts, lambda i: tier_levels(i)[1])[order]
     return Table(table)
+
+
+def series_columns(instance: Column, start: np.ndarray, queue_depth: np.ndarray,
+                   batch_size: np.ndarray, kv_used: np.ndarray, kv_total: np.ndarray,
+                   duration: np.ndarray) -> dict[str, Column]:
+    """The instances table's columns, one row per step (in the order given)."""
+    return {"instance": instance, "time_s": start / US_PER_S, "queue_depth": queue_depth,
+            "batch_size": batch_size, "kv_utilization": kv_used / kv_total,
+            "busy_s": duration / US_PER_S}
 
 
 def group_table(requests: pd.DataFrame, column: str) -> pd.DataFrame:

@@ -7,17 +7,18 @@ already reflects them (metrics/fitness.py: scaled by the completion rate).
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload
-from blis_simpy.core.records import RequestColumns
 from blis_simpy.core.request import RejectCode
+from blis_simpy.core.units import MAX_REQUESTS
 
 LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
 
 
-def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenario) -> list[str]:
+def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario) -> list[str]:
     """Every degenerate condition the run shows, most fundamental first."""
     arrived = summary["arrived_requests"]
     if arrived == 0:
@@ -36,6 +37,9 @@ def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenari
     elif completed < LOW_COMPLETION * arrived:
         out.append(f"only {completed} of {arrived} arrived requests completed "
                    f"({completed / arrived:.0%}); the fitness is scaled by that fraction")
+    verdict = summary.get("saturation", {})
+    if verdict.get("verdict") == "saturated":
+        out.append(saturated(verdict))
     too_big = by_reason.get(RejectCode.KV_CAPACITY, 0)
     if too_big:
         out.append(f"{too_big} requests need more tokens than an instance's whole KV pool "
@@ -44,15 +48,33 @@ def run_warnings(summary: dict[str, Any], req: RequestColumns, scenario: Scenari
     if timed_out:
         out.append(f"{timed_out} of {arrived} requests timed out: their clients gave up "
                    "(workload timeout_s) before the last token arrived")
-    out.extend(silent_tenants(req, scenario))
+    workload = scenario.workload
+    if isinstance(workload, TenantsWorkload) and workload.max_requests is None \
+            and arrived >= MAX_REQUESTS:
+        out.append(f"the workload stopped at the limit of {MAX_REQUESTS:,} requests "
+                   "(closed-loop users): later ones were never sent")
+    out.extend(silent_tenants(tenants, scenario))
     return out
 
 
-def silent_tenants(req: RequestColumns, scenario: Scenario) -> list[str]:
+def saturated(verdict: dict[str, Any]) -> str:
+    """The saturation verdict in one sentence (summary.json `saturation` has the figures)."""
+    best, model = verdict["max_sustainable_rate_per_s"], verdict["capacity_model_per_s"]
+    uneven = (f", but the instances could carry about {model:.3g} req/s with the load spread "
+              "evenly: routing concentrated it" if model and model > verdict[
+                  "offered_rate_per_s"] else "")
+    return (f"saturated: offered {verdict['offered_rate_per_s']:.3g} req/s, served "
+            f"{verdict['served_rate_per_s']:.3g} req/s; the wait queue grew by "
+            f"{verdict['queue_growth_per_s']:.3g} req/s ({verdict['waiting_at_end']} waiting at "
+            f"t={verdict['span_s'][1]:.4g} s), so latencies describe a growing queue, not a "
+            f"steady state; about {best:.3g} req/s was sustained" + uneven)
+
+
+def silent_tenants(sent: Set[str], scenario: Scenario) -> list[str]:
+    """The configured tenants that sent nothing (`sent`: the tenants of the requests)."""
     workload = scenario.workload
     if not isinstance(workload, TenantsWorkload):
         return []
-    sent = set(req.tenant)
     out = [f"tenant {t.id!r} sent no request within the run" for t in workload.tenants
            if t.id not in sent]
     total = workload.open_fraction_total

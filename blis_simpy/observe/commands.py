@@ -133,8 +133,13 @@ def calibrate(
 ) -> None:
     """Fit the physical step model to measured runs and write the coefficients; print which
     coefficients the data identified and the errors on held-out stages only."""
-    from blis_simpy.calibrate.coefficients import identification_table, write_sets
+    from blis_simpy.calibrate.coefficients import (
+        COEFFICIENTS_FILE,
+        identification_table,
+        write_sets,
+    )
     from blis_simpy.calibrate.fit import ROUNDS, fit
+    from blis_simpy.core.files import check_replaceable
     from blis_simpy.validate.harness import FIT_REQUESTS, Latency, report, validate
 
     try:
@@ -148,6 +153,7 @@ def calibrate(
         if hold_out and not held:
             raise ScenarioError("--hold-out", f"{hold_out!r} matches no stage")
         fitted_on = [s for s in stages if s not in held]
+        check_replaceable(out, "--out", COEFFICIENTS_FILE)  # before the fit, not after it
         fitted = fit(fitted_on, seed=seed, max_requests=requests or FIT_REQUESTS,
                      rounds=rounds or ROUNDS,
                      progress=lambda r, f, n: _progress(f"round {r}: {n} equations"))
@@ -199,7 +205,7 @@ def observe(
     from blis_simpy.config.library import scenario_file
     from blis_simpy.config.scenario import Scenario
     from blis_simpy.observe.client import Endpoint
-    from blis_simpy.observe.run import drive, measured_set, plan, record, write
+    from blis_simpy.observe.run import check_out, drive, measured_set, plan, record, write
 
     try:
         endpoint = Endpoint.parse(url, api_key)
@@ -208,6 +214,8 @@ def observe(
     try:
         loaded = Scenario.from_yaml(scenario_file(scenario))
         planned = plan(loaded, requests)
+        check_out(out)
+
         def shown(done: int, total: int) -> None:
             sys.stderr.write(f"\robserve: {done}/{total}  ")
 

@@ -24,6 +24,7 @@ from typing import Any
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import check_replaceable, replacing
 from blis_simpy.observe.client import Endpoint, Timing, complete
 from blis_simpy.sim.sample import sample_requests
 from blis_simpy.validate.sets import length_distribution, summary_stats
@@ -147,8 +148,23 @@ def measured_set(scenario: Scenario, rows: list[dict[str, Any]], url: str, concu
             "measured": measured}]}
 
 
+OUTPUTS = ("requests.jsonl", "measured.json")
+
+
+def check_out(out: Path) -> None:
+    """`out` is (made) a folder whose outputs can be written: said before the server is
+    driven for minutes, not after."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError("--out", f"cannot make the folder {out}: {exc.strerror or exc}") \
+            from None
+    for name in OUTPUTS:
+        check_replaceable(out / name, "--out", "a folder for requests.jsonl and measured.json")
+
+
 def write(out: Path, rows: list[dict[str, Any]], measured: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows),
-                                        encoding="utf-8")
-    (out / "measured.json").write_text(json.dumps(measured, indent=1) + "\n", encoding="utf-8")
+    texts = ("".join(json.dumps(r) + "\n" for r in rows), json.dumps(measured, indent=1) + "\n")
+    for name, text in zip(OUTPUTS, texts, strict=True):
+        with replacing(out / name, "--out") as temp:
+            temp.write_text(text, encoding="utf-8")

@@ -40,11 +40,18 @@ class DeploymentSignals:
     starting_kv_capacity_tokens: int  # what the starting replicas will add
     request_rate: float  # arrivals per second for the config's model since the last look
     recent_ttft_ms: float  # mean over ready replicas of their recent TTFT
+    recent_tpot_ms: float  # ... and of their recent TPOT (per completed request)
+    output_tokens_per_s: float  # emitted by the config's replicas since the last look
 
     @property
     def queue_depth(self) -> float:
         """Requests waiting per ready replica."""
         return self.queued_requests / self.ready_replicas if self.ready_replicas else 0.0
+
+    @property
+    def token_rate(self) -> float:
+        """Output tokens per second per ready replica: the throughput each one carries."""
+        return self.output_tokens_per_s / self.ready_replicas if self.ready_replicas else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +97,16 @@ class AutoscalePolicy:
 
 AUTOSCALE: Registry[AutoscalePolicy] = Registry("autoscale", AutoscalePolicy)
 
-Signal = Literal["utilization", "kv_utilization", "queue_depth"]
+# What the threshold and target templates can follow. With vLLM's 256-slot batches the batch
+# occupancy (`utilization`) and the wait queue stay low while latency degrades, so the latency
+# signals (mean recent TTFT / TPOT over the ready replicas, ms) and the token throughput per
+# ready replica (`token_rate`, tokens/s) are the ones that track an SLO
+# (docs/guides/autoscaling.md).
+Signal = Literal["utilization", "kv_utilization", "queue_depth", "recent_ttft_ms",
+                 "recent_tpot_ms", "token_rate"]
+SIGNALS_HELP = ("utilization (batch occupancy), kv_utilization, queue_depth (requests waiting "
+                "per ready replica), recent_ttft_ms, recent_tpot_ms (mean recent latency over "
+                "the ready replicas), or token_rate (output tokens/s per ready replica)")
 
 
 def signal_of(signals: DeploymentSignals, name: Signal) -> float:
@@ -111,8 +127,7 @@ class CooldownPolicy(AutoscalePolicy):
 
 @dataclass(frozen=True, slots=True)
 class ThresholdParams:
-    signal: Signal = spec("utilization", help="utilization (batch occupancy), kv_utilization, "
-                          "or queue_depth (requests waiting per ready replica)")
+    signal: Signal = spec("utilization", help=SIGNALS_HELP)
     up: float = spec(0.8, help="scale up when the signal is above this", ge=0)
     down: float = spec(0.3, help="scale down when the signal is below this (the gap to `up` is "
                        "the hysteresis)", ge=0)
@@ -147,7 +162,8 @@ class Threshold(CooldownPolicy):
 
 @dataclass(frozen=True, slots=True)
 class TargetParams:
-    signal: Signal = spec("utilization", help="the signal held near `target`")
+    signal: Signal = spec("utilization", help="the signal held near `target`: "
+                          + SIGNALS_HELP)
     target: float = spec(0.6, help="the signal's target value", gt=0)
     tolerance: float = spec(0.1, help="no action while signal/target is within 1 +- this",
                             ge=0, le=0.99)

@@ -22,6 +22,7 @@ from typing import Any
 
 from blis_simpy.config.scenario import PoliciesConfig, PolicyConfig
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.core.schema import describe, join, load, spec
 from blis_simpy.core.yamlio import load_yaml
 from blis_simpy.policies.admission import ADMISSION
@@ -88,10 +89,7 @@ class PolicyBundle:
     @classmethod
     def from_yaml(cls, path: str | Path) -> PolicyBundle:
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScenarioError("--policy-config", f"cannot read {path}: {exc}") from None
+        text = read_text(path, "--policy-config", "a policy bundle YAML file")
         try:
             return cls.from_dict(load_yaml(text, ""))
         except ScenarioError as exc:

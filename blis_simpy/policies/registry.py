@@ -83,10 +83,16 @@ class Registry(Generic[P]):
         if template:
             return cls(params)
         try:
-            return cls(params)
+            policy = cls(params)
         except Exception as exc:  # the user's constructor: reported before the run
             raise ScenarioError(f"{path}.params", f"{config.type}({shown(params)}) raised "
                                 f"{type(exc).__name__}: {exc}") from None
+        if not hasattr(policy, "params"):
+            raise ScenarioError(f"{path}.type", f"{config.type}.__init__ did not call "
+                                "super().__init__(params), so the policy has no `params`",
+                                "call super().__init__(params) in __init__, or define no "
+                                "__init__ (docs/guides/policies.md)")
+        return policy
 
     def is_user(self, config: PolicySpec) -> bool:
         """A `module:Class` policy (guarded during the run), not a template."""
@@ -104,17 +110,29 @@ class Registry(Generic[P]):
         """Import `module:Class`; the module is looked up on sys.path (the command line adds
         the current folder and the scenario's folder)."""
         module_name, _, class_name = name.partition(":")
+        base = f"{self.base.__module__}.{self.base.__name__}"
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise ScenarioError(path, f"cannot import {module_name!r}: {exc}",
-                                "a module on the Python path, in the current folder or next "
-                                "to the scenario file") from None
+                                "a module on the Python path (sys.path); the command line "
+                                "adds the current folder, and loading a scenario from its "
+                                "file adds the file's folder") from None
         except Exception as exc:  # the user's module failed while importing
             raise ScenarioError(path, f"importing {module_name!r} raised "
                                 f"{type(exc).__name__}: {exc}") from None
-        cls = getattr(module, class_name, None)
-        if not isinstance(cls, type) or not issubclass(cls, self.base):
-            raise ScenarioError(path, f"{name!r} is not a {self.base.__name__} subclass",
-                                f"a class deriving from blis_simpy.policies.{self.base.__name__}")
+        where = getattr(module, "__file__", None) or module_name
+        if not hasattr(module, class_name):
+            classes = sorted(n for n, v in vars(module).items() if isinstance(v, type)
+                             and issubclass(v, self.base) and v.__module__ == module.__name__)
+            raise ScenarioError(path, f"{where} defines no {class_name!r}",
+                                ", ".join(f"{module_name}:{c}" for c in classes)
+                                or f"a class deriving from {base}")
+        cls = getattr(module, class_name)
+        if not isinstance(cls, type):
+            raise ScenarioError(path, f"{name!r} is a {type(cls).__name__}, not a class",
+                                f"a class deriving from {base}")
+        if not issubclass(cls, self.base):
+            raise ScenarioError(path, f"{name!r} does not derive from {self.base.__name__}",
+                                f"a class deriving from {base}")
         return cls

@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 
 TABLE_FORMATS = ("parquet", "csv")
 
@@ -35,9 +36,10 @@ def load_summary(path: Path) -> dict[str, Any]:
 
 def json_object(file: Path) -> dict[str, Any]:
     """A JSON file holding an object; unreadable or other JSON is an input error."""
+    text = read_text(file, str(file), "a JSON file written by blis-simpy run")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ScenarioError(str(file), f"unreadable: {exc}") from None
     if not isinstance(data, dict):
         raise ScenarioError(str(file), "not a JSON object")

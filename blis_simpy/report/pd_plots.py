@@ -20,20 +20,12 @@ ROLE_COLUMNS = ("instance", "role", "time_s", "busy_s")
 
 def pd_plot(instances: pd.DataFrame, transfers: pd.DataFrame, queue: pd.DataFrame
             ) -> Figure:
-    from blis_simpy.report.plots import bin_edges, bin_width, line_style, new_figure
+    from blis_simpy.report.plots import line_style, new_figure
 
     figure, (busy_ax, queue_ax, took_ax) = new_figure(11, 8.5, 3)
-    end = max(float((instances["time_s"] + instances["busy_s"]).max())
-              if len(instances) else 0.0, 1e-3)
-    width = bin_width(end)
-    edges = bin_edges(end, width)
-    for i, role in enumerate(("prefill", "decode")):
-        rows = instances[instances["role"] == role]
-        count = rows["instance"].nunique()
-        busy = sum((np.diff(busy_before(group["time_s"].to_numpy(dtype=float),
-                                        group["busy_s"].to_numpy(dtype=float), edges))
-                    for _, group in rows.groupby("instance")), np.zeros(len(edges) - 1))
-        share = busy / (width * max(count, 1))
+    edges, width, pools = pool_busy_share(instances)
+    end = run_end(instances)
+    for i, (role, (count, share)) in enumerate(pools.items()):
         busy_ax.stairs(share, edges, color=line_style(i)[0], label=f"{role} ({count})")
     busy_ax.set(title=f"Pool busy share ({width:g} s bins)", ylabel="busy share")
     busy_ax.set_ylim(0, 1.05)
@@ -55,6 +47,31 @@ def pd_plot(instances: pd.DataFrame, transfers: pd.DataFrame, queue: pd.DataFram
         ax.grid(alpha=0.3)
     figure.suptitle("P/D disaggregation: pools and KV transfers")
     return figure
+
+
+def pool_busy_share(instances: pd.DataFrame
+                    ) -> tuple[np.ndarray, float, dict[str, tuple[int, np.ndarray]]]:
+    """Time-bin edges, the bin width, and per pool (prefill, decode) its instance count and
+    the share of its instances' time spent in steps in each bin."""
+    from blis_simpy.report.plots import bin_edges, bin_width
+
+    width = bin_width(run_end(instances))
+    edges = bin_edges(run_end(instances), width)
+    pools = {}
+    for role in ("prefill", "decode"):
+        rows = instances[instances["role"] == role]
+        count = rows["instance"].nunique()
+        busy = sum((np.diff(busy_before(group["time_s"].to_numpy(dtype=float),
+                                        group["busy_s"].to_numpy(dtype=float), edges))
+                    for _, group in rows.groupby("instance")), np.zeros(len(edges) - 1))
+        pools[role] = (count, busy / (width * max(count, 1)))
+    return edges, width, pools
+
+
+def run_end(instances: pd.DataFrame) -> float:
+    """The end of the last step (at least 1 ms, so a run without steps still has an axis)."""
+    return max(float((instances["time_s"] + instances["busy_s"]).max())
+               if len(instances) else 0.0, 1e-3)
 
 
 def busy_before(starts: np.ndarray, busy: np.ndarray, edges: np.ndarray) -> np.ndarray:

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
+from blis_simpy.core.yamlio import load_yaml
 from blis_simpy.metrics.trace.summary import TEXT_COLUMNS, TraceInputs, summary_text
 from blis_simpy.report import TABLE_FORMATS, json_object, load_summary, read_file, run_folder
 
@@ -31,10 +32,8 @@ def load_inputs(path: Path) -> TraceInputs:
 
 
 def scenario(file: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ScenarioError(str(file), f"unreadable: {exc}") from None
+    data = load_yaml(read_text(file, str(file), "a scenario.yaml written by blis-simpy run"),
+                     str(file))
     if not isinstance(data, dict):
         raise ScenarioError(str(file), "not a mapping")
     return data

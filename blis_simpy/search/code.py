@@ -2,15 +2,16 @@
 OpenEvolve produce it, checked before it runs.
 
 The seeds disagree on arbitrary code (000 rules it out, 001 evolves it), so it is supported,
-contained. This module is the static half: the source must parse, import only `ALLOWED_IMPORTS`,
-call none of `FORBIDDEN_NAMES` (I/O, reflection, dynamic code, process-dependent values such as
-`hash` and `id`), build no set (a set of strings iterates in the process's hash order), touch
+contained: the source runs only inside the sandbox (docs/security.md), in a process of its own
+that answers the simulation's calls (`blis_simpy.search.remote`). This module is the fast first
+filter, which refuses most of what could not run there with a clear message: the source must
+parse, import only `ALLOWED_IMPORTS`, call none of `FORBIDDEN_NAMES` (I/O, reflection, dynamic
+code, process-dependent values such as `hash` and `id`), build no set literal (a set iterates
+in hash order; inside the sandbox the hash seed is fixed, but a dict says what is meant), touch
 no private or dunder attribute or name, no frame or code introspection attribute and no string
-holding `__` (the ways out of every other restriction), and keep no state outside its policy
-object (no `global`, module- and class-level values are constants). Allowed modules are seen
-without the modules they import (`public_view`). This contains what a search produces; it is
-not a security boundary against code written to break out (run such searches in a container).
-The dynamic half, running it in a limited child process, is `blis_simpy.search.contain`.
+holding `__`, and keep no state outside its policy object (no `global`; module- and class-level
+values are constants, annotations and dataclass fields). It is not the boundary: code written
+to get past it still meets the operating system's.
 
 A candidate defines a class (`entry`, default `Policy`) deriving from its axis's base class;
 the base classes and decision types are in scope without an import:
@@ -27,30 +28,15 @@ class Policy(RoutingPolicy):
 from __future__ import annotations
 
 import ast
-import builtins
 import hashlib
-import sys
-import types
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.yamlio import load_yaml
-from blis_simpy.policies import admission, priority, routing, scheduler
 from blis_simpy.policies.bundle import AXES, PolicyBundle
+from blis_simpy.search.cell import ALLOWED_IMPORTS, AXIS_NAMES, FORBIDDEN_NAMES
 
-AXIS_NAMES: dict[str, dict[str, Any]] = {
-    "admission": {"AdmissionPolicy": admission.AdmissionPolicy,
-                  "AdmissionDecision": admission.AdmissionDecision, "ADMIT": admission.ADMIT},
-    "priority": {"PriorityPolicy": priority.PriorityPolicy},
-    "routing": {"RoutingPolicy": routing.RoutingPolicy,
-                "RoutingDecision": routing.RoutingDecision, "argmax": routing.argmax},
-    "scheduler": {"InstanceScheduler": scheduler.InstanceScheduler},
-}
-# `operator` is left out: attrgetter and methodcaller reach attributes by string.
-ALLOWED_IMPORTS = ("bisect", "collections", "dataclasses", "functools", "heapq", "itertools",
-                   "math", "statistics", "typing")
 # Introspection attributes of frames, code, generators, coroutines and tracebacks: the way from
 # a generator expression to its caller's frame and that frame's globals.
 INTROSPECTION = ("gi_", "f_", "co_", "tb_", "cr_", "ag_")
@@ -58,12 +44,6 @@ WHY_NOT = {"random": "non-deterministic: a policy gets no random source, the sim
            "be reproducible", "time": "wall-clock time makes runs non-deterministic",
            "os": "no I/O or process access", "sys": "no interpreter access",
            "subprocess": "no processes", "socket": "no network", "numpy": "not allowed"}
-FORBIDDEN_NAMES = frozenset({
-    "open", "exec", "eval", "compile", "input", "breakpoint", "globals", "locals", "vars",
-    "getattr", "setattr", "delattr", "hash", "id", "memoryview", "help", "exit", "quit",
-    "dir"})
-SAFE_BUILTINS = {name: getattr(builtins, name) for name in dir(builtins)
-                 if not name.startswith("_") and name not in FORBIDDEN_NAMES}
 MAX_SOURCE = 100_000  # characters
 BUNDLE = "bundle"  # the candidate component holding policy bundle YAML
 
@@ -109,9 +89,9 @@ def check(code: CodePolicy) -> None:
         if problem:
             raise CodeRejected(f"line {getattr(node, 'lineno', '?')}: {problem}")
     for statement in tree.body:
-        problem = top_level_problem(statement)
+        where, problem = top_level_problem(statement)
         if problem:
-            raise CodeRejected(f"line {statement.lineno}: {problem}")
+            raise CodeRejected(f"line {where}: {problem}")
     classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
     if code.entry not in classes:
         base = next(n for n in AXIS_NAMES[code.axis] if n.endswith(("Policy", "Scheduler")))
@@ -144,31 +124,51 @@ def node_problem(node: ast.AST) -> str:
         return f"{node.name}: dunder definitions other than __init__ are not allowed"
     if isinstance(node, ast.Set | ast.SetComp) or (
             isinstance(node, ast.Name) and node.id in ("set", "frozenset")):
-        return ("sets are not allowed: a set of strings iterates in a per-process hash order, "
-                "so runs would differ between workers; use a dict (insertion-ordered)")
+        return ("sets are not allowed: a set iterates in hash order, which for most objects is "
+                "their place in memory, so runs could differ between workers; use a dict "
+                "(insertion-ordered)")
     if isinstance(node, ast.AsyncFunctionDef | ast.Await | ast.Yield | ast.YieldFrom):
         return "generators and coroutines are not allowed in a policy"
     return ""
 
 
-def top_level_problem(statement: ast.stmt) -> str:
+def top_level_problem(statement: ast.stmt) -> tuple[int, str]:
     """What survives between calls besides the policy object: module and class bodies may only
-    hold imports, definitions, docstrings and constant values."""
+    hold imports, definitions, docstrings, constant values, annotations and dataclass fields
+    (`field(...)` of constants and names). The line of the first statement that does more."""
     if isinstance(statement, ast.ClassDef):
         for item in statement.body:
-            problem = top_level_problem(item)
+            where, problem = top_level_problem(item)
             if problem:
-                return problem
-        return ""
+                return where, problem
+        return statement.lineno, ""
     if isinstance(statement, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.Pass):
-        return ""
+        return statement.lineno, ""
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
-        return ""  # a docstring
+        return statement.lineno, ""  # a docstring
+    if isinstance(statement, ast.AnnAssign) and (statement.value is None
+                                                 or dataclass_field(statement.value)):
+        return statement.lineno, ""
     if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None \
             and constant(statement.value):
-        return ""
-    return ("only imports, definitions and constant values (numbers, strings, tuples of them) "
-            "at module or class level: state that outlives a call belongs on the policy object")
+        return statement.lineno, ""
+    return statement.lineno, (
+        "only imports, definitions, constant values (numbers, strings, tuples of them), "
+        "annotations and dataclass fields at module or class level: state that outlives a "
+        "call belongs on the policy object")
+
+
+def dataclass_field(node: ast.expr) -> bool:
+    """`field(...)` or `dataclasses.field(...)` whose arguments are constants or names (such
+    as `default_factory=list`): a declaration, each object gets its own value."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    named = (isinstance(func, ast.Name) and func.id == "field") or (
+        isinstance(func, ast.Attribute) and func.attr == "field"
+        and isinstance(func.value, ast.Name) and func.value.id == "dataclasses")
+    arguments = [*node.args, *(k.value for k in node.keywords)]
+    return named and all(constant(a) or isinstance(a, ast.Name) for a in arguments)
 
 
 def constant(node: ast.expr) -> bool:
@@ -181,46 +181,6 @@ def constant(node: ast.expr) -> bool:
     if isinstance(node, ast.BinOp):
         return constant(node.left) and constant(node.right)
     return False
-
-
-def guarded_import(name: str, globals_: Any = None, locals_: Any = None,
-                   fromlist: Any = (), level: int = 0) -> types.ModuleType:
-    """The only `__import__` a candidate gets: the allowed modules, nothing else, each seen
-    through `public_view`."""
-    if level or name.split(".")[0] not in ALLOWED_IMPORTS:
-        raise ImportError(f"import {name} is not allowed in a policy")
-    return public_view(builtins.__import__(name, globals_, locals_, fromlist, level))
-
-
-def public_view(module: types.ModuleType) -> types.ModuleType:
-    """A copy of an allowed module without its private names and without the modules it
-    imported (`typing.sys`, `dataclasses.inspect`): only allowed submodules stay, viewed the
-    same way."""
-    view = types.ModuleType(module.__name__)
-    for name, value in vars(module).items():
-        if name.startswith("_"):
-            continue
-        if isinstance(value, types.ModuleType):
-            if value.__name__.split(".")[0] not in ALLOWED_IMPORTS \
-                    or not value.__name__.startswith(module.__name__ + "."):
-                continue
-            value = public_view(value)
-        setattr(view, name, value)
-    return view
-
-
-def install(code: CodePolicy) -> None:
-    """Compile the (checked) source into a fresh module registered under its `module_name`,
-    so the scenario names it as `module:Class`; builtins are the safe subset. Run only in the
-    contained child process, where the module dies with the process."""
-    check(code)
-    module = types.ModuleType(code.module_name)
-    namespace = module.__dict__
-    namespace["__builtins__"] = {**SAFE_BUILTINS, "__build_class__": builtins.__build_class__,
-                                 "__import__": guarded_import}
-    namespace.update(AXIS_NAMES[code.axis])
-    exec(compile(code.source, f"<candidate {code.id or code.module_name}>", "exec"), namespace)
-    sys.modules[code.module_name] = module
 
 
 def candidate_policy(candidate: Mapping[str, str]) -> PolicyBundle | CodePolicy | None:

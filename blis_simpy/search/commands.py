@@ -18,22 +18,28 @@ import typer
 
 from blis_simpy.config.library import scenario_file
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text, replacing
 
 
 class SweepProgress:
-    """`sweep: 12/40 runs, 3.1 runs/s, ETA 9 s` on stderr, rewritten in place."""
+    """`sweep: 12/40 runs, 3.1 runs/s, ETA 9 s` and a bar on stderr (core/status.py)."""
 
     def __init__(self) -> None:
+        from blis_simpy.core.status import StatusLine
+
         self.started = time.perf_counter()
+        self.status = StatusLine()
 
     def __call__(self, done: int, total: int) -> None:
         wall = time.perf_counter() - self.started
         rate = done / wall if wall > 0 else 0.0
         eta = (total - done) / rate if rate > 0 else 0.0
-        sys.stderr.write(f"\rsweep: {done}/{total} runs, {rate:.1f} runs/s, ETA {eta:.0f} s  ")
-        sys.stderr.flush()
+        text = f"sweep: {done}/{total} runs, {rate:.1f} runs/s, ETA {eta:.0f} s"
         if done == total:
-            sys.stderr.write("\n")
+            self.status.note(text)
+            self.status.close()
+        else:
+            self.status.show(text, done, total)
 
 
 def sweep(
@@ -68,12 +74,16 @@ def sweep(
         typer.echo(f"note: {note.message}", err=True)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.suffix == ".parquet":
-            table.to_parquet(target, index=False)
-        else:
-            table.to_csv(target, index=False)
-    except (OSError, ImportError) as exc:
+        with replacing(target, f"out ({target})", "a .csv or .parquet file") as temp:
+            if target.suffix == ".parquet":
+                table.to_parquet(temp, index=False)
+            else:
+                table.to_csv(temp, index=False)
+    except OSError as exc:
         typer.echo(f"error: cannot write {target}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ScenarioError as exc:
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     means = table.groupby(["scenario", "policy"], sort=False, as_index=False)["fitness"].mean()
     for scenario, policy, fitness in means.itertuples(index=False):
@@ -92,6 +102,9 @@ def check_table_target(target: Path, force: bool) -> None:
         raise ScenarioError(where, "Parquet needs pyarrow", "pip install 'blis-simpy[parquet]'")
     if target.is_dir():
         raise ScenarioError(where, "is a directory", "a file name ending .csv or .parquet")
+    if target.exists() and not target.is_file():
+        raise ScenarioError(where, "is not a regular file (a device or FIFO is never replaced)",
+                            "a file name ending .csv or .parquet")
     if target.exists() and not force:
         raise ScenarioError(where, "exists", "--force to replace it, or another name")
     parent = next((p for p in (target.parent, *target.parent.parents) if p.exists()), None)
@@ -105,18 +118,15 @@ def components(policy_config: Path | None, code: list[str] | None) -> dict[str, 
     from blis_simpy.search.code import BUNDLE
 
     out: dict[str, str] = {}
-    try:
-        if policy_config is not None:
-            out[BUNDLE] = policy_config.read_text(encoding="utf-8")
-        for item in code or []:
-            axis, sep, path = item.partition("=")
-            if not sep:
-                raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
-            if axis not in AXES:
-                raise ScenarioError("--code", f"{axis!r} is not a policy axis", ", ".join(AXES))
-            out[axis] = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError("", f"cannot read a candidate file: {exc}") from None
+    if policy_config is not None:
+        out[BUNDLE] = read_text(policy_config, "--policy-config", "a policy bundle YAML file")
+    for item in code or []:
+        axis, sep, path = item.partition("=")
+        if not sep:
+            raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
+        if axis not in AXES:
+            raise ScenarioError("--code", f"{axis!r} is not a policy axis", ", ".join(AXES))
+        out[axis] = read_text(path, "--code", "a Python source file")
     return out
 
 
@@ -136,6 +146,7 @@ def gepa_evaluate(
     per-run feedback as JSON. A candidate that fails scores 0 with the reason."""
     from blis_simpy.config.fitness import parse_weights
     from blis_simpy.search.code import candidate_policy
+    from blis_simpy.search.contain import SandboxUnavailable
     from blis_simpy.search.sweep import run_many
     from blis_simpy.sim.run import load as load_scenario
 
@@ -153,6 +164,9 @@ def gepa_evaluate(
         policy = candidate_policy(candidate)
         table = run_many(scenarios, {"candidate": policy}, seed, workers=1)
         runs = table.to_dict("records")
+    except SandboxUnavailable as exc:  # not the candidate's fault: refuse, never score
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except ScenarioError as exc:
         runs = [{"scenario": name, "fitness": 0.0, "error": str(exc),
                  "feedback": f"the candidate scored 0: {exc}"} for name in scenarios]
@@ -196,7 +210,11 @@ def openevolve_evaluate(
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    result = (blis.evaluate_stage1 if stage1 else blis.evaluate)(str(program))
+    try:
+        result = (blis.evaluate_stage1 if stage1 else blis.evaluate)(str(program))
+    except ScenarioError as exc:  # the sandbox cannot start: refuse, never score
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(json.dumps({"metrics": result.metrics, "artifacts": result.artifacts},
                           indent=2))
 

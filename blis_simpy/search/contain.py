@@ -1,129 +1,362 @@
-"""Running a candidate's code in a child process with limits, so that whatever it does (loop
-forever, allocate without end, crash the interpreter) costs one evaluation, never the search.
+"""The evaluator's side of the boundary around candidate code (docs/security.md): the sandbox's
+template process, and one locked-down process per candidate evaluation forked from it.
 
-The child is forked from the sweep's warm worker (everything is imported already, so a fork
-costs milliseconds) and gets, before it runs anything: a CPU-time limit (SIGXCPU, then SIGKILL
-one second later), an address-space limit on top of what it inherited (allocations beyond it
-raise MemoryError), a file-size limit of 0 (a write fails with "File too large"; Python
-ignores SIGXFSZ) and no core dumps. The
-parent reads the pickled outcome from a pipe and kills the child at the wall-time budget.
+A `Sandbox` is started fresh with bubblewrap (`jail.command`), never forked from the evaluator,
+so it holds nothing of it: it imports what candidates may use and forks a `Session` per
+evaluation. Each process that evaluates candidates keeps one warm template (`sandbox()`), as
+it would a connection pool; it dies with that process. A machine where the sandbox cannot
+start refuses code candidates with `SandboxUnavailable`, one line saying why; there is no
+unsandboxed fallback.
+
+A session's process answers the simulation's policy calls over its own socket, one JSON line
+each way (`blis_simpy.search.wire`). The evaluator waits for it at most `Limits.wall_s` in all;
+the process's own limits (CPU time, memory) are enforced by the kernel. Whatever goes wrong (a
+limit, a crash, a message that is not what was asked) ends the session with `ContainedFailure`,
+which the sweep turns into a zero with the reason.
 """
 
 from __future__ import annotations
 
-import math
+import atexit
+import importlib.util
+import json
 import os
-import pickle
-import resource
-import select
-import signal
+import socket
+import struct
+import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, NoReturn
 
+from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.core.schema import spec
+from blis_simpy.search import jail, wire
 
-T = TypeVar("T")
-SIGNALS: dict[int, str] = {
-    signal.SIGXCPU: "exceeded its CPU-time limit",
-    signal.SIGKILL: "was killed (past its CPU-time limit, or by the system)",
+START_S = 60.0  # seconds the template may take to start (imports, on a loaded machine)
+CONTROL_S = 30.0  # seconds the template may take to fork or reap a candidate's process
+CLOSE_S = 5.0  # seconds the sandbox may take to end once told to
+MAX_ASKS = 10_000  # questions a candidate may ask the evaluator during one call
+# How a candidate's process ended (the template reports the signal's name) -> why it scored 0.
+ENDINGS = {
+    "SIGXCPU": "exceeded its CPU-time limit",
+    "SIGKILL": "was killed (past its CPU-time limit, or by the system)",
+    "SIGSEGV": "crashed with SIGSEGV (a memory fault, or an attempt to read the clock, which "
+               "the sandbox forbids)",
+    "SIGSYS": "made a system call of another architecture",
 }
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one contained evaluation may use."""
+    """What one candidate evaluation may use."""
 
-    cpu_s: float = spec(30.0, help="CPU seconds", gt=0)
-    wall_s: float = spec(60.0, help="wall-clock seconds before the child is killed", gt=0)
-    memory_mb: int = spec(1024, help="address space (MiB) beyond what the worker maps", ge=16)
-
-
-class ContainedFailure(Exception):
-    """The contained call did not return a value; the message says why."""
+    cpu_s: float = spec(30.0, help="CPU seconds of the candidate's process", gt=0)
+    wall_s: float = spec(60.0, help="seconds the evaluator waits for the candidate's answers "
+                         "in one evaluation, in all", gt=0)
+    memory_mb: int = spec(1024, help="address space (MiB) of the candidate's process beyond "
+                          "the sandbox template's", ge=16)
 
 
-def contained(fn: Callable[[T], Any], arg: T, limits: Limits) -> Any:
-    """fn(arg) run in a limited child process; its return value must pickle."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the caller's code
-        os.close(read_end)
-        child(fn, arg, limits, write_end)
-    os.close(write_end)
-    try:
-        data = collect(read_end, pid, limits.wall_s)
-    finally:
-        os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        what = SIGNALS.get(sig, f"crashed with signal {signal.Signals(sig).name}")
-        raise ContainedFailure(f"the candidate {what} (limits: {limits.cpu_s:g} CPU s, "
-                               f"{limits.memory_mb} MiB)")
-    try:
-        outcome, value = pickle.loads(data)
-    except Exception:
-        raise ContainedFailure("the candidate's process ended without a result "
-                               f"(exit status {os.waitstatus_to_exitcode(status)})") from None
-    if outcome == "error":
-        raise ContainedFailure(value)
-    return value
+class ContainedFailure(PolicyError):
+    """The candidate's process failed (a limit, a crash, a broken message); the text says how.
+    A `PolicyError`, so the run stops and the sweep scores the candidate 0."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("", problem)
+        self.args = (problem,)
 
 
-def collect(fd: int, pid: int, wall_s: float) -> bytes:
-    """Everything the child writes, or kill it at the wall-time budget."""
-    deadline = time.monotonic() + wall_s
-    chunks: list[bytes] = []
-    while True:
-        remaining = deadline - time.monotonic()
-        ready = select.select([fd], [], [], max(remaining, 0.0))[0] if remaining > 0 else []
-        if not ready:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise ContainedFailure(f"the candidate exceeded its wall-time budget of "
-                                   f"{wall_s:g} s")
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+class SandboxUnavailable(ScenarioError):
+    """The sandbox cannot start on this machine: code candidates are refused, not run
+    unsandboxed."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("sandbox", f"code candidates run only in the sandbox, which cannot "
+                         f"start here: {problem}", f"install bubblewrap ({jail.INSTALL}); it "
+                         "needs unprivileged user namespaces, or root")
+        self.args = (problem,)
 
 
-def child(fn: Callable[[T], Any], arg: T, limits: Limits, fd: int) -> None:
-    """Apply the limits, run, send ("ok", value) or ("error", message), exit."""
-    try:
+class TemplateGone(SandboxUnavailable):
+    """The template ended after it started (killed from outside): `spawn` starts another."""
+
+
+def packages() -> list[Path]:
+    """The folders the sandbox imports from: this package, numpy (and its bundled
+    libraries)."""
+    found = []
+    for name in ("blis_simpy", "numpy"):
+        origin = importlib.util.find_spec(name)
+        assert origin is not None and origin.origin is not None
+        folder = Path(origin.origin).parent
+        found.append(folder)
+        libs = folder.with_name(f"{name}.libs")
+        if libs.is_dir():
+            found.append(libs)
+    return found
+
+
+class Sandbox:
+    """The template process in its sandbox, and the control socket to it."""
+
+    def __init__(self) -> None:
+        problem = jail.supported()
+        path = jail.bwrap()
+        if problem or path is None:
+            raise SandboxUnavailable(problem or "bubblewrap (bwrap) is not installed")
+        ours, theirs = socket.socketpair()
         try:
-            apply(limits)
-            payload = pickle.dumps(("ok", fn(arg)))
-        except BaseException as exc:  # anything the candidate does ends here, described
-            payload = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"[:2000]))
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os._exit(0)
+            self.process = subprocess.Popen(
+                jail.command(path, "blis_simpy.search.cell", packages(), theirs.fileno()),
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except OSError as exc:
+            raise SandboxUnavailable(f"bwrap did not start: {exc}") from None
+        finally:
+            theirs.close()
+        self.control = ours
+        self.owner = os.getpid()
+        self.lock = threading.Lock()  # one exchange with the template at a time
+        self.reader = ours.makefile("rb")
+        ready = self.receive(START_S, starting=True)
+        assert self.process.stderr is not None
+        self.process.stderr.close()
+        if ready[0] != "ready":
+            self.close()
+            raise SandboxUnavailable(str(ready[1]))
+
+    def receive(self, timeout: float, starting: bool = False) -> list[Any]:
+        """The template's next message; SandboxUnavailable if it ended or fell silent."""
+        self.control.settimeout(timeout)
+        try:
+            data = self.reader.readline()
+        except OSError:
+            data = b""
+        if not data:
+            why = self.stderr() if starting else "the template process ended"
+            self.close()
+            raise SandboxUnavailable(why)
+        return list(json.loads(data))
+
+    def stderr(self) -> str:
+        """The first line bwrap or the template wrote, once it has ended."""
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return "the template process did not answer"
+        assert self.process.stderr is not None
+        lines = self.process.stderr.read(4000).decode(errors="replace").strip().splitlines()
+        status = self.process.returncode
+        return (lines[-1] if lines else "") + f" (exit status {status})"
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.process.poll() is None
+
+    def spawn(self, limits: Limits) -> Session:
+        """A fresh candidate process, locked down to `limits` (TemplateGone if the template
+        has ended)."""
+        with self.lock:
+            try:
+                self.control.sendall(wire.line(["spawn", limits.cpu_s, limits.memory_mb]))
+                self.control.settimeout(CONTROL_S)
+                data, fds, _, _ = socket.recv_fds(self.control, 4096, 1)
+                pid = int(json.loads(data)[1])
+            except (OSError, ValueError, IndexError):
+                data, fds = b"", []
+            if len(fds) != 1:
+                self.close()
+                raise TemplateGone("the template process ended")
+        return Session(self, pid, fds[0], limits)
+
+    def end(self, pid: int) -> tuple[str, float]:
+        """Kill a candidate's process if it still runs; how it ended, and its CPU seconds."""
+        with self.lock:
+            try:
+                self.control.sendall(wire.line(["end", pid]))
+                ended = self.receive(CONTROL_S)
+            except (OSError, SandboxUnavailable):
+                return "the sandbox's end (its template was killed)", 0.0
+        return str(ended[1]), float(ended[2])
+
+    def close(self) -> None:
+        """Hang up: the template exits, and with it its PID namespace (bwrap waits for that);
+        killed if it does not."""
+        self.reader.close()
+        self.control.close()
+        try:
+            self.process.wait(CLOSE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
-def apply(limits: Limits) -> None:
-    cpu = math.ceil(limits.cpu_s)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    mapped = mapped_bytes()
-    if mapped is not None:
-        cap = mapped + limits.memory_mb * 1024 * 1024
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-        if hard != resource.RLIM_INFINITY:
-            cap = min(cap, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+class Shared:
+    """The process's warm template: started on first use, started again in a process forked
+    after it (a fork shares the parent's socket, never its template), closed at exit."""
+
+    def __init__(self) -> None:
+        self.current: Sandbox | None = None
+        os.register_at_fork(after_in_child=self.forget)
+        atexit.register(self.forget)
+
+    def get(self) -> Sandbox:
+        if self.current is None or not self.current.alive():
+            self.forget()
+            self.current = Sandbox()
+        return self.current
+
+    def forget(self) -> None:
+        """Drop the template without talking to it (closing our end of its socket)."""
+        if self.current is not None and self.current.owner != os.getpid():
+            self.current.reader.close()
+            self.current.control.close()
+        elif self.current is not None:
+            self.current.close()
+        self.current = None
 
 
-def mapped_bytes() -> int | None:
-    """This process's address-space size (Linux), None where /proc does not say."""
+SHARED = Shared()
+
+
+def sandbox() -> Sandbox:
+    """This process's template (SandboxUnavailable if it cannot start)."""
+    return SHARED.get()
+
+
+def spawn(limits: Limits) -> Session:
+    """A candidate process from this process's template, started again once if it ended."""
     try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            pages = int(statm.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pages * os.sysconf("SC_PAGE_SIZE")
+        return sandbox().spawn(limits)
+    except TemplateGone:
+        SHARED.forget()
+        return sandbox().spawn(limits)
+
+
+class Session:
+    """One candidate's process: its socket, and how long it may still make the evaluator wait.
+    `call` sends a message and returns the reply, answering the candidate's questions on the
+    way; any failure kills the process and raises ContainedFailure.
+
+    The socket blocks with the kernel's own timeouts (SO_RCVTIMEO, SO_SNDTIMEO), set to what is
+    left of the budget and lowered as it runs down (a wait overshoots the budget by at most
+    the budget left, never indefinitely): no poll per call."""
+
+    def __init__(self, sandbox_: Sandbox, pid: int, fd: int, limits: Limits) -> None:
+        self.sandbox, self.pid, self.fd, self.limits = sandbox_, pid, fd, limits
+        self.socket = socket.socket(fileno=fd)
+        self.budget = limits.wall_s
+        self.timeout = 0.0
+        self.set_timeout()
+        self.buffer = b""
+        self.ended = False
+        self.cpu_s = 0.0  # the process's CPU time, once it has ended
+        self.views = wire.ViewSender()
+        self.state = wire.StateSender()
+
+    def set_timeout(self) -> None:
+        self.timeout = max(self.budget, 0.001)
+        seconds = int(self.timeout)
+        value = struct.pack("ll", seconds, int((self.timeout - seconds) * 1e6))
+        for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+            self.socket.setsockopt(socket.SOL_SOCKET, option, value)
+
+    def call(self, message: list[Any],
+             answer: Callable[[list[Any]], Any] | None = None) -> list[Any]:
+        self.send(wire.line(message))
+        for _ in range(MAX_ASKS):
+            reply = self.receive()
+            if reply[0] != "ask":
+                return reply
+            if answer is None:
+                self.fail(f"asked {shown(reply)} where nothing may be asked")
+            self.send(wire.line(["answer", answer(reply)]))
+        self.fail(f"asked more than {MAX_ASKS} questions in one call")
+
+    def send(self, data: bytes) -> None:
+        while data:
+            try:
+                data = data[self.io(os.write, data):]
+            except BlockingIOError:
+                self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s "
+                          "(it stopped reading)")
+            except OSError:
+                self.died()
+
+    def receive(self) -> list[Any]:
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0:
+                data, self.buffer = self.buffer[:end], self.buffer[end + 1:]
+                return self.checked(data)
+            if len(self.buffer) > wire.MAX_LINE:
+                self.fail(f"sent a message of more than {wire.MAX_LINE} bytes")
+            try:
+                chunk = self.io(os.read, 1 << 16)
+            except BlockingIOError:
+                self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s")
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.died()
+            self.buffer += chunk
+
+    def io(self, operation: Callable[[int, Any], Any], argument: Any) -> Any:
+        """A blocking read or write, its time taken from the budget."""
+        if self.budget < self.timeout / 2:
+            self.set_timeout()
+        started = time.monotonic()
+        try:
+            return operation(self.fd, argument)
+        finally:
+            self.budget -= time.monotonic() - started
+
+    def checked(self, data: bytes) -> list[Any]:
+        try:
+            reply = wire.parse(data)
+        except ValueError as exc:
+            self.fail(f"sent something that is not JSON ({exc})")
+        if not (isinstance(reply, list) and reply and isinstance(reply[0], str)):
+            self.fail(f"sent {shown(reply)}, not a reply")
+        return reply
+
+    def died(self) -> NoReturn:
+        """The process closed its socket: how it ended, as the failure."""
+        how = self.finish()
+        what = ENDINGS.get(how, f"ended ({how})" if how.startswith("exit") else
+                           f"crashed with {how}")
+        raise ContainedFailure(f"the candidate's process {what} (limits: "
+                               f"{self.limits.cpu_s:g} CPU s, {self.limits.memory_mb} MiB)")
+
+    def fail(self, what: str) -> NoReturn:
+        self.finish()
+        raise ContainedFailure(f"the candidate {what}")
+
+    def finish(self) -> str:
+        """End the process (if it runs) and close its socket; how it ended."""
+        if self.ended:
+            return "ended"
+        self.ended = True
+        self.socket.close()
+        how, self.cpu_s = self.sandbox.end(self.pid)
+        return how
+
+    def close(self) -> str:
+        """End the session; what the candidate printed (nothing if it had failed)."""
+        if self.ended:
+            return ""
+        try:
+            reply = self.call(["close"])
+        except ContainedFailure:
+            return ""
+        self.finish()
+        log = reply[1] if len(reply) == 2 and reply[0] == "log" else ""
+        return log if isinstance(log, str) else ""
+
+
+def shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."

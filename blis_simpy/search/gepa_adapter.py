@@ -3,10 +3,11 @@
 A GEPA candidate is a mapping of named text components. Here a component named `bundle` holds
 a policy bundle in YAML (`blis_simpy.policies.bundle`), and a component named after a policy
 axis (`routing`, `admission`, ...) holds code-policy source for that axis
-(`blis_simpy.search.code`), run contained. A data instance is a scenario (with its seed):
-evaluating a candidate on a batch runs it on each, through the sweep's executor, and scores
-each run by its fitness. Failures (a bundle that does not load, code that is refused or
-crashes) score 0 with the reason in the feedback; they never raise.
+(`blis_simpy.search.code`), run in the sandbox (docs/security.md). A data instance is a
+scenario (with its seed): evaluating a candidate on a batch runs it on each, through the
+sweep's executor, and scores each run by its fitness. Failures (a bundle that does not load,
+code that is refused or crashes) score 0 with the reason in the feedback; they never raise.
+A machine without the sandbox raises SandboxUnavailable: no code candidate could score.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gepa import EvaluationBatch
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search.code import BUNDLE, candidate_policy
-from blis_simpy.search.contain import Limits
+from blis_simpy.search.contain import Limits, SandboxUnavailable
 from blis_simpy.search.sweep import Task, execute, plan
 
 Trajectory = dict[str, Any]  # the run's row: metrics, fitness, error and feedback
@@ -58,6 +59,8 @@ class BlisAdapter:
                              enumerate(plan(scenarios, {"candidate": policy}, None,
                                             self.limits)))
                 spans.append((start, len(batch), ""))
+            except SandboxUnavailable:
+                raise  # not the candidate's fault: every code candidate would score 0
             except ScenarioError as exc:
                 spans.append((start, len(batch), f"the candidate does not load: {exc}"))
         rows = execute(tasks, self.executor, self.workers, None)

@@ -5,7 +5,9 @@ The evolved program is a code policy for one axis (`blis_simpy.search.code`), or
 bundle when the file ends in .yaml. Its metrics carry `combined_score` (the mean fitness over
 the scenarios), the mean of each raw metric, and the feature dimensions MAP-Elites bins on
 (raw values, as OpenEvolve wants); its artifacts carry the runs' feedback, the errors if any,
-and the K.4 export of the candidate. Cascade: `evaluate_stage1` runs one cheap scenario first
+what a code candidate printed (`log`), and the K.4 export of the candidate. Code runs in the
+sandbox (docs/security.md); a machine without one raises SandboxUnavailable rather than
+score every program 0. Cascade: `evaluate_stage1` runs one cheap scenario first
 (the first scenario with its first seed), `evaluate_stage2` the whole set.
 
 `examples/openevolve/evaluator.py` is a template binding these to a workload.
@@ -23,9 +25,10 @@ from openevolve.evaluation_result import EvaluationResult
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.policies.bundle import PolicyBundle
 from blis_simpy.search.code import CodePolicy
-from blis_simpy.search.contain import Limits
+from blis_simpy.search.contain import Limits, SandboxUnavailable
 from blis_simpy.search.export import k4_export
 from blis_simpy.search.sweep import Candidate, run_many
 from blis_simpy.sim.run import load
@@ -65,6 +68,8 @@ class BlisEvaluator:
             table = run_many({f"{i}:{s.name}": s for i, s in enumerate(scenarios)},
                              {"candidate": candidate}, seeds, workers=self.workers,
                              limits=self.limits)
+        except SandboxUnavailable:
+            raise  # not the candidate's fault: every code candidate would score 0
         except ScenarioError as exc:
             return EvaluationResult(
                 metrics={"combined_score": 0.0, **dict.fromkeys(self.features, 0.0)},
@@ -80,13 +85,14 @@ class BlisEvaluator:
         errors = [r["error"] for r in rows if r["error"]]
         if errors:
             artifacts["error"] = "\n".join(errors)
+        printed = [f"{r['scenario']} seed {r['seed']}:\n{r['log']}" for r in rows
+                   if isinstance(r.get("log"), str) and r["log"]]
+        if printed:
+            artifacts["log"] = "\n\n".join(printed)
         return EvaluationResult(metrics=metrics, artifacts=artifacts)
 
     def candidate(self, path: Path) -> Candidate:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScenarioError("program", f"cannot read {path}: {exc}") from None
+        text = read_text(path, "program", "a policy bundle YAML or Python file")
         if path.suffix in (".yaml", ".yml"):
             return PolicyBundle.from_yaml(path)
         return CodePolicy(self.axis, text, id=path.stem)

@@ -9,9 +9,11 @@ two independent means.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from blis_simpy.core.arguments import instance
 from blis_simpy.core.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -25,10 +27,16 @@ def compare_policies(table: pd.DataFrame, baseline: str,
                      metrics: Sequence[str] = DEFAULT_METRICS, confidence: float = 0.95
                      ) -> pd.DataFrame:
     """Per scenario, policy (other than `baseline`) and metric: the mean over seeds of
-    (policy - baseline), its `confidence` interval, and the number of paired seeds. A seed
-    missing for one of the two is left out of that pair."""
+    (policy - baseline), its `confidence` interval, the number of paired seeds and the
+    measurement window the metrics describe (`evaluation.window`, the same for every run of a
+    scenario; a warning when it starts at 0). A seed missing for one of the two is left out
+    of that pair."""
     import pandas as pd
 
+    instance("table", table, pd.DataFrame, "a DataFrame from run_many")
+    if not {"scenario", "policy", "seed"} <= set(table.columns):
+        raise ScenarioError("table", "has no scenario, policy and seed columns",
+                            "a DataFrame from run_many")
     if baseline not in set(table["policy"]):
         raise ScenarioError("baseline", f"no policy named {baseline!r} in the table",
                             ", ".join(sorted(set(table["policy"]))))
@@ -38,7 +46,11 @@ def compare_policies(table: pd.DataFrame, baseline: str,
     if not 0 < confidence < 1:
         raise ScenarioError("confidence", f"{confidence!r}", "a number between 0 and 1")
     rows = []
+    unwindowed = []
     for scenario, runs in table.groupby("scenario", sort=False):
+        start, end = window(runs, scenario)
+        if not start:
+            unwindowed.append(str(scenario))
         base = runs[runs.policy == baseline].set_index("seed")
         for policy, other in runs[runs.policy != baseline].groupby("policy", sort=False):
             paired = other.set_index("seed").join(base, rsuffix=".base", how="inner")
@@ -48,8 +60,29 @@ def compare_policies(table: pd.DataFrame, baseline: str,
                 mean, half = interval([float(d) for d in diff], confidence)
                 rows.append({"scenario": scenario, "policy": policy, "baseline": baseline,
                              "metric": metric, "seeds": len(diff), "mean_diff": mean,
-                             "ci_low": mean - half, "ci_high": mean + half})
+                             "ci_low": mean - half, "ci_high": mean + half,
+                             "window_start_s": start, "window_end_s": end})
+    if unwindowed:
+        warnings.warn(f"compare_policies: {', '.join(unwindowed)} measured from t=0, cold "
+                      "prefix caches and empty queues included; on short runs they can decide "
+                      "the comparison (set evaluation.window.warmup_s: docs/reference/metrics.md)",
+                      UserWarning, stacklevel=2)
     return pd.DataFrame(rows)
+
+
+def window(runs: pd.DataFrame, scenario: object) -> tuple[float, float | None]:
+    """The measurement window the scenario's runs share (a comparison across windows would
+    compare different things)."""
+    if "window_start_s" not in runs:  # a table from before the window existed
+        return 0.0, None
+    pairs = {(float(s), None if e is None or e != e else float(e))
+             for s, e in zip(runs.window_start_s, runs.window_end_s, strict=True)
+             if s == s}  # failed runs (zero rows) have none
+    if len(pairs) > 1:
+        raise ScenarioError("table", f"the runs of {scenario} used different measurement "
+                            f"windows {sorted(pairs, key=str)}", "one evaluation.window per "
+                            "scenario")
+    return pairs.pop() if pairs else (0.0, None)
 
 
 def interval(values: list[float], confidence: float) -> tuple[float, float]:

@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.arguments import callback, instance, integer, integers
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.policies.bundle import PolicyBundle
-from blis_simpy.search.code import CodePolicy, CodeRejected, check, install
-from blis_simpy.search.contain import ContainedFailure, Limits, contained
+from blis_simpy.search.code import CodePolicy, CodeRejected, check
+from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox
 from blis_simpy.search.feedback import feedback
+from blis_simpy.search.remote import Contained
 from blis_simpy.sim.result import Result
-from blis_simpy.sim.run import load, run
+from blis_simpy.sim.run import ScenarioForm, load, run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,14 +61,18 @@ class Task:
     rejected: str = ""  # why the static check refused the code: the row is a zero
 
 
-def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
-             | Mapping[str, Scenario | str | Path],
+def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, ScenarioForm],
              policies: Mapping[str, Candidate] | None = None,
-             seeds: Iterable[int] | None = None, *, executor: Executor | None = None,
+             seeds: Iterable[int] | None = None, *,
+             overrides: Mapping[str, Any] | None = None, executor: Executor | None = None,
              workers: int | None = None, progress: Progress | None = None,
              limits: Limits | None = None) -> pd.DataFrame:
     """Run every scenario x policy x seed and return one row per run (`row` says which
-    columns). `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
+    columns). `scenarios`: one scenario in any form `run` takes (a `Scenario`, a YAML path, a
+    library name, a mapping of its sections), a list of them, or a mapping name -> form.
+    `overrides`: dotted key paths -> values for every scenario ({"cluster.instances": 2}),
+    or scenario names -> such mappings, for each its own.
+    `policies` maps a name to a candidate: a `PolicyBundle`, a bundle or flat
     candidate mapping (`{"routing.type": "weighted", "routing.weights.prefix-affinity": 3}`),
     a `CodePolicy` (source for one axis, run contained within `limits`), or None for the
     scenario's own policies. `seeds` defaults to each scenario's seed.
@@ -76,7 +82,15 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     core); `workers=1` runs them here, one after another."""
     import pandas as pd
 
-    tasks = plan(named_scenarios(scenarios), policies or {"scenario": None}, seeds,
+    instance("policies", policies if policies is not None else {}, Mapping,
+             "a mapping of names to candidates, or None")
+    workers = None if workers is None else integer("workers", workers, low=1)
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise ScenarioError("executor", f"expected a concurrent.futures.Executor, got "
+                            f"{type(executor).__name__}", "an Executor, or None")
+    callback("progress", progress, "a function taking (runs done, runs in all), or None")
+    instance("limits", limits, (Limits, type(None)), "a Limits, or None")
+    tasks = plan(named_scenarios(scenarios, overrides), policies or {"scenario": None}, seeds,
                  limits or Limits())
     frame = pd.DataFrame(execute(tasks, executor, workers, progress))
     counted = [c for c in frame.columns if c.startswith("anomaly.")]
@@ -84,14 +98,19 @@ def run_many(scenarios: Scenario | str | Path | Sequence[Scenario | str | Path]
     return frame
 
 
-def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
-    """Scenario name -> parsed scenario; paths are read once, here."""
-    if isinstance(scenarios, Scenario | str | Path):
+def named_scenarios(scenarios: Any, overrides: Mapping[str, Any] | None = None
+                    ) -> dict[str, Scenario]:
+    """Scenario name -> parsed scenario with its overrides; files are read once, here."""
+    if is_form(scenarios):
         scenarios = [scenarios]
+    instance("scenarios", scenarios, Iterable, "a scenario (a Scenario, a YAML path, a "
+             "library name or a mapping of its sections), a list of them, or a mapping of "
+             "names to them")
     if isinstance(scenarios, Mapping):
-        pairs = [(str(name), as_scenario(s)) for name, s in scenarios.items()]
+        pairs = [(str(name), load(entry(f"scenarios[{name!r}]", form)))
+                 for name, form in scenarios.items()]
     else:
-        parsed = [as_scenario(s) for s in scenarios]
+        parsed = [load(entry(f"scenarios[{i}]", form)) for i, form in enumerate(scenarios)]
         pairs = [(s.name, s) for s in parsed]
     named = dict(pairs)
     if len(named) != len(pairs):
@@ -99,11 +118,46 @@ def named_scenarios(scenarios: Any) -> dict[str, Scenario]:
                             "distinct names, or a mapping name -> scenario")
     if not named:
         raise ScenarioError("scenarios", "no scenario to run")
-    return named
+    own = per_scenario(overrides, named)
+    return {name: load(scenario, overrides=own.get(name)) if own.get(name) else scenario
+            for name, scenario in named.items()}
 
 
-def as_scenario(scenario: Scenario | str | Path) -> Scenario:
-    return scenario if isinstance(scenario, Scenario) else Scenario.from_yaml(scenario)
+def is_form(value: Any) -> bool:
+    """One scenario (a mapping of its sections has a `version`), not a collection of them."""
+    return isinstance(value, Scenario | str | Path) or (isinstance(value, Mapping)
+                                                         and "version" in value)
+
+
+def entry(where: str, form: Any) -> Any:
+    """One scenario of a collection, refused by its place there when it is none."""
+    if not is_form(form) and not isinstance(form, Mapping):
+        raise ScenarioError(where, f"got {type(form).__name__}", "a Scenario, a YAML path, a "
+                            "library name or a mapping of its sections")
+    return form
+
+
+def per_scenario(overrides: Mapping[str, Any] | None, names: Mapping[str, Scenario]
+                 ) -> dict[str, Mapping[str, Any]]:
+    """Each scenario's overrides: the same mapping for all, or each its own by name."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise ScenarioError("overrides", f"got {type(overrides).__name__}", "a mapping of "
+                            "dotted key paths to values, or scenario names to such mappings")
+    keyed = [k for k in overrides if k in names]
+    if not keyed:
+        return dict.fromkeys(names, overrides)
+    if len(keyed) != len(overrides):
+        rest = [k for k in overrides if k not in names]
+        raise ScenarioError("overrides", f"mixes scenario names ({', '.join(keyed)}) with "
+                            f"other keys ({', '.join(map(str, rest))})", "dotted key paths "
+                            "for every scenario, or scenario names -> dotted key paths")
+    for name in keyed:
+        if not isinstance(overrides[name], Mapping):
+            raise ScenarioError(f"overrides[{name!r}]", f"got {type(overrides[name]).__name__}",
+                                "a mapping of dotted key paths to values")
+    return {name: overrides[name] for name in keyed}
 
 
 def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:
@@ -120,13 +174,15 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
          seeds: Iterable[int] | None, limits: Limits) -> list[Task]:
     """Every run, validated: a bad candidate or seed fails here, before any run starts; code
     the static check refuses becomes zero rows (a search produces such candidates)."""
-    seed_list = None if seeds is None else list(seeds)
+    seed_list = None if seeds is None else integers("seeds", seeds)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
+    if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
+        sandbox()  # code runs only in the sandbox: a machine without one refuses it now
     unweighted = [name for name, s in scenarios.items() if not s.fitness.weights]
     if unweighted:
         warnings.warn(f"fitness is 0 in every run of {', '.join(unweighted)}: the scenario "
-                      "sets no fitness.weights (README: Fitness); compare the metric columns "
-                      "or give weights", UserWarning, stacklevel=3)
+                      "sets no fitness.weights (docs/reference/metrics.md); compare the metric "
+                      "columns or give weights", UserWarning, stacklevel=3)
     tasks: list[Task] = []
     for scenario_name, scenario in scenarios.items():
         for policy_name, (overrides, candidate_id, code, rejected) in prepared.items():
@@ -136,8 +192,6 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
                 raise ScenarioError(f"policies[{policy_name!r}] on {scenario_name}: "
                                     f"{exc.path}", exc.problem, exc.valid) from None
             for seed in seed_list if seed_list is not None else [scenario.seed]:
-                if isinstance(seed, bool) or not isinstance(seed, int):
-                    raise ScenarioError("seeds", f"{seed!r} is not an integer")
                 tasks.append(Task(len(tasks), scenario_name, policy_name, seed, applied,
                                   candidate_id, code, limits, rejected))
     return tasks
@@ -193,22 +247,27 @@ def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
 
 
 def evaluate(task: Task) -> dict[str, Any]:
-    """Run one task (in a worker) and return its row; code runs contained."""
+    """Run one task (in a worker) and return its row; code runs in the sandbox."""
     if task.code is None:
         return evaluate_here(task)
     if task.rejected:
         return zero_row(task, f"candidate rejected: {task.rejected}")
     try:
-        return dict(contained(evaluate_code, task, task.limits))
-    except ContainedFailure as exc:
-        return zero_row(task, str(exc))
-
-
-def evaluate_code(task: Task) -> dict[str, Any]:
-    """In the contained child: load the candidate's module, then run."""
-    assert task.code is not None
-    install(task.code)
-    return evaluate_here(task)
+        candidate = Contained(task.code, task.limits)
+    except SandboxUnavailable:
+        raise
+    except ScenarioError as exc:  # the source does not load
+        return {**zero_row(task, str(exc)), "log": ""}
+    try:
+        out = evaluate_here(task)
+    except ScenarioError as exc:  # its process failed building the policy
+        out = zero_row(task, str(exc))
+    finally:
+        log = candidate.close()
+    out["log"] = log
+    if log:
+        out["feedback"] += f"\n\nWhat the candidate printed:\n{log}"
+    return out
 
 
 def evaluate_here(task: Task) -> dict[str, Any]:
@@ -232,7 +291,8 @@ def zero_row(task: Task, error: str) -> dict[str, Any]:
 
 def row(result: Result) -> dict[str, Any]:
     """A run's columns after its ids: policy and workload ids, error (empty), fitness,
-    completion, each normalised objective (`objective.<key>`), every scalar of the summary,
+    completion, each normalised objective (`objective.<key>`), the measurement window
+    (`window_start_s`, `window_end_s`: null for the run's end), every scalar of the summary,
     the RawMetrics scalars the summary lacks, anomaly counts (`anomaly.<kind>`) and the number
     of warnings, then the feedback text for reflection."""
     evaluation = result.evaluation
@@ -241,6 +301,8 @@ def row(result: Result) -> dict[str, Any]:
                            "workload_id": evaluation.workload_id, "error": "",
                            "fitness": evaluation.fitness, "completion": evaluation.completion}
     out.update({f"objective.{k}": v for k, v in evaluation.objectives.items()})
+    window = result.scenario.evaluation.window
+    out["window_start_s"], out["window_end_s"] = window.warmup_s, window.end_s
     summary = {k: v for k, v in result.summary.items() if scalar(v) and k != "instance_id"}
     out.update(summary)
     out.update({k: v for k, v in result.metrics.items() if scalar(v) and k not in summary})

@@ -20,6 +20,7 @@ from typing import Any
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.core.schema import load, spec
 from blis_simpy.core.yamlio import load_yaml
 from blis_simpy.policies.bundle import PolicyBundle
@@ -48,10 +49,7 @@ class Sweep:
 
 
 def read_sweep(path: Path) -> Sweep:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError("", f"cannot read {path}: {exc}") from None
+    text = read_text(path, "", "a sweep YAML file")
     try:
         spec_ = load(SweepSpec, load_yaml(text, ""), "")
         folder = path.parent

@@ -44,6 +44,8 @@ from blis_simpy.workload import source
 if TYPE_CHECKING:
     from blis_simpy.core.scale_log import ScaleLog
 
+EVENTS_PER_SLICE = 8192
+
 # The instance class of each role (P/D pools use the prefill and decode ones: engine/pd.py).
 ROLES: dict[Role, type[Instance]] = {Role.MONOLITHIC: Instance, Role.PREFILL: PrefillInstance,
                                      Role.DECODE: DecodeInstance}
@@ -82,20 +84,30 @@ class Simulation:
         self.checks = checks
         self.input_notes = input_notes  # what the source noted (trace rows skipped)
         self.scale_log = scale_log  # with a deployment section: lifecycle and scale actions
+        self.expected: int | None = None  # requests the workload will send, when known
+        self.trace_times = False  # requests carry their trace rows' own timestamps
 
-    def run(self, progress: Progress | None = None, every: int = 8192) -> float:
-        """Process every event up to the horizon; returns the wall time spent (s)."""
+    def run(self, progress: Progress | None = None, every: int = 0) -> float:
+        """Process every event up to the horizon, `every` events at a time (default
+        EVENTS_PER_SLICE) when something is done between slices (progress reports, a
+        streaming run's hand-over); returns the wall time spent (s)."""
+        every = every or EVENTS_PER_SLICE
         horizon = self.scenario.horizon_us
         until = math.inf if horizon is None else horizon
         started = time.perf_counter()
         count = 0
+        recorder = self.recorder
+        streaming = recorder.sink is not None  # hands finished requests over between slices
         with sparse_collection():
-            if progress is None:
+            if progress is None and not streaming:
                 count = run_events(self.env, until, sys.maxsize, self.checks)
             else:
                 while (ran := run_events(self.env, until, every, self.checks)) == every:
                     count += ran
-                    progress(self.progress(count, started))
+                    if streaming:
+                        recorder.sweep(self.env.now)
+                    if progress is not None:
+                        progress(self.progress(count, started))
                 count += ran
         for instance in self.fleet:
             instance.finish()
@@ -107,7 +119,7 @@ class Simulation:
         recorder = self.recorder
         finished = (sum(inst.completions for inst in self.fleet) + len(recorder.rejections)
                     + self.gateway.timed_out)
-        return RunProgress(self.env.now, len(recorder.requests), finished, events,
+        return RunProgress(self.env.now, recorder.arrived, finished, events,
                            time.perf_counter() - started, done)
 
     @property
@@ -202,8 +214,11 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
         scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
                            lambda: policy(ROUTING, policies.routing, "policies.routing"))
     corrected = kv_catalog_note(scenario)
-    notes = ([corrected] if corrected else []) + latency_notes(latency) + source.start(
-        env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
-        keep_tokens=keep_tokens)
-    return Simulation(scenario, env, mode, recorder, fleet, gateway,
-                      mode.conventions(latency.output_delay), checks, notes, scale_log)
+    started = source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
+                           keep_tokens=keep_tokens)
+    sim = Simulation(scenario, env, mode, recorder, fleet, gateway,
+                     mode.conventions(latency.output_delay), checks,
+                     ([corrected] if corrected else []) + latency_notes(latency) + started.notes,
+                     scale_log)
+    sim.expected, sim.trace_times = started.expected, started.timed
+    return sim

@@ -86,7 +86,8 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
         scalers = []
         for pool in pools:
             policy = AUTOSCALE.create(autoscaler.policy, "deployment.autoscaler.policy")
-            scalers.append(ConfigScaler(pool, policy, oscillation_window(autoscaler, policy)))
+            log.windows[pool.config] = oscillation_window(autoscaler, policy)
+            scalers.append(ConfigScaler(pool, policy))
         Autoscaler(env, autoscaler, scalers, gateway, recorder, log,
                    "deployment.autoscaler.policy", not several)
     return log
@@ -135,11 +136,13 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
     return pools
 
 
-def oscillation_window(config: AutoscalerConfig, policy: AutoscalePolicy) -> int:
-    """The scenario's window, else the policy's cooldown, else three poll intervals (µs)."""
+def oscillation_window(config: AutoscalerConfig, policy: AutoscalePolicy
+                       ) -> tuple[int, bool]:
+    """The scenario's window (µs), else the policy's cooldown plus three poll intervals, to
+    which the config's time-to-ready is added when the run ends (metrics/anomalies.py)."""
     if config.oscillation_window_s is not None:
-        return round(config.oscillation_window_s * US_PER_S)
-    return policy.cooldown_us or round(3 * config.interval_s * US_PER_S)
+        return round(config.oscillation_window_s * US_PER_S), False
+    return (policy.cooldown_us or 0) + round(3 * config.interval_s * US_PER_S), True
 
 
 def actuation_delays(actuation: Actuation, seed: int) -> Callable[[], tuple[int, int]]:

@@ -9,9 +9,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blis_simpy.core.arguments import flag
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.fitness import EvaluationResult
-from blis_simpy.metrics.tables import group_table
+from blis_simpy.metrics.tables import TEXT_COLUMNS, group_table
 from blis_simpy.sim.background import Background
 from blis_simpy.sim.output import OutputFolder
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from blis_simpy.compat.results import ReferenceOutputs
     from blis_simpy.config.scenario import Scenario
     from blis_simpy.metrics.trace.summary import TraceInputs
+
+
+STREAMED = ("requests", "steps", "instances")  # the tables a streaming run writes itself
 
 
 @dataclass(frozen=True, repr=False)
@@ -34,7 +38,7 @@ class Result:
     request_table: Table
     step_table: Table
     wall_time_s: float
-    metrics: dict[str, Any] = field(default_factory=dict)  # RawMetrics (README: Evaluation)
+    metrics: dict[str, Any] = field(default_factory=dict)  # RawMetrics (docs/reference/metrics.md)
     evaluation: EvaluationResult | None = None
     anomaly_table: Table | None = None  # one row per anomaly occurrence
     instance_table: Table | None = None  # per-instance levels over time
@@ -48,6 +52,9 @@ class Result:
     replica_table: Table | None = None  # ... and each config's replica count over time
     transfer_table: Table | None = None  # P/D: one row per KV handoff
     transfer_queue_table: Table | None = None  # P/D: handoffs waiting for the link over time
+    # A streaming run's folder, which holds its requests, steps and instances tables
+    # (sim/stream.py); request_table and step_table are then empty.
+    streamed: OutputFolder | None = None
 
     @cached_property
     def transfers(self) -> pd.DataFrame | None:
@@ -67,12 +74,29 @@ class Result:
     @cached_property
     def requests(self) -> pd.DataFrame:
         """One row per request that arrived, in arrival order (requests.csv)."""
-        return self.request_table.frame()
+        return self.request_table.frame() if self.streamed is None else self.read("requests")
 
     @cached_property
     def steps(self) -> pd.DataFrame:
         """One row per engine step and instance (steps.csv)."""
-        return self.step_table.frame()
+        return self.step_table.frame() if self.streamed is None else self.read("steps")
+
+    def read(self, name: str) -> pd.DataFrame:
+        """A streamed table, from the output folder (or its staging copy before it is
+        saved)."""
+        import pandas as pd
+
+        assert self.streamed is not None
+        path = self.streamed.location() / f"{name}.{self.streamed.format}"
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        header = pd.read_csv(path, nrows=0).columns
+        text = [column for column in header if column in TEXT_COLUMNS]
+        frame = pd.read_csv(path, keep_default_na=False, na_values=[""],
+                            dtype=dict.fromkeys(text, str))
+        for column in text:  # an empty cell is an empty string, as in memory
+            frame[column] = frame[column].fillna("")
+        return frame
 
     @cached_property
     def anomalies(self) -> pd.DataFrame | None:
@@ -80,6 +104,8 @@ class Result:
 
     @cached_property
     def instances(self) -> pd.DataFrame | None:
+        if self.streamed is not None:
+            return self.read("instances")
         return None if self.instance_table is None else self.instance_table.frame()
 
     @cached_property
@@ -148,7 +174,7 @@ class Result:
         """Write every output into `out_dir`, which must be new or empty (or `force`: replaced
         whole); the folder appears only when every file is written."""
         folder = out_dir if isinstance(out_dir, OutputFolder) else OutputFolder(
-            out_dir, tables, force)
+            out_dir, tables, flag("force", force))
         return folder.commit(self.write_files)
 
     def write_files(self, folder: Path, fmt: str) -> None:
@@ -160,12 +186,14 @@ class Result:
                 json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
         for name, text in {**self.extra_files, **self.trace_files}.items():
             (folder / name).write_text(text)
+        streamed = STREAMED if self.streamed is not None else ()
         tables = [(table, folder / f"{name}.{fmt}") for name, table in (
             ("requests", self.request_table), ("steps", self.step_table),
             ("anomalies", self.anomaly_table), ("instances", self.instance_table),
             ("decisions", self.decision_table), ("scale_events", self.scale_event_table),
             ("replicas", self.replica_table), ("transfers", self.transfer_table),
-            ("transfer_queue", self.transfer_queue_table)) if table is not None]
+            ("transfer_queue", self.transfer_queue_table))
+            if table is not None and name not in streamed]
         write_tables(tables)
 
 

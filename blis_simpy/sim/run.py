@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
-from blis_simpy.config.scenario import Scenario, set_path
+from blis_simpy.config.scenario import Scenario, with_overrides
 from blis_simpy.config.step_models import describe as step_model_of
+from blis_simpy.core.arguments import callback, flag, instance
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
+from blis_simpy.metrics.conventions import step_durations
 from blis_simpy.metrics.evaluation import evaluate
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
+from blis_simpy.metrics.saturation import run_saturation
 from blis_simpy.metrics.tables import (
     instance_series,
     request_table,
@@ -24,68 +28,108 @@ from blis_simpy.metrics.tables import (
 from blis_simpy.metrics.trace.decisions import DecisionRows
 from blis_simpy.metrics.trace.regret import prefill_ms_per_token
 from blis_simpy.metrics.warnings import run_warnings
+from blis_simpy.metrics.window import Window
 from blis_simpy.sim.background import Background
 from blis_simpy.sim.build import Progress, Simulation, build
+from blis_simpy.sim.output import OutputFolder
 from blis_simpy.sim.result import Result
+from blis_simpy.sim.stream import simulate_streaming, streams
 
 if TYPE_CHECKING:
     from blis_simpy.compat.results import ReferenceOutputs
     from blis_simpy.metrics.conventions import RequestLatencies
 
+PROGRESS = "a function taking a RunProgress (now_us, arrived, finished, ...), or None"
 
-def load(scenario: Scenario | str | Path, *, seed: int | None = None,
+
+ScenarioForm = Scenario | str | Path | Mapping[str, Any]
+
+
+def load(scenario: ScenarioForm, *, seed: int | None = None,
          overrides: Mapping[str, Any] | None = None) -> Scenario:
-    """The scenario, with `seed` and dotted `overrides` ({"policies.routing.type":
-    "least-loaded"}) applied, validated as thoroughly as a file: an object built or changed
-    in Python (`dataclasses.replace`) has skipped the loader's checks."""
+    """The scenario, in any of its forms: a `Scenario`, a YAML file's path, a library name
+    (`blis-simpy scenarios`), or a mapping as the YAML would give it (a trace path in it is
+    relative to the current folder); with `seed` and dotted `overrides`
+    ({"policies.routing.type": "least-loaded"}) applied, validated as thoroughly as a file (an
+    object built or changed in Python, e.g. with `dataclasses.replace`, skipped the loader's
+    checks). A file's folder is where its `module:Class` policies are looked for, after the
+    Python path."""
     if isinstance(scenario, str | Path):
-        scenario = Scenario.from_yaml(scenario_file(scenario))
-    if not isinstance(scenario, Scenario):
-        raise ScenarioError("scenario", f"expected a Scenario or a YAML path, got "
-                            f"{type(scenario).__name__}")
-    if overrides is not None and not isinstance(overrides, Mapping):
-        raise ScenarioError("overrides", f"expected a mapping of dotted paths to values "
-                            f"({{'cluster.instances': 2}}), got {type(overrides).__name__}")
-    data = scenario.to_dict()
-    for key, value in (overrides or {}).items():
-        if not isinstance(key, str) or not key.strip():
-            raise ScenarioError("overrides", f"keys are dotted paths, got {key!r}")
-        data = set_path(data, key, value)
+        path = scenario_file(scenario, where="scenario")
+        loaded = Scenario.from_yaml(path, overrides)
+        policy_folder(loaded, path.parent)
+        data = loaded.to_dict()
+    elif isinstance(scenario, Scenario):
+        data = with_overrides(scenario.to_dict(), overrides)
+    elif isinstance(scenario, Mapping):
+        data = with_overrides(dict(scenario), overrides)
+        data.setdefault("name", "scenario")
+    else:
+        raise ScenarioError("scenario", f"got {type(scenario).__name__}", "a Scenario, a "
+                            "YAML file's path, a library scenario's name, or a mapping of "
+                            "its sections")
     if seed is not None:
         data["seed"] = seed
     return Scenario.from_dict(data)
 
 
-def prepare(scenario: Scenario | str | Path, *, seed: int | None = None,
+def policy_folder(scenario: Scenario, folder: Path) -> None:
+    """Let the scenario's `module:Class` policies be found next to its file, as the command
+    line does: the folder is searched after the installed packages (never shadowing them)."""
+    sections = scenario.to_dict()
+    types = [p.get("type", "") for p in sections.get("policies", {}).values()]
+    autoscaler = (sections.get("deployment") or {}).get("autoscaler") or {}
+    types.append((autoscaler.get("policy") or {}).get("type", ""))
+    if any(":" in t for t in types) and str(folder.resolve()) not in sys.path:
+        sys.path.append(str(folder.resolve()))
+
+
+def prepare(scenario: ScenarioForm, *, seed: int | None = None,
             overrides: Mapping[str, Any] | None = None, recorder: Recorder | None = None,
             checks: bool = False) -> Simulation:
     """Resolve and build a simulation; every input error (including a bad trace) surfaces
     here, before any event runs."""
+    recorder = instance("recorder", recorder, (Recorder, type(None)),
+                        "a Recorder (blis_simpy.Recorder(events=True)) or None")
+    checks = flag("checks", checks)
     return build(resolve(load(scenario, seed=seed, overrides=overrides)), recorder=recorder,
                  checks=checks)
 
 
-def run(scenario: Scenario | str | Path, progress: Progress | None = None, *,
+def run(scenario: ScenarioForm, progress: Progress | None = None, *,
         seed: int | None = None, overrides: Mapping[str, Any] | None = None,
         recorder: Recorder | None = None, checks: bool = False) -> Result:
-    """Simulate a scenario (object or YAML path), optionally with another seed and dotted
+    """Simulate a scenario (any form `load` takes), optionally with another seed and dotted
     overrides, and return its Result."""
+    callback("progress", progress, PROGRESS)
     return simulate(prepare(scenario, seed=seed, overrides=overrides, recorder=recorder,
                             checks=checks), progress)
 
 
-def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
-    """Run a prepared simulation to its end and build the Result from its records."""
+def simulate(sim: Simulation, progress: Progress | None = None, *,
+             folder: OutputFolder | None = None, record_mode: str = "auto") -> Result:
+    """Run a prepared simulation to its end and build the Result from its records. With an
+    output `folder` (to `save` the Result into), `record_mode` chooses whether they are kept
+    in memory or streamed into the folder as the run goes: auto, memory or stream
+    (sim/stream.py)."""
+    instance("sim", sim, Simulation, "a Simulation, from prepare()")
+    progress = callback("progress", progress, PROGRESS)
+    if streams(sim, folder, record_mode):
+        assert folder is not None
+        return simulate_streaming(sim, folder, progress)
     wall = sim.run(progress)
     records = sim.records()
     series = Background(lambda: instance_series(records), "instance-series")
     scenario, conventions = sim.scenario, sim.conventions
-    lat = conventions.latencies(records.requests, records.instances)
-    stats = summary(records, lat, conventions, scenario.horizon_us)
-    stats["warnings"] = run_warnings(stats, records.requests, scenario) + sim.input_notes
+    lat = conventions.latencies(records.requests, step_durations(records.instances))
+    window = Window.of(scenario.evaluation.window)
+    stats = summary(records, lat, conventions, scenario.horizon_us, window)
+    stats["saturation"] = run_saturation(records, window, scenario)
+    stats["warnings"] = (run_warnings(stats, set(records.requests.tenant), scenario)
+                         + sim.input_notes)
     if not sim.mode.reference_reporting:  # compat writes the reference's summary only
         stats["step_model"] = step_model_of(scenario)
-    requests = request_table(records.requests, lat)
+    requests = request_table(records.requests, lat, sim.trace_times)
     scale_log, scale_tables = sim.scale_log, None
     if scale_log is not None:  # a deployment section (its metrics imported only then)
         from blis_simpy.metrics.scaling import (
@@ -102,7 +146,7 @@ def simulate(sim: Simulation, progress: Progress | None = None) -> Result:
         stats["pd"] = pd_summary(records, requests)
         pd_tables = transfer_table(records), queue_depth_table(records)
     metrics, evaluation, anomalies = evaluate(records, scenario, requests, stats, conventions,
-                                              wall)
+                                              wall, window, scale_log)
     steps, anomaly_rows = step_table(records), anomaly_table(anomalies)
     decisions = None
     if records.decisions is not None:

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
+from blis_simpy.core.yamlio import load_yaml
 from blis_simpy.validate.sets import MeasuredSet, parse
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def experiment_stages(folder: Path, hints: Hints) -> list[dict[str, Any]]:
 def read_stage(path: Path, asked: Mapping[str, Any], output_len: Any, where: Path
                ) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, "", "an inference-perf lifecycle-metrics JSON file"))
         ok = data["successes"]
         latency = ok["latency"]
         measured: dict[str, Any] = {
@@ -117,8 +117,6 @@ def read_stage(path: Path, asked: Mapping[str, Any], output_len: Any, where: Pat
             measured["output_tokens_per_s"] = float(tokens_per_s)
         prompt = round(float(ok["prompt_len"]["median"]))
         output = output_len or round(float(ok["output_len"]["median"]))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(str(path), f"cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ScenarioError(str(path), f"is not valid JSON: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -162,13 +160,7 @@ def client_timeout(failures: Any) -> float | None:
 
 
 def _yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScenarioError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ScenarioError(str(path), f"is not valid YAML: {str(exc).splitlines()[0]}") \
-            from None
+    return load_yaml(read_text(path, "", "an inference-perf YAML file"), str(path))
 
 
 def _mapping(value: Any, where: Path) -> Mapping[str, Any]:

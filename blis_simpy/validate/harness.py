@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from blis_simpy.config.kv_tiers import block_bytes
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
+from blis_simpy.core.yamlio import load_yaml
 from blis_simpy.engine.latency import latency_model
 from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import run
@@ -83,17 +84,11 @@ class Latency:
         scenario can use as is."""
         if path.suffix == ".json":
             return cls.coefficients(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ScenarioError(f"--catalog {path}", f"cannot read: {exc.strerror or exc}") \
-                from None
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ScenarioError(f"--catalog {path}", "is not valid YAML: "
-                                f"{str(exc).splitlines()[0]}") from None
+        data = load_yaml(read_text(path, "--coefficients", "a coefficients JSON file or a "
+                                   "YAML file with a `latency:` section"), str(path))
         section = data.get("latency") if isinstance(data, dict) else None
         if not isinstance(section, dict):
-            raise ScenarioError(f"--catalog {path}", "needs a `latency:` mapping (or a "
+            raise ScenarioError(f"--coefficients {path}", "needs a `latency:` mapping (or a "
                                 "coefficients .json written by blis-simpy calibrate)")
         return cls(dict(section), f"catalog {path.name}")
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.validate.sets import (
     STATISTICS,
     MeasuredSet,
@@ -53,7 +54,7 @@ def read(path: Path, hints: Hints, fmt: str = "auto") -> MeasuredSet:
     """The measured set in `path` (a file or an inference-perf folder), read as `fmt`."""
     if fmt not in FORMATS:
         raise ScenarioError("--format", f"got {fmt!r}", ", ".join(FORMATS))
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a link loop: read_text says so
         raise ScenarioError(str(path), "does not exist")
     if path.is_dir() or fmt == "inference-perf":
         from blis_simpy.validate.ground_truth import read_folder
@@ -433,11 +434,7 @@ def _int(data: Mapping[str, Any], key: str, path: Path) -> int:
 
 
 def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(str(path), f"cannot read: {getattr(exc, 'strerror', None) or exc}") \
-            from None
+    return read_text(path, "", "a benchmark result: JSON, JSON lines or CSV text")
 
 
 def _json(text: str, path: Path) -> Any:

@@ -28,7 +28,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from blis_simpy.config.catalog import data_dir
@@ -175,17 +174,6 @@ def bundled_sets() -> list[MeasuredSet]:
     files = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
     return [parse(json.loads((folder / name).read_text(encoding="utf-8")), name)
             for name in files]
-
-
-def read_set(path: Path) -> MeasuredSet:
-    """A set file in this format (as the importers write it)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScenarioError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ScenarioError(str(path), f"is not valid JSON: {exc}") from None
-    return parse(data, str(path))
 
 
 def parse(data: Any, where: str) -> MeasuredSet:

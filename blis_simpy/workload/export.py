@@ -6,14 +6,13 @@ follow for analysis.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import check_replaceable, replacing
 from blis_simpy.core.request import Request
 from blis_simpy.core.units import US_PER_S
 
@@ -48,31 +47,20 @@ def trace_line(req: Request, tokens: np.ndarray, model: str) -> str:
     return ",".join(fields) + "\n"
 
 
+TARGET = "a trace file path, e.g. trace.csv"
+
+
 def check_target(path: Path) -> None:
-    if path.is_dir():
-        raise ScenarioError("--out", f"{path} is a folder", "a file path, e.g. trace.csv")
-    if not path.parent.is_dir():
-        raise ScenarioError("--out", f"folder {path.parent} does not exist")
+    check_replaceable(path, "--out", TARGET)
 
 
 def write_trace(requests: Iterable[tuple[Request, np.ndarray]], model: str, path: Path) -> int:
     """Write the trace atomically (a temporary file beside it, then a rename), so a failure
     never leaves a half-written file; returns the number of rows."""
-    path = Path(path)
-    check_target(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     count = 0
-    try:
-        with temp.open("x", newline="") as out:
-            out.write(",".join(REFERENCE_COLUMNS + EXTRA_COLUMNS) + "\n")
-            for req, tokens in requests:
-                out.write(trace_line(req, tokens, model))
-                count += 1
-        os.replace(temp, path)
-    except OSError as exc:
-        temp.unlink(missing_ok=True)
-        raise ScenarioError("--out", f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    with replacing(Path(path), "--out", TARGET) as temp, temp.open("x", newline="") as out:
+        out.write(",".join(REFERENCE_COLUMNS + EXTRA_COLUMNS) + "\n")
+        for req, tokens in requests:
+            out.write(trace_line(req, tokens, model))
+            count += 1
     return count

@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from blis_simpy.config.distributions import parse_distribution
 from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
 from blis_simpy.core.schema import describe, join, load
-from blis_simpy.core.yamlio import load_yaml
+from blis_simpy.core.yamlio import dump_yaml, load_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +95,9 @@ class Reader:
 
 def read_yaml(path: Path, reader: Reader) -> Any:
     try:
-        text = Path(path).read_text()
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise reader.error("", f"cannot read {path}: {reason}") from None
+        text = read_text(path, "", "a YAML file")
+    except ScenarioError as exc:
+        raise reader.error("", exc.problem, exc.valid) from None
     return load_yaml(text, reader.label)
 
 
@@ -134,5 +132,5 @@ def workload_yaml(converted: Converted, title: str) -> str:
     notes += converted.notes
     lines = [line for note in notes
              for line in textwrap.wrap(note, 96, initial_indent="# ", subsequent_indent="#   ")]
-    body = yaml.safe_dump({"workload": converted.workload}, sort_keys=False)
+    body = dump_yaml({"workload": converted.workload})
     return "\n".join(lines) + "\n" + body

@@ -9,7 +9,7 @@ and session that react to completions (`tenants.py`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
@@ -20,8 +20,8 @@ from blis_simpy.core.request import Request
 from blis_simpy.workload.release import Release
 from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
-from blis_simpy.workload.trace import load_trace
-from blis_simpy.workload.trace_file import Trace
+from blis_simpy.workload.trace import Trace, load_trace
+from blis_simpy.workload.work import check_work
 
 
 class Deliver(Protocol):
@@ -30,41 +30,56 @@ class Deliver(Protocol):
     def __call__(self, req: Request, alone: bool = False) -> None: ...
 
 
+class Source(NamedTuple):
+    """A known workload: its requests in arrival order (made lazily), what the source noted
+    about its input (trace rows it skipped, for the run's warnings), how many requests there
+    are at most (a trace's rows; None when a horizon may cut a synthetic one), and whether
+    each request carries its trace row's own timestamp (a published trace's, for the
+    requests table's `trace_time_ns`)."""
+
+    requests: Iterable[Request]
+    notes: list[str]
+    expected: int | None
+    timed: bool = False
+
+
 def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
-          reference_draws: bool, keep_tokens: bool = False) -> list[str]:
+          reference_draws: bool, keep_tokens: bool = False) -> Source:
     """Start the scenario's source. `reference_draws`: draw synthetic requests with the
     reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
-    A trace is read (and checked) here, before any event runs. Returns what the source noted
-    about its input (trace rows it skipped), for the run's warnings."""
+    A trace is read (and checked) here, before any event runs."""
+    check_work(scenario)
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
         TenantWorkload(env, workload, scenario.seed, deliver,
                        None if keep_tokens else scenario.engine.block_size)
-        return []
-    requests, notes = requests_of(scenario, reference_draws=reference_draws,
-                                  prehash=not keep_tokens)
-    Release(env, requests, deliver)
-    return notes
+        return Source((), [], workload.max_requests)
+    source = requests_of(scenario, reference_draws=reference_draws, prehash=not keep_tokens)
+    Release(env, source.requests, deliver)
+    return source
 
 
 def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = True
-                ) -> tuple[Iterable[Request], list[str]]:
+                ) -> Source:
     """A synthetic or trace workload's requests in arrival order, made lazily, with their
-    block hashes computed in vectorised chunks unless the token ids are wanted; and the
-    trace's notes about rows it skipped."""
+    block hashes computed in vectorised chunks unless the token ids are wanted."""
     workload, horizon = scenario.workload, scenario.horizon_us
     requests: Iterable[Request]
     notes: list[str] = []
+    timed = False
     if isinstance(workload, DistributionWorkload):
         make = compat_requests if reference_draws else native_requests
         requests = make(workload, scenario.seed, horizon)
+        expected = workload.num_requests
     else:
         assert isinstance(workload, TraceWorkload)
         trace = load_trace(workload, seed=scenario.seed, horizon=horizon,
                            truncate=reference_draws)
         served_models(scenario, trace)
-        requests, notes = trace.requests(), trace.notes
-    return (hashed(requests, scenario.engine.block_size) if prehash else requests), notes
+        requests, notes, expected = trace.requests(), trace.notes, len(trace)
+        timed = trace.timed
+    return Source(hashed(requests, scenario.engine.block_size) if prehash else requests,
+                  notes, expected, timed)
 
 
 def served_models(scenario: Scenario, trace: Trace) -> None:
@@ -74,8 +89,8 @@ def served_models(scenario: Scenario, trace: Trace) -> None:
     if section is None or len(section.models) < 2:
         return
     served = {model.name.lower() for model in section.models}
-    unknown = sorted({row.model for row in trace.labels
-                      if row.model and row.model.lower() not in served})
+    unknown = sorted(model for model in trace.models
+                     if model and model.lower() not in served)
     if unknown:
         shown = ", ".join(repr(m) for m in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         raise ScenarioError("workload.path", f"trace rows name model(s) {shown} that no "

@@ -23,7 +23,7 @@ from blis_simpy.core.clock import Environment
 from blis_simpy.core.hashing import block_hashes, hash_request
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request, State
-from blis_simpy.core.units import US_PER_S, VOCAB
+from blis_simpy.core.units import MAX_REQUESTS, US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.arrivals import arrival_times
 from blis_simpy.workload.sampling import (
@@ -107,8 +107,10 @@ class TenantWorkload:
 
     @property
     def exhausted(self) -> bool:
+        """The request cap is reached: max_requests, else the limit (closed-loop users, not
+        counted before the run, stop there: metrics/warnings.py says so)."""
         cap = self.workload.max_requests
-        return cap is not None and self.issued >= cap
+        return self.issued >= (MAX_REQUESTS if cap is None else cap)
 
     def _issue(self, tenant: TenantSpec, prompt: np.ndarray, output: np.ndarray, kind: str,
                known: list[int], session: str = "", turn: int = 0) -> tuple[Request, list[int]]:

@@ -11,6 +11,7 @@ Python object per token, and kept as 32-bit integers when they fit.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -24,18 +25,16 @@ from blis_simpy.workload.trace_file import (
     time_value,
     token_count,
 )
-from blis_simpy.workload.trace_tokens import GivenTokens
 
 TOKEN_IDS = f"a JSON list of integer token ids from 0 to 2**53, at most {MAX_TOKENS:,}"
 
 
 def read_blis(lines: TraceLines, header: list[str], columns: TraceColumns, *,
-              truncate: bool) -> GivenTokens:
+              truncate: bool) -> Iterator[np.ndarray]:
     """Read the rows after the header (whose names only locate the extra columns: the
-    reference reads columns by position)."""
+    reference reads columns by position), giving each row's token ids as it is taken."""
     names = [name.strip().lower() for name in header]
     extra = {name: names.index(name) for name in EXTRA_COLUMNS if name in names}
-    rows: list[np.ndarray | None] = []
     for row in lines.csv_rows():
         if len(row) < len(REFERENCE_COLUMNS):
             raise lines.error(f"{len(row)} columns", f"at least {len(REFERENCE_COLUMNS)}: "
@@ -50,8 +49,7 @@ def read_blis(lines: TraceLines, header: list[str], columns: TraceColumns, *,
         prompt = token_ids(lines, row[3], "prefill_tokens")
         output = token_ids(lines, row[4], "decode_tokens")
         columns.add(arrival, len(prompt), len(output), labels(lines, row, extra))
-        rows.append(compact(np.concatenate((prompt, output))))
-    return GivenTokens(rows)
+        yield compact(np.concatenate((prompt, output)))
 
 
 def labels(lines: TraceLines, row: list[str], extra: dict[str, int]) -> RowLabels:

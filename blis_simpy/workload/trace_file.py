@@ -1,15 +1,19 @@
-"""What every trace format shares: reading the file as numbered lines of UTF-8 text, errors
-that name the file, the line, the bad value and what is accepted, and the checked columns the
-rows become (`TraceColumns`, then a `Trace`).
+"""What every trace format shares: reading the file (plain or gzip) as numbered lines of UTF-8
+text, errors that name the file, the line, the bad value and what is accepted, and the checks
+each row passes as it is read (`TraceColumns`).
 
-A trace is read whole before the run, so a bad row fails before any event; the rows are kept
-as arrays and the requests made one by one as the replay reaches them (`Trace.requests`).
+A trace is read twice and never held: once whole before the run, checking every row, so a bad
+row fails before any event (workload/trace.py: `Trace.check`); then again as the replay reaches
+each row, which becomes a request (`Trace.requests`). Memory stays flat in the trace's length:
+a production trace of tens of millions of rows replays like a short one.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import math
+import zlib
 from array import array
 from collections import Counter
 from collections.abc import Iterator
@@ -21,8 +25,15 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import MAX_TRACE_BYTES, open_input, reason
 from blis_simpy.core.request import Request
-from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, US_PER_S
+from blis_simpy.core.units import (
+    MAX_REQUESTS,
+    MAX_SIM_S,
+    MAX_TOKENS,
+    MAX_TOTAL_TOKENS,
+    US_PER_S,
+)
 
 PATH = "workload.path"
 # The longest line read: a row of MAX_TOKENS token ids of up to 19 digits and a comma each.
@@ -43,12 +54,23 @@ class TraceLines:
         return ScenarioError(PATH, f"line {self.number}: {problem}", valid, file=self.path)
 
     def __iter__(self) -> Iterator[str]:
-        while raw := self.handle.readline(MAX_LINE_BYTES + 1):
+        while raw := self.readline():
             self.number += 1
             if len(raw) > MAX_LINE_BYTES:
                 raise self.error(f"longer than {MAX_LINE_BYTES:,} bytes",
                                  "one row per line; is this a trace file?")
             yield self.decode(raw)
+
+    def readline(self) -> bytes:
+        try:
+            return self.handle.readline(MAX_LINE_BYTES + 1)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # a damaged or cut gzip stream
+            self.number += 1
+            raise self.error(f"cannot be read: {exc}", "a whole gzip file, or plain text"
+                             ) from None
+        except OSError as exc:  # EIO from a failing disk or a /proc file
+            raise ScenarioError(PATH, f"cannot read {self.path} after line {self.number}: "
+                                f"{reason(exc)}") from None
 
     def decode(self, raw: bytes) -> str:
         try:
@@ -74,6 +96,24 @@ class TraceLines:
                     raise self.error(f"not valid CSV: {exc}") from None
                 if row:
                     yield row
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_trace(path: str) -> BinaryIO:
+    """The trace file to read (a regular file of bounded size: core/files.open_input),
+    decompressed as it is read when it is gzip (told by its first bytes, whatever its name)."""
+    handle = open_input(path, PATH, "a trace file", MAX_TRACE_BYTES)
+    try:
+        packed = handle.read(2) == GZIP_MAGIC
+        handle.seek(0)
+    except OSError as exc:
+        handle.close()
+        raise ScenarioError(PATH, f"cannot read {path}: {reason(exc)}") from None
+    if packed:
+        return gzip.GzipFile(fileobj=handle, mode="rb")  # type: ignore[return-value]
+    return handle
 
 
 @contextmanager
@@ -139,36 +179,10 @@ class RowLabels:
 
 
 class TokenSource(Protocol):
-    def sequence(self, row: int, input_len: int, output_len: int) -> np.ndarray:
-        """Request `row`'s token ids: its prompt, then its output."""
+    def sequence(self, payload: object, input_len: int, output_len: int) -> np.ndarray:
+        """A row's token ids (its prompt, then its output), from what its reader gave for it
+        (`payload`: the row's own ids, its hash ids, or nothing)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class Trace:
-    """A trace read and checked: one entry per request, in arrival order, as arrays."""
-
-    arrival: np.ndarray  # µs
-    input_len: np.ndarray
-    output_len: np.ndarray
-    labels: list[RowLabels]  # one per row, or empty when the format has none
-    tokens: TokenSource
-    notes: list[str]  # rows skipped and why, for the run's warnings
-
-    def __len__(self) -> int:
-        return len(self.arrival)
-
-    def requests(self) -> Iterator[Request]:
-        """The requests, made one at a time (once: a token-id trace releases each row's ids
-        as its request is made)."""
-        lengths = zip(self.arrival.tolist(), self.input_len.tolist(),
-                      self.output_len.tolist(), strict=True)
-        for row, (arrival, n_in, n_out) in enumerate(lengths):
-            tokens = self.tokens.sequence(row, n_in, n_out)
-            req = Request(row, arrival, tokens[:n_in], tokens[n_in:])
-            if self.labels:
-                label(req, self.labels[row])
-            yield req
 
 
 def label(req: Request, labels: RowLabels) -> None:
@@ -183,20 +197,31 @@ def label(req: Request, labels: RowLabels) -> None:
 
 @dataclass
 class TraceColumns:
-    """The rows kept so far, checked as they come: arrival order, the horizon (the first row
-    after it ends the trace), the request limit, unique request names."""
+    """The rows read so far, checked as they come: arrival order, the horizon (the first row
+    after it ends the trace), the request limit, unique request names. Only the newest row
+    is kept (`row`); the first reading (`checking`) keeps each name's 64-bit hash, enough to
+    find a repeated name afterwards (`repeated`), and `watch`ed names with their lines."""
 
     lines: TraceLines
     horizon: int | None
     models: list[str]  # keep only rows naming one of these (all when empty)
-    # 8 bytes a value (a list of Python ints would take 36): traces can be millions of rows
-    arrival: array[int] = field(default_factory=lambda: array("q"))
-    input_len: array[int] = field(default_factory=lambda: array("q"))
-    output_len: array[int] = field(default_factory=lambda: array("q"))
-    labels: list[RowLabels] = field(default_factory=list)
-    names: dict[str, int] = field(default_factory=dict)  # request name -> its line
+    checking: bool = True
+    # the newest row: arrival, prompt and output tokens, labels, and its own timestamp in ns
+    # as the file gives it (published formats: Azure since 1970-01-01 UTC, BurstGPT and
+    # Mooncake from the trace's start; -1 for the reference's CSV, whose arrival_time is the
+    # arrival itself), which its request carries to the requests table (`trace_time_ns`)
+    row: tuple[int, int, int, RowLabels | None, int] = (0, 0, 0, None, -1)
+    count: int = 0
+    last: int = 0  # the newest row's arrival
+    hashes: array[int] = field(default_factory=lambda: array("q"))  # of the names (checking)
+    watch: set[int] = field(default_factory=set)  # hashes of names that may repeat
+    names: dict[str, int] = field(default_factory=dict)  # watched name -> its line
     skipped: Counter[str] = field(default_factory=Counter)  # why -> rows
     seen_models: set[str] = field(default_factory=set)
+    tokens: int = 0  # prompt and output tokens of the rows kept
+    kept_models: set[str] = field(default_factory=set)  # named by the rows replayed
+    timed: bool = False  # the rows give their own timestamps
+    empty_outputs: int = 0  # rows kept with 0 output tokens (the reference's CSV)
 
     def past_horizon(self, arrival: int) -> bool:
         """The row arrives after the horizon: it and every later row are not replayed."""
@@ -208,36 +233,46 @@ class TraceColumns:
         return not self.models or model in self.models
 
     def add(self, arrival: int, input_len: int, output_len: int,
-            labels: RowLabels | None = None) -> None:
-        """Keep a row (the reader has checked it is within the horizon and wanted)."""
-        if self.arrival and arrival < self.arrival[-1]:
+            labels: RowLabels | None = None, time_ns: int = -1) -> None:
+        """Take a row (the reader has checked it is within the horizon and wanted);
+        `time_ns`: its own timestamp, as the file gives it (published formats)."""
+        if self.count and arrival < self.last:
             raise self.lines.error(
                 f"arrives at {arrival / US_PER_S:g} s, before the previous row "
-                f"({self.arrival[-1] / US_PER_S:g} s)", "rows sorted by arrival time")
-        if len(self.arrival) == MAX_REQUESTS:
+                f"({self.last / US_PER_S:g} s)", "rows sorted by arrival time")
+        if self.count == MAX_REQUESTS:
             raise self.lines.error(f"more than {MAX_REQUESTS:,} requests",
                                    "a shorter trace, or a horizon (horizon_s)")
-        if labels is not None:
-            self.check_name(labels.id or f"request_{len(self.arrival)}")
-            self.labels.append(labels)
-        self.arrival.append(arrival)
-        self.input_len.append(input_len)
-        self.output_len.append(output_len)
+        self.tokens += input_len + output_len
+        if self.tokens > MAX_TOTAL_TOKENS:
+            raise self.lines.error(f"the rows so far hold more than {MAX_TOTAL_TOKENS:,} "
+                                   "tokens", "a shorter trace, or a horizon (horizon_s)")
+        if labels is not None and self.checking:
+            self.check_name(labels.id or f"request_{self.count}")
+            self.kept_models.add(labels.model)
+        self.row = (arrival, input_len, output_len, labels, time_ns)
+        self.last = arrival
+        self.count += 1
+        self.timed |= time_ns >= 0
+        self.empty_outputs += output_len == 0
 
     def check_name(self, name: str) -> None:
-        first = self.names.setdefault(name, self.lines.number)
-        if first != self.lines.number:
-            raise self.lines.error(f"request id {shown(name)} is also on line {first}",
-                                   "a unique request_id per row (or an empty one)")
+        key = hash(name)
+        self.hashes.append(key)
+        if key in self.watch:
+            first = self.names.setdefault(name, self.lines.number)
+            if first != self.lines.number:
+                raise self.lines.error(f"request id {shown(name)} is also on line {first}",
+                                       "a unique request_id per row (or an empty one)")
+
+    def repeated(self) -> set[int]:
+        """The name hashes that occur more than once (a repeated name, or two names with one
+        hash): a second reading watching them finds the repeat and its lines."""
+        keys = np.sort(np.frombuffer(self.hashes, dtype=np.int64))
+        return set(keys[1:][keys[1:] == keys[:-1]].tolist())
 
     def skip(self, why: str) -> None:
         self.skipped[why] += 1
-
-    def trace(self, tokens: TokenSource) -> Trace:
-        return Trace(np.asarray(self.arrival, dtype=np.int64),
-                     np.asarray(self.input_len, dtype=np.int64),
-                     np.asarray(self.output_len, dtype=np.int64),
-                     self.labels, tokens, self.notes())
 
     def notes(self) -> list[str]:
         """Rows skipped, and models of the filter that no row replayed names. The file is named
@@ -251,4 +286,8 @@ class TraceColumns:
                                          else "") or "none"
         notes += [f"workload.models: no row of {name} names {model!r} (rows "
                   f"name: {seen})" for model in self.models if model not in self.seen_models]
+        if self.empty_outputs:
+            notes.append(f"{self.empty_outputs:,} rows of {name} have no output tokens: each "
+                         "runs as a request generating one token, as the reference replays "
+                         "them (a server always returns the first token)")
         return notes

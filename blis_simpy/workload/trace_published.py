@@ -2,14 +2,19 @@
 
 * `azure`: the Azure LLM inference traces 2023 and 2024, `TIMESTAMP,ContextTokens,
   GeneratedTokens`, timestamps like `2023-11-16 18:17:03.9799600` (2024: with a UTC offset,
-  `2024-05-10 00:00:00.009930+00:00`); arrival is the offset from the first row.
+  `2024-05-10 00:00:00.009930+00:00`), or as seconds since 1970-01-01 UTC in the same layout
+  (`1700158623.9799600`); arrival is the offset from the first row. Rows with 0
+  GeneratedTokens produced nothing and are skipped (counted in the run's warnings).
 * `burstgpt`: BurstGPT, `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`,
   seconds from the start; rows with 0 response tokens are failed requests and are skipped
   (counted in the run's warnings).
 * `mooncake`: Mooncake / FAST'25 JSON lines, `{"timestamp": ms, "input_length",
-  "output_length", "hash_ids": [...]}` with one hash id per 512-token prompt block.
+  "output_length", "hash_ids": [...]}` with one hash id per 512-token prompt block; rows with
+  0 output_length are skipped as Azure's are.
 
-Token ids are synthesised from the scenario seed (`trace_tokens.py`).
+Each row's own timestamp is kept, in ns, for the requests table (`trace_time_ns`). Token ids
+are synthesised from the scenario seed (`trace_tokens.py`). Each reader gives, for each row it
+takes, what its token ids are made from: nothing, or Mooncake's hash ids.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -30,20 +35,25 @@ from blis_simpy.workload.trace_file import (
     time_value,
     token_count,
 )
-from blis_simpy.workload.trace_tokens import HashBlockTokens, TokenMaker, UniqueTokens
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 MOONCAKE_BLOCK = 512  # prompt tokens per hash id
 NS_PER_US = 1000
+# The UTC offsets in use: Baker Island (-12:00) to Kiribati's Line Islands (+14:00).
+MAX_WEST, MAX_EAST = 12 * 3600, 14 * 3600
 
 # 2023: `2023-11-16 18:17:03.9799600`; 2024: `2024-05-10 00:00:00.009930+00:00`, or without
 # the fraction when it is 0.
 AZURE_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
                         r"(Z|[+-]\d{2}:?\d{2})?")
 AZURE_TIME_TEXT = ("YYYY-MM-DD hh:mm:ss, up to 9 fractional digits and an optional UTC offset, "
-                   "e.g. 2023-11-16 18:17:03.9799600 or 2024-05-10 00:00:00.009930+00:00")
+                   "e.g. 2023-11-16 18:17:03.9799600 or 2024-05-10 00:00:00.009930+00:00; or "
+                   "seconds since 1970-01-01 UTC, e.g. 1700158623.9799600")
+EPOCH_TIME = re.compile(r"(\d{1,11})(?:\.(\d{1,9}))?")  # seconds since 1970, up to year 5138
+UNIX_DAY = datetime.date(1970, 1, 1).toordinal()
+NO_OUTPUT = "0 output tokens (requests that produced nothing)"
 
 
 def locate(lines: TraceLines, header: list[str], wanted: Sequence[str], fmt: str
@@ -64,13 +74,13 @@ def fields(lines: TraceLines, row: list[str], at: list[int]) -> list[str]:
     return [row[i] for i in at]
 
 
-def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
-               maker: TokenMaker) -> UniqueTokens:
+def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns
+               ) -> Iterator[None]:
     at = locate(lines, header, AZURE_COLUMNS, "azure")
     first: int | None = None
     for row in lines.csv_rows():
         stamp, context, generated = fields(lines, row, at)
-        ns = azure_ns(lines, stamp)
+        ns = unix_ns(lines, stamp)
         first = ns if first is None else first
         arrival = (ns - first + NS_PER_US // 2) // NS_PER_US  # nearest µs
         if arrival > MAX_SIM_S * US_PER_S:
@@ -78,9 +88,22 @@ def read_azure(lines: TraceLines, header: list[str], columns: TraceColumns,
                               "first row's", "a trace spanning less time")
         if columns.past_horizon(arrival):
             break
-        columns.add(arrival, token_count(lines, context, "ContextTokens"),
-                    token_count(lines, generated, "GeneratedTokens"))
-    return UniqueTokens(maker)
+        prompt = token_count(lines, context, "ContextTokens")
+        output = token_count(lines, generated, "GeneratedTokens")
+        if output == 0:
+            columns.skip(NO_OUTPUT)
+            continue
+        columns.add(arrival, prompt, output, time_ns=ns)
+        yield None
+
+
+def unix_ns(lines: TraceLines, text: str) -> int:
+    """An Azure TIMESTAMP, a date and time or seconds since the epoch, as UTC nanoseconds
+    since 1970-01-01 (read as integers: the 7th fractional digit is kept)."""
+    match = EPOCH_TIME.fullmatch(text.strip())
+    if match is not None:
+        return int(match.group(1)) * 10**9 + int((match.group(2) or "").ljust(9, "0"))
+    return azure_ns(lines, text) - UNIX_DAY * 86_400 * 10**9
 
 
 def azure_ns(lines: TraceLines, text: str) -> int:
@@ -96,25 +119,35 @@ def azure_ns(lines: TraceLines, text: str) -> int:
     if days < 0 or hour > 23 or minute > 59 or second > 59:
         raise lines.error(f"TIMESTAMP {shown(text)} is not a valid date and time",
                           AZURE_TIME_TEXT)
-    whole = ((days * 24 + hour) * 60 + minute) * 60 + second - utc_offset_s(match.group(8))
+    offset = utc_offset_s(match.group(8))
+    if offset is None:
+        raise lines.error(f"TIMESTAMP {shown(text)} has no real UTC offset",
+                          f"offsets from {-MAX_WEST // 3600:+03d}:00 to "
+                          f"{MAX_EAST // 3600:+03d}:00, minutes below 60")
+    whole = ((days * 24 + hour) * 60 + minute) * 60 + second - offset
     return whole * 10**9 + int((match.group(7) or "").ljust(9, "0"))
 
 
-def utc_offset_s(text: str | None) -> int:
-    """`+01:00`, `-0530` or `Z` as seconds east of UTC (0 when absent)."""
+def utc_offset_s(text: str | None) -> int | None:
+    """`+01:00`, `-0530` or `Z` as seconds east of UTC (0 when absent); None for an offset
+    no clock uses (`+99:00`, `+05:75`), which would shift the replay by hours or days."""
     if not text or text == "Z":
         return 0
     digits = text[1:].replace(":", "")
-    seconds = int(digits[:2]) * 3600 + int(digits[2:]) * 60
-    return seconds if text[0] == "+" else -seconds
+    hours, minutes = int(digits[:2]), int(digits[2:])
+    seconds = (hours * 60 + minutes) * 60 if text[0] == "+" else -(hours * 60 + minutes) * 60
+    if minutes > 59 or not -MAX_WEST <= seconds <= MAX_EAST:
+        return None
+    return seconds
 
 
-def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,
-                  maker: TokenMaker) -> UniqueTokens:
+def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns
+                  ) -> Iterator[None]:
     at = locate(lines, header, BURSTGPT_COLUMNS, "burstgpt")
     for row in lines.csv_rows():
         stamp, model, request, response = fields(lines, row, at)
-        arrival = round(time_value(lines, stamp, "Timestamp") * US_PER_S)
+        seconds = time_value(lines, stamp, "Timestamp")
+        arrival = round(seconds * US_PER_S)
         if columns.past_horizon(arrival):
             break
         prompt = token_count(lines, request, "Request tokens")
@@ -124,14 +157,14 @@ def read_burstgpt(lines: TraceLines, header: list[str], columns: TraceColumns,
         if output == 0:
             columns.skip("0 response tokens (failed requests)")
             continue
-        columns.add(arrival, prompt, output, RowLabels(model=model))
-    return UniqueTokens(maker)
+        columns.add(arrival, prompt, output, RowLabels(model=model), round(seconds * 10**9))
+        yield None
 
 
-def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns,
-                  maker: TokenMaker) -> HashBlockTokens:
-    """`rows`: the file's lines from the first (which detection may have read already)."""
-    hash_ids: list[np.ndarray] = []
+def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns
+                  ) -> Iterator[np.ndarray]:
+    """`rows`: the file's lines from the first (which detection may have read already). Each
+    row's hash ids are given as it is taken."""
     for text in rows:
         if not text.strip():
             continue
@@ -143,9 +176,11 @@ def read_mooncake(lines: TraceLines, rows: Iterable[str], columns: TraceColumns,
         prompt = token_count(lines, record["input_length"], "input_length")
         output = token_count(lines, record["output_length"], "output_length")
         blocks = block_ids(lines, record.get("hash_ids", []), prompt)
-        columns.add(arrival, prompt, output)
-        hash_ids.append(blocks)
-    return HashBlockTokens(maker, hash_ids, MOONCAKE_BLOCK)
+        if output == 0:
+            columns.skip(NO_OUTPUT)
+            continue
+        columns.add(arrival, prompt, output, time_ns=round(stamp * 10**6))
+        yield blocks
 
 
 def json_record(lines: TraceLines, text: str) -> dict[str, object]:

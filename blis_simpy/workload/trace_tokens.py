@@ -12,8 +12,6 @@ only the tokens it covers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from blis_simpy.core.hashing import mix64
@@ -63,34 +61,29 @@ class UniqueTokens:
     def __init__(self, maker: TokenMaker) -> None:
         self.maker = maker
 
-    def sequence(self, row: int, input_len: int, output_len: int) -> np.ndarray:
+    def sequence(self, payload: object, input_len: int, output_len: int) -> np.ndarray:
         return self.maker.unique(input_len + output_len)
 
 
 class GivenTokens:
-    """A trace of token ids: each row's prompt then output, released once made (so the ids
-    of requests already replayed do not stay in memory)."""
+    """A trace of token ids: each row's own, prompt then output."""
 
-    def __init__(self, rows: list[np.ndarray | None]) -> None:
-        self.rows = rows
-
-    def sequence(self, row: int, input_len: int, output_len: int) -> np.ndarray:
-        tokens, self.rows[row] = self.rows[row], None
-        assert tokens is not None, f"row {row}'s tokens were already used"
-        return tokens
+    def sequence(self, payload: object, input_len: int, output_len: int) -> np.ndarray:
+        assert isinstance(payload, np.ndarray)
+        return payload
 
 
 class HashBlockTokens:
-    """Mooncake: the prompt is the trace's hash blocks (tokens derived from each hash id), then
+    """Mooncake: the prompt is the row's hash blocks (tokens derived from each hash id), then
     the request's own tokens for any part its hash ids do not cover, then its output."""
 
-    def __init__(self, maker: TokenMaker, hash_ids: Sequence[np.ndarray], block: int) -> None:
+    def __init__(self, maker: TokenMaker, block: int) -> None:
         self.maker = maker
-        self.hash_ids = hash_ids
         self.block = block
 
-    def sequence(self, row: int, input_len: int, output_len: int) -> np.ndarray:
-        shared = min(input_len, len(self.hash_ids[row]) * self.block)
-        prefix = self.maker.blocks(self.hash_ids[row], shared, self.block)
+    def sequence(self, payload: object, input_len: int, output_len: int) -> np.ndarray:
+        assert isinstance(payload, np.ndarray)
+        shared = min(input_len, len(payload) * self.block)
+        prefix = self.maker.blocks(payload, shared, self.block)
         rest = self.maker.unique(input_len + output_len - shared)
         return np.concatenate((prefix, rest))

@@ -143,7 +143,10 @@ def test_oscillator_raises_oscillation_anomalies_and_threshold_with_cooldown_doe
     load = {"rate": 40.0, "duration": 30.0, "pool": {"min": 1, "max": 4, "initial": 2}}
     oscillating = run(scenario({"type": "oscillator"}, **load))
     calm = run(scenario(THRESHOLD, **load))
-    assert oscillating.metrics["anomalies"].get("scale_oscillation", 0) > 5
+    flaps = oscillating.anomalies[oscillating.anomalies.type == "scale_oscillation"]
+    assert len(flaps) == 1  # one episode, the whole run long
+    assert flaps.detail.iloc[0].startswith("pool: 77 reversals in 77 s (39 up, 39 down)")
+    assert flaps.severity.iloc[0] == 1.0
     assert calm.summary["deployment"]["scale_ups"] + calm.summary["deployment"]["scale_downs"]
     assert calm.metrics["anomalies"].get("scale_oscillation", 0) == 0
 
@@ -248,3 +251,96 @@ def test_the_replica_table_counts_warming_replicas_as_taking_traffic_only_if_the
     assert replicas.routable.max() == 2
     first_two = replicas[replicas.routable == 2].time_s.iloc[0]
     assert first_two == pytest.approx(growing.time_s + (0.5 if takes_traffic else 1.5))
+
+
+# --- signals that fit LLM SLOs, flapping, compressed days (issue 31 item 7) -----------------
+
+
+def tpot_bound(policy: dict) -> dict:
+    """vLLM's 256-slot batches, 60 req/s on one replica to start (max 6), TPOT target 15 ms:
+    the batch absorbs the load, so nothing waits while every request's TPOT grows."""
+    data = scenario(policy, rate=60.0, duration=60.0, pool={"min": 1, "max": 6, "initial": 1},
+                    actuation={"provisioning_s": {"type": "constant", "value": 2},
+                               "load_s": {"type": "constant", "value": 1}})
+    data["engine"] = {"max_running_requests": 256, "kv_blocks": 20000}
+    data["workload"]["tenants"][0]["slo"] = {"tpot_ms": 15}
+    return data
+
+
+def test_latency_and_token_signals_scale_where_the_queue_stays_empty():
+    """Issue 31: the threshold template saw batch occupancy, KV use and queue depth only; with
+    256-request batches the queue stays near 0 while TPOT misses grow. Following the recent
+    TPOT or the tokens per replica keeps the SLO."""
+    by_queue = run(tpot_bound({"type": "threshold", "params": {
+        "signal": "queue_depth", "up": 4, "down": 0.5, "cooldown_s": 5}}))
+    by_tpot = run(tpot_bound({"type": "threshold", "params": {
+        "signal": "recent_tpot_ms", "up": 12, "down": 8, "cooldown_s": 5}}))
+    by_tokens = run(tpot_bound({"type": "target-utilization", "params": {
+        "signal": "token_rate", "target": 4000, "cooldown_s": 5}}))
+    assert by_queue.metrics["queue_depth_avg"] < 0.1
+    assert by_queue.metrics["slo_attainment"] < 0.8
+    for better in (by_tpot, by_tokens):
+        assert better.metrics["slo_attainment"] > by_queue.metrics["slo_attainment"] + 0.15
+        assert better.summary["deployment"]["avg_replicas"] > \
+            by_queue.summary["deployment"]["avg_replicas"]
+    signals = by_tokens.scale_events.signals.iloc[0]
+    assert "recent_tpot_ms=" in signals and "output_tokens_per_s=" in signals
+
+
+def test_scale_oscillation_fires_on_56_up_56_down_in_300_s():
+    """Issue 31: 56 scale-ups and 56 scale-downs in 300 s raised no scale_oscillation, because
+    the window was the policy's cooldown, which the policy itself respects. Here each action
+    comes 2.68 s after the last, just past a 2.5 s cooldown."""
+    from blis_simpy.core.scale_log import ScaleEvent, ScaleLog
+    from blis_simpy.metrics.anomalies import oscillations
+
+    log = ScaleLog()
+    log.windows["pool"] = (2_500_000 + 3 * 1_000_000, True)  # cooldown + 3 polls of 1 s
+    for i in range(112):
+        up = i % 2 == 0
+        log.events.append(ScaleEvent(round(i * 300e6 / 112), "pool", "up" if up else "down",
+                                     2 - up, 1 + up, "", "", "periodic"))
+    [flap] = oscillations(log)
+    assert flap.type == "scale_oscillation" and flap.severity == 1.0
+    assert flap.detail.startswith("pool: 111 reversals in 297 s (56 up, 56 down)")
+    log.events = log.events[:2]  # one spike followed, up then down: not flapping
+    assert oscillations(log) == []
+
+
+def test_a_flapping_threshold_policy_is_caught_in_a_run():
+    """The library's diurnal day with a narrow hysteresis band and a 2 s cooldown: around the
+    peak the pool swings between 1 and 6 replicas and back every half minute, each action
+    after the cooldown."""
+    result = run(with_policy("autoscale-diurnal", {
+        "type": "threshold",
+        "params": {"signal": "utilization", "up": 0.5, "down": 0.45, "cooldown_s": 2}}))
+    deployment = result.summary["deployment"]
+    assert deployment["scale_ups"] > 15 and deployment["scale_downs"] > 15
+    flaps = result.anomalies[result.anomalies.type == "scale_oscillation"]
+    assert len(flaps) >= 1 and flaps.duration_s.sum() > 60
+    assert "Widen the autoscaler's hysteresis" in result.summary_text()
+
+
+def with_policy(name: str, policy: dict) -> dict:
+    import blis_simpy
+
+    data = blis_simpy.load(name).to_dict()
+    data["deployment"]["autoscaler"]["policy"] = policy
+    data["deployment"]["autoscaler"]["interval_s"] = 1
+    return data
+
+
+def test_slo_attainment_by_hour_follows_a_compressed_day():
+    """A diurnal profile of 300 s is a day: its hours are 12.5 s, so the attainment has 24
+    buckets that follow the load, not one."""
+    import blis_simpy
+
+    deployment = blis_simpy.run("autoscale-diurnal").summary["deployment"]
+    assert deployment["slo_attainment_hour_s"] == 12.5
+    hours = deployment["slo_attainment_by_hour"]
+    assert len(hours) == 24 and None not in hours  # every simulated hour had requests
+    fixed = blis_simpy.run("autoscale-diurnal", overrides={
+        "deployment.autoscaler": None}).summary["deployment"]["slo_attainment_by_hour"]
+    assert min(fixed) < 0.5 < max(fixed)  # one replica: the peak hours suffer, not the night
+    spike = blis_simpy.run("autoscale-spike").summary["deployment"]
+    assert spike["slo_attainment_hour_s"] == 3600 and len(spike["slo_attainment_by_hour"]) == 1

@@ -60,7 +60,8 @@ def test_client_timeout_abandons_requests_waiting_and_running_and_frees_their_kv
 
 
 def test_timed_out_requests_count_as_slo_misses_and_never_as_goodput():
-    _, result = run(scenario(**OVERLOAD))
+    targets = {"evaluation": {"slo_targets": {"default": {"e2e_ms": 1e6}}}}
+    _, result = run(scenario(**merge(OVERLOAD, targets)))
     metrics = result.metrics
     completed, timed_out = metrics["completed"], metrics["timed_out"]
     assert timed_out > 0

@@ -82,7 +82,7 @@ def test_duplicate_config_ids_and_tenants_are_refused():
      "deployment.autoscaler.policy.params.scale_down_boundary", "not below"),
     ({"type": "threshold", "params": {"signal": "vibes"}},
      "deployment.autoscaler.policy.params.signal", ""),
-    ({"type": "os:path"}, "deployment.autoscaler.policy.type", "AutoscalePolicy subclass"),
+    ({"type": "os:path"}, "deployment.autoscaler.policy.type", "is a module, not a class"),
 ])
 def test_bad_autoscale_policies_fail_before_the_run(policy, where, says):
     with pytest.raises(ScenarioError) as err:

@@ -12,7 +12,13 @@ import yaml
 import blis_simpy
 from blis_simpy.config import catalog
 from blis_simpy.config.resolve import resolve
-from blis_simpy.config.scenario import EngineConfig, LatencyConfig, OutputsConfig, Scenario
+from blis_simpy.config.scenario import (
+    EngineConfig,
+    LatencyConfig,
+    OutputsConfig,
+    Scenario,
+    parse_sets,
+)
 from blis_simpy.config.workload import DistributionWorkload, LengthConfig
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.engine.latency import latency_model
@@ -564,10 +570,10 @@ def test_setting_a_policy_type_drops_the_params_of_the_template_it_replaces():
     router's `scorers` would be unknown keys of least-loaded; they go with the old type.
     Params set after the type, or with the same type, stay."""
     weighted = Path(blis_simpy.__file__).parent / "scenarios" / "routing-weighted.yaml"
-    changed = Scenario.from_yaml(weighted, ["policies.routing.type=least-loaded"])
+    changed = Scenario.from_yaml(weighted, {"policies.routing.type": "least-loaded"})
     assert changed.policies.routing.type == "least-loaded"
-    kept = Scenario.from_yaml(weighted, ["policies.routing.type=weighted",
-                                         "policies.routing.params.scorers.queue-depth=5"])
+    kept = Scenario.from_yaml(weighted, {"policies.routing.type": "weighted",
+                                         "policies.routing.params.scorers.queue-depth": 5})
     assert kept.policies.routing.params["scorers"]["queue-depth"] == 5
     assert "prefix-affinity" in kept.policies.routing.params["scorers"]
 
@@ -576,7 +582,7 @@ def test_set_reaches_list_entries_by_index():
     """`--set deployment.models[0].configs[0].pd.max_held=2`: settings inside lists (models,
     configs, tenants) can be swept too; a wrong index or shape says what the list holds."""
     pd_file = Path(blis_simpy.__file__).parent / "scenarios" / "pd-vs-monolithic.yaml"
-    changed = Scenario.from_yaml(pd_file, ["deployment.models[0].configs[0].pd.max_held=2"])
+    changed = Scenario.from_yaml(pd_file, {"deployment.models[0].configs[0].pd.max_held": 2})
     assert changed.deployment is not None
     assert changed.deployment.models[0].configs[0].pd.max_held == 2
     original = Scenario.from_yaml(pd_file)
@@ -589,7 +595,7 @@ def test_set_reaches_list_entries_by_index():
         ("a..b=1", "a..b", "dotted key path"),
     ]:
         with pytest.raises(ScenarioError) as err:
-            Scenario.from_yaml(pd_file, [key])
+            Scenario.from_yaml(pd_file, parse_sets([key]))
         assert err.value.path == path and says in str(err.value), str(err.value)
 
 

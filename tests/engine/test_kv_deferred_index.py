@@ -123,6 +123,20 @@ def test_disjoint_requests_never_build_the_index():
     assert kv.deferred and not kv.index
 
 
+def test_first_hashes_are_bounded_by_the_blocks_not_the_requests():
+    """A long run without shared prefixes keeps one first hash per block still holding it
+    (a reused block's hash leaves), not one per request ever admitted (issue 36: a
+    10-million-request run held ~70 bytes a request here)."""
+    kv = KVCache(64, BLOCK)
+    for i in range(3000):
+        req = Request(i, 0, np.arange(10 * i, 10 * i + 9), np.arange(3))
+        req.hash_blocks(BLOCK)
+        assert kv.admit(req, kv.lookup(req, 9), 0, 9)
+        kv.complete(req)
+        assert len(kv.first_hashes) <= kv.total
+    assert kv.deferred
+
+
 def test_a_shared_first_block_or_a_readmission_builds_the_index():
     for readmit in (False, True):
         kv = ReferenceKVCache(64, BLOCK)

@@ -46,7 +46,8 @@ from blis_simpy.metrics.fitness import (
 )
 from tests.conftest import BASE, merge, scenario
 
-SMALL = {"workload": {"num_requests": 12}}
+SMALL = {"workload": {"num_requests": 12},
+         "evaluation": {"slo_targets": {"default": {"e2e_ms": 60_000}}}}
 
 # Raw values chosen so each normalisation gives a round number.
 RAW = {
@@ -164,6 +165,18 @@ WEIGHTS = {"throughput": 0.5, "p99_ttft": 0.3, "slo_attainment": 0.2, "rejection
 
 def weighted(**changes: Any):
     return scenario(**merge({**SMALL, "fitness": {"weights": WEIGHTS}}, changes))
+
+
+@pytest.mark.parametrize("key", ["slo_attainment", "goodput", "fairness"])
+def test_no_slo_attainment_without_targets_a_weight_on_it_is_refused(key: str):
+    """Issue 31: without targets the attainment was a vacuous 100 %; now it is null, and a
+    fitness weight on an SLO figure is refused before the run (it could only add 0)."""
+    with pytest.raises(ScenarioError, match=f"fitness.weights.{key}: the scenario sets no "
+                       "SLO target"):
+        run(scenario(**{"fitness": {"weights": {key: 1.0}}}))
+    result = run(scenario(workload={"num_requests": 12}))
+    assert result.metrics["slo_attainment"] is None and result.metrics["goodput_per_s"] is None
+    assert "no SLO targets are set" in result.summary_text()
 
 
 def test_fitness_of_a_run_by_hand():

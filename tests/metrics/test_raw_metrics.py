@@ -16,9 +16,10 @@ The definitions checked (blis_simpy/metrics/raw.py):
 * `duration_s`: the time of the run's last event (the end of the last step, capped at a
   horizon); `requests_per_s` = completed / duration_s; `goodput_per_s` = completed requests
   meeting their SLO / duration_s; token rates likewise;
-* `slo_attainment` = requests meeting every target / (completed + rejected); a request
-  without targets meets its SLO when it completes; targets are the tenant's own `slo`, else
-  `evaluation.slo_targets[slo_class]`;
+* `slo_attainment` = requests meeting every target / (completed + rejected + timed out),
+  counting only the requests with at least one target (the tenant's own `slo`, else
+  `evaluation.slo_targets[slo_class]`); `goodput_per_s` likewise counts only them; with no
+  target at all both are null, and so is `jain_fairness` (issue 31: nothing to attain);
 * `admission_rate` = 1 - rejected / arrived, `rejection_rate` = rejected / arrived,
   `preemption_rate` = preemptions / completed;
 * `per_slo_class` and `per_tenant`: the same group statistics per group ("" is "default");
@@ -32,6 +33,7 @@ The definitions checked (blis_simpy/metrics/raw.py):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -40,7 +42,8 @@ from typing import Any
 import pytest
 
 from blis_simpy.api import run
-from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.scenario import EvaluationConfig, Scenario
+from blis_simpy.config.workload import SLOTargets
 from blis_simpy.metrics.raw import jain
 from tests.conftest import (
     BASE,
@@ -152,14 +155,14 @@ def test_isolated_requests_of_different_lengths(tmp_path: Path):
     seconds = duration_us / 1e6
     assert m["duration_s"] == pytest.approx(seconds, abs=1e-12)
     assert m["requests_per_s"] == pytest.approx(3 / seconds)
-    assert m["goodput_per_s"] == pytest.approx(3 / seconds)  # no targets: completed = good
-    assert m["slo_attainment"] == 1.0
+    assert m["goodput_per_s"] is None  # no targets: nothing to attain
+    assert m["slo_attainment"] is None
     assert m["input_tokens_per_s"] == pytest.approx((64 + 256 + 32) / seconds)
     assert m["output_tokens_per_s"] == pytest.approx((5 + 3 + 1) / seconds)
     assert m["preemption_rate"] == 0.0
     assert m["admission_rate"] == 1.0 and m["rejection_rate"] == 0.0
     assert m["cache_hit_rate"] == 0.0
-    assert m["jain_fairness"] == 1.0  # one tenant ("default") with attainment 1
+    assert m["jain_fairness"] is None  # no tenant has targets
 
     busy = sum(sum(d) for d in steps.values())
     inst = m["instances"]["instance_0"]
@@ -265,7 +268,7 @@ def test_class_targets_apply_unless_the_tenant_has_its_own():
     by_class = run(one_request(evaluation={"slo_targets": just_below})).metrics
     assert by_class["slo_attainment"] == 0.0
     other_class = run(one_request(evaluation={"slo_targets": {"batch": {"ttft_ms": 1}}}))
-    assert other_class.metrics["slo_attainment"] == 1.0  # no target for its class: completed
+    assert other_class.metrics["slo_attainment"] is None  # no target for its class
     own = run(one_request({"ttft_ms": ALONE_TTFT_MS + 0.05},
                           evaluation={"slo_targets": just_below})).metrics
     assert own["slo_attainment"] == 1.0  # the tenant's own slo takes precedence
@@ -322,8 +325,12 @@ def test_reject_all_rejects_everything(tmp_path: Path):
     assert (m["requests"], m["completed"], m["rejected"]) == (10, 0, 10)
     assert m["rejection_rate"] == 1.0
     assert m["admission_rate"] == 0.0
-    assert m["slo_attainment"] == 0.0  # rejected requests count, and never meet their SLO
-    assert m["requests_per_s"] == 0.0 and m["goodput_per_s"] == 0.0
+    assert m["slo_attainment"] is None  # no targets
+    assert m["requests_per_s"] == 0.0 and m["goodput_per_s"] is None
+    targeted = run(dataclasses.replace(s, evaluation=EvaluationConfig(
+        slo_targets={"default": SLOTargets(e2e_ms=1e6)}))).metrics
+    assert targeted["slo_attainment"] == 0.0  # rejected requests never meet their SLO
+    assert targeted["goodput_per_s"] == 0.0
     assert m["per_tenant"]["default"]["rejected"] == 10
 
 
@@ -337,7 +344,7 @@ def test_token_bucket_rejecting_k_of_n(tmp_path: Path):
     assert (m["completed"], m["rejected"]) == (3, 7)
     assert m["admission_rate"] == pytest.approx(3 / 10)
     assert m["rejection_rate"] == pytest.approx(7 / 10)
-    assert m["slo_attainment"] == pytest.approx(3 / 10)
+    assert m["slo_attainment"] is None  # no targets
     assert list(result.requests.final_state[:3]) == ["completed"] * 3
 
 

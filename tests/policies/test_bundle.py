@@ -166,7 +166,7 @@ def test_a_bundle_carries_the_autoscale_axis_into_the_deployment_section():
     bundle = PolicyBundle.from_dict({"id": "scaler", "autoscale": {
         "type": "threshold", "params": {"signal": "queue_depth", "up": 8, "down": 2}}})
     diurnal = Path(blis_simpy.__file__).parent / "scenarios" / "autoscale-diurnal.yaml"
-    scenario = Scenario.from_yaml(diurnal, (), bundle.overrides())
+    scenario = Scenario.from_yaml(diurnal, None, bundle.overrides())
     assert scenario.deployment is not None and scenario.deployment.autoscaler is not None
     policy = scenario.deployment.autoscaler.policy
     assert policy.type == "threshold" and policy.params["signal"] == "queue_depth"

@@ -123,20 +123,24 @@ def test_user_routing_class_drives_a_run(tmp_path, monkeypatch):
     assert result.summary["completed_requests"] == 6
 
 
-@pytest.mark.parametrize("cls", ["NotAPolicy", "Missing", "RoutingDecision"])
-def test_user_class_must_subclass_the_axis_base(tmp_path, monkeypatch, cls):
+@pytest.mark.parametrize(("cls", "says"), [
+    ("NotAPolicy", "does not derive from RoutingPolicy"),
+    ("Missing", "defines no 'Missing'"),  # issue 31: it said "not a RoutingPolicy subclass"
+    ("RoutingDecision", "does not derive from RoutingPolicy"),
+])
+def test_user_class_must_subclass_the_axis_base(tmp_path, monkeypatch, cls, says):
     module = user_module(tmp_path, monkeypatch, USER_ROUTING)
     with pytest.raises(ScenarioError) as err:
         ROUTING.create(PolicyConfig(f"{module}:{cls}"), "policies.routing")
     assert err.value.path == "policies.routing.type"
-    assert "is not a RoutingPolicy subclass" in str(err.value)
+    assert says in str(err.value)
 
 
 def test_user_class_of_another_axis_is_rejected(tmp_path, monkeypatch):
     module = user_module(tmp_path, monkeypatch, USER_ROUTING)
     with pytest.raises(ScenarioError) as err:
         ADMISSION.create(PolicyConfig(f"{module}:Last"), "policies.admission")
-    assert f"is not a {AdmissionPolicy.__name__} subclass" in str(err.value)
+    assert f"does not derive from {AdmissionPolicy.__name__}" in str(err.value)
 
 
 def test_user_module_that_cannot_be_imported(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
-from blis_simpy.search.contain import ContainedFailure, Limits, contained
+from blis_simpy.search.contain import Limits
 from blis_simpy.search.sweep import run_many
 from tests.search.helpers import prefix_scenario
 
@@ -135,31 +135,12 @@ def test_constants_and_allowed_imports_pass():
                      "        super().__init__(params)\n        self.seen = deque()\n"))
 
 
-def spin(_: object) -> None:
-    while True:
-        pass
-
-
-def allocate(_: object) -> int:
-    return len(bytearray(1 << 33))
-
-
-def write_file(path: str) -> None:
-    with open(path, "w") as out:
-        out.write("x" * 10)
-
-
-def test_contained_limits_cpu_memory_and_files(tmp_path: Path):
-    """The runtime limits hold even for code the static check never saw."""
-    with pytest.raises(ContainedFailure, match="CPU-time limit"):
-        contained(spin, None, Limits(cpu_s=1, wall_s=20))
-    with pytest.raises(ContainedFailure, match=r"wall-time budget of 0\.5 s"):
-        contained(spin, None, Limits(cpu_s=30, wall_s=0.5))
-    with pytest.raises(ContainedFailure, match="MemoryError"):
-        contained(allocate, None, Limits(memory_mb=64))
-    with pytest.raises(ContainedFailure, match="File too large"):
-        contained(write_file, str(tmp_path / "x.txt"), Limits())
-    assert contained(len, "four", Limits()) == 4
+def test_the_wall_time_budget_holds_where_the_cpu_limit_is_far():
+    """The evaluator waits for a candidate's answers at most `wall_s` in all, whatever its
+    CPU limit."""
+    row = run_many(prefix_scenario(), {"spin": routing("while True:\n    pass")}, [1],
+                   workers=1, limits=Limits(cpu_s=30, wall_s=0.5)).iloc[0]
+    assert row.fitness == 0 and "exceeded its wall-time budget of 0.5 s" in row.error
 
 
 ADMIT_SHORT = """
@@ -205,7 +186,7 @@ def test_fuzzed_sources_pass_or_are_rejected_never_crash(source):
 
 def test_allowed_modules_are_seen_without_the_modules_they_import():
     """`typing.sys` would hand a candidate the interpreter: the view drops it."""
-    from blis_simpy.search.code import guarded_import
+    from blis_simpy.search.cell import guarded_import
 
     typing_view = guarded_import("typing")
     assert not hasattr(typing_view, "sys") and hasattr(typing_view, "Any")

@@ -166,7 +166,7 @@ def test_wrong_input_is_one_line_and_exit_2(tmp_path: Path, args, message):
 @pytest.mark.parametrize("file, text, message", [
     ("results/stage_0_lifecycle_metrics.json", "{", "is not valid JSON"),
     ("results/stage_0_lifecycle_metrics.json", "{}", "lifecycle-metrics"),
-    ("exp-config.yaml", "model: [", "is not valid YAML"),
+    ("exp-config.yaml", "model: [", "not valid YAML"),
     ("exp-config.yaml", "model: m\ntensor_parallelism: 0\n", "tp"),
 ])
 def test_malformed_files_are_one_line_and_exit_2(tmp_path: Path, file, text, message):

@@ -13,8 +13,7 @@ from tests.conftest import scenario
 
 
 def workload_requests(s):
-    requests, _ = requests_of(s, reference_draws=mode_of(s).reference_draws)
-    return requests
+    return requests_of(s, reference_draws=mode_of(s).reference_draws).requests
 
 
 def test_native_arrivals_are_poisson_by_default():

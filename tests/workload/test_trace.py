@@ -6,12 +6,16 @@ format on a small file written from its description, and the library's trace sce
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import blis_simpy
@@ -23,6 +27,8 @@ from blis_simpy.core.hashing import block_hashes
 from blis_simpy.sim.sample import sample
 from blis_simpy.workload.source import requests_of
 from blis_simpy.workload.trace import load_trace
+from blis_simpy.workload.trace_file import TraceLines
+from blis_simpy.workload.trace_published import azure_ns
 from blis_simpy.workload.trace_tokens import HashBlockTokens, TokenMaker
 from tests.trace_helpers import (
     AZURE_HEADER,
@@ -46,6 +52,11 @@ ROWS = [(0.0, "a", "m", [1, 2, 3], [4, 5]), (0.1, "b", "m", [6, 7], [8])]
 def load(path: Path, horizon: int | None = None, truncate: bool = False, **fields):
     return load_trace(TraceWorkload("trace", str(path), **fields), seed=7, horizon=horizon,
                       truncate=truncate)
+
+
+def column(trace, field: str) -> list[int]:
+    """A field of every request the trace replays."""
+    return [getattr(req, field) for req in trace.requests()]
 
 
 def refused(scenario_path: Path, workload: dict | None = None) -> ScenarioError:
@@ -98,7 +109,7 @@ def test_a_negative_arrival_time_is_refused(tmp_path):
     (bytes(range(128, 256)) * 4, 1, "0x80"),  # not UTF-8
     (b"\x00\x01\x02\x03binary\n" * 3, 1, "NUL"),  # UTF-8, but binary
     (BLIS_HEADER.encode() + b"\n\x89PNG\r\n\x1a\n\x00\x00", 2, "0x89"),  # after a header
-    (b"\x1f\x8b\x08\x00" + bytes(range(200, 256)), 1, "UTF-8"),  # a gzip file
+    (b"\x1f\x8b\x08\x00" + bytes(range(200, 256)), 1, "gzip"),  # a damaged gzip file
 ])
 def test_binary_garbage_is_refused(tmp_path, content, line, needle):
     path = write(tmp_path / "t.csv", content)
@@ -188,8 +199,8 @@ def test_a_missing_trace_file_names_workload_path(tmp_path):
 
 def test_trace_arrivals_round_natively_and_truncate_in_compat(tmp_path):
     path = write(tmp_path / "t.csv", blis_text([(1.001, "a", "m", [1, 2], [1])]))
-    assert load(path).arrival.tolist() == [1001000]  # 1.001 * 1e6 = 1000999.99..
-    assert load(path, truncate=True).arrival.tolist() == [1000999]
+    assert column(load(path), "arrival") == [1001000]  # 1.001 * 1e6 = 1000999.99..
+    assert column(load(path, truncate=True), "arrival") == [1000999]
 
 
 def test_trace_stops_at_the_first_arrival_past_the_horizon(tmp_path):
@@ -291,13 +302,74 @@ def test_azure_arrivals_are_offsets_from_the_first_row_to_the_microsecond(tmp_pa
         ("2023-11-16 18:17:04.0000004", 396, 109),  # +20040.4 µs
         ("2023-11-16 18:17:04.0000005", 879, 7),  # +20040.5 µs: rounds up
         ("2023-11-16 18:17:05", 45, 3),  # fewer fractional digits are fine
-        ("2023-11-17 00:00:00.0000000", 1, 0),  # past midnight
+        ("2023-11-17 00:00:00.0000000", 1, 1),  # past midnight
     ]))
     trace = load(path)
     midnight = (24 * 3600 - (18 * 3600 + 17 * 60 + 3.97996)) * 1e6
-    assert trace.arrival.tolist() == [0, 20040, 20041, 1020040, round(midnight)]
-    assert trace.input_len.tolist() == [374, 396, 879, 45, 1]
-    assert trace.output_len.tolist() == [44, 109, 7, 3, 0]
+    assert column(trace, "arrival") == [0, 20040, 20041, 1020040, round(midnight)]
+    assert column(trace, "input_len") == [374, 396, 879, 45, 1]
+    assert column(trace, "output_len") == [44, 109, 7, 3, 1]
+
+
+EPOCH_2023 = 1700158623  # 2023-11-16 18:17:03 UTC
+
+
+def test_azure_timestamps_as_epoch_seconds_or_date_times_and_kept(tmp_path):
+    """Issue 31: epoch-second timestamps in the Azure layout were refused, and the original
+    timestamps were lost. Both forms are read as the same instants (mixed in one file too),
+    to the nanosecond, and each row's own timestamp is in the requests table."""
+    dated = write(tmp_path / "dated.csv", azure_text([
+        ("2023-11-16 18:17:03.9799600", 374, 44), ("2023-11-16 18:17:04.0000004", 396, 9)]))
+    epoch = write(tmp_path / "epoch.csv", azure_text([
+        (f"{EPOCH_2023}.9799600", 374, 44), ("2023-11-16 18:17:04.0000004", 396, 9)]))
+    first, second = load(dated), load(epoch)
+    assert column(first, "arrival") == column(second, "arrival") == [0, 20040]
+    ns = [EPOCH_2023 * 10**9 + 979_960_000, (EPOCH_2023 + 1) * 10**9 + 400]
+    assert column(first, "trace_time") == column(second, "trace_time") == ns
+    req = run(trace_scenario(epoch)).requests
+    assert req.trace_time_ns.tolist() == ns  # exact, beyond a float's digits
+    assert str(pd.to_datetime(req.trace_time_ns[0], utc=True)) == \
+        "2023-11-16 18:17:03.979960+00:00"
+
+
+def test_published_trace_times_are_kept_and_other_workloads_add_no_column(tmp_path):
+    burst = write(tmp_path / "b.csv", burstgpt_text([(0.5, "ChatGPT", 10, 5),
+                                                     (1.25, "ChatGPT", 12, 4)]))
+    moon = write(tmp_path / "m.jsonl", mooncake_text([
+        {"timestamp": 10, "input_length": 10, "output_length": 5, "hash_ids": [1]},
+        {"timestamp": 2510, "input_length": 10, "output_length": 5, "hash_ids": [1]}]))
+    assert run(trace_scenario(burst)).requests.trace_time_ns.tolist() == [5 * 10**8,
+                                                                          125 * 10**7]
+    assert run(trace_scenario(moon)).requests.trace_time_ns.tolist() == [10**7, 2510 * 10**6]
+    blis = write(tmp_path / "t.csv", blis_text(ROWS))
+    assert "trace_time_ns" not in run(trace_scenario(blis)).requests
+
+
+@pytest.mark.parametrize("fmt", ["azure", "mooncake"])
+def test_zero_token_output_rows_are_skipped_and_counted(tmp_path, fmt):
+    """Issue 31: a 0-token output row ran silently as a 1-token request. In the published
+    traces such a row produced nothing: it is skipped, and the run says how many."""
+    if fmt == "azure":
+        text = azure_text([("2023-11-16 18:17:03", 10, 5), ("2023-11-16 18:17:04", 20, 0),
+                           ("2023-11-16 18:17:05", 30, 2)])
+    else:
+        text = mooncake_text([{"timestamp": t, "input_length": n, "output_length": o,
+                               "hash_ids": [1]} for t, n, o in ((0, 10, 5), (1, 20, 0),
+                                                                 (2, 30, 2))])
+    result = run(trace_scenario(write(tmp_path / "z.txt", text)))
+    assert result.requests.input_tokens.tolist() == [10, 30]
+    assert any("skipped 1 rows of z.txt: 0 output tokens" in w for w in result.warnings)
+
+
+def test_zero_token_output_rows_of_the_reference_csv_run_as_one_token_and_say_so(tmp_path):
+    """The reference replays an empty decode list as a request generating one token (compat
+    parity keeps that); the run now says it does."""
+    path = write(tmp_path / "t.csv", blis_text([(0.0, "a", "m", [1, 2, 3], []),
+                                               (0.1, "b", "m", [6, 7], [8])]))
+    result = run(trace_scenario(path))
+    assert result.requests.generated_tokens.tolist() == [1, 1]
+    assert any("1 rows of t.csv have no output tokens: each runs as a request generating "
+               "one token" in w for w in result.warnings)
 
 
 def test_an_azure_2024_trace_replays_with_unique_synthesised_tokens(tmp_path):
@@ -321,12 +393,43 @@ def test_an_azure_2024_trace_replays_with_unique_synthesised_tokens(tmp_path):
 
 @pytest.mark.parametrize("stamp", ["2023-11-16", "2023-11-16 25:00:00", "2023-02-30 01:00:00",
                                    "16/11/2023 18:17:03", "2023-11-16 18:17:03.1234567890",
-                                   "1700000000", "2023-11-16 18:17:04+1:00",
+                                   "1700000000.1234567890", "-1700000000",
+                                   "2023-11-16 18:17:04+1:00",
                                    "2023-11-16 18:17:04 UTC"])
 def test_bad_azure_timestamps_name_the_line(tmp_path, stamp):
     path = write(tmp_path / "t.csv", azure_text([("2023-11-16 18:17:03.9799600", 10, 5),
                                                  (stamp, 10, 5)]))
     assert_trace_error(refused(path), path, 3, f"TIMESTAMP {stamp!r}", "YYYY-MM-DD")
+
+
+@pytest.mark.parametrize("offset", ["+99:00", "+05:75", "-12:01", "+14:01", "+2400", "-9959"])
+def test_an_impossible_timezone_offset_in_a_trace_is_refused(tmp_path, offset):
+    path = write(tmp_path / "t.csv", azure_text([("2024-05-10 00:00:00.000000+00:00", 10, 5),
+                                                 (f"2024-05-10 00:00:01{offset}", 10, 5)]))
+    assert_trace_error(refused(path), path, 3, "no real UTC offset", "-12:00 to +14:00")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from("+-"), st.integers(0, 99), st.integers(0, 99), st.booleans())
+def test_any_timezone_offset_is_read_or_refused_as_a_clock_would(sign, hours, minutes, colon):
+    offset = f"{sign}{hours:02d}{':' if colon else ''}{minutes:02d}"
+    east = (hours * 60 + minutes) * 60 * (1 if sign == "+" else -1)
+    real = minutes < 60 and -12 * 3600 <= east <= 14 * 3600
+    lines = TraceLines("t.csv", io.BytesIO(b""))
+    if real:
+        assert azure_ns(lines, f"2024-05-10 00:00:00{offset}") == azure_ns(
+            lines, "2024-05-10 00:00:00") - east * 10**9
+    else:
+        with pytest.raises(ScenarioError, match="no real UTC offset"):
+            azure_ns(lines, f"2024-05-10 00:00:00{offset}")
+
+
+@pytest.mark.parametrize(("offset", "seconds"), [("-12:00", 43_200), ("+14:00", -50_400),
+                                                  ("+0530", -19_800), ("Z", 0)])
+def test_real_timezone_offsets_shift_the_arrival_by_their_hours(tmp_path, offset, seconds):
+    path = write(tmp_path / "t.csv", azure_text([("2024-05-10 00:00:00+00:00", 10, 5),
+                                                 (f"2024-05-11 00:00:00{offset}", 10, 5)]))
+    assert column(load(path), "arrival") == [0, (86_400 + seconds) * 1_000_000]
 
 
 BURST_ROWS = [(5, "ChatGPT", 472, 18), (5, "GPT-4", 1054, 0), (7, "ChatGPT", 30, 210),
@@ -378,11 +481,11 @@ def test_mooncake_without_repeated_hash_ids_never_hits(tmp_path):
 
 @pytest.mark.parametrize("block_size", [16, 64, 512])
 def test_equal_hash_ids_give_equal_engine_blocks_at_any_block_size(block_size):
-    tokens = HashBlockTokens(TokenMaker(3), [np.array([5, 6], dtype=np.uint64),
-                                             np.array([5, 7], dtype=np.uint64),
-                                             np.array([5, 6], dtype=np.uint64)], 512)
-    a, b = tokens.sequence(0, 1024, 10), tokens.sequence(1, 1024, 10)
-    short = tokens.sequence(2, 700, 10)  # the last block only for its real length
+    tokens = HashBlockTokens(TokenMaker(3), 512)
+    a = tokens.sequence(np.array([5, 6], dtype=np.uint64), 1024, 10)
+    b = tokens.sequence(np.array([5, 7], dtype=np.uint64), 1024, 10)
+    short = tokens.sequence(np.array([5, 6], dtype=np.uint64), 700, 10)  # the last block
+    # only for its real length
     assert np.array_equal(a[:512], b[:512]) and not np.array_equal(a[512:1024], b[512:1024])
     assert np.array_equal(short[:700], a[:700]) and not np.array_equal(short[700:], a[700:710])
     ha, hb = block_hashes(a[:1024], block_size), block_hashes(b[:1024], block_size)
@@ -407,9 +510,9 @@ def test_length_only_tokens_follow_the_seed_and_are_never_shared(tmp_path):
     path = write(tmp_path / "t.csv", azure_text(rows))
 
     def tokens(seed: int) -> list[np.ndarray]:
-        requests, _ = requests_of(trace_scenario(path, seed=seed), reference_draws=False,
-                                  prehash=False)
-        return [r.tokens for r in requests]
+        source = requests_of(trace_scenario(path, seed=seed), reference_draws=False,
+                             prehash=False)
+        return [r.tokens for r in source.requests]
 
     first, again, other = tokens(1), tokens(1), tokens(2)
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
@@ -454,9 +557,9 @@ SAMPLES = {
 def test_the_format_is_detected_from_the_first_line(tmp_path, fmt):
     path = write(tmp_path / "t.txt", SAMPLES[fmt])
     auto, named = load(path), load(path, format=fmt)
-    assert auto.arrival.tolist() == named.arrival.tolist()
-    assert auto.input_len.tolist() == named.input_len.tolist()
-    assert len(auto) == 2 and auto.arrival[1] > 0
+    assert column(auto, "arrival") == column(named, "arrival")
+    assert column(auto, "input_len") == column(named, "input_len")
+    assert len(auto) == 2 and column(auto, "arrival")[1] > 0
 
 
 @pytest.mark.parametrize("fmt, other", [("azure", "blis"), ("burstgpt", "azure"),

@@ -48,7 +48,9 @@ class KVCache:
         self.free = FreeList(total_blocks)
         self.index: dict[int, int] = {}  # block hash -> block id (the last registration wins)
         self.deferred = defer_index  # the index is not kept yet (module docstring)
-        self.first_hashes: set[int] = set()  # while deferred: first block hash of every holder
+        # While deferred: the first block hash of every holder whose first block still holds
+        # it (a reused block's hash leaves): at most one a block, not one a request ever seen.
+        self.first_hashes: set[int] = set()
         self.used = 0
         self.hits = 0
         self.misses = 0
@@ -173,7 +175,9 @@ class KVCache:
             self._grow()
         old = self.block_hash[block]
         if old is not None:
-            if not self.deferred and self.index.get(old) == block:
+            if self.deferred:  # its holder's first block, if it was one, is gone
+                self.first_hashes.discard(old)
+            elif self.index.get(old) == block:
                 del self.index[old]
             self.block_hash[block] = None
         self.refcount[block] = 1
@@ -197,12 +201,15 @@ class KVCache:
     def _take(self, blocks: list[int], need: int) -> None:
         taken = self._take_blocks(need)
         block_hash, index, refcount = self.block_hash, self.index, self.refcount
-        keep = not self.deferred
+        keep, first_hashes = not self.deferred, self.first_hashes
         for block in taken:
             old = block_hash[block]
             if old is not None:
-                if keep and index.get(old) == block:
-                    del index[old]
+                if keep:
+                    if index.get(old) == block:
+                        del index[old]
+                else:  # its holder's first block, if it was one, is gone
+                    first_hashes.discard(old)
                 block_hash[block] = None
             refcount[block] = 1
         blocks.extend(taken)

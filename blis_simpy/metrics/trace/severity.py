@@ -11,8 +11,8 @@ as the type gets), so a summary can rank occurrences of different types.
   threshold count), capped at 1 (`kv_thrashing`'s set where it is judged);
 * `priority_inversion`, `slo_class_inversion`: 0.25, one out-of-order admission is minor;
   their count carries the weight;
-* `scale_oscillation`: 0.5, each flip pays a replica's provisioning and load (or a drain) for
-  nothing; their count carries the weight;
+* `scale_oscillation`: an episode's reversals / 10, capped at 1 (set where it is judged: each
+  flip pays a replica's provisioning and load, or a drain, for nothing);
 * `pd_backpressure`: the episode's length in seconds, capped at 1 (a prefill instance unable to
   admit for a second or more).
 """
@@ -27,8 +27,8 @@ from blis_simpy.core.records import Anomaly
 from blis_simpy.core.units import US_PER_S
 
 INVERSION_SEVERITY = 0.25
-OSCILLATION_SEVERITY = 0.5
-JUDGED_WITH_SEVERITY = ("slo_violation", "shadow_divergence", "kv_thrashing")
+JUDGED_WITH_SEVERITY = ("slo_violation", "shadow_divergence", "kv_thrashing",
+                        "scale_oscillation")
 
 
 def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:
@@ -43,8 +43,6 @@ def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:
         return min(1.0, len(anomaly.requests) / (2 * config.rejection_burst.count))
     if kind in ("priority_inversion", "slo_class_inversion"):
         return INVERSION_SEVERITY
-    if kind == "scale_oscillation":
-        return OSCILLATION_SEVERITY
     raise ValueError(f"no severity rule for anomaly type {kind!r}")
 
 

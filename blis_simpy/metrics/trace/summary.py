@@ -49,6 +49,17 @@ class TraceInputs:
            scenario: dict[str, Any]) -> TraceInputs:
         """The inputs with every text column as text ("" where empty), however the tables
         were read (a CSV reader turns "True" into a bool and "" into NaN)."""
+        start, end = window_of(scenario)
+        requests = within(requests, "arrival_s", start, end)
+        if anomalies is not None and (start or end is not None):
+            import pandas as pd
+
+            # a violation belongs to its request (measured by arrival), the rest by time
+            judged = anomalies.type == "slo_violation"
+            anomalies = pd.concat([anomalies[judged & anomalies.requests.isin(requests.id)],
+                                   within(anomalies[~judged], "time_s", start, end)]
+                                  ).sort_index()
+        decisions = None if decisions is None else within(decisions, "time_s", start, end)
         return cls(summary, metrics, as_text(requests, "requests"),
                    None if anomalies is None else as_text(anomalies, "anomalies"),
                    None if decisions is None else as_text(decisions, "decisions"), scenario)
@@ -67,6 +78,24 @@ TEXT_COLUMNS = {
                   "expected_cache_hit", "best_alternative", "cache_hit", "cache_tier",
                   "final_state"),
 }
+
+
+def window_of(scenario: dict[str, Any]) -> tuple[float, float | None]:
+    """The run's measurement window (evaluation.window), in seconds."""
+    window = (scenario.get("evaluation") or {}).get("window") or {}
+    return float(window.get("warmup_s") or 0.0), window.get("end_s")
+
+
+def within(frame: pd.DataFrame, column: str, start: float, end: float | None
+           ) -> pd.DataFrame:
+    """The rows whose `column` time lies in the measurement window (all of them by default):
+    the summary describes what the metrics measured."""
+    if start == 0 and end is None:
+        return frame
+    keep = frame[column] >= start
+    if end is not None:
+        keep &= frame[column] < end
+    return frame[keep]
 
 
 def as_text(frame: pd.DataFrame, table: str) -> pd.DataFrame:
@@ -105,7 +134,23 @@ def summary_text(inputs: TraceInputs, max_tokens: int = 1000,
         raise ValueError(f"max_tokens must be an integer >= {MIN_TOKENS}, got {max_tokens!r}")
     issues = find_issues(inputs)
     sections = BUILDERS[strategy](inputs, issues)
-    return fit(sections, max_tokens * CHARS_PER_TOKEN)
+    head = verdict_line(inputs)
+    return head + fit(sections, max_tokens * CHARS_PER_TOKEN - len(head))
+
+
+def verdict_line(inputs: TraceInputs) -> str:
+    """The first line when the run was saturated: every other figure describes a growing
+    queue, so it comes before them ("" otherwise)."""
+    sat = inputs.summary.get("saturation") or {}
+    if sat.get("verdict") != "saturated":
+        return ""
+    best = sat.get("max_sustainable_rate_per_s")
+    return (f"**SATURATED**: offered {sat['offered_rate_per_s']:.3g} req/s, served "
+            f"{sat['served_rate_per_s']:.3g} req/s; the wait queue grew by "
+            f"{sat['queue_growth_per_s']:.3g} req/s ({sat['waiting_at_end']} waiting at "
+            f"t={sat['span_s'][1]:.4g} s)"
+            + (f"; about {best:.3g} req/s was sustained" if best else "")
+            + ". The latencies below describe a growing queue, not a steady state.\n\n")
 
 
 def fit(sections: list[Section], budget: int) -> str:
@@ -139,7 +184,7 @@ def pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x >= 0.1 or x == 0 else f"{100 * x:.1f}%"
 
 
-def ms(x: float) -> str:
+def ms(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return "n/a"
     return f"{x / 1000:.2f} s" if x >= 10_000 else f"{x:.0f} ms"
@@ -187,10 +232,16 @@ def outcome(inputs: TraceInputs) -> Section:
                  + f"; {plural(instance_count(inputs), 'instance')}")
     lines.append(f"- Requests: {m['completed']} completed of {m['requests']} "
                  f"({m['rejected']} rejected, {m['timed_out']} timed out)")
+    start, end = window_of(s)
+    if start or end is not None:
+        lines.append(f"- Measured: requests arriving in [{start:g} s, "
+                     + (f"{end:g} s)" if end is not None else "the end)")
+                     + " (evaluation.window); rates over that time")
+    goodput = m.get("goodput_per_s")
     lines.append(f"- Throughput: {m['output_tokens_per_s']:.0f} output tok/s, "
-                 f"{m['requests_per_s']:.2f} req/s, goodput {m['goodput_per_s']:.2f} req/s")
-    lines.append(f"- Latency p99: TTFT {ms(m['ttft_p99_ms'])}, TPOT {ms(m['tpot_p99_ms'])}, "
-                 f"E2E {ms(m['e2e_p99_ms'])} (p50 TTFT {ms(m['ttft_p50_ms'])})")
+                 f"{m['requests_per_s']:.2f} req/s"
+                 + (f", goodput {goodput:.2f} req/s" if goodput is not None else ""))
+    lines.extend(latency_lines(inputs))
     targets = targets_of(inputs)
     for scope, goal in targets.items():
         kind, _, name = scope.partition(" ")
@@ -204,14 +255,73 @@ def outcome(inputs: TraceInputs) -> Section:
                 ok = p99 is not None and math.isfinite(p99) and p99 <= goal[key]
                 parts.append(f"{key.removesuffix('_ms').upper()} p99 {ms(p99)} (target "
                              f"{ms(goal[key])}) {mark(ok)}")
+        attained = stats.get("slo_attainment")
         lines.append(f"- {scope.capitalize()}: " + ", ".join(parts)
-                     + f"; SLO attainment {pct(stats['slo_attainment'])}")
-    lines.append(f"- SLO attainment: {pct(m['slo_attainment'])} overall"
-                 + (f"; fairness (Jain over tenants) {m['jain_fairness']:.2f}"
-                    if len(m.get("per_tenant", {})) > 1 else ""))
+                     + (f"; SLO attainment {pct(attained)}" if attained is not None else ""))
+    if m.get("slo_attainment") is None:
+        lines.append("- SLO attainment: none to report, no SLO targets are set "
+                     "(evaluation.slo_targets, or a tenant's slo)")
+    else:
+        fairness = m.get("jain_fairness")
+        lines.append(f"- SLO attainment: {pct(m['slo_attainment'])} of the requests with "
+                     "targets"
+                     + (f"; fairness (Jain over tenants) {fairness:.2f}"
+                        if fairness is not None and len(m.get("per_tenant", {})) > 1 else ""))
+    lines.append(load_line(inputs))
     lines.append(f"- Cache hit rate {pct(m['cache_hit_rate'])}, preemptions per request "
-                 f"{m['preemption_rate']:.2f}, utilization {pct(m['utilization'])}")
+                 f"{m['preemption_rate']:.2f}")
     return section
+
+
+def latency_lines(inputs: TraceInputs) -> list[str]:
+    """TTFT, TPOT, ITL and E2E p50 / p90 / p99 side by side (vLLM's serving-benchmark
+    definitions, summary.json `serving_benchmark`), and why ITL's tail exceeds TPOT's when
+    it does."""
+    bench = inputs.summary.get("serving_benchmark")
+    m = inputs.metrics
+    if not bench:  # a run written before the block existed
+        return [f"- Latency p99: TTFT {ms(m['ttft_p99_ms'])}, TPOT {ms(m['tpot_p99_ms'])}, "
+                f"E2E {ms(m['e2e_p99_ms'])} (p50 TTFT {ms(m['ttft_p50_ms'])})"]
+    cells = [f"{label} " + " / ".join(ms(bench[f"p{p}_{name}_ms"]) for p in (50, 90, 99))
+             for label, name in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"),
+                                 ("E2E", "e2el"))]
+    lines = ["- Latency p50 / p90 / p99: " + "; ".join(cells)]
+    itl, tpot = bench.get("p99_itl_ms"), bench.get("p99_tpot_ms")
+    split = bench.get("itl_breakdown") or {}
+    share = split.get("gaps_in_prefill_steps_share")
+    if itl is not None and tpot is not None and itl > 1.5 * tpot and share:
+        lines.append(f"- ITL p99 {ms(itl)} vs TPOT p99 {ms(tpot)}: {pct(share)} of token gaps "
+                     "ended in a step that also prefilled another prompt (TPOT averages them "
+                     "into each request's mean); steps that only decoded: ITL p99 "
+                     f"{ms(split.get('p99_itl_decode_only_ms'))}")
+    return lines
+
+
+AT_CAPACITY = 0.05  # a headroom within +-5 % of the sustainable rate is "at capacity"
+
+
+def load_line(inputs: TraceInputs) -> str:
+    """Offered load against what the system sustains: the headroom, which planners read
+    instead of the busy fraction (near 1 at any load with continuous batching)."""
+    sat = inputs.summary.get("saturation") or {}
+    offered, best = sat.get("offered_rate_per_s"), sat.get("max_sustainable_rate_per_s")
+    if offered is None:
+        return f"- Load: {sat.get('reason') or 'not judged'}"
+    line = f"- Load: offered {offered:.3g} req/s"
+    if best:
+        headroom = sat["headroom"]
+        line += f", about {best:.3g} req/s sustainable: " + (
+            f"headroom {pct(headroom)}" if headroom >= AT_CAPACITY else
+            f"at capacity (headroom {100 * headroom:.1f}%)" if headroom > -AT_CAPACITY else
+            f"overloaded by {pct(-headroom)}")
+    else:
+        line += f" (sustainable rate not estimated: {sat.get('max_sustainable_method')})"
+    model = sat.get("capacity_model_per_s")
+    if sat.get("verdict") == "saturated":
+        line += "; the wait queue kept growing"
+        if model and model > offered:
+            line += f" (about {model:.3g} req/s with the load spread evenly)"
+    return line
 
 
 # ---------------------------------------------------------------- issues
@@ -225,13 +335,14 @@ def find_issues(inputs: TraceInputs) -> list[Issue]:
 
 
 def tenant_fairness(inputs: TraceInputs) -> list[Issue]:
-    per = inputs.metrics.get("per_tenant", {})
-    if len(per) < 2:
+    per = {t: v for t, v in inputs.metrics.get("per_tenant", {}).items()
+           if v.get("slo_attainment") is not None}
+    if len(per) < 2:  # fairness of SLO attainment needs two tenants with targets
         return []
     ranked = sorted(per, key=lambda t: (per[t]["slo_attainment"], t))
     worst, best = ranked[0], ranked[-1]
     gap = per[best]["slo_attainment"] - per[worst]["slo_attainment"]
-    jain = inputs.metrics.get("jain_fairness", 1.0)
+    jain = inputs.metrics.get("jain_fairness") or 1.0
     if gap < 0.2 and jain >= 0.9:
         return []
     req = inputs.requests
@@ -319,16 +430,42 @@ def slo_misses(inputs: TraceInputs) -> list[Issue]:
 
 def capacity(inputs: TraceInputs) -> list[Issue]:
     m = inputs.metrics
+    found = []
+    sat = inputs.summary.get("saturation") or {}
+    if sat.get("verdict") == "saturated":
+        factor = sat.get("load_factor")
+        evidence = [f"offered {sat['offered_rate_per_s']:.3g} req/s, served "
+                    f"{sat['served_rate_per_s']:.3g} req/s; the wait queue grew by "
+                    f"{sat['queue_growth_per_s']:.3g} req/s to {sat['waiting_at_end']}",
+                    f"mean queue depth per instance {m['queue_depth_avg']:.1f}, TTFT p99 "
+                    f"{ms(m['ttft_p99_ms'])}"]
+        model = sat.get("capacity_model_per_s")
+        if model and model > sat["offered_rate_per_s"]:  # the fleet could carry it, evenly
+            evidence.append(f"the instances' step costs allow about {model:.3g} req/s when "
+                            "the load is spread evenly")
+            found.append(Issue("CAPACITY", "saturated although the fleet could carry the "
+                               "load: it is unevenly routed", tuple(evidence), 2.0,
+                               "Route by load (least-loaded, or a queue-depth scorer)"))
+        else:
+            need = (f"about {math.ceil(instance_count(inputs) * factor)} instances at this "
+                    "request mix" if factor else "more instances")
+            found.append(Issue("CAPACITY", "saturated: the offered load exceeds what the "
+                               "instances sustain" + (f" ({factor:.2f}x)" if factor else ""),
+                               tuple(evidence), 2.0,
+                               f"Add capacity ({need}) or shed load at admission"))
     unfinished = m["requests"] - m["completed"] - m["rejected"] - m["timed_out"]
     lost = m["rejected"] + m["timed_out"] + unfinished
     if not lost:
-        return []
+        return found
     evidence = [f"{m['rejected']} rejected, {m['timed_out']} timed out, {unfinished} "
-                "unfinished at the end", f"mean queue depth {m['queue_depth_avg']:.1f}, "
-                f"utilization {pct(m['utilization'])}"]
-    return [Issue("CAPACITY", f"{pct(lost / max(1, m['requests']))} of requests did not "
-                  "complete", tuple(evidence), lost / max(1, m["requests"]) * 2,
-                  "Shed or delay low-priority load at admission before queues grow")]
+                "unfinished at the end", f"mean queue depth {m['queue_depth_avg']:.1f}"]
+    several = (inputs.requests.slo_class.nunique() > 1 or inputs.requests.tenant.nunique() > 1)
+    focus = ("Shed or delay the least urgent class's load at admission before queues grow"
+             if several else "Add instances, or KV blocks if requests are rejected as too "
+             "large")
+    found.append(Issue("CAPACITY", f"{pct(lost / max(1, m['requests']))} of requests did not "
+                       "complete", tuple(evidence), lost / max(1, m["requests"]) * 2, focus))
+    return found
 
 
 def cache_misses(inputs: TraceInputs) -> list[Issue]:
@@ -364,15 +501,39 @@ def anomaly_types(inputs: TraceInputs) -> list[Issue]:
             f"{rows.severity.mean():.2f}",
             (f"worst at t={worst.time_s:.2f}s{where}: {worst.detail}",),
             0.5 * float(rows.severity.mean()) * min(1.0, len(rows) / (0.05 * total)),
-            FOCUS.get(kind, f"Find what causes {kind}")))
+            focus_for(kind, inputs)))
     return out
 
 
+PRIORITY_SCHEDULERS = ("priority-fcfs",)
+CLASS_PRIORITIES = ("slo-based", "deadline-aware")
+
+
+def focus_for(kind: str, inputs: TraceInputs) -> str:
+    """The suggested change for an anomaly kind, grounded in what this run has: no advice to
+    adopt a policy it already uses, nor to route better when there is one instance."""
+    policies = inputs.scenario.get("policies", {})
+    scheduler = policies.get("scheduler", {}).get("type", "fcfs")
+    priority = policies.get("priority", {}).get("type", "constant")
+    if kind in ("priority_inversion", "hol_blocking", "slo_class_inversion") \
+            and scheduler in PRIORITY_SCHEDULERS \
+            and (kind != "slo_class_inversion" or priority in CLASS_PRIORITIES):
+        return ("Keep KV blocks or batch slots free for urgent requests: the queue is already "
+                f"ordered by priority ({priority}, {scheduler}), so the urgent ones waited "
+                "because they did not fit")
+    if kind == "slo_class_inversion":
+        return ("Give urgent SLO classes a higher priority (priority slo-based with "
+                "scheduler priority-fcfs)")
+    if kind in ("kv_hol_blocking", "preemption_storm") and instance_count(inputs) == 1:
+        return ("Give the instance more KV blocks, or admit fewer long prompts at once: with "
+                "one instance there is nowhere else to route")
+    return FOCUS.get(kind, f"Find what causes {kind}")
+
+
 FOCUS = {
-    "priority_inversion": "Order the wait queue by priority (priority-aware scheduler)",
-    "hol_blocking": "Let high-priority requests pass the queue head (priority scheduling)",
+    "priority_inversion": "Order the wait queue by priority (scheduler priority-fcfs)",
+    "hol_blocking": "Let high-priority requests pass the queue head (scheduler priority-fcfs)",
     "kv_hol_blocking": "Avoid routing long prompts to instances short of free KV blocks",
-    "slo_class_inversion": "Give urgent SLO classes a higher priority",
     "preemption_storm": "Route away from instances under KV pressure; admit less at peaks",
     "rejection_burst": "Smooth admission (token bucket) instead of rejecting bursts",
     "shadow_divergence": "Do not trust old prefix placement: weigh recency or observed hit rate",

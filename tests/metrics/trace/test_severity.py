@@ -29,7 +29,7 @@ def anomaly(kind: str, start: int = 0, end: int = 0, requests: int = 1,
     (anomaly("slo_violation", judged=0.4), 0.4),
     (anomaly("shadow_divergence", judged=0.8), 0.8),
     (anomaly("kv_thrashing", judged=0.6), 0.6),
-    (anomaly("scale_oscillation", 0, 5_000_000, requests=0), 0.5),
+    (anomaly("scale_oscillation", 0, 5_000_000, requests=0, judged=0.3), 0.3),
 ])
 def test_severity_rule_per_type(made, expected):
     assert severity(made, CONFIG) == pytest.approx(expected)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import blis_simpy
-from blis_simpy.metrics.trace.summary import STRATEGIES
+from blis_simpy.metrics.trace.summary import STRATEGIES, TraceInputs, focus_for
 from blis_simpy.report.trace_summary import summarize
 from tests.conftest import scenario
 
@@ -46,11 +47,18 @@ def test_unfair_tenants_summary_names_the_starved_tenant_and_its_missed_target(u
 
 
 def test_always_busiest_summary_names_the_load_imbalance(busiest):
+    """One instance gets everything and saturates: the verdict leads, says the fleet could
+    carry the load if it were spread, and the advice is to route by load (not to add
+    instances)."""
     text = busiest.summary_text()
-    first = key_issues(text)[0]
-    assert first == ("1. ROUTING: load imbalance: instance_0 received 100% of the requests "
-                     "(fair share 25%) under always-busiest routing")
-    assert "Route by load" in text.split("## Suggested Focus")[1]
+    assert text.startswith("**SATURATED**")
+    first, second = key_issues(text)[:2]
+    assert first == "1. CAPACITY: saturated although the fleet could carry the load: it is " \
+        "unevenly routed"
+    assert second == ("2. ROUTING: load imbalance: instance_0 received 100% of the requests "
+                      "(fair share 25%) under always-busiest routing")
+    focus = text.split("## Suggested Focus")[1]
+    assert "Route by load" in focus and "Add capacity" not in focus
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -106,3 +114,30 @@ def test_bad_arguments_are_refused(busiest):
         busiest.summary_text(strategy="vibes")
     with pytest.raises(ValueError, match="max_tokens"):
         busiest.summary_text(max_tokens=10)
+
+
+def inputs_with(policies: dict, instances: int) -> TraceInputs:
+    """What focus_for reads: the scenario's policies and how many instances served."""
+    return TraceInputs(summary={"instances": [{}] * instances if instances > 1 else []},
+                       metrics={}, requests=pd.DataFrame(), anomalies=None, decisions=None,
+                       scenario={"policies": policies, "cluster": {"instances": instances}})
+
+
+@pytest.mark.parametrize(("policies", "instances", "kind", "says", "never"), [
+    ({"scheduler": {"type": "fcfs"}}, 2, "priority_inversion", "scheduler priority-fcfs", ""),
+    ({"scheduler": {"type": "priority-fcfs"}, "priority": {"type": "slo-based"}}, 2,
+     "priority_inversion", "already ordered by priority", "Order the wait queue"),
+    ({"scheduler": {"type": "priority-fcfs"}, "priority": {"type": "deadline-aware"}}, 2,
+     "slo_class_inversion", "already ordered by priority", "higher priority"),
+    ({"scheduler": {"type": "fcfs"}}, 2, "slo_class_inversion", "higher priority", ""),
+    ({}, 1, "kv_hol_blocking", "with one instance there is nowhere else to route", "routing"),
+    ({}, 3, "kv_hol_blocking", "Avoid routing long prompts", ""),
+    ({}, 1, "preemption_storm", "more KV blocks", "Route away"),
+])
+def test_findings_and_advice_are_grounded_in_what_the_run_has(policies, instances, kind, says,
+                                                              never):
+    """Issue 31: no advice to adopt a policy the run already uses, nor to route better when
+    there is one instance."""
+    advice = focus_for(kind, inputs_with(policies, instances))
+    assert says in advice
+    assert not never or never not in advice

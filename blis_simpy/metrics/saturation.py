@@ -1,0 +1,335 @@
+"""The saturation verdict: does the system keep up with the load it is offered, and how much
+more could it take?
+
+Over the measured arrivals (the window's start to its last arrival):
+* `offered_rate_per_s`: requests arriving per second; `served_rate_per_s`: requests completing
+  per second in the same span (below the offered rate at the start of any run, while the first
+  requests are still being served; far below it, and falling, when the system cannot keep up);
+* `queue_growth_per_s`: the least-squares slope of the number of requests waiting to be served
+  (arrived, not yet scheduled on an instance, not rejected or timed out) over the second half
+  of the span. Continuous batching absorbs load into the running batch, so in a system that
+  keeps up this stays near zero; past capacity (batch slots, KV blocks or the token budget
+  exhausted) it grows by the excess rate;
+* the verdict: `saturated` when the waiting queue grew by more than `GROWTH_SHARE` of the
+  offered rate and at least `MIN_WAITING` requests (and 1 % of the arrivals) wait at the end;
+  `sustainable` otherwise; `undetermined` with fewer than `MIN_ARRIVALS` arrivals;
+* `max_sustainable_rate_per_s`, the highest request rate the system would sustain with this
+  request mix (the queue starts to grow beyond it; latency targets may allow less), estimated:
+  when saturated, as measured: the rate at which requests entered service while the queue
+  grew (the servers were as busy as they get); otherwise from the step costs of this run
+  (`capacity`, also reported on its own as `capacity_model_per_s`: the whole fleet, evenly
+  loaded; a saturated run whose model capacity exceeds the offered rate was saturated by
+  uneven routing, not by too few instances);
+* `load_factor` = offered / max sustainable, and `headroom` = 1 - load factor: the share of
+  the sustainable rate still unused (negative when overloaded). This is what to read for
+  capacity, not `utilization`: an engine with continuous batching runs a step whenever
+  anything is in its batch, so its busy fraction is close to 1 at almost any load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Protocol
+
+import numpy as np
+
+from blis_simpy.config.resolve import latency_type
+from blis_simpy.config.scenario import EngineConfig, LatencyConfig, Scenario
+from blis_simpy.core.records import InstanceRecord, Records, RequestColumns
+from blis_simpy.core.request import State
+from blis_simpy.core.schema import load
+from blis_simpy.core.snapshot import Role
+from blis_simpy.core.units import US_PER_S
+from blis_simpy.metrics.moments import dot
+from blis_simpy.metrics.window import Window
+
+GROWTH_SHARE = 0.02  # queue growth above this share of the offered rate ...
+MIN_WAITING = 10  # ... with at least this many requests (and 1 % of arrivals) waiting at the end
+MIN_ARRIVALS = 30  # fewer measured arrivals: no verdict
+GRID = 200  # points the waiting count is sampled at over the second half
+
+
+class Timeline(Protocol):
+    """When the run's requests arrived, left the waiting state, entered service and
+    completed: counted, never listed (a streaming run keeps them in a scratch file)."""
+
+    def measured(self) -> tuple[int, int]:
+        """The measured arrivals (within the window): how many, and the last one's time."""
+
+    def between(self, column: str, low: float, high: float) -> int:
+        """How many `completed` or `entered` (first scheduled) times lie in [low, high]."""
+
+    def by(self, column: str, times: np.ndarray) -> np.ndarray:
+        """How many `arrived` or `left` times (a request that never left has none) are at or
+        before each of `times`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timelines:
+    """A run's timeline from its request columns (every request in memory)."""
+
+    arrived: np.ndarray
+    left: np.ndarray
+    completed: np.ndarray
+    entered: np.ndarray
+    window: Window
+
+    @classmethod
+    def of(cls, records: Records, window: Window) -> Timelines:
+        req = records.requests
+        left = leaving_times(req)
+        rejected = {name: time for time, _, name in records.rejections}
+        for i in np.flatnonzero(left == ASK):
+            left[i] = rejected.get(req.id[i], req.arrival[i])
+        return cls(req.arrival, left, req.completed_at, req.first_scheduled, window)
+
+    def measured(self) -> tuple[int, int]:
+        arrivals = self.arrived[self.window.arrived(self.arrived)]
+        return len(arrivals), int(arrivals.max()) if len(arrivals) else -1
+
+    def between(self, column: str, low: float, high: float) -> int:
+        return count_between(getattr(self, column), low, high)
+
+    def by(self, column: str, times: np.ndarray) -> np.ndarray:
+        return count_by(getattr(self, column), times)
+
+
+ASK = -2  # a leaving time to look up: the request's rejection (Records.rejections)
+
+
+def leaving_times(req: RequestColumns) -> np.ndarray:
+    """When each request stopped waiting to be served: its first scheduling, else its
+    timeout; ASK when it was rejected (its rejection's time, recorded apart); -1 if it never
+    did (still waiting when the run ended)."""
+    left = np.where(req.first_scheduled >= 0, req.first_scheduled, req.timed_out_at)
+    left[(left < 0) & req.in_state(State.REJECTED)] = ASK
+    return left
+
+
+def count_between(values: np.ndarray, low: float, high: float) -> int:
+    return int(((values >= low) & (values <= high)).sum())
+
+
+def count_by(values: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """How many of the values (-1: none) are at or before each time."""
+    return np.searchsorted(np.sort(values[values >= 0]), times, side="right")
+
+
+def saturation(timeline: Timeline, window: Window,
+               capacity: Callable[[], tuple[float | None, str]]) -> dict[str, Any]:
+    """The verdict and its evidence (module docstring), for summary.json `saturation`;
+    `capacity` gives the step-cost model's estimate and how it was made (`capacity`)."""
+    count, end = timeline.measured()
+    start = window.start
+    out: dict[str, Any] = {"verdict": "undetermined"}
+    if count < MIN_ARRIVALS or end <= start:
+        out["reason"] = (f"only {count} requests arrived in the measurement window "
+                         f"(a verdict needs {MIN_ARRIVALS})")
+        return out
+    seconds = (end - start) / US_PER_S
+    offered = count / seconds
+    served = timeline.between("completed", start, end) / seconds
+    middle = start + (end - start) // 2
+    grid = np.linspace(middle, end, GRID)
+    waiting = (timeline.by("arrived", grid) - timeline.by("left", grid)).astype(float)
+    growth = float(np.polyfit(grid / US_PER_S, waiting, 1)[0])
+    at_end = int(waiting[-1])
+    saturated = (growth > GROWTH_SHARE * offered
+                 and at_end >= max(MIN_WAITING, 0.01 * count))
+    out = {"verdict": "saturated" if saturated else "sustainable",
+           "span_s": [start / US_PER_S, end / US_PER_S],
+           "offered_rate_per_s": offered, "served_rate_per_s": served,
+           "queue_growth_per_s": growth, "waiting_at_end": at_end}
+    model, how = capacity()
+    best, method = model, "step-cost model"
+    if saturated:
+        entered = timeline.between("entered", middle, end)
+        best = entered / ((end - middle) / US_PER_S) if end > middle else None
+        method = ("measured: the rate requests entered service while the queue grew "
+                  "(second half of the span)")
+    out["max_sustainable_rate_per_s"] = best
+    out["max_sustainable_method"] = method
+    out["capacity_model_per_s"] = model
+    out["capacity_model"] = how
+    out["load_factor"] = offered / best if best else None
+    out["headroom"] = 1 - offered / best if best else None
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StepSums:
+    """Exact sums over a run's engine steps for the fit of their cost, c0 + c1 x prefill
+    tokens + c2 x decoding requests: the normal equations' entries (durations in µs), and the
+    smallest KV pool (blocks) of an instance that stepped."""
+
+    count: int = 0
+    new: int = 0
+    decodes: int = 0
+    new_new: int = 0
+    new_decodes: int = 0
+    decodes_decodes: int = 0
+    duration: int = 0
+    new_duration: int = 0
+    decodes_duration: int = 0
+    kv_blocks: int | None = None
+
+    @classmethod
+    def of(cls, new: np.ndarray, decodes: np.ndarray, duration: np.ndarray,
+           kv_blocks: int | None) -> StepSums:
+        n, d, t = (a.astype(np.int64) for a in (new, decodes, duration))
+        return cls(len(n), int(n.sum()), int(d.sum()), dot(n, n), dot(n, d), dot(d, d),
+                   int(t.sum()), dot(n, t), dot(d, t), kv_blocks)
+
+    def __add__(self, other: StepSums) -> StepSums:
+        blocks = [b for b in (self.kv_blocks, other.kv_blocks) if b is not None]
+        return StepSums(
+            self.count + other.count, self.new + other.new, self.decodes + other.decodes,
+            self.new_new + other.new_new, self.new_decodes + other.new_decodes,
+            self.decodes_decodes + other.decodes_decodes, self.duration + other.duration,
+            self.new_duration + other.new_duration,
+            self.decodes_duration + other.decodes_duration, min(blocks) if blocks else None)
+
+    def fit(self) -> tuple[float, float, float] | None:
+        """The least-squares c0, c1, c2 (s), solved exactly; None when the steps do not
+        tell them apart (say, every step either prefilled or decoded one request)."""
+        a = [[self.count, self.new, self.decodes], [self.new, self.new_new, self.new_decodes],
+             [self.decodes, self.new_decodes, self.decodes_decodes]]
+        b = [self.duration, self.new_duration, self.decodes_duration]
+        solved = solve3([[Fraction(v) for v in row] for row in a], [Fraction(v) for v in b])
+        if solved is None:
+            return None
+        c0, c1, c2 = (float(c / US_PER_S) for c in solved)
+        return c0, c1, c2
+
+
+def solve3(a: list[list[Fraction]], b: list[Fraction]) -> list[Fraction] | None:
+    """a x = b by Gaussian elimination in exact arithmetic; None when a is singular."""
+    rows = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    for col in range(3):
+        pivot = next((r for r in range(col, 3) if rows[r][col] != 0), None)
+        if pivot is None:
+            return None
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(3):
+            if r != col and rows[r][col] != 0:
+                factor = rows[r][col] / rows[col][col]
+                rows[r] = [x - factor * y for x, y in zip(rows[r], rows[col], strict=True)]
+    return [rows[i][3] / rows[i][i] for i in range(3)]
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The requests that entered service: how many, their uncached prompt tokens and their
+    output tokens (sums)."""
+
+    count: int = 0
+    uncached: int = 0
+    output: int = 0
+
+    @classmethod
+    def of(cls, req: RequestColumns) -> Started:
+        started = req.first_scheduled >= 0
+        cached = np.maximum(req.cached_tokens[started], 0)
+        return cls(int(started.sum()), int((req.input_len[started] - cached).sum()),
+                   int(req.output_len[started].sum()))
+
+    def __add__(self, other: Started) -> Started:
+        return Started(self.count + other.count, self.uncached + other.uncached,
+                       self.output + other.output)
+
+
+def step_sums(instances: tuple[InstanceRecord, ...]) -> StepSums:
+    stepped = [i for i in instances if len(i.start)]
+    if not stepped:
+        return StepSums()
+    return StepSums.of(np.concatenate([i.new_tokens for i in stepped]),
+                       np.concatenate([i.decodes for i in stepped]),
+                       np.concatenate([i.duration for i in stepped]),
+                       min(i.kv_total for i in stepped))
+
+
+def capacity(scenario: Scenario, roles: list[Role], steps: StepSums, started: Started
+             ) -> tuple[float | None, str]:
+    """The highest sustainable rate from this run's step costs, with how it was estimated.
+
+    Step times are c0 + c1 x prefill tokens + c2 x decoding requests: the blackbox model's own
+    coefficients, or for the other models a linear fit over the steps this run took (an
+    approximation, which underestimates the cost of larger batches at light load). At the
+    highest sustainable rate X per replica, with P prefill tokens and D decode tokens per
+    request on average (measured here, prefix-cache hits and recomputation included), batches
+    are as large as the engine allows, B = min(max_running_requests, KV tokens / (uncached
+    prompt + output / 2)), and the token budget T caps each step: a second of work holds
+    X x max(D / B, (P + D) / T) steps, so X = 1 / (c0 max(D / B, (P + D) / T) + c1 P + c2 D).
+    Balanced routing is assumed."""
+    fleet = fleet_of(scenario, roles)
+    if isinstance(fleet, str):
+        return None, fleet
+    replicas, engine, beta = fleet
+    if steps.count == 0 or started.count == 0:
+        return None, "no request was served"
+    if beta is not None:
+        (c0, c1, c2), source = (b / US_PER_S for b in beta[:3]), "the blackbox coefficients"
+    else:
+        if steps.count < 10:
+            return None, "too few engine steps to fit their cost"
+        fitted = steps.fit()
+        if fitted is None:
+            return None, "the step times do not tell c0, c1 and c2 apart"
+        (c0, c1, c2), source = fitted, "step costs fitted on this run's steps"
+        if min(c0, c1, c2) < 0:
+            return None, "the step times do not fit c0 + c1 x prefill tokens + c2 x decodes"
+    count = started.count
+    prefill, decode = steps.new / count, steps.decodes / count
+    footprint = max(1.0, started.uncached / count + started.output / count / 2)
+    assert steps.kv_blocks is not None
+    kv_tokens = steps.kv_blocks * engine.block_size
+    batch = max(1.0, min(engine.max_running_requests, kv_tokens / footprint))
+    steps_per_request = max(decode / batch, (prefill + decode) / engine.max_scheduled_tokens)
+    cost = c0 * steps_per_request + c1 * prefill + c2 * decode
+    if cost <= 0:
+        return None, "the requests took no engine time"
+    per_replica = 1.0 / cost
+    return float(replicas * per_replica), (f"step-cost model: {per_replica:.3g} req/s per "
+                                           f"replica x {replicas} ({source}; balanced routing "
+                                           "assumed)")
+
+
+def fleet_of(scenario: Scenario, roles: list[Role]
+             ) -> tuple[int, EngineConfig, list[float] | None] | str:
+    """The replicas the estimate scales to (an autoscaled pool: its maximum), their engine
+    and, for the blackbox model, its beta coefficients; or why there is no estimate."""
+    if any(role is not Role.MONOLITHIC for role in roles):
+        return "P/D disaggregation: the pools' capacities are in summary.json pd"
+    section = scenario.deployment
+    if section is None:
+        return scenario.cluster.instances, scenario.engine, blackbox_beta(scenario,
+                                                                          scenario.latency)
+    configs = section.configs()
+    if len(configs) != 1:
+        return "several deployment configs: their capacities differ"
+    _, config = configs[0]
+    engine = scenario.engine if config.engine is None else load(EngineConfig, config.engine,
+                                                                "engine")
+    latency = scenario.latency if config.latency is None else load(LatencyConfig,
+                                                                   config.latency, "latency")
+    replicas = config.replicas.max if section.autoscaler is not None else config.replicas.start
+    return replicas, engine, blackbox_beta(scenario, latency)
+
+
+def blackbox_beta(scenario: Scenario, latency: LatencyConfig) -> list[float] | None:
+    """The beta coefficients when `latency` runs the blackbox model. A deployment config's
+    section is unresolved: a type left out runs what `latency_type` picks (physical in native
+    mode unless alpha or beta are given)."""
+    kind = latency_type(dataclasses.replace(scenario, latency=latency))
+    return latency.beta if kind == "blackbox" else None
+
+
+def run_saturation(records: Records, window: Window, scenario: Scenario) -> dict[str, Any]:
+    """The verdict of a run held in memory."""
+    return saturation(Timelines.of(records, window), window,
+                      lambda: capacity(scenario, [i.role for i in records.instances],
+                                       step_sums(records.instances),
+                                       Started.of(records.requests)))

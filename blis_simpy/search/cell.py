@@ -1,0 +1,415 @@
+"""The candidate's side of the boundary: what runs inside the sandbox (docs/security.md).
+
+`python -m blis_simpy.search.cell FD` is the template: started fresh in the sandbox by the
+evaluator (`blis_simpy.search.contain`), it imports what a candidate may use, then waits on its
+control socket. For each evaluation it forks one candidate process, which holds nothing but
+these imports: the template never sees a candidate (the evaluator sends the source to the
+candidate's process directly), so no candidate can see another. The candidate's process locks
+itself down (`jail.lock_down`) before it reads the source, then serves the evaluator's calls
+over its own socket until told to close, and answers with what it printed.
+
+The rules a candidate's code lives by at the Python level (the allowed imports, the safe
+builtins, each allowed module seen without the modules it imports) are here too; the static
+check (`blis_simpy.search.code`) refuses most of what breaks them before anything runs, and
+the operating system (`jail`) holds whatever gets past both.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import importlib
+import io
+import os
+import random
+import signal
+import socket
+import sys
+import types
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO, NoReturn
+
+from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.schema import load
+from blis_simpy.policies import admission, priority, routing, scheduler
+from blis_simpy.policies.guard import REQUIRED
+from blis_simpy.search import jail, wire
+
+AXIS_NAMES: dict[str, dict[str, Any]] = {
+    "admission": {"AdmissionPolicy": admission.AdmissionPolicy,
+                  "AdmissionDecision": admission.AdmissionDecision, "ADMIT": admission.ADMIT},
+    "priority": {"PriorityPolicy": priority.PriorityPolicy},
+    "routing": {"RoutingPolicy": routing.RoutingPolicy,
+                "RoutingDecision": routing.RoutingDecision, "argmax": routing.argmax},
+    "scheduler": {"InstanceScheduler": scheduler.InstanceScheduler},
+}
+BASES: dict[str, type] = {"admission": admission.AdmissionPolicy,
+                          "priority": priority.PriorityPolicy,
+                          "routing": routing.RoutingPolicy,
+                          "scheduler": scheduler.InstanceScheduler}
+# `operator` is left out: attrgetter and methodcaller reach attributes by string.
+ALLOWED_IMPORTS = ("bisect", "collections", "dataclasses", "functools", "heapq", "itertools",
+                   "math", "statistics", "typing")
+# Submodules imported in the template too: a candidate's process opens no file.
+PRELOADED = (*ALLOWED_IMPORTS, "collections.abc")
+FORBIDDEN_NAMES = frozenset({
+    "open", "exec", "eval", "compile", "input", "breakpoint", "globals", "locals", "vars",
+    "getattr", "setattr", "delattr", "hash", "id", "memoryview", "help", "exit", "quit",
+    "dir"})
+SAFE_BUILTINS = {name: getattr(builtins, name) for name in dir(builtins)
+                 if not name.startswith("_") and name not in FORBIDDEN_NAMES}
+MAX_LOG = 20_000  # characters of a candidate's printed output kept
+MAX_ERROR = 2000  # characters of an error message sent back
+
+
+# --- the candidate's Python-level rules ------------------------------------------------------
+
+
+def guarded_import(name: str, globals_: Any = None, locals_: Any = None,
+                   fromlist: Any = (), level: int = 0) -> types.ModuleType:
+    """The only `__import__` a candidate gets: the allowed modules, nothing else, each seen
+    through `public_view`."""
+    if level or name.split(".")[0] not in ALLOWED_IMPORTS:
+        raise ImportError(f"import {name} is not allowed in a policy")
+    return public_view(builtins.__import__(name, globals_, locals_, fromlist, level))
+
+
+def public_view(module: types.ModuleType) -> types.ModuleType:
+    """A copy of an allowed module without its private names and without the modules it
+    imported (`typing.sys`, `dataclasses.inspect`): only allowed submodules stay, viewed the
+    same way."""
+    view = types.ModuleType(module.__name__)
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, types.ModuleType):
+            if value.__name__.split(".")[0] not in ALLOWED_IMPORTS \
+                    or not value.__name__.startswith(module.__name__ + "."):
+                continue
+            value = public_view(value)
+        setattr(view, name, value)
+    return view
+
+
+def install(source: str, axis: str, entry: str, label: str) -> type:
+    """Run the source as a fresh module (safe builtins, the axis's types in scope), registered
+    as `blis_candidate` (dataclasses look their module up), and return its class `entry`."""
+    module = types.ModuleType("blis_candidate")
+    namespace = module.__dict__
+    namespace["__builtins__"] = {**SAFE_BUILTINS, "__build_class__": builtins.__build_class__,
+                                 "__import__": guarded_import}
+    namespace.update(AXIS_NAMES[axis])
+    sys.modules[module.__name__] = module
+    exec(compile(source, f"<candidate {label}>", "exec"), namespace)
+    cls = namespace.get(entry)
+    base = BASES[axis]
+    if not isinstance(cls, type) or not issubclass(cls, base):
+        raise TypeError(f"{entry} is not a class deriving from {base.__name__}")
+    required = REQUIRED.get(base)
+    if required is not None:
+        method = required.partition("(")[0]
+        if getattr(cls, method, None) is getattr(base, method):
+            raise TypeError(f"{entry} does not define {required}, which a {base.__name__} "
+                            "must")
+    return cls
+
+
+# --- the template --------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> None:
+    """The template: import everything a candidate may use, prove a candidate's process can be
+    locked down, say ready, then fork candidates on request until the evaluator hangs up."""
+    jail.fixed_addresses("blis_simpy.search.cell", argv)
+    control = socket.socket(fileno=int(argv[0]))
+    for name in PRELOADED:
+        importlib.import_module(name)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # nothing the template or a candidate prints goes anywhere
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    problem = self_test()
+    control.sendall(wire.line(["broken", problem] if problem else ["ready"]))
+    if problem:
+        return
+    reader = control.makefile("rb")
+    for data in reader:
+        message = wire.parse(data)
+        if message[0] == "spawn":
+            spawn(control, float(message[1]), int(message[2]))
+        elif message[0] == "end":
+            control.sendall(wire.line(["ended", *end(int(message[1]))]))
+
+
+def self_test() -> str:
+    """Lock a throwaway process down and check that it can no longer open a file: why not,
+    or ""."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            jail.lock_down(5, 64)
+        except BaseException:
+            os._exit(2)
+        try:
+            os.open("/proc/self/statm", os.O_RDONLY)
+        except PermissionError:
+            os._exit(0)
+        os._exit(1)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return {0: "", 1: "a locked-down process could still open files",
+            2: "the kernel refused the seccomp filter or the limits"}.get(
+        status, f"the self-test process ended with status {status}")
+
+
+def spawn(control: socket.socket, cpu_s: float, memory_mb: int) -> None:
+    """Fork a candidate's process; hand the evaluator its socket and its pid."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        keep = theirs.detach()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1 << 16)
+        candidate(keep, cpu_s, memory_mb)
+    theirs.close()
+    socket.send_fds(control, [wire.line(["spawned", pid])], [ours.fileno()])
+    ours.close()
+
+
+def end(pid: int) -> list[Any]:
+    """Kill a candidate's process (if it still runs): how it ended, and the CPU seconds it
+    used."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    cpu = usage.ru_utime + usage.ru_stime
+    if os.WIFSIGNALED(status):
+        return [signal.Signals(os.WTERMSIG(status)).name, cpu]
+    return [f"exit {os.WEXITSTATUS(status)}", cpu]
+
+
+# --- a candidate's process -----------------------------------------------------------------
+
+
+def candidate(fd: int, cpu_s: float, memory_mb: int) -> NoReturn:
+    """Lock down, then serve the evaluator until it closes; never returns into the template."""
+    reader = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
+    try:
+        random.seed(0)  # the global generator a standard module may reach: the same everywhere
+        jail.lock_down(cpu_s, memory_mb)
+    except BaseException as exc:
+        os.write(fd, wire.line(["error", f"the sandbox could not lock down: {exc}"]))
+        os._exit(3)
+    Server(fd).serve(reader)
+    os._exit(0)
+
+
+class BoundedLog(io.TextIOBase):
+    """Where a candidate's print() goes: the first `MAX_LOG` characters, then a count."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.kept = 0
+        self.dropped = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        text = str(text)
+        room = MAX_LOG - self.kept
+        if room > 0:
+            self.parts.append(text[:room])
+            self.kept += min(room, len(text))
+        self.dropped += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def text(self) -> str:
+        more = f"\n[{self.dropped} more characters not kept]" if self.dropped else ""
+        return "".join(self.parts) + more
+
+
+class Snapshots(list):  # type: ignore[type-arg]
+    """The routable instances' snapshots for one routing call; `refresh()` asks the evaluator
+    to re-read every field now, as `blis_simpy.cluster.snapshot.Snapshots.refresh` does."""
+
+    def __init__(self, items: list[Any], ask: Callable[..., Any]) -> None:
+        super().__init__(items)
+        self.ask = ask
+
+    def refresh(self) -> None:
+        self[:] = [wire.snapshot_in(f) for f in self.ask("refresh")]
+
+
+class ShadowView:
+    """The router's shadow KV model, read through the evaluator: the current request's
+    expected hits on every routable instance come with the call, anything else is asked."""
+
+    def __init__(self, ask: Callable[..., Any]) -> None:
+        self.ask = ask
+        self.hashes: tuple[int, ...] = ()
+        self.hits: dict[str, int] = {}
+
+    def expected_hit(self, instance: str, hashes: Any) -> int:
+        if hashes is self.hashes or hashes == self.hashes:
+            hit = self.hits.get(instance)
+            if hit is not None:
+                return hit
+        return int(self.ask("expected_hit", str(instance), [int(h) for h in hashes]))
+
+
+class Server:
+    """One candidate's process: its class, its policy objects (one per `new`), the mirrors of
+    what the evaluator sends, and its printed output."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.log = BoundedLog()
+        self.cls: type | None = None
+        self.axis = ""
+        self.objects: list[Any] = []
+        self.views = wire.ViewMirror()
+        self.state = wire.StateMirror()
+        self.shadow: ShadowView | None = None
+        self.reader: BinaryIO | None = None
+
+    def serve(self, reader: BinaryIO) -> None:
+        self.reader = reader
+        sys.stdout = sys.stderr = self.log
+        for data in reader:
+            message = wire.parse(data)
+            if message[0] == "close":
+                self.send(wire.line(["log", self.log.text()]))
+                return
+            self.send(self.handle(message))
+
+    def send(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def ask(self, *question: Any) -> Any:
+        """A question to the evaluator in the middle of a call (snapshot refresh, shadow KV
+        lookups); its answer."""
+        self.send(wire.line(["ask", *question]))
+        assert self.reader is not None
+        data = self.reader.readline()
+        if not data:
+            os._exit(0)
+        return wire.parse(data)[1]
+
+    def handle(self, message: list[Any]) -> bytes:
+        """The reply to one message, encoded."""
+        kind = message[0]
+        try:
+            if kind == "load":
+                return wire.line(self.load(*message[1:]))
+            if kind == "new":
+                return wire.line(self.new(message[1]))
+            return HANDLERS[kind](self, self.objects[message[1]], *message[2:])
+        except ScenarioError as exc:
+            return wire.line(["error", str(exc)[:MAX_ERROR]])
+        except Exception as exc:  # the candidate's code raised: its type and message
+            return wire.line(["raised", type(exc).__name__, described(exc)])
+
+    def load(self, source: str, axis: str, entry: str, label: str) -> list[Any]:
+        try:
+            self.cls = install(source, axis, entry, label)
+        except Exception as exc:
+            return ["error", f"{type(exc).__name__}: {described(exc)}"]
+        self.axis = axis
+        return ["ok"]
+
+    def new(self, params: Mapping[str, Any]) -> list[Any]:
+        """One policy object: built as the registry builds a user class (its `Params`
+        dataclass, if any, loaded from the parameters), with the class attributes the
+        engine reads."""
+        cls = self.cls
+        assert cls is not None
+        params_cls = getattr(cls, "Params", None)
+        value = load(params_cls, params, f"policies.{self.axis}.params") \
+            if params_cls is not None else dict(params)
+        try:
+            obj = cls(value)
+        except Exception as exc:
+            return ["error", f"{cls.__name__}({value!r:.120}) raised {type(exc).__name__}: "
+                    f"{described(exc)}"]
+        self.objects.append(obj)
+        reads_shadow = bool(getattr(obj, "reads_shadow_kv", False))
+        if reads_shadow and self.shadow is None:
+            self.shadow = ShadowView(self.ask)
+            self.state.shadow_kv = self.shadow
+        attributes = {"name": str(getattr(obj, "name", "custom"))[:wire.MAX_TEXT],
+                      "reads_shadow_kv": reads_shadow,
+                      "ages": bool(getattr(obj, "ages", True)),
+                      "uses_priority": bool(getattr(obj, "uses_priority", False)),
+                      "order_key": getattr(obj, "order_key", None) is not None}
+        return ["ok", len(self.objects) - 1, attributes]
+
+    # -- the calls, one per policy method ---------------------------------------------------
+
+    def decide(self, obj: Any, view: Any, delta: list[Any], clock: int) -> bytes:
+        out = obj.decide(self.views.into(view), self.state.apply(delta), clock)
+        if not isinstance(out, admission.AdmissionDecision):
+            return wire.line(bad(out))
+        return plain(["ok", out.action, out.reason, out.delay_us], out)
+
+    def compute(self, obj: Any, view: Any, delta: list[Any] | None, clock: int) -> bytes:
+        state = None if delta is None else self.state.apply(delta)
+        out = obj.compute(self.views.into(view), state, clock)
+        return plain(["ok", out], out)
+
+    def route(self, obj: Any, view: Any, priority_: float, snapshots: list[Any],
+              delta: list[Any], clock: int, hits: list[int] | None) -> bytes:
+        req = self.views.into(view)
+        taken = Snapshots([wire.snapshot_in(f) for f in snapshots], self.ask)
+        state = self.state.apply(delta)
+        if hits is not None and self.shadow is not None:
+            self.shadow.hashes = req.prefix_hashes
+            self.shadow.hits = {s.id: hit for s, hit in zip(taken, hits, strict=True)}
+        out = obj.route(req, priority_, taken, state, clock)
+        if not isinstance(out, routing.RoutingDecision):
+            return wire.line(bad(out))
+        breakdown = None if out.breakdown is None else (
+            dict(out.breakdown) if isinstance(out.breakdown, Mapping) else out.breakdown)
+        return plain(["ok", out.target, out.reason, out.scores, breakdown, out.filtered], out)
+
+    def order_key(self, obj: Any, view: Any, priority_: float) -> bytes:
+        out = obj.order_key(self.views.into(view), priority_)
+        return wire.line(bad(out)) if isinstance(out, list) else plain(["ok", out], out)
+
+    def victim(self, obj: Any, views: list[Any], priorities: list[float]) -> bytes:
+        out = obj.victim([self.views.into(v) for v in views], priorities)
+        return plain(["ok", out], out)
+
+
+HANDLERS: dict[str, Callable[..., bytes]] = {
+    "decide": Server.decide, "compute": Server.compute, "route": Server.route,
+    "order_key": Server.order_key, "victim": Server.victim}
+
+
+def plain(reply: list[Any], out: object) -> bytes:
+    """The reply, encoded, if plain data can carry it (tuples become lists); else what was
+    returned, described."""
+    try:
+        return wire.line(reply)
+    except (TypeError, ValueError, RecursionError):
+        return wire.line(bad(out))
+
+
+def bad(out: object) -> list[Any]:
+    """A return value that is not a decision: its repr, for the evaluator's error message."""
+    try:
+        text = repr(out)
+    except Exception as exc:
+        text = f"<unprintable {type(out).__name__}: {type(exc).__name__}>"
+    return ["bad", text[:200]]
+
+
+def described(exc: BaseException) -> str:
+    try:
+        return str(exc)[:MAX_ERROR]
+    except Exception:
+        return "<unprintable>"
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,159 @@
+"""The operating system's half of the boundary around candidate code: the bubblewrap command
+that starts the sandbox, and the limits a candidate's process puts on itself before it runs a
+line of candidate code (docs/security.md).
+
+The sandbox (`command`) is a fresh interpreter, never a fork of the evaluator: new user, PID,
+network, IPC and UTS namespaces, an empty environment (but a fixed hash seed), no file system
+but the interpreter and the packages it imports, read-only, and a fresh /proc and /dev. It
+lives as long as its control socket: when the process that started it ends (however it
+ends), the template reads the end of the socket and exits, and the kernel ends everything
+else in its PID namespace with it. (Not bwrap's --die-with-parent: that follows the thread
+that started it, and evaluations run in threads.)
+
+A candidate's process (`lock_down`) then drops to: no core dumps, no files written, a CPU-time
+and an address-space limit, no new privileges, and a seccomp filter that lets through only
+what a running interpreter needs to compute and to talk over its one socket (read, write,
+memory, exit): every other system call (open, socket, fork, exec, kill, clock_gettime,
+getrandom, getpid, signal handlers, ...) fails with EPERM. (The clock the vDSO reads without
+a system call stays readable: the interpreter's own locks read it.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import platform
+import resource
+import shutil
+import struct
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# Environment inside the sandbox: nothing of the caller's, a fixed hash seed (a set of strings
+# iterates in the same order in every sandbox), one BLAS thread (nothing runs in the
+# background of a process that forks candidates).
+ENVIRONMENT = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "LC_ALL": "C.UTF-8"}
+# The system's own libraries (merged-/usr systems link /lib and /bin into /usr).
+SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
+PYTHON_FLAGS = ("-S", "-s", "-B")  # no site-packages scan, no user site, no bytecode written
+INSTALL = "apt-get install bubblewrap (Debian, Ubuntu), dnf install bubblewrap (Fedora)"
+
+
+def bwrap() -> str | None:
+    """The bubblewrap executable, or None."""
+    return shutil.which("bwrap")
+
+
+def command(bwrap_path: str, module: str, packages: Sequence[Path], fd: int) -> list[str]:
+    """The command line that runs `python -m module` in the sandbox with `packages` (the
+    folders of the packages it imports, and of their bundled libraries) readable, and file
+    descriptor `fd` (the control socket) kept open."""
+    python = os.path.realpath(sys.executable)
+    args = [bwrap_path, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--uid", "65534", "--gid", "65534",
+            "--hostname", "sandbox", "--new-session", "--clearenv",
+            "--chdir", "/"]
+    for path in SYSTEM:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in dict.fromkeys([sys.base_prefix, *map(str, packages)]):
+        if not path.startswith("/usr/"):
+            args += ["--ro-bind", path, path]
+    parents = dict.fromkeys(str(p.parent) for p in packages if (p / "__init__.py").exists())
+    for name, value in {**ENVIRONMENT, "PYTHONPATH": os.pathsep.join(parents)}.items():
+        args += ["--setenv", name, value]
+    return [*args, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",
+            python, *PYTHON_FLAGS, "-m", module, str(fd)]
+
+
+# --- the candidate's own limits ----------------------------------------------------------------
+
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+ADDR_NO_RANDOMIZE, PERSONALITY_QUERY = 0x0040000, 0xFFFFFFFF
+# Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
+LOAD_WORD, JUMP_EQ, JUMP_GE, RETURN = 0x20, 0x15, 0x35, 0x06
+ALLOW, KILL, ERRNO_EPERM = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+# The system calls a candidate's interpreter makes while it computes and answers: its socket
+# (read, write, close), memory (mmap and friends, brk, madvise, futex for the allocator's
+# locks), returning from a signal, and exit. Per architecture: (AUDIT_ARCH, {name: number}).
+SYSCALLS: dict[str, tuple[int, dict[str, int]]] = {
+    "x86_64": (0xC000003E, {"read": 0, "write": 1, "close": 3, "mmap": 9, "mprotect": 10,
+                            "munmap": 11, "brk": 12, "rt_sigreturn": 15, "mremap": 25,
+                            "madvise": 28, "exit": 60, "futex": 202, "exit_group": 231}),
+    "aarch64": (0xC00000B7, {"read": 63, "write": 64, "close": 57, "mmap": 222,
+                             "mprotect": 226, "munmap": 215, "brk": 214, "rt_sigreturn": 139,
+                             "mremap": 216, "madvise": 233, "exit": 93, "futex": 98,
+                             "exit_group": 94}),
+}
+X32_BIT = 0x40000000  # x86_64's x32 system calls: the same numbers with this bit set
+
+
+def supported() -> str:
+    """Why this machine cannot lock a candidate's process down, or ""."""
+    if sys.platform != "linux":
+        return f"the sandbox needs Linux (this is {sys.platform})"
+    if platform.machine() not in SYSCALLS:
+        return (f"the sandbox's system call filter knows x86_64 and aarch64, not "
+                f"{platform.machine()}")
+    return ""
+
+
+def seccomp_program(machine: str) -> bytes:
+    """The filter: another architecture's calls kill the process; the allowed calls pass;
+    every other call fails with EPERM (the interpreter raises PermissionError)."""
+    arch, numbers = SYSCALLS[machine]
+    allowed = sorted(numbers.values())
+    program = [(LOAD_WORD, 0, 0, 4), (JUMP_EQ, 1, 0, arch), (RETURN, 0, 0, KILL),
+               (LOAD_WORD, 0, 0, 0)]
+    if machine == "x86_64":
+        program += [(JUMP_GE, 0, 1, X32_BIT), (RETURN, 0, 0, KILL)]
+    for i, number in enumerate(allowed):  # a match jumps to the ALLOW at the end
+        program.append((JUMP_EQ, len(allowed) - i, 0, number))
+    program += [(RETURN, 0, 0, ERRNO_EPERM), (RETURN, 0, 0, ALLOW)]
+    return b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def lock_down(cpu_s: float, memory_mb: int) -> None:
+    """Limit this process for good (raises OSError if the kernel refuses any step: a candidate
+    never runs unlocked). Memory: `memory_mb` beyond what is mapped now."""
+    cpu = math.ceil(cpu_s)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    cap = mapped + memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    machine = platform.machine()
+    program = ctypes.create_string_buffer(seccomp_program(machine))
+    fprog = SockFprog(len(program.raw) // 8, ctypes.addressof(program))
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                      ctypes.c_ulong)
+    if prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+def fixed_addresses(module: str, argv: Sequence[str]) -> None:
+    """Run `python -m module argv` again with address-space randomisation off, unless it is
+    already off: an object's default repr shows its address, so the same candidate would
+    print and order differently in two sandboxes. Called first thing in the sandbox."""
+    personality = ctypes.CDLL(None, use_errno=True).personality
+    personality.argtypes = (ctypes.c_ulong,)
+    current = personality(PERSONALITY_QUERY)
+    if current < 0 or current & ADDR_NO_RANDOMIZE:
+        return
+    if personality(current | ADDR_NO_RANDOMIZE) >= 0:
+        os.execv(sys.executable, [sys.executable, *PYTHON_FLAGS, "-m", module, *argv])

@@ -1,0 +1,165 @@
+"""Benchmark: what the sandbox around code candidates costs (docs/security.md, "Cost").
+
+The evaluation is the search issue's unit: 1,000 requests on 2 instances, one routing
+candidate. The same policy (least loaded) runs as the `least-loaded` template and as a code
+candidate in the sandbox, so the difference is the boundary's cost. Every figure is CPU time
+(user + system) of every process involved, the evaluator's (getrusage), each candidate
+process's (wait4 in the template) and the template's (/proc), which a busy machine inflates
+far less than wall time; each is the median of `--repeat` interleaved rounds.
+
+* start: the template (bubblewrap, a fresh interpreter, its imports, the lock-down self-test),
+  once per evaluating process.
+* per candidate process: fork, lock-down, load the source, close (no decision).
+* per evaluation and per decision: code minus template, on the 1,000-request evaluation.
+* forked whole run: the run itself in a process forked per evaluation (what running the
+  simulation inside the sandbox would cost instead, without its lock-down), for comparison.
+* evaluations/s with 2 workers (`run_many`, wall time): template and code.
+
+    python scripts/bench_sandbox.py [--repeat N] [--evaluations N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.search import contain
+from blis_simpy.search.code import CodePolicy
+from blis_simpy.search.sweep import run_many
+from blis_simpy.sim.run import run
+
+EVALUATION: dict[str, Any] = {
+    "version": 1, "name": "eval-1k-2inst", "seed": 42,
+    "model": {"name": "meta-llama/llama-3.1-8b-instruct", "gpu": "H100", "tp": 1},
+    "cluster": {"instances": 2}, "fitness": {"weights": {"mean_ttft": 1.0}},
+    "workload": {"type": "distribution", "num_requests": 1000, "rate_per_s": 40,
+                 "prefix_tokens": 128,
+                 "prompt": {"mean": 512, "stdev": 256, "min": 16, "max": 4096},
+                 "output": {"mean": 128, "stdev": 64, "min": 1, "max": 1024}},
+}
+LEAST_LOADED = """
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        loads = [s.effective_load for s in snapshots]
+        best = loads.index(min(loads))
+        return RoutingDecision(snapshots[best].id, "least load",
+                               tuple(1.0 / (1.0 + load) for load in loads))
+"""
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and every process below it, as /proc counts them now."""
+    total, queue = 0.0, [pid]
+    while queue:
+        current = queue.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICK
+            for task in os.listdir(f"/proc/{current}/task"):
+                queue += map(int, Path(f"/proc/{current}/task/{task}/children").read_text()
+                             .split())
+        except OSError:
+            continue
+    return total
+
+
+class Candidates:
+    """The CPU seconds of every candidate process that ended (reported by the template)."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        finish = contain.Session.finish
+
+        def counted(session: contain.Session) -> str:
+            how = finish(session)
+            self.cpu += session.cpu_s
+            return how
+
+        contain.Session.finish = counted  # type: ignore[method-assign]
+
+
+def measured(action: Callable[[], object], candidates: Candidates) -> float:
+    """CPU seconds of `action` in this process, its candidate processes and the template."""
+    template = contain.sandbox().process.pid
+    before = own_cpu(), candidates.cpu, tree_cpu(template)
+    action()
+    return own_cpu() - before[0] + candidates.cpu - before[1] + tree_cpu(template) - before[2]
+
+
+def forked_runs(scenario: Scenario, seeds: range) -> float:
+    """CPU seconds of each run done in a child forked for it (parent and child)."""
+    total = 0.0
+    for seed in seeds:
+        started = own_cpu()
+        pid = os.fork()
+        if pid == 0:
+            run(scenario, seed=seed)
+            os._exit(0)
+        _, _, usage = os.wait4(pid, 0)
+        total += own_cpu() - started + usage.ru_utime + usage.ru_stime
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--evaluations", type=int, default=10)
+    args = parser.parse_args()
+    n = args.evaluations
+    scenario = Scenario.from_dict(EVALUATION)
+    code = CodePolicy("routing", LEAST_LOADED, id="least-loaded-code")
+    template = {"routing.type": "least-loaded"}
+
+    started, wall = own_cpu(), time.perf_counter()
+    contain.sandbox()
+    start_wall = time.perf_counter() - wall
+    start_cpu = own_cpu() - started + tree_cpu(contain.sandbox().process.pid)
+    candidates = Candidates()
+    rows: dict[str, list[float]] = {k: [] for k in (
+        "process", "template", "code", "forked", "rate template", "rate code")}
+
+    def empty_sessions() -> None:
+        for _ in range(n):
+            contain.spawn(contain.Limits()).close()
+
+    for _ in range(args.repeat):
+        rows["process"].append(measured(empty_sessions, candidates) / n)
+        rows["template"].append(measured(lambda: run_many(
+            scenario, {"t": template}, range(n), workers=1), candidates) / n)
+        rows["code"].append(measured(lambda: run_many(
+            scenario, {"c": code}, range(n), workers=1), candidates) / n)
+        rows["forked"].append(forked_runs(scenario, range(n)) / n)
+        for name, policy in (("rate template", template), ("rate code", code)):
+            wall = time.perf_counter()
+            run_many(scenario, {"p": policy}, range(4 * n), workers=2)
+            rows[name].append(4 * n / (time.perf_counter() - wall))
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    per_eval = med["code"] - med["template"]
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
+          f"median of {args.repeat} rounds of {n} evaluations")
+    print(f"template start                      {start_wall:7.3f} s wall, {start_cpu:7.3f} s CPU")
+    print(f"candidate process (fork..close)     {med['process'] * 1e3:7.1f} ms CPU")
+    print(f"evaluation, template policy         {med['template'] * 1e3:7.1f} ms CPU")
+    print(f"evaluation, code in the sandbox     {med['code'] * 1e3:7.1f} ms CPU")
+    print(f"  the boundary's cost               {per_eval * 1e3:7.1f} ms CPU per evaluation, "
+          f"{per_eval * 1e6 / 1000:.0f} us per routing decision")
+    print(f"evaluation, whole run forked        {med['forked'] * 1e3:7.1f} ms CPU")
+    print(f"evaluations/s, 2 workers, template  {med['rate template']:7.1f}")
+    print(f"evaluations/s, 2 workers, code      {med['rate code']:7.1f}")
+
+
+if __name__ == "__main__":
+    main()

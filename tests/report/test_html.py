@@ -1,0 +1,121 @@
+"""`blis-simpy report OUTDIR --html` and `compare RUN... --html FILE`: one self-contained file
+(what a browser draws of it: test_html_browser.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blis_simpy.report import html
+from tests.report.test_report import assert_usage_error, cli, run_into
+
+pytest.importorskip("bokeh")
+
+SECTIONS = ("Summary", "SLO attainment", "Latency distributions", "Over time", "Anomalies",
+            "Trace summary")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("html-runs")
+    return run_into(root / "slow", 20), run_into(root / "fast", 40), run_into(root / "x", 80)
+
+
+def plots(text: str) -> int:
+    return text.count("<div class='plot'>")
+
+
+def test_report_html_is_one_self_contained_file_with_every_section(runs):
+    result = cli("report", runs[0], "--html")
+    assert result.exit_code == 0, result.output
+    path = runs[0] / "report.html"
+    assert result.stdout.strip() == str(path)
+    text = path.read_text()
+    for section in SECTIONS:
+        assert f"<h2>{section}</h2>" in text
+    assert not re.search(r"<script[^>]*\bsrc=|<link[^>]*\bhref=", text)  # nothing fetched
+    assert "Bokeh" in text and plots(text) == 8
+    assert "## Outcome" in text  # the trace summary
+    assert len(text) < 2_000_000
+
+
+def test_report_html_out_option_names_the_file(runs, tmp_path):
+    target = tmp_path / "deep" / "r.html"
+    assert cli("report", runs[1], "--html", "--out", target).exit_code == 0
+    assert target.is_file() and not (runs[1] / "report.html").exists()
+    assert not list(target.parent.glob(".*partial"))
+
+
+def test_compare_html_puts_three_runs_side_by_side(runs, tmp_path):
+    target = tmp_path / "cmp.html"
+    result = cli("compare", *runs, "--html", target)
+    assert result.exit_code == 0, result.output
+    text = target.read_text()
+    for name in ("slow", "fast", "x", "fast / slow", "x / slow"):
+        assert f"<th>{name}</th>" in text
+    assert plots(text) == 6
+
+
+def test_compare_html_tells_runs_with_one_folder_name_apart(runs, tmp_path):
+    target = tmp_path / "same.html"
+    assert cli("compare", runs[0], runs[0], "--html", target).exit_code == 0
+    assert "<th>slow (1)</th>" in target.read_text()
+
+
+def test_report_html_copes_with_a_run_where_nothing_completed(runs, tmp_path):
+    run_dir = tmp_path / "empty"
+    run_dir.mkdir()
+    for name in ("summary.json", "scenario.yaml", "metrics.json"):
+        (run_dir / name).write_bytes((runs[0] / name).read_bytes())
+    for table in ("requests", "steps"):
+        header = (runs[0] / f"{table}.csv").read_text().splitlines()[0]
+        (run_dir / f"{table}.csv").write_text(header + "\n")
+    result = cli("report", run_dir, "--html")
+    assert result.exit_code == 0, result.output
+    assert plots((run_dir / "report.html").read_text()) == 8
+
+
+def test_html_errors_are_one_line_exit_2(runs, tmp_path):
+    assert_usage_error(cli("report", tmp_path / "nope", "--html"), "no such folder")
+    assert_usage_error(cli("report", runs[0], "--html", "--out", tmp_path), "is a folder")
+    assert_usage_error(cli("compare", runs[0], "--html", tmp_path / "c.html"), "two or more")
+    assert_usage_error(cli("compare", *runs), "two (A and B)")
+    assert not (tmp_path / "c.html").exists()
+
+
+def test_report_html_without_bokeh_says_how_to_install(runs, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "bokeh", None)
+    assert_usage_error(cli("report", runs[0], "--html", "--out", tmp_path / "r.html"),
+                       "install blis-simpy[plots]")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_bokeh_is_not_imported_with_blis_simpy_or_its_command_line():
+    code = ("import sys, blis_simpy, blis_simpy.cli, blis_simpy.report.html; "
+            "assert 'bokeh' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+
+
+def test_long_series_keep_every_bins_peak():
+    times = np.linspace(0, 100, 50_000)
+    values = np.zeros(50_000)
+    values[12_345] = 7.0  # one spike among many points
+    x, y = html.binned_max(times, values)
+    assert len(x) <= html.MAX_POINTS and y.max() == 7.0
+    short = np.arange(5.0)
+    assert html.binned_max(short, short)[1].tolist() == short.tolist()
+
+
+def test_cluster_total_sums_each_instances_latest_value():
+    import pandas as pd
+
+    steps = pd.DataFrame({"instance": ["a", "b", "a", "b"], "start_s": [0.0, 0.5, 1.0, 1.5],
+                          "queue_depth": [3, 2, 1, 5]})
+    times, totals = html.cluster_total(steps, "queue_depth")
+    assert times.tolist() == [0.0, 0.5, 1.0, 1.5]
+    assert totals.tolist() == [3, 5, 3, 6]

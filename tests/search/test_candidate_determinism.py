@@ -1,0 +1,154 @@
+"""Code-policy determinism and output (issue 29, class 2): the same candidate scores the same in
+every process, and what it prints is a bounded log returned with its result, never the
+evaluator's stdout. Each case found on main is a test named after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from blis_simpy.search.code import CodePolicy, check
+from blis_simpy.search.sweep import run_many
+from tests.search.helpers import prefix_scenario
+
+# Routes by the order a set of strings iterates in: the first instance id the set yields.
+SET_ORDER = """
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        names = {s.id: 0 for s in snapshots}.keys() | {"request": 0, req.tenant_id: 0}.keys()
+        order = [n for n in names if n.startswith("instance")]
+        if req.id == "request_0":
+            print("set order:", order)
+        scores = tuple(1.0 if s.id == order[0] else 0.0 for s in snapshots)
+        return RoutingDecision(order[0], "set order", scores)
+"""
+# Routes by a draw from the global random generator, reached through `statistics`.
+GLOBAL_RANDOM = """
+import statistics
+
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        draw = statistics.NormalDist(0, 1).samples(1)[0]
+        if req.id == "request_0":
+            print("first draw:", draw)
+        pick = 0 if draw < 0 else len(snapshots) - 1
+        scores = tuple(1.0 if i == pick else 0.0 for i in range(len(snapshots)))
+        return RoutingDecision(snapshots[pick].id, "a draw", scores)
+"""
+PRINTS = """
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        print("routing", req.id, "{")
+        loads = [s.effective_load for s in snapshots]
+        best = loads.index(min(loads))
+        return RoutingDecision(snapshots[best].id, "least load", tuple(-x for x in loads))
+"""
+DATACLASS = """
+from dataclasses import dataclass, field
+
+@dataclass(frozen=True)
+class Weights:
+    load: float
+    queue: float = 2.0
+
+@dataclass
+class Seen:
+    counts: dict = field(default_factory=dict)
+
+class Policy(RoutingPolicy):
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.weights = Weights(load=1.0)
+        self.seen = Seen()
+
+    def route(self, req, priority, snapshots, state, clock):
+        w = self.weights
+        costs = [w.load * s.batch_size + w.queue * s.queue_depth + s.pending_requests
+                 for s in snapshots]
+        best = costs.index(min(costs))
+        self.seen.counts[snapshots[best].id] = self.seen.counts.get(snapshots[best].id, 0) + 1
+        return RoutingDecision(snapshots[best].id, "weighted", tuple(-c for c in costs))
+"""
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("workload") / "w.yaml"
+    path.write_text(yaml.safe_dump(prefix_scenario().to_dict()))
+    return path
+
+
+def gepa_evaluate(workload: Path, source: str, tmp_path: Path, hash_seed: str = "random",
+                  stdout_file: Path | None = None) -> str:
+    """`blis-simpy gepa-evaluate` on a routing candidate in a fresh process; its stdout."""
+    program = tmp_path / "candidate.py"
+    program.write_text(source)
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    command = [sys.executable, "-m", "blis_simpy", "gepa-evaluate", "--workload", str(workload),
+               "--seed", "1", "--code", f"routing={program}"]
+    if stdout_file is None:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    with stdout_file.open("w") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.PIPE, text=True, env=env,
+                              timeout=300)
+    assert done.returncode == 0, done.stderr
+    return stdout_file.read_text()
+
+
+def test_set_order_under_hash_randomisation_is_the_same_in_every_process(workload, tmp_path):
+    """A set of strings iterates in hash order; the sandbox fixes the hash seed, so two
+    evaluators with different seeds of their own score the candidate the same."""
+    reports = [json.loads(gepa_evaluate(workload, SET_ORDER, tmp_path, seed))
+               for seed in ("1", "2", "3")]
+    assert all(r["runs"][0]["error"] == "" for r in reports)
+    assert len({r["score"] for r in reports}) == 1
+    assert len({r["runs"][0]["log"] for r in reports}) == 1
+    assert "set order:" in reports[0]["runs"][0]["log"]
+
+
+def test_global_random_generator_reached_through_a_standard_module_is_the_same_everywhere(
+        workload, tmp_path):
+    """`statistics.NormalDist.samples` draws from the global generator, seeded from the
+    system's entropy at import: the sandbox reseeds it the same way for every candidate."""
+    reports = [json.loads(gepa_evaluate(workload, GLOBAL_RANDOM, tmp_path, seed))
+               for seed in ("1", "2")]
+    assert reports[0]["runs"][0]["error"] == ""
+    assert reports[0]["score"] == reports[1]["score"]
+    assert reports[0]["runs"][0]["log"] == reports[1]["runs"][0]["log"]
+    second = run_many(prefix_scenario(), {"a": CodePolicy("routing", GLOBAL_RANDOM),
+                                          "b": CodePolicy("routing", GLOBAL_RANDOM)}, [1],
+                      workers=2)
+    assert second.fitness[0] == second.fitness[1] == reports[0]["score"]
+
+
+def test_print_in_a_candidate_does_not_corrupt_gepa_evaluate_json(workload, tmp_path):
+    stdout = gepa_evaluate(workload, PRINTS, tmp_path)
+    report = json.loads(stdout)  # the whole of stdout is the report
+    assert report["score"] > 0 and report["runs"][0]["error"] == ""
+    assert "routing request_0 {" in report["runs"][0]["log"]
+    assert "routing request_0" in report["feedback"][0]
+
+
+def test_print_scores_the_same_whether_stdout_is_a_file_or_a_pipe(workload, tmp_path):
+    """On main a print to a file hit the zero file-size limit and failed the candidate; now
+    print never reaches the evaluator's stdout at all."""
+    piped = json.loads(gepa_evaluate(workload, PRINTS, tmp_path))
+    filed = json.loads(gepa_evaluate(workload, PRINTS, tmp_path,
+                                     stdout_file=tmp_path / "out.json"))
+    assert piped["score"] == filed["score"] > 0
+    assert piped["runs"][0]["log"] == filed["runs"][0]["log"]
+
+
+def test_benign_module_level_dataclass_is_accepted():
+    code = CodePolicy("routing", DATACLASS)
+    check(code)  # annotated fields without defaults, field(default_factory=...)
+    row = run_many(prefix_scenario(), {"dataclass": code}, [1], workers=1).iloc[0]
+    assert row.error == "" and row.fitness > 0

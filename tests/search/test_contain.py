@@ -1,0 +1,131 @@
+"""The sandbox's life: refused, never bypassed, where it cannot start; one warm template per
+evaluating process, restarted if it dies, gone with its process; evaluations in threads and
+in pool workers never cross."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from blis_simpy.cli import app
+from blis_simpy.search import jail
+from blis_simpy.search.code import CodePolicy
+from blis_simpy.search.contain import SHARED, SandboxUnavailable, sandbox
+from blis_simpy.search.gepa_adapter import BlisAdapter
+from blis_simpy.search.sweep import run_many
+from tests.search.helpers import prefix_scenario
+from tests.search.test_code import LEAST_LOADED
+
+CODE = CodePolicy("routing", LEAST_LOADED, id="code")
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch):
+    """A machine without bubblewrap (the shared template forgotten before and after)."""
+    SHARED.forget()
+    monkeypatch.setattr(jail, "bwrap", lambda: None)
+    yield
+    SHARED.forget()
+
+
+@pytest.fixture
+def broken_bwrap(monkeypatch, tmp_path):
+    """A bwrap that cannot create namespaces, as on a kernel that forbids them."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    SHARED.forget()
+    monkeypatch.setattr(jail, "bwrap", lambda: str(fake))
+    yield
+    SHARED.forget()
+
+
+def test_without_bwrap_code_candidates_are_refused_in_one_line(no_bwrap):
+    with pytest.raises(SandboxUnavailable) as refused:
+        run_many(prefix_scenario(), {"code": CODE}, [1], workers=1)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "bubblewrap (bwrap) is not installed" in message and "apt-get install" in message
+    # no code, no sandbox needed; code the static check refuses needs none either
+    table = run_many(prefix_scenario(), {"rr": {"routing.type": "round-robin"},
+                                         "bad": CodePolicy("routing", "import os\n")}, [1],
+                     workers=1)
+    assert table.fitness[0] > 0 and "import os" in table.error[1]
+
+
+def test_a_bwrap_that_cannot_start_is_refused_with_its_reason(broken_bwrap):
+    with pytest.raises(SandboxUnavailable, match="No permissions to create new namespace"):
+        run_many(prefix_scenario(), {"code": CODE}, [1], workers=1)
+
+
+def test_the_search_entry_points_refuse_rather_than_score_zero(no_bwrap, tmp_path: Path):
+    """gepa-evaluate and openevolve-evaluate exit 2 with one line; the GEPA adapter raises:
+    a search must not go on with every code candidate at 0."""
+    workload = tmp_path / "w.yaml"
+    workload.write_text(yaml.safe_dump(prefix_scenario().to_dict()))
+    program = tmp_path / "route.py"
+    program.write_text(LEAST_LOADED)
+    runner = CliRunner()
+    for args in (["gepa-evaluate", "--workload", str(workload), "--code", f"routing={program}"],
+                 ["openevolve-evaluate", str(program), "--workload", str(workload)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: sandbox: code candidates run "
+                                                       "only in the sandbox")
+        assert result.stdout == ""
+    with pytest.raises(SandboxUnavailable):
+        BlisAdapter(workers=1).evaluate([prefix_scenario()], {"routing": LEAST_LOADED})
+
+
+def sandbox_processes() -> set[int]:
+    """Every process running the sandbox's template or a candidate (their command line)."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"blis_simpy.search.cell" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_pool_workers_templates_end_with_the_pool():
+    """A worker's template reads the end of its control socket when the worker exits, and the
+    kernel ends its PID namespace: nothing of the sandbox outlives the sweep's pool."""
+    sandbox()
+    before = sandbox_processes()
+    table = run_many(prefix_scenario(), {"a": CODE, "b": CODE}, [1, 2], workers=2)
+    assert list(table.error) == [""] * 4
+    deadline = time.monotonic() + 10
+    while sandbox_processes() != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == before
+
+
+def test_a_template_killed_from_outside_is_started_again():
+    first = sandbox()
+    template = max(p for p in sandbox_processes() if p > first.process.pid)
+    os.kill(template, signal.SIGKILL)
+    row = run_many(prefix_scenario(), {"code": CODE}, [1], workers=1).iloc[0]
+    assert row.error == "" and sandbox() is not first
+
+
+def test_evaluations_in_threads_never_cross():
+    """Each thread's stand-ins talk to its own candidate process (a context variable), so a
+    thread pool gives the serial rows."""
+    policies = {"code": CODE, "other": CodePolicy("routing", LEAST_LOADED.replace(
+        "min(loads)", "max(loads)"), id="other")}
+    serial = run_many(prefix_scenario(), policies, [1, 2, 3], workers=1)
+    with ThreadPoolExecutor(4) as pool:
+        threaded = run_many(prefix_scenario(), policies, [1, 2, 3], executor=pool)
+    pd.testing.assert_frame_equal(threaded, serial)

@@ -1,0 +1,99 @@
+"""The wire between the evaluator and a candidate's process: what the sandbox rebuilds equals
+what the evaluator had (views, snapshots, the router state through its deltas)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blis_simpy.core.request import RequestView
+from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.snapshot import InstanceSnapshot, Role
+from blis_simpy.search import wire
+
+OPERATIONS = st.lists(st.tuples(
+    st.sampled_from(["arrival", "admit", "reject", "finish", "instances", "send"]),
+    st.sampled_from(["a", "b", "c"]), st.integers(0, 400_000)), max_size=120)
+
+
+def observed(state: RouterState | wire.StateMirror) -> dict[str, object]:
+    """Everything a policy can read of a router state."""
+    return {"clock": state.clock, "in_flight": state.in_flight,
+            "instances": state.instance_ids(), "tenants": state.tenant_ids(),
+            "rate": state.request_rate(), "arrivals": list(state.arrivals),
+            **{t: (s.request_count, s.active_requests, s.rejected, list(s.recent or ()),
+                   s.recent_rate(state.clock)) for t, s in state.tenants.items()}}
+
+
+@settings(max_examples=200, deadline=None)
+@given(OPERATIONS)
+def test_the_mirror_equals_the_gateways_router_state_after_every_delta(operations):
+    """Whatever the gateway did between two calls (arrivals, admissions, rejections,
+    finishes, fleet changes, with windows sliding), the delta brings the mirror to the same
+    observable state, through a JSON round trip."""
+    state, sender, mirror = RouterState(), wire.StateSender(), wire.StateMirror()
+    clock = 0
+    for kind, tenant, step in operations:
+        clock += step
+        state.clock = clock
+        if kind == "arrival":
+            state.on_arrival(tenant, clock)
+        elif kind == "admit":
+            state.on_admit(tenant)
+        elif kind == "reject" and tenant in state.tenants:
+            state.on_reject(tenant)
+        elif kind == "finish" and state.tenant(tenant).active_requests > 0:
+            state.on_finish(tenant)
+        elif kind == "instances":
+            state.instances = tuple(f"instance_{i}" for i in range(step % 4))
+        else:
+            delta = json.loads(wire.line(sender.delta(state)))
+            assert observed(mirror.apply(delta)) == observed(state)
+    assert observed(mirror.apply(json.loads(wire.line(sender.delta(state))))) == \
+        observed(state)
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5000), st.lists(st.integers(0, 2**64 - 1),
+                                                        max_size=6)), max_size=40))
+def test_views_are_rebuilt_equal_and_the_two_caches_agree(requests):
+    """A view goes whole the first time and by id after; both caches forget the same views,
+    so an id always names a view the sandbox still has."""
+    sender, mirror = wire.ViewSender(), wire.ViewMirror()
+    views = [RequestView(f"request_{n}", n, 10, "t", "batch", tuple(h))
+             for n, h in requests]
+    for view in views + views[::-1]:
+        item = json.loads(wire.line(sender.out(view)))
+        assert mirror.into(item) == view
+        assert list(sender.sent) == list(mirror.views)
+
+
+def test_the_view_cache_forgets_the_oldest_on_both_sides():
+    sender, mirror = wire.ViewSender(), wire.ViewMirror()
+    views = [RequestView(f"r{n}", n, 1, "t", "", ()) for n in range(wire.VIEW_CACHE + 10)]
+    for view in views:
+        mirror.into(json.loads(wire.line(sender.out(view))))
+    again = sender.out(views[0])  # forgotten: sent whole again
+    assert again != "r0" and mirror.into(json.loads(wire.line(again))) == views[0]
+    assert sender.out(views[-1]) == views[-1].id and mirror.into("r" + str(len(views) - 1))
+    assert list(sender.sent) == list(mirror.views)
+
+
+@settings(deadline=None)
+@given(st.integers(0, 2**62), st.integers(0, 10**6), st.floats(allow_nan=False),
+       st.floats(), st.sampled_from(list(Role)))
+def test_snapshots_cross_exactly(timestamp, count, rate, anything, role):
+    """Numbers go as the hex of their 64-bit values: every float comes back bit for bit
+    (infinities and NaN included), every integer exactly."""
+    snapshot = InstanceSnapshot("instance_0", role, timestamp, count, count, rate, count,
+                                count, count, anything, rate, anything, rate, anything)
+    back = wire.snapshot_in(json.loads(wire.line(wire.snapshot_out(snapshot))))
+    assert repr(back) == repr(snapshot)
+
+
+def test_hashes_beyond_64_bits_still_cross():
+    assert wire.hashes_in(json.loads(wire.line(wire.hashes_out((2**64 - 1, 0))))) == \
+        (2**64 - 1, 0)
+    assert wire.hashes_in(json.loads(wire.line(wire.hashes_out((2**70, -1))))) == (2**70, -1)
