@@ -40,6 +40,7 @@ test: $(BUILT) browser  ## lint, type-check, then the whole test suite (the docs
 
 test-long: $(BUILT)  ## the invariant and P/D properties with 1,000 examples each (nightly)
 	BLIS_TEST_PROFILE=long $(BIN)/pytest tests/sim/test_cluster_invariants.py \
+		tests/sim/test_fault_invariants.py \
 		tests/engine/test_invariants.py tests/cluster/test_pd.py --hypothesis-show-statistics \
 		-k 'not test_pd.py or pd_ownership or pd_handoff or no_double_counting'
 

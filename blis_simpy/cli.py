@@ -68,14 +68,18 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
 
     path = scenario_file(path)
     user_code_importable(path)
-    bundle = None
+    bundle, changes = None, None
     if policy_config is not None:
         from blis_simpy.policies.bundle import PolicyBundle
 
         bundle = PolicyBundle.from_yaml(policy_config)
+        base = Scenario.from_yaml(path)
+        try:
+            changes = bundle.overrides(base)  # where its axes land depends on the scenario
+        except ScenarioError as exc:
+            raise exc.in_file(policy_config) from None
     try:
-        scenario = Scenario.from_yaml(path, parse_sets(overrides or ()),
-                                      None if bundle is None else bundle.overrides())
+        scenario = Scenario.from_yaml(path, parse_sets(overrides or ()), changes)
     except ScenarioError as exc:
         raise exc if bundle is None else bundle.blame(exc, policy_config) from None
     if seed is not None:

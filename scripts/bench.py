@@ -17,10 +17,21 @@ For each case:
   by our whole-process wall time (the ratio column: how many times faster we are), and its
   completed count and mean E2E are checked against ours.
 
+Then the policy-search evaluation rate (`--search N`, default 40; 0 skips it): N
+parameterized candidates (weighted routing, each with its own weights) evaluated by
+`run_many` on the 1,000-request, 2-instance evaluation (quickstart with 2 instances, 1,000
+requests at 24 req/s) on a pool of `--workers` processes (default 2), in a fresh interpreter,
+timed from the call to the table (planning, the default score's baseline run, the pool's
+start-up and every row included): evaluations per second of wall time, and per second of
+CPU (the parent's and its workers'); on a busy machine the wall rate counts waiting for a
+core, the CPU rate times the workers is what that many free cores give. The median of
+`--repeat` runs.
+
 Results are saved as JSON (`--save`, default out/bench/latest.json); `--compare OLD.json`
 prints the change of each case against an earlier file.
 
     python scripts/bench.py [CASE.yaml ...] [--repeat N] [--no-go] [--compare OLD.json]
+                            [--search N] [--workers N]
 """
 
 from __future__ import annotations
@@ -66,6 +77,49 @@ def measure_in_process(path: str) -> dict[str, Any]:
         "completed": int(result.summary["completed_requests"]),
         "e2e_mean_ms": float(result.summary["e2e_mean_ms"]),
     }
+
+
+SEARCH_OVERRIDES = {"cluster.instances": 2, "workload.num_requests": 1000,
+                    "workload.rate_per_s": 24}
+
+
+def measure_search(candidates: int, workers: int) -> dict[str, Any]:
+    """In a fresh interpreter: `candidates` weighted-routing candidates on the 1,000-request,
+    2-instance evaluation with run_many on `workers` processes."""
+    from blis_simpy.search.sweep import run_many
+    from blis_simpy.sim.run import load
+
+    scenario = load("quickstart", overrides=SEARCH_OVERRIDES)
+    policies = {f"w{i}": {"routing.type": "weighted", "routing.weights.queue-depth": 1.0,
+                          "routing.weights.prefix-affinity": round(0.25 + 0.05 * i, 2)}
+                for i in range(candidates)}
+    before, started = os.times(), time.perf_counter()
+    table = run_many(scenario, policies, [42], workers=workers)
+    wall, after = time.perf_counter() - started, os.times()
+    cpu = sum(after[i] - before[i] for i in range(4))  # user + system, own and children's
+    assert len(table) == candidates and (table.error == "").all()
+    return {"evaluations": candidates, "workers": workers, "wall_s": wall, "cpu_s": cpu,
+            "per_s": candidates / wall, "per_cpu_s": candidates / cpu}
+
+
+def search_rate(candidates: int, workers: int, repeat: int) -> dict[str, Any]:
+    runs = []
+    for _ in range(repeat):
+        text, *_ = timed([sys.executable, __file__, "--one-search", str(candidates),
+                          "--workers", str(workers)])
+        runs.append(json.loads(text.strip().splitlines()[-1]))
+    runs.sort(key=lambda r: r["per_s"])
+    row = dict(runs[len(runs) // 2])
+    row["per_cpu_s_median"] = statistics.median(r["per_cpu_s"] for r in runs)
+    return row
+
+
+def search_line(row: dict[str, Any]) -> str:
+    return (f"search evaluations (1,000 requests, 2 instances, {row['evaluations']} weighted "
+            f"candidates, {row['workers']} workers): {row['per_s']:.1f}/s wall "
+            f"({row['wall_s']:.2f} s), {row['per_cpu_s_median']:.1f} per CPU-second "
+            f"(= {row['per_cpu_s_median'] * row['workers']:.1f}/s on {row['workers']} free "
+            "cores)")
 
 
 # ---------------------------------------------------------------- timing child processes
@@ -238,10 +292,18 @@ def main() -> None:
     parser.add_argument("--save", type=Path, default=DEFAULT_SAVE,
                         help=f"results JSON (default: {DEFAULT_SAVE.relative_to(ROOT)})")
     parser.add_argument("--compare", type=Path, help="an earlier results JSON to compare with")
+    parser.add_argument("--search", type=int, default=40, metavar="N",
+                        help="candidates for the search evaluation rate (default 40; 0: skip)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes for the search evaluation rate (default 2)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--one-search", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure_in_process(args.one)))
+        return
+    if args.one_search:
+        print(json.dumps(measure_search(args.one_search, args.workers)))
         return
     earlier = json.loads(args.compare.read_text()) if args.compare else None  # fail early
     paths = [Path(p) for p in args.cases] or sorted(BENCH.glob("*.yaml"))
@@ -261,6 +323,9 @@ def main() -> None:
     result = {"commit": git_commit(), "date": datetime.datetime.now(datetime.UTC).isoformat(),
               "machine": platform.platform(), "cpus": os.cpu_count(),
               "python": platform.python_version(), "repeat": args.repeat, "cases": cases}
+    if args.search:
+        result["search"] = search_rate(args.search, args.workers, args.repeat)
+        print(search_line(result["search"]), flush=True)
     args.save.parent.mkdir(parents=True, exist_ok=True)
     args.save.write_text(json.dumps(result, indent=2) + "\n")
     print(f"saved {args.save}")

@@ -41,17 +41,25 @@ def execute(path: Path) -> Any:
 
 
 def texts(nb: Any) -> list[list[str]]:
-    """Each code cell's text outputs: results and stdout, not images or stderr."""
+    """Each code cell's text outputs: results and stdout, not images or stderr. Consecutive
+    stdout outputs are joined: where the kernel cuts a cell's printing into outputs depends on
+    timing (a long cell, such as a search printing its progress, is cut differently each run)."""
     out = []
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        shown = []
+        shown: list[str] = []
+        printing = False  # the last output shown was stdout
         for output in cell.outputs:
             if output.output_type == "stream" and output.name == "stdout":
-                shown.append(output.text)
+                if printing:
+                    shown[-1] += output.text
+                else:
+                    shown.append(output.text)
+                printing = True
             elif "data" in output and "text/plain" in output.data:
                 shown.append(output.data["text/plain"])
+                printing = False
         out.append(shown)
     return out
 

@@ -28,16 +28,20 @@ def test_bench_runs_a_tiny_case_and_writes_comparable_json(tmp_path: Path) -> No
     case = tmp_path / "tiny.yaml"
     case.write_text(yaml.safe_dump(merge(BASE, {"workload": {"num_requests": 20}})))
     saved = tmp_path / "bench.json"
-    out = bench(str(case), "--repeat", "1", "--no-go", "--save", str(saved))
+    out = bench(str(case), "--repeat", "1", "--no-go", "--save", str(saved), "--search", "2",
+                "--workers", "1")
     assert "tiny" in out and str(saved) in out
+    assert "search evaluations (1,000 requests, 2 instances, 2 weighted candidates" in out
     data = json.loads(saved.read_text())
     row = data["cases"]["tiny"]
     assert row["arrived"] == 20 and row["completed"] == 20
     assert row["process_s"] > row["in_process_s"] > 0 and row["process_cpu_s"] > 0
     assert row["events"] > 20 and row["peak_rss_mb"] > 0 and row["requests_per_s"] > 0
     assert "go_cpu_s" not in row
+    search = data["search"]
+    assert search["evaluations"] == 2 and search["per_s"] > 0 and search["per_cpu_s"] > 0
     again = bench(str(case), "--repeat", "1", "--no-go", "--save", str(tmp_path / "b.json"),
-                  "--compare", str(saved))
+                  "--compare", str(saved), "--search", "0")
     assert again.splitlines()[-1].startswith("tiny")
 
 

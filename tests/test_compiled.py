@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
 import shutil
 import subprocess
@@ -72,3 +73,39 @@ def test_a_run_gives_the_same_bytes_compiled_and_as_plain_python(scenario, small
     assert compiled.keys() == plain.keys()
     for name in compiled:
         assert compiled[name] == plain[name], f"{name} differs compiled vs plain Python"
+
+
+def notebook_cells(path: Path, *needles: str) -> str:
+    """The code of the notebook's cells that contain any of `needles`, IPython magics left
+    out, as one script."""
+    cells = json.loads(path.read_text())["cells"]
+    code = ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+    chosen = [text for text in code if any(needle in text for needle in needles)]
+    return "\n\n".join("\n".join(line for line in text.splitlines()
+                                 if not line.startswith("%")) for text in chosen)
+
+
+def test_the_notebooks_failure_injector_runs_pure_and_compiled(tmp_path):
+    """notebooks/05-extending.ipynb's machine-shop failure injector, run as it is written,
+    in a plain-Python copy of the package and in this install: the same failures, the same
+    requests lost and sent again."""
+    script = notebook_cells(ROOT / "notebooks" / "05-extending.ipynb", "import blis_simpy",
+                            "SETUP =", "def breakdowns") + """
+import json
+import blis_simpy.engine.instance as instance
+print(json.dumps([instance.__file__.endswith(".py"), broken.summary["faults"],
+                  broken.requests.completion_s.round(6).tolist()]))
+"""
+    pure = tmp_path / "pure"
+    shutil.copytree(ROOT / "blis_simpy", pure / "blis_simpy",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    outputs = []
+    for path in (pure, ROOT):
+        env = {**os.environ, "PYTHONPATH": str(path), "MPLBACKEND": "Agg"}
+        done = subprocess.run([sys.executable, "-c", script], cwd=path, env=env, check=True,
+                              capture_output=True, text=True)
+        outputs.append(done.stdout.splitlines()[-1])
+    (plain, faults, ends), (compiled, faults_c, ends_c) = map(json.loads, outputs)
+    assert plain and compiled == bool(os.environ.get("BLIS_SIMPY_PURE"))
+    assert faults == faults_c and ends == ends_c
+    assert faults["crashes"] > 0 and faults["retried_requests"] > 0

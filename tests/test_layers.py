@@ -27,8 +27,9 @@ def layer_of(path: Path) -> str:
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
-def imported_layers(path: Path) -> set[str]:
-    """First-level subpackages (or root modules) of blis_simpy that `path` imports."""
+def imported_names(path: Path) -> set[str]:
+    """Dotted names of blis_simpy that `path` imports: modules, and `module.name` for each
+    name imported from one (a submodule, or a function or class in it)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     rel = path.relative_to(PACKAGE.parent).with_suffix("")
     package = list(rel.parts[:-1])  # the package a relative import starts from
@@ -40,16 +41,23 @@ def imported_layers(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - node.level + 1]
-                names = [".".join(base + ([node.module] if node.module else []))]
-            elif node.module:
-                names = [node.module]
-            if names and names[0] == "blis_simpy":  # `from blis_simpy import x`
-                names = [f"blis_simpy.{alias.name}" for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "blis_simpy" and len(parts) > 1:
-                found.add(parts[1])
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+        found.update(name for name in names if name.startswith("blis_simpy."))
     return found
+
+
+def imported_layers(path: Path) -> set[str]:
+    """First-level subpackages (or root modules) of blis_simpy that `path` imports."""
+    return {name.split(".")[1] for name in imported_names(path)}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
 
 
 def modules() -> list[Path]:
@@ -97,6 +105,38 @@ def test_no_cycle_between_subpackages():
 
     cyclic = sorted(node for node in edges if node in reach(node))
     assert not cyclic, f"import cycle through {cyclic}"
+
+
+def test_no_cycle_between_modules():
+    """No two modules import each other, however late or through however many others (a
+    circle of modules is one concept split in two, or a helper in the wrong place)."""
+    paths = {module_name(path): path for path in modules()}
+    edges = {name: {other for other in imported_names(path) if other in paths} - {name}
+             for name, path in paths.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in edges[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    assert not cycles, f"modules importing each other: {cycles}"
 
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path):

@@ -171,3 +171,12 @@ def test_scenarios_command_fails_cleanly_without_scenarios(tmp_path):
     out = RUNNER.invoke(app, ["scenarios", "--dir", str(tmp_path / "missing")])
     assert out.exit_code == 2
     assert "error:" in out.stderr
+
+
+def test_node_failures_lose_work_retry_it_and_replace_the_node():
+    res = result("node-failures")
+    faults = res.summary["faults"]
+    assert faults["crashes"] >= 3 and faults["retried_requests"] > 0
+    assert faults["failed_requests"] == 0 and 0.5 < faults["availability"] < 1
+    assert any("replace failed" in reason for reason in res.scale_events.reason)
+    assert (res.anomalies.type == "instance_failure").sum() == faults["crashes"]

@@ -5,9 +5,11 @@ every instance event of their timestamp (SCALE_CHECK, seed E.3), see aggregate s
 (D.7), and act through the config's DeploymentPool.
 
 Every target is clamped into the pool's [min, max]; after acting, min <= replicas <= max is
-asserted (invariant scale_bounds: an InvariantError names the config). Each action is written
-to the ScaleLog with the signals behind it; flapping (scale_oscillation) is judged from them
-when the run ends (metrics/anomalies.py).
+asserted (invariant scale_bounds: an InvariantError names the config). Only failures take a
+pool below its min (a replica dead for good no longer counts): whatever its policy says, an
+evaluation then grows the pool back to min, as a deployment controller replaces lost pods.
+Each action is written to the ScaleLog with the signals behind it; flapping
+(scale_oscillation) is judged from them when the run ends (metrics/anomalies.py).
 
 With no horizon the polls stop once nothing but polls is left to happen (every request has
 arrived and ended), so an autoscaled run ends as a fixed one does.
@@ -20,17 +22,17 @@ from collections.abc import Callable, Generator
 
 import simpy
 
-from blis_simpy.cluster.actuation import STARTING, DeploymentPool, Timer
+from blis_simpy.cluster.actuation import STARTING, DeploymentPool
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.config.deployment import AutoscalerConfig
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError, PolicyError
-from blis_simpy.core.ordering import SCALE_CHECK, StageEvent
+from blis_simpy.core.ordering import SCALE_CHECK, Background, StageEvent, only_background_left
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.request import Request
 from blis_simpy.core.scale_log import ScaleEvent, ScaleLog
 from blis_simpy.core.units import US_PER_S
-from blis_simpy.engine.instance import InstanceObserver
+from blis_simpy.engine.step import InstanceObserver
 from blis_simpy.policies.autoscale import (
     AutoscalePolicy,
     DeploymentSignals,
@@ -39,9 +41,11 @@ from blis_simpy.policies.autoscale import (
 )
 
 
-class Poll(StageEvent):
-    """A periodic evaluation's wake-up (told apart from all other events when deciding that
-    nothing else is left to happen)."""
+class Poll(Background):
+    """A periodic evaluation's wake-up, after every instance event of its time."""
+
+    def __init__(self, env: Environment, delay: int) -> None:
+        super().__init__(env, delay, SCALE_CHECK)
 
 
 class ConfigScaler:
@@ -52,6 +56,7 @@ class ConfigScaler:
         self.policy = policy
         self.last_action: ScaleEvent | None = None
         self.last_trigger = -1
+        self.process: simpy.Process | None = None  # its poll loop, once started
         self.seen_requests = 0  # recorder.requests already counted for the request rate
         self.seen_tokens: dict[str, int] = {}  # instance -> output tokens already counted
         self.seen_at = 0
@@ -71,7 +76,7 @@ class Autoscaler:
         self.one_model = one_model
         self.interval = round(config.interval_s * US_PER_S)
         for scaler in scalers:
-            env.process(self._poll(scaler))
+            scaler.process = env.process(self._poll(scaler))
             triggers = config.triggers
             if triggers.queue_depth is not None or triggers.recent_ttft_ms is not None:
                 scaler.pool.watch(self._trigger_for(scaler))
@@ -84,15 +89,10 @@ class Autoscaler:
 
     def _poll(self, scaler: ConfigScaler) -> Generator[simpy.Event, object, None]:
         while True:
-            yield Poll(self.env, self.interval, SCALE_CHECK)
-            if self._only_polls_left():
+            yield Poll(self.env, self.interval)
+            if only_background_left(self.env):
                 return
             self.evaluate(scaler, "periodic")
-
-    def _only_polls_left(self) -> bool:
-        """Nothing but polls and actuation timers is left: no request will come or move."""
-        queue = self.env._queue  # SimPy's event heap: (time, priority, id, event)
-        return all(isinstance(entry[3], Poll | Timer) for entry in queue)
 
     def trigger(self, scaler: ConfigScaler, reason: str) -> None:
         """An event trigger fired: evaluate once the instance events of this time are done,
@@ -117,11 +117,15 @@ class Autoscaler:
                            now - (last.time if last is not None else 0), trigger,
                            self.signals(scaler))
         decision = self._decide(scaler, ctx)
+        if before < bounds.min and (decision.action != "up" or decision.target < bounds.min):
+            decision = ScaleDecision("up", bounds.min, f"replace failed replicas: {before} "
+                                     f"left, min {bounds.min}")  # failures only go below min
         if decision.action == "none":
             return
         target = min(max(decision.target, bounds.min), bounds.max)
+        note = ""
         if decision.action == "up" and target > before:
-            pool.grow(target - before)
+            note = pool.grow(target - before)
         elif decision.action == "down" and target < before:
             pool.shrink(before - target)
         else:
@@ -131,8 +135,8 @@ class Autoscaler:
             raise InvariantError(f"scale_bounds: config {pool.config!r} has {after} replicas "
                                  f"after scaling {decision.action}, outside [{bounds.min}, "
                                  f"{bounds.max}]")
-        event = ScaleEvent(now, pool.config, decision.action, before, after, decision.reason,
-                           shown(ctx.signals), trigger)
+        event = ScaleEvent(now, pool.config, decision.action, before, after,
+                           decision.reason + note, shown(ctx.signals), trigger)
         self.log.events.append(event)  # flapping is judged from these (metrics/anomalies.py)
         scaler.last_action = event
 
@@ -228,6 +232,9 @@ class TriggerWatch:
 
     def handed_off(self, instance: str, req: Request) -> None:
         self.inner.handed_off(instance, req)
+
+    def lost(self, instance: str, req: Request) -> None:
+        self.inner.lost(instance, req)
 
     def finished(self, instance: str, req: Request) -> None:
         self.inner.finished(instance, req)

@@ -11,7 +11,10 @@ from collections.abc import Iterator
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
+from blis_simpy.core.snapshot import Lifecycle
 from blis_simpy.engine.instance import Instance
+
+CLOSED = (Lifecycle.FAILED, Lifecycle.DEAD, Lifecycle.TERMINATED)  # never routable
 
 
 class Fleet:
@@ -33,8 +36,13 @@ class Fleet:
             self.routable_ids = (*self.routable_ids, instance.id)
 
     def open(self, instance: Instance) -> None:
-        """The instance starts taking requests (it keeps its place in join order)."""
+        """The instance starts taking requests (it keeps its place in join order); never one
+        that has failed or is gone."""
+        if instance.state in CLOSED:
+            raise ValueError(f"cannot open {instance.id} to traffic: it is {instance.state}")
         instance.routable = True
+        if instance in self.routable:
+            return
         order = list(self.by_id)
         self.routable = sorted([*self.routable, instance], key=lambda i: order.index(i.id))
         self.routable_ids = tuple(i.id for i in self.routable)

@@ -14,34 +14,56 @@ decision when anything reads it) and the per-instance pending and in-flight coun
 instance id) that snapshots report, and writes admission, priority and routing decisions to the
 recorder when decisions are traced.
 
+Flow control (`cluster.flow_control`, cluster/flow.py): an admitted request waits in the gateway
+queue, a Store its dispatch process drains while the fleet is not saturated, and goes to routing
+from there (`dispatch`); a run without it builds no queue and routes at once.
+
 Client timeouts: a request whose client has a timeout gets one more event, at its deadline; a
 request still unfinished then is abandoned wherever it is (in a gateway stage, inside an
 instance's queueing delay, waiting, or running: its KV blocks freed) and ends `timed_out`.
+
+Failures: a request lost with a failed instance (or finding no routable instance) is sent
+again after a back-off, doubling with every retry, while its retries last (`faults.requests`);
+then it ends `failed`. Each request is counted in flight at one instance at most
+(`Request.counted`), so the counters stay exact whatever order instances report in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Sequence
+from typing import Protocol, cast
 
 import simpy
 from mypy_extensions import mypyc_attr
 from simpy.events import EventPriority
 
+from blis_simpy.cluster.cache_signal import CacheSignal
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.snapshot import SnapshotProvider, Snapshots
+from blis_simpy.config.faults import RequestRecovery
 from blis_simpy.config.scenario import ClusterConfig
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.errors import InvariantError
+from blis_simpy.core.loop import runs_next
 from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
 from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.shadow_kv import ShadowKV
+from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.engine.instance import Instance
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
+
+
+class Queue(Protocol):
+    """Where admitted requests wait before routing (cluster/flow.py: FlowControl)."""
+
+    def enqueue(self, req: Request) -> None: ...
+
+    def abandon(self, req: Request) -> bool: ...
 
 
 def settle(req: Request) -> None:
@@ -57,7 +79,8 @@ class Gateway:
     def __init__(self, env: Environment, fleet: Fleet, config: ClusterConfig,
                  admission: AdmissionPolicy, priority: PriorityPolicy, routing: RoutingPolicy,
                  recorder: Recorder, block_size: int,
-                 timeouts: ClientTimeouts | None = None) -> None:
+                 timeouts: ClientTimeouts | None = None,
+                 recovery: RequestRecovery | None = None, checks: bool = False) -> None:
         self.env = env
         self.fleet = fleet
         self.config = config
@@ -74,9 +97,17 @@ class Gateway:
         self.pending: dict[str, int] = {}  # routed, not yet in the instance's wait queue
         self.in_flight: dict[str, int] = {}  # routed, not yet finished
         self.snapshots = SnapshotProvider(config.observability, self.pending, self.in_flight)
+        # the instances' real prefix caches, for the scorers that read them
+        signal = CacheSignal(fleet, config.observability.cached_blocks)
+        self.state.cache_signal = self.snapshots.cache_signal = signal
+        self.state.fleet_view = self
+        self.deciding: Request | None = None  # the request admission is deciding on
+        self.flow: Queue | None = None  # the gateway queue (cluster.flow_control)
         self.keep_tokens = False  # set to export the requests' token ids
         self.timeouts = timeouts if timeouts else None
         self.timed_out = 0
+        self.recovery = recovery if recovery is not None else RequestRecovery()
+        self.checks = checks  # raise InvariantError on a negative count
         self.models: ModelFleets | None = None  # several models: each request to its own
         # P/D: the pool of its model's fleet a request is routed in (cluster/pd.py)
         self.pools: Callable[[Request, Fleet], Fleet] | None = None
@@ -86,15 +117,55 @@ class Gateway:
         let go of it and its KV blocks): the request is routed again, as if just admitted, and
         restarts from scratch there, as a client retrying a broken stream would; its latencies
         still count from its first arrival."""
-        self.in_flight[instance] -= 1
+        self._uncount(instance, req)
+        self._restart(req)
+        StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
+
+    @staticmethod
+    def _restart(req: Request) -> None:
+        """Back to just admitted: what it computed on an instance is gone."""
         req.state = State.ARRIVING
         req.instance = ""
         req.queued_at = req.first_scheduled = req.cached_tokens = -1
         req.first_token_at = req.first_token_step = req.last_emit_step = -1
         req.progress = req.emitted = 0
         req.prefill_target = req.input_len
+        req.max_tokens = max(req.output_len, 1)
         req.gaps = None
-        StageEvent(self.env, self.config.routing_latency_us, ROUTING, req, self._route)
+
+    # -- in-flight counts -----------------------------------------------------------------------
+
+    def _count(self, instance: str, req: Request, pending: bool = True) -> None:
+        """The request is in flight at `instance` (and, when `pending`, not yet queued)."""
+        if req.counted:
+            raise InvariantError(f"{req.name} counted in flight at {instance} while still "
+                                 f"counted at {req.counted}")
+        req.counted = instance
+        if pending:
+            self.pending[instance] = self.pending.get(instance, 0) + 1
+        self.in_flight[instance] = self.in_flight.get(instance, 0) + 1
+
+    def _uncount(self, instance: str, req: Request) -> bool:
+        """The request is no longer in flight at `instance`; False if it was not counted
+        there (a second report of the same end changes nothing)."""
+        if req.counted != instance:
+            return False
+        req.counted = ""
+        if req.queued_at < 0:  # never queued there
+            self._decrement(self.pending, instance)
+        self._decrement(self.in_flight, instance)
+        return True
+
+    def _decrement(self, counts: dict[str, int], instance: str) -> None:
+        left = counts[instance] - 1
+        if left < 0 and self.checks:
+            raise InvariantError(f"in-flight count of {instance} went negative")
+        counts[instance] = left
+
+    def took_over(self, instance: str, req: Request) -> None:
+        """P/D: a decode instance owns the request's KV now (its prefill instance has
+        reported it handed off)."""
+        self._count(instance, req, pending=False)
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -119,13 +190,10 @@ class Gateway:
             StageEvent(self.env, latency, ADMISSION, req, self._admit)
 
     def _runs_next(self, priority: EventPriority) -> bool:
-        """Whether an event scheduled now, with no delay and this priority, would be the very
-        next to run: nothing else is due now at a priority that runs before it or with it (an
-        equal one scheduled earlier). Then the stage runs at once instead, in the same order
-        and at the same time, without an event (zero-latency stages: two fewer events per
-        request). The event queue is SimPy's heap of (time, priority, id, event)."""
-        queue = self.env._queue
-        return not queue or queue[0][:2] > (self.env.now, priority)
+        """Whether a stage event now would be the very next to run (`core.loop.runs_next`).
+        Then the stage runs at once instead, in the same order and at the same time, without
+        an event (zero-latency stages: two fewer events per request)."""
+        return runs_next(self.env, priority)
 
     def _admit(self, event: simpy.Event) -> None:
         self._admit_now(cast(Request, event.value))
@@ -135,6 +203,7 @@ class Gateway:
             return
         now = self.env.now
         self.state.clock = now
+        self.deciding = req
         decision = self.admission.decide(req.view, self.state, now)
         if self.events is not None:
             self.events.append((now, "admission", req.name, decision.action))
@@ -150,23 +219,50 @@ class Gateway:
                 self.decisions.append(Decision(now, req.name, "priority", "score", "",
                                                self.priority.name, priority=req.priority,
                                                tenant=req.tenant_id, slo_class=req.slo_class))
-            latency = self.config.routing_latency_us
-            if latency == 0 and self._runs_next(ROUTING):
-                self._route_now(req)
+            if self.flow is not None:
+                self.flow.enqueue(req)
             else:
-                StageEvent(self.env, latency, ROUTING, req, self._route)
+                self.dispatch(req)
         elif decision.action == "delay":
             if decision.delay_us <= 0:
                 raise ValueError(f"admission policy {self.admission.name!r} delayed "
                                  f"{req.name} by {decision.delay_us} µs; a delay must be > 0")
             StageEvent(self.env, decision.delay_us, ADMISSION, req, self._admit)
         else:
-            req.state = State.REJECTED
-            req.reject_code = RejectCode.ADMISSION
-            req.reject_reason = decision.reason or "rejected by admission"
-            self.state.on_reject(req.tenant_id)
-            self.recorder.rejections.append((now, "", req.name))
-            settle(req)
+            self._reject(req, RejectCode.ADMISSION, decision.reason or "rejected by admission")
+
+    def _reject(self, req: Request, code: str, reason: str) -> None:
+        req.state = State.REJECTED
+        req.reject_code = code
+        req.reject_reason = reason
+        self.state.on_reject(req.tenant_id)
+        self.recorder.rejections.append((self.env.now, "", req.name))
+        settle(req)
+
+    def refuse(self, req: Request, code: str, reason: str) -> None:
+        """The gateway queue turns away an admitted request (full, shed or expired)."""
+        self.state.on_finish(req.tenant_id)
+        if self.events is not None:
+            self.events.append((self.env.now, "refused", req.name, code))
+        self._reject(req, code, reason)
+
+    def dispatch(self, req: Request) -> None:
+        """An admitted request goes on to routing (from admission, or from the queue)."""
+        latency = self.config.routing_latency_us
+        if latency == 0 and self._runs_next(ROUTING):
+            self._route_now(req)
+        else:
+            StageEvent(self.env, latency, ROUTING, req, self._route)
+
+    def admission_snapshots(self, clock: int) -> Sequence[InstanceSnapshot]:
+        """The routable instances of the request being admitted, as admission sees them."""
+        req = self.deciding
+        fleet = self.fleet if self.models is None or req is None \
+            else self.models.fleet_of(req)
+        return self.snapshots_now(fleet.routable)
+
+    def snapshots_now(self, instances: Sequence[Instance]) -> Snapshots:
+        return Snapshots(self.snapshots, instances, self.env.now)
 
     def _route(self, event: simpy.Event) -> None:
         self._route_now(cast(Request, event.value))
@@ -180,6 +276,9 @@ class Gateway:
         fleet = self.fleet if self.models is None else self.models.fleet_of(req)
         if self.pools is not None:  # P/D: the pool the request goes to first
             fleet = self.pools(req, fleet)
+        if not fleet.routable:  # every instance it could go to has failed
+            self._retry_or_fail(req, "", "no routable instance")
+            return
         target, decision, snapshots = self.choose(req, fleet, now)
         if self.events is not None:
             self.events.append((now, "routing", req.name, target.id))
@@ -187,8 +286,7 @@ class Gateway:
             self.decisions.append(self._routing_record(req, decision, snapshots, fleet, now))
         if state.shadow_kv is not None:
             state.shadow_kv.routed(target.id, req.view.prefix_hashes)
-        self.pending[target.id] = self.pending.get(target.id, 0) + 1
-        self.in_flight[target.id] = self.in_flight.get(target.id, 0) + 1
+        self._count(target.id, req)
         req.routed_at = now
         target.accept(req)
 
@@ -243,14 +341,16 @@ class Gateway:
         too: its client never sees it complete."""
         req = cast(Request, event.value)
         state = req.state
-        if state is State.REJECTED or (state is State.COMPLETED
-                                        and req.completed_at <= self.env.now):
+        if state is State.REJECTED or state is State.FAILED or (
+                state is State.COMPLETED and req.completed_at <= self.env.now):
             return
         if state is not State.COMPLETED:
             instance = self.fleet.get(req.instance) if req.instance else None
             if instance is not None:
                 instance.abandon(req)  # it reports back through `finished`
-            else:  # in an admission or routing stage
+            else:  # in an admission or routing stage, or the gateway queue
+                if self.flow is not None:
+                    self.flow.abandon(req)
                 if req.admitted_at >= 0:
                     self.state.on_finish(req.tenant_id)
                 settle(req)
@@ -270,15 +370,46 @@ class Gateway:
     # -- instance observer --------------------------------------------------------------------
 
     def queued(self, instance: str, req: Request) -> None:
-        self.pending[instance] = max(0, self.pending.get(instance, 0) - 1)
+        if req.counted == instance:
+            self._decrement(self.pending, instance)
 
     def handed_off(self, instance: str, req: Request) -> None:
         """P/D: the request's KV has left the instance for a decode instance."""
-        self.in_flight[instance] -= 1
+        self._uncount(instance, req)
 
     def finished(self, instance: str, req: Request) -> None:
-        if req.queued_at < 0:  # rejected on arrival at the instance: never queued
-            self.pending[instance] = max(0, self.pending.get(instance, 0) - 1)
-        self.in_flight[instance] -= 1
+        if self._uncount(instance, req):
+            self.state.on_finish(req.tenant_id)
+            settle(req)
+
+    def lost(self, instance: str, req: Request) -> None:
+        """The instance failed with the request in it: send it again, or it fails."""
+        if self._uncount(instance, req):
+            self.recorder.faults.append((self.env.now, "lost", instance, req.name,
+                                         str(req.progress)))
+            self._retry_or_fail(req, instance, f"lost with {instance}")
+
+    def _retry_or_fail(self, req: Request, instance: str, why: str) -> None:
+        """Route the request again after its back-off while retries last; else it fails."""
+        now = self.env.now
+        recovery = self.recovery
+        if recovery.on_failure == "retry" and req.retries < recovery.max_retries:
+            req.retries += 1
+            self._restart(req)
+            self.recorder.faults.append((now, "retry", instance, req.name, why))
+            if self.events is not None:
+                self.events.append((now, "retried", req.name, instance))
+            wait = recovery.backoff_us << (req.retries - 1)
+            StageEvent(self.env, wait + self.config.routing_latency_us, ROUTING, req,
+                       self._route)
+            return
+        req.state = State.FAILED
+        req.completed_at = -1
+        req.reject_reason = why if not req.retries else f"{why} after {req.retries} retries"
+        if req.first_token_at > now:  # computed, but its token never left the instance
+            req.first_token_at = -1
+        self.recorder.faults.append((now, "failed", instance, req.name, req.reject_reason))
+        if self.events is not None:
+            self.events.append((now, "failed", req.name, instance))
         self.state.on_finish(req.tenant_id)
         settle(req)

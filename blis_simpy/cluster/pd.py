@@ -15,9 +15,10 @@ prefill instances put into):
    whenever the instance frees blocks, up to `handoff_timeout_s` after the prefill finished;
    then the request is dropped (`pd_handoff_timeout`). One that can never fit the decode pool
    is dropped at once (`pd_exceeds_decode_kv`).
-2. transfer: over its link (one per prefill instance, or one shared): base latency plus the
-   prompt's blocks times the bytes per block (model config, prefill TP) over the bandwidth;
-   transfers sharing a link queue (`engine/kv/tiers.Link`).
+2. transfer: over its link (one per prefill instance, or one shared), a SimPy Resource of
+   capacity 1 (`TransferLink`): transfers sharing a link queue for it, first come first
+   served, and each holds it for the base latency plus the prompt's blocks times the bytes
+   per block (model config, prefill TP) over the bandwidth.
 3. ownership moves in one step: the prefill instance frees its copy, the reserved blocks
    become the request's, and the decode instance receives it through its inbox. Until then
    the prefill instance owns the KV (and counts the request in flight), so every block has one
@@ -78,6 +79,15 @@ class Move:
         self.event: simpy.Event | None = None  # set while waiting for decode KV room
 
 
+class TransferLink(simpy.Resource):
+    """A link between instances that KV blocks move over: one transfer at a time, in the
+    order they asked for it; `duration` is how long a transfer of some blocks holds it."""
+
+    def __init__(self, env: Environment, base_us: int, blocks_per_s: float) -> None:
+        super().__init__(env, capacity=1)
+        self.duration = Link(base_us, blocks_per_s).duration
+
+
 class PDHandoff:
     """The decider, the decode choice and the KV handoffs of one disaggregated config."""
 
@@ -99,8 +109,9 @@ class PDHandoff:
         link = pd.link
         self.base_us = round(link.base_latency_ms * US_PER_MS)
         self.blocks_per_s = link.bandwidth_gb_s * 1e9 / block_bytes
-        self.shared = Link(self.base_us, self.blocks_per_s) if link.shared else None
-        self.links: dict[str, Link] = {}
+        self.shared = (TransferLink(env, self.base_us, self.blocks_per_s) if link.shared
+                       else None)
+        self.links: dict[str, TransferLink] = {}
         self.waiting: dict[str, deque[Move]] = {}  # per decode instance, FIFO
         self.moving: dict[str, Move] = {}  # by request name
         self.store = simpy.Store(env)  # a Move when its prefill step has ended
@@ -115,7 +126,7 @@ class PDHandoff:
             req.max_tokens = max(req.output_len, 1)
             return self.decode
         req.max_tokens = 1
-        if self.pd.decode_choice == "routing":
+        if self.pd.decode_choice == "routing" and self.decode.routable:
             req.decode_target = self.gateway.choose(req, self.decode, self.env.now,
                                                     self.routing)[0].id
         return self.prefill
@@ -140,9 +151,32 @@ class PDHandoff:
     def _ready(self, event: simpy.Event) -> None:
         self.store.put(event.value)
 
-    def abandoned(self, req: Request) -> None:
+    def abandoned(self, req: Request, reason: str) -> None:
         move = self.moving.pop(req.name)
-        self._cancel(move, "abandoned", "client_timeout")
+        self._cancel(move, "abandoned", reason)
+
+    def failed(self, instance: DecodeInstance) -> None:
+        """`instance` failed: a transfer into it is lost with it (the request goes back to
+        the gateway); one waiting for room on it chooses another decode instance."""
+        moves = [m for m in self.moving.values() if m.decode is instance]
+        for move in moves:  # first those waiting, so no room freed below goes to them
+            if move.reservation is None and move.event is not None \
+                    and not move.event.triggered:
+                self._unwait(move)
+                event, move.event = move.event, None
+                event.succeed()
+        for move in moves:
+            if move.reservation is not None:
+                self._lose(move)
+
+    def _lose(self, move: Move) -> None:
+        """The handoff fails with an instance: the request is lost (sent again or failed by
+        the gateway, which counts it in flight at its prefill instance until then)."""
+        del self.moving[move.req.name]
+        self._cancel(move, "dropped", "instance_failure")
+        observer = move.prefill.observer
+        if observer is not None:
+            observer.lost(move.prefill.id, move.req)
 
     def room(self, instance: DecodeInstance) -> None:
         """Blocks were freed on `instance`: reserve for its waiting transfers, in order."""
@@ -167,16 +201,18 @@ class PDHandoff:
     def _dispatch(self) -> Generator[simpy.Event, object, None]:
         while True:
             move = cast(Move, (yield self.store.get()))
-            if move.req.name in self.moving:  # not abandoned meanwhile
+            if self._current(move):  # not abandoned meanwhile
                 self.env.process(self._handoff(move))
 
     def _handoff(self, move: Move) -> Generator[simpy.Event, object, None]:
         env, req = self.env, move.req
         deadline = move.asked + self.timeout_us
         while move.reservation is None:
-            if req.state is not State.TRANSFERRING:  # abandoned
+            if not self._current(move):  # abandoned
                 return
             decode = self._decode_for(req)
+            if decode is None:  # the whole decode pool is down
+                return self._lose(move)
             move.decode = decode
             if req.input_len + req.output_len > decode.max_len:
                 return self._drop(move, RejectCode.PD_DECODE_CAPACITY,
@@ -193,8 +229,10 @@ class PDHandoff:
             decode.awaiting += 1
             yield move.event | env.timeout(deadline - env.now)
             if move.reservation is None:  # timed out (or abandoned: already unwaited)
-                if req.state is not State.TRANSFERRING:
+                if not self._current(move):
                     return
+                if move.event is None and env.now < deadline:
+                    continue  # its decode instance failed: choose again
                 self._unwait(move)
                 move.event = None
                 return self._drop(move, RejectCode.PD_HANDOFF_TIMEOUT,
@@ -202,21 +240,28 @@ class PDHandoff:
                                   f"{self.pd.handoff_timeout_s} s")
         move.event = None
         link = self._link(move.prefill)
-        blocks = len(move.req.blocks)
-        end = link.transfer(env.now, blocks)
-        move.start = end - link.duration(blocks)
-        yield env.timeout(end - env.now)
-        if req.state is State.TRANSFERRING and req.name in self.moving:
-            self._move(move, end)
+        with link.request() as turn:  # (a transfer dropped meanwhile still takes its turn)
+            yield turn
+            move.start = env.now
+            yield env.timeout(link.duration(len(move.req.blocks)))
+        if self._current(move):
+            self._move(move, env.now)
 
-    def _decode_for(self, req: Request) -> DecodeInstance:
+    def _current(self, move: Move) -> bool:
+        """The move still under way: not ended early (a request lost with an instance and
+        sent again has a new move under the same name)."""
+        return self.moving.get(move.req.name) is move
+
+    def _decode_for(self, req: Request) -> DecodeInstance | None:
         """The decode instance chosen at routing while it is routable, else the routing
-        policy's choice now (a pool always has a routable replica: scale-down removes
-        starting replicas first and keeps `min` >= 1)."""
+        policy's choice now; None if no decode instance is routable (scale-down never leaves
+        a pool without one, failures can)."""
         if req.decode_target:
             chosen = self.decode.get(req.decode_target)
             if chosen is not None and chosen.routable:
                 return cast(DecodeInstance, chosen)
+        if not self.decode.routable:
+            return None
         return cast(DecodeInstance, self.gateway.choose(req, self.decode, self.env.now,
                                                     self.routing)[0])
 
@@ -232,12 +277,13 @@ class PDHandoff:
         self._check()
         return True
 
-    def _link(self, prefill: PrefillInstance) -> Link:
+    def _link(self, prefill: PrefillInstance) -> TransferLink:
         if self.shared is not None:
             return self.shared
         link = self.links.get(prefill.id)
         if link is None:
-            link = self.links[prefill.id] = Link(self.base_us, self.blocks_per_s)
+            link = self.links[prefill.id] = TransferLink(self.env, self.base_us,
+                                                         self.blocks_per_s)
         return link
 
     def _move(self, move: Move, end: int) -> None:
@@ -250,10 +296,9 @@ class PDHandoff:
         decode.reservations.remove(reservation)
         req.blocks = reservation.blocks
         req.max_tokens = max(req.output_len, 1)
-        in_flight = self.gateway.in_flight
-        in_flight[decode.id] = in_flight.get(decode.id, 0) + 1
         if prefill.observer is not None:
             prefill.observer.handed_off(prefill.id, req)
+        self.gateway.took_over(decode.id, req)
         decode.receive(req)
         self._record(move, end, "transferred", "")
         self._check()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from blis_simpy.cluster.cache_signal import CacheSignal
 from blis_simpy.config.scenario import ObservabilityConfig, Refresh
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.engine.instance import Instance
@@ -51,6 +52,7 @@ class SnapshotProvider:
         self.in_flight = in_flight
         self.values: dict[str, dict[str, float]] = {}
         self.last: dict[str, dict[str, float]] = {}
+        self.cache_signal: CacheSignal | None = None  # refreshed with the fields
 
     def snapshot(self, instance: Instance, clock: int) -> InstanceSnapshot:
         values = self.values.get(instance.id)
@@ -82,6 +84,8 @@ class SnapshotProvider:
         for instance in instances:
             self.values[instance.id] = {f: read(instance) for f, read in FIELDS.items()}
             self.last[instance.id] = dict.fromkeys(FIELDS, clock)
+        if self.cache_signal is not None:
+            self.cache_signal.refresh()
 
 
 class Snapshots(Sequence[InstanceSnapshot]):

@@ -27,13 +27,17 @@ from blis_simpy.core.yamlio import first_node
 
 # The reference's policy names per axis (cluster.md §3.5), sorted as its messages list them;
 # "" is also accepted and means the flag default.
+# The head's own names (tier-shed, gaie-legacy, its scorers) are accepted too; a scenario
+# using one runs natively (compat/head.py).
 POLICY_NAMES = {
-    "admission": ("always-admit", "reject-all", "token-bucket"),
+    "admission": ("always-admit", "gaie-legacy", "reject-all", "tier-shed", "token-bucket"),
     "routing": ("always-busiest", "least-loaded", "prefix-affinity", "round-robin", "weighted"),
     "priority": ("constant", "inverted-slo", "slo-based"),
     "scheduler": ("fcfs", "priority-fcfs", "reverse-priority", "sjf"),
 }
-SCORER_NAMES = ("kv-utilization", "load-balance", "prefix-affinity", "queue-depth")
+SCORER_NAMES = ("active-requests", "kv-utilization", "load-aware", "load-balance",
+                "no-hit-lru", "precise-prefix-cache", "prefix-affinity", "queue-depth",
+                "running-requests", "vllm-dp")
 
 # The policy flags a bundle can stand in for: flag -> its key in the PolicyBundle YAML.
 BUNDLE_KEYS = {
@@ -78,6 +82,9 @@ def check_policy_name(axis: str, name: str, where: str) -> None:
 
 def check_scorer_name(name: str, seen: Collection[str], where: str) -> None:
     """A scorer the reference knows, not named before in the same list."""
+    if name == "lora-affinity":
+        raise ScenarioError(where, "the reference head's lora-affinity scorer: LoRA adapters "
+                            "are not modelled yet", ", ".join(SCORER_NAMES))
     if name not in SCORER_NAMES:
         raise ScenarioError(where, f"unknown scorer {name!r}", ", ".join(SCORER_NAMES))
     if name in seen:

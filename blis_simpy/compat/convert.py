@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from blis_simpy.compat.flags import DEFAULTS_FILE, INT64_MAX, KEY_TO_FLAG, Args, parse_args
+from blis_simpy.compat.head import HEAD_NOTE, apply_head_flags, head_features
 from blis_simpy.compat.policy_config import build_policies, command_policies
 from blis_simpy.compat.workload_spec import workload_spec
 from blis_simpy.config.catalog import (
@@ -86,11 +87,34 @@ def resolve_latency(args: Args) -> Latency:
     """engine.md §7 "Coefficient resolution", with Q13 and the catalog miss made errors."""
     alpha, beta = args["alpha-coeffs"], args["beta-coeffs"]
     gpu, tp, version = args["hardware"], args["tp"], args["vllm-version"]
+    if "latency-model" in args.given:
+        return head_latency(args)
     if not (all_zero(alpha) and all_zero(beta)):
         return Latency(blackbox(alpha, beta), gpu, tp, version, None)
     if args["model-config-folder"] or args["hardware-config"]:
         return Latency(explicit_roofline(args), gpu, tp, version, None)
     return catalog_latency(args)
+
+
+def head_latency(args: Args) -> Latency:
+    """--latency-model (the reference head's): roofline from the bundled configs (GPU and TP
+    from the flags, else the catalog's defaults, as the head reads defaults.yaml). The head's
+    trained-physics model is its own fit, not reproduced."""
+    name = args["latency-model"]
+    if name != "roofline":
+        raise ScenarioError("--latency-model", f"{name!r}: the reference head's "
+                            "trained-physics coefficients are its own fit, not reproduced; "
+                            "leave the flag out (the catalog's coefficients), or use roofline, "
+                            "or native latency.type physical", "roofline")
+    if args["model-config-folder"] or args["hardware-config"]:
+        return Latency(explicit_roofline(args), args["hardware"], args["tp"],
+                       args["vllm-version"], None)
+    defaults = load_catalog(args).model_defaults(args["model"])
+    tp = args["tp"] or int(defaults.get("tensor_parallelism") or 0)
+    gpu = args["hardware"] or str(defaults.get("GPU") or "")
+    version = args["vllm-version"] or str(defaults.get("vllm_version") or "")
+    return Latency(bundled_roofline(args["model"], gpu, tp, version, load_catalog(args)),
+                   gpu, tp, version, None)
 
 
 def blackbox(alpha: Sequence[float], beta: Sequence[float], origin: str = ""
@@ -401,6 +425,9 @@ def blis_command(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
     data["cluster"] = cluster
     data["policies"] = policies
     data["workload"] = workload
+    apply_head_flags(args, data)
+    if head_features(data):
+        data["compat"] = "none"  # the head's features are native: see HEAD_NOTE
     validate(data, preset=args["workload"] not in ("distribution", "traces"))
     return data
 
@@ -433,9 +460,12 @@ def to_yaml(data: dict[str, Any], command: list[str] | None = None) -> str:
         header = f"# Converted from the reference BLIS command:\n#   blis {shlex.join(command)}\n"
     else:
         header = "# Converted from a reference BLIS command line.\n"
+    features = head_features(data)
     if "kv_tiers" in data.get("engine", {}):
         header += TIERS_NOTE
-    else:
+    if features:
+        header += HEAD_NOTE.format(features=", ".join(features))
+    if data.get("compat") == "blis":
         header += "# compat: blis reproduces the reference's reported numbers.\n"
     if data.get("workload", {}).get("type") == "tenants":
         header += ("# Except the workload: --workload-spec became a tenants workload drawn from\n"

@@ -157,8 +157,81 @@ FLAGS: dict[str, Flag] = {
     "kv-offload-threshold": Flag(FLOAT, 0.9, "engine.kv_tiers.threshold"),
     "kv-transfer-bandwidth": Flag(FLOAT, 100.0, "engine.kv_tiers.cpu_link.blocks_per_s"),
     "kv-transfer-base-latency": Flag(INT, 0, "engine.kv_tiers.cpu_link.base_latency_us"),
+    # The reference head's newer flags (compat/head.py converts them to native features).
+    "preemption-policy": Flag(STR, "fcfs", "policies.scheduler.params.preemption"),
+    "cache-signal-delay": Flag(INT, 50_000, "cluster.observability.cached_blocks"),
+    "latency-model": Flag(STR, "trained-physics", "latency.type"),
+    "timeout": Flag(INT, 300, "workload.timeout_s"),
+    "slo-ttft": Flag(STR, "", "evaluation.slo_targets"),
+    "slo-itl": Flag(STR, "", None),
+    "slo-e2e": Flag(STR, "", None),
+    "lazy-generation": Flag(BOOL, False, None),  # how the head generates requests: no effect
+    "metrics-path": Flag(STR, "", None),  # where the head writes its metrics: no effect
+    "flow-control": Flag(BOOL, False, "cluster.flow_control"),
+    "saturation-detector": Flag(STR, "never", "cluster.flow_control.saturation"),
+    "queue-depth-threshold": Flag(FLOAT, 5.0, "cluster.flow_control.saturation.queue_depth"),
+    "kv-cache-util-threshold": Flag(FLOAT, 0.8,
+                                    "cluster.flow_control.saturation.kv_utilization"),
+    "max-concurrency": Flag(INT, 100, "cluster.flow_control.saturation.max_in_flight"),
+    "dispatch-order": Flag(STR, "fifo", "cluster.flow_control.dispatch_order"),
+    "slo-targets": Flag(STR, "", None),
+    "max-gateway-queue-depth": Flag(INT, 0, "cluster.flow_control.max_queue_depth"),
+    "per-band-capacity": Flag(INT, 0, "cluster.flow_control.band_capacity"),
+    "usage-limit-threshold": Flag(FLOAT, 1.0, "cluster.flow_control.usage_limit"),
+    "fairness-policy": Flag(STR, "global-strict", "cluster.flow_control.fairness"),
+    "request-ttl": Flag(INT, 0, "cluster.flow_control.queue_ttl_s"),
+    "queue-shedding": Flag(BOOL, False, "cluster.flow_control.on_full"),
+    "dispatch-tick-interval": Flag(INT, 1000, "cluster.flow_control.dispatch_tick_s"),
+}
+# The head's new names of older flags.
+ALIASES = {"max-num-seqs": "max-num-running-reqs",
+           "max-num-batched-tokens": "max-num-scheduled-tokens"}
+PD_ADVICE = ("is the reference head's P/D disaggregation flag; write a deployment config with "
+             "architecture disaggregated_pd instead (its prefill and decode pools, decider and "
+             "link: docs/guides/pd.md)")
+LORA_ADVICE = ("is the reference head's LoRA adapter flag; adapters are not modelled yet, so a "
+               "command using them cannot be converted")
+PARALLEL_ADVICE = ("is the reference head's data / expert parallelism flag; DP replicas inside "
+                   "an instance and MoE all-to-all are not modelled yet: model DP ranks as "
+                   "separate instances (--num-instances)")
+DETECTOR_ADVICE = ("is the reference head's post-hoc saturation detector flag (a report on the "
+                   "run, not a change to it), which is not converted: leave it out")
+# The head's flags that are not converted, and why.
+REFUSED = {
+    **{name: PD_ADVICE for name in (
+        "prefill-instances", "decode-instances", "prefill-decode-instances", "pd-decider",
+        "pd-transfer-bandwidth", "pd-transfer-base-latency", "pd-transfer-contention",
+        "pd-prefix-threshold", "prefill-routing-scorers", "decode-routing-scorers",
+        "prefill-tp", "decode-tp", "prefill-hardware", "decode-hardware",
+        "prefill-latency-model", "decode-latency-model", "prefill-max-model-len",
+        "decode-max-model-len")},
+    "encode-instances": "is the reference head's multimodal encode pool, which is not "
+                        "modelled (requests carry no images)",
+    "encode-decider": "is the reference head's multimodal encode pool, which is not modelled "
+                      "(requests carry no images)",
+    "kv-offload-config": "is the reference head's multi-tier offload file, which is not "
+                         "converted: write engine.kv_tiers (docs/guides/kv-tiers.md)",
+    "in-flight-eviction": "evicts running sheddable requests for queued ones (the head's own "
+                          "extra, not llm-d's), which is not modelled "
+                          "(docs/guides/flow-control.md)",
+    "gpu-memory-utilization": "sets the share of GPU memory vLLM claims; blis-simpy sizes KV "
+                              "from memory with vLLM's default 0.9: give --total-kv-blocks "
+                              "for another size",
+    "concurrency": "runs closed-loop users; write a tenants workload with closed_loop: "
+                   "{users, think_time_s} instead (docs/guides/workloads.md)",
+    "think-time-ms": "belongs to closed-loop users (--concurrency); write a tenants workload "
+                     "with closed_loop: {users, think_time_s} instead (docs/guides/workloads.md)",
+    "trace-output": "exports the generated workload; use `blis-simpy workload sample` "
+                    "(docs/traces.md)",
+    **{name: LORA_ADVICE for name in (
+        "lora-config", "lora-adapter-capacity", "lora-load-base-latency-us",
+        "lora-load-bandwidth-bytes-us", "lora-footprint-bytes-per-rank", "lora-scorer-weight")},
+    **{name: PARALLEL_ADVICE for name in ("dp", "enable-expert-parallel", "moe-comm-backend")},
+    **{name: DETECTOR_ADVICE for name in (
+        "detectors", "saturation-config", "saturation-report", "saturation-final-window")},
 }
 KEY_TO_FLAG = {f.key: f"--{name}" for name, f in FLAGS.items() if f.key}
+KEY_TO_FLAG["cluster.flow_control.saturation.type"] = "--saturation-detector"
 FLAG_LIST = ", ".join(f"--{name}" for name in FLAGS)
 
 
@@ -209,16 +282,17 @@ def parse_args(argv: list[str], cwd: Path) -> Args:
         if not looks_like_flag(token):
             positionals.append(token)
             continue
-        name, eq, raw = token.lstrip("-").partition("=")
+        typed, eq, raw = token.lstrip("-").partition("=")
+        name = ALIASES.get(typed, typed)
         flag = lookup_flag(name)
         if not eq and flag.kind is BOOL:
             raw = "true"
         elif not eq:
             if i >= len(argv) or looks_like_flag(argv[i]):
-                raise ScenarioError(f"--{name}", "needs a value", flag.kind.expected)
+                raise ScenarioError(f"--{typed}", "needs a value", flag.kind.expected)
             raw = argv[i]
             i += 1
-        value = parse_value(name, flag, raw)
+        value = parse_value(typed, flag, raw)
         if flag.kind is FLOATS and name in given:
             value = values[name] + value
         values[name] = value
@@ -233,6 +307,8 @@ def lookup_flag(name: str) -> Flag:
         return flag
     if name in AUTOSCALER_FLAGS:
         raise ScenarioError(f"--{name}", AUTOSCALER_ADVICE, FLAG_LIST)
+    if name in REFUSED:
+        raise ScenarioError(f"--{name}", REFUSED[name], FLAG_LIST)
     if name in LATER_FLAGS:
         raise ScenarioError(
             f"--{name}", "is a reference flag that is not converted (--fitness-weights has no "

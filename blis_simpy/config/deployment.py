@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from blis_simpy.config.distributions import Constant, Distribution
+from blis_simpy.config.node_pools import NodePool, check_pools
 from blis_simpy.config.pd import Disaggregation
 from blis_simpy.config.replicas import ReplicaPool
 from blis_simpy.core.errors import ScenarioError
@@ -42,6 +43,9 @@ class DeploymentConfig:
                                         le=MAX_FLOAT)
     pd: Disaggregation | None = spec(None, help="disaggregated_pd: the prefill and decode "
                                      "pools, decider, link and backpressure", omit_default=True)
+    node_pool: str | None = spec(None, help="the node pool its replicas are placed on "
+                                 "(deployment.node_pools); default: the only pool with its GPU "
+                                 "type", omit_default=True)
 
     def validate(self, path: str) -> None:
         if self.architecture == "monolithic":
@@ -181,8 +185,12 @@ class DeploymentSection:
     models: list[ModelDeployment] = spec(help="served models and their configs", min_len=1)
     autoscaler: AutoscalerConfig | None = spec(None, help="resize the pools; null: fixed pools "
                                                "of `initial` replicas")
+    node_pools: list[NodePool] = spec(
+        factory=list, help="nodes with GPUs of a type the replicas are placed on "
+        "(docs/guides/node-pools.md); empty: replicas need no GPUs", omit_default=True)
 
     def validate(self, path: str) -> None:
+        check_pools(self.node_pools, join(path, "node_pools"))
         names: set[str] = set()
         ids: set[str] = set()
         tenants: dict[str, str] = {}
@@ -202,6 +210,10 @@ class DeploymentSection:
                     raise ScenarioError(join(join(join(where, "configs"), j), "id"),
                                         f"duplicate config id {config.id!r}")
                 ids.add(config.id)
+                if config.node_pool is not None and not self.node_pools:
+                    raise ScenarioError(join(join(join(where, "configs"), j), "node_pool"),
+                                        "names a pool, and deployment.node_pools has none",
+                                        "leave it out, or add deployment.node_pools")
                 if config.architecture != "monolithic" and len(model.configs) > 1:
                     raise ScenarioError(join(join(join(where, "configs"), j), "architecture"),
                                         "a disaggregated_pd config serves its model alone",

@@ -314,7 +314,31 @@ def resolve_deployment(scenario: Scenario) -> DeploymentSection:
             if pd is not None:
                 resolved = dataclasses.replace(resolved, pd=resolve_pools(
                     scenario, model, config, pd, f"deployment.models[{i}].configs[{j}]"))
+            if section.node_pools:
+                resolved = placed(section, resolved, f"deployment.models[{i}].configs[{j}]")
             configs.append(resolved)
         models.append(dataclasses.replace(model, configs=configs,
                                           vllm_version=own.model.vllm_version))
     return dataclasses.replace(section, models=models)
+
+
+def placed(section: DeploymentSection, config: DeploymentConfig, path: str
+           ) -> DeploymentConfig:
+    """A resolved config with its node pool made explicit: the pool it names or the only one
+    with its GPU type, whose nodes hold a whole replica (each P/D pool's, with its own GPU and
+    TP)."""
+    from blis_simpy.config.node_pools import pool_for
+
+    shapes = [(config.gpu, config.tp, path)]
+    if config.pd is not None:
+        shapes = [(getattr(config.pd, role).gpu, getattr(config.pd, role).tp,
+                   f"{path}.pd.{role}") for role in ("prefill", "decode")]
+    pool = None
+    for gpu, tp, where in shapes:
+        pool = pool_for(section.node_pools, config.node_pool, gpu or "", path)
+        if (tp or 1) > pool.gpus_per_node:
+            raise ScenarioError(f"{where}.tp", f"a replica takes {tp} GPUs and a node of pool "
+                                f"{pool.id!r} has {pool.gpus_per_node}",
+                                f"at most {pool.gpus_per_node}, or a pool of larger nodes")
+    assert pool is not None
+    return dataclasses.replace(config, node_pool=pool.id)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from blis_simpy.config.fitness import FitnessConfig
+from blis_simpy.config.flow_control import FlowControlConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
@@ -44,10 +45,12 @@ from blis_simpy.core.yamlio import dump_yaml, load_yaml
 
 if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentSection
+    from blis_simpy.config.faults import FaultsConfig
 
-# Most scenarios have no deployment section: its classes load when one does (core/schema.py:
-# FieldTypes), not with every scenario.
-LAZY_TYPES = {"DeploymentSection": "blis_simpy.config.deployment"}
+# Most scenarios have no deployment or faults section: their classes load when one does
+# (core/schema.py: FieldTypes), not with every scenario.
+LAZY_TYPES = {"DeploymentSection": "blis_simpy.config.deployment",
+              "FaultsConfig": "blis_simpy.config.faults"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,10 @@ class ObservabilityConfig:
     cache_hit_rate: Refresh = spec(factory=lambda: periodic(0.01), help="prefix-cache hit rate")
     recent_ttft: Refresh = spec(factory=lambda: periodic(0.1), help="mean TTFT of recent requests")
     recent_tpot: Refresh = spec(factory=lambda: periodic(0.1), help="mean TPOT of recent requests")
+    cached_blocks: Refresh = spec(
+        factory=lambda: periodic(0.05), help="the instances' real prefix caches, as the "
+        "precise-prefix-cache and no-hit-lru scorers read them (KV events; default: a copy "
+        "refreshed every 50 ms, the reference's --cache-signal-delay)", omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +191,10 @@ class ClusterConfig:
     shadow_kv_capacity: int = spec(
         10_000, help="the router's shadow KV model: prompt block hashes remembered per instance "
         "(its LRU eviction estimate)", ge=1)
+    flow_control: FlowControlConfig | None = spec(
+        None, help="a gateway queue in priority bands between admission and routing, drained "
+        "while the fleet is not saturated (docs/guides/flow-control.md); null: none",
+        omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +318,10 @@ class Scenario:
     deployment: DeploymentSection | None = spec(
         None, help="models, deployment configs with replica pools and prices, and the "
         "autoscaler; null: `model` on cluster.instances fixed replicas", omit_default=True)
+    faults: FaultsConfig | None = spec(
+        None, help="instance crashes (at given times, or by MTBF/MTTR), pools lost, slowed "
+        "instances, and what becomes of the requests a failed instance held (native mode)",
+        omit_default=True)
 
     @property
     def horizon_us(self) -> int | None:
@@ -334,6 +349,11 @@ class Scenario:
             raise ScenarioError(join(path, "workload.timeout_s"), "client timeouts are not in "
                                 "the reference BLIS; compat: blis cannot reproduce them",
                                 "no timeout_s, or compat: none")
+        if self.faults is not None:
+            self.check_faults(join(path, "faults"))
+        if self.compat == "blis" and self.cluster.flow_control is not None:
+            raise ScenarioError(join(path, "cluster.flow_control"), "the reference BLIS this "
+                                "mode reproduces has no gateway queue", "null, or compat: none")
         if self.compat == "blis" and not self.evaluation.window.whole:
             raise ScenarioError(join(path, "evaluation.window"), "the reference BLIS reports "
                                 "whole runs; compat: blis cannot reproduce a window",
@@ -392,6 +412,58 @@ class Scenario:
                     load(LatencyConfig, config.latency, join(where, "latency"))
                 if config.engine is not None:
                     load(EngineConfig, config.engine, join(where, "engine"))
+
+    def check_faults(self, path: str) -> None:
+        """The faults section against the rest: native mode only, and every instance or
+        config it names present at the start."""
+        faults = self.faults
+        assert faults is not None
+        if self.compat == "blis":
+            raise ScenarioError(path, "the reference BLIS has no failures; compat: blis cannot "
+                                "reproduce them", "no faults, or compat: none")
+        configs = self.pool_ids()
+        count = self.initial_instances()
+        for where, target in faults.targets():
+            for i, name in enumerate(target.instances):
+                if int(name.removeprefix("instance_")) >= count:
+                    raise ScenarioError(f"{where}.instances[{i}]", f"no instance {name!r} at "
+                                        f"the start (instances run at t=0: {count}); name "
+                                        "the config of replicas added later",
+                                        f"instance_0 .. instance_{count - 1}")
+            if target.config is not None and target.config not in configs:
+                raise ScenarioError(f"{where}.config", f"no deployment config or pool "
+                                    f"{target.config!r}",
+                                    ", ".join(sorted(configs)) or "none: there is no "
+                                    "deployment section (name instances, or none for all)")
+
+    def pool_ids(self) -> set[str]:
+        """The deployment's config ids and P/D pool ids (`<id>/prefill`, `<id>/decode`)."""
+        ids: set[str] = set()
+        for _, config in self.deployment.configs() if self.deployment is not None else ():
+            ids.add(config.id)
+            if config.disaggregation is not None:
+                ids |= {f"{config.id}/prefill", f"{config.id}/decode"}
+        return ids
+
+    def initial_instances(self) -> int:
+        """Instances running at t=0 (instance_0 ... in creation order)."""
+        return self.replica_total("start")
+
+    def most_instances(self) -> int:
+        """The most instances the scenario can run at once."""
+        return self.replica_total("max")
+
+    def replica_total(self, bound: Literal["start", "max"]) -> int:
+        """Every pool's replicas at that bound (the shorthand: `cluster.instances`)."""
+        if self.deployment is None:
+            return self.cluster.instances
+        total = 0
+        for _, config in self.deployment.configs():
+            pd = config.disaggregation
+            pools = [config.replicas] if pd is None else [pd.prefill.replicas,
+                                                           pd.decode.replicas]
+            total += sum(getattr(pool, bound) for pool in pools)
+        return total
 
     @classmethod
     def from_dict(cls, data: Any, base_dir: Path | None = None) -> Scenario:

@@ -6,13 +6,15 @@ holds a float; this subclass says so to the type checker and changes nothing at 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import simpy
 
 
 class Environment(simpy.Environment):
-    _now: int  # only ints are ever scheduled (compiled code reads it without the property)
+    _now: int  # only ints are ever scheduled (core/loop.py reads it without the property)
 
-    @property
-    def now(self) -> int:
-        """The current simulated time (µs)."""
-        return self._now
+    if TYPE_CHECKING:
+        @property
+        def now(self) -> int:
+            """The current simulated time (µs)."""

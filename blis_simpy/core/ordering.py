@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import simpy
-from simpy.events import EventPriority
+from simpy.events import NORMAL, EventPriority
 
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.loop import fire_after, scheduled
 
 CLUSTER_ARRIVAL = EventPriority(-3)
 ADMISSION = EventPriority(-2)
@@ -31,8 +32,20 @@ class StageEvent(simpy.Event):
     def __init__(self, env: Environment, delay: int, priority: EventPriority, value: Any = None,
                  callback: Callable[[simpy.Event], None] | None = None) -> None:
         super().__init__(env)
-        self._ok = True
-        self._value = value
         if callback is not None:
             self.callbacks.append(callback)
-        env.schedule(self, priority, delay)
+        fire_after(self, delay, priority, value)
+
+
+class Background(StageEvent):
+    """A wake-up that brings no work by itself (an autoscaler's poll, an actuation delay, a
+    fault injector's timer): with no horizon, a run ends once only these are left
+    (`only_background_left`), and the processes waiting on them stop."""
+
+    def __init__(self, env: Environment, delay: int, priority: EventPriority = NORMAL) -> None:
+        super().__init__(env, delay, priority)
+
+
+def only_background_left(env: Environment) -> bool:
+    """Nothing but background wake-ups is scheduled: no request will come or move."""
+    return all(isinstance(event, Background) for event in scheduled(env))

@@ -57,6 +57,7 @@ ANOMALY_TYPES = (
     "kv_thrashing",  # reloads of blocks the GPU evicted moments before, in a burst
     "scale_oscillation",  # a config scaled up then down (or down then up) within the window
     "pd_backpressure",  # a prefill instance held its bound of unmoved KV and stopped admitting
+    "instance_failure",  # an instance crashed: from the crash to its repair (or the run's end)
 )
 
 STEP_FIELDS = ("start", "duration", "new_tokens", "decodes", "batch_size", "kv_used",
@@ -81,6 +82,11 @@ STEP_VALUES = STEP_CHUNK * len(STEP_FIELDS)  # the flat list's length when a chu
 TRANSFER_FIELDS = ("request", "config", "prefill", "decode", "asked", "reserved", "start", "end",
                    "blocks", "bytes", "outcome", "reason")
 TransferRow = tuple[str, str, str, str, int, int, int, int, int, int, str, str]
+# Faults (faults:, or a process interrupting an instance): when, what (crash | repair |
+# lost | retry | failed | slow | normal), the instance, the request ("" for an instance's own
+# event), and a detail (the failure's reason, the tokens a lost request had computed, ...).
+FAULT_FIELDS = ("time", "event", "instance", "request", "detail")
+FaultRow = tuple[int, str, str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +241,7 @@ class Recorder:
         self.decisions: list[Decision] | None = [] if decisions else None
         self.events: list[tuple[int, str, str, str]] | None = [] if events else None
         self.transfers: list[TransferRow] = []  # P/D handoffs (TRANSFER_FIELDS)
+        self.faults: list[FaultRow] = []  # failures and what they did (FAULT_FIELDS)
 
     def instance(self, instance_id: str, role: Role, kv_total: int) -> InstanceLog:
         log = InstanceLog(instance_id, role, kv_total, len(self.instances))
@@ -318,17 +325,19 @@ class Recorder:
             events=None if self.events is None else tuple(self.events),
             ended_at=ended_at,
             transfers=tuple(self.transfers),
+            faults=tuple(self.faults),
         )
 
 
 def final(req: Request, now: int, packed: list[int], index: dict[str, int]) -> bool:
-    """Whether nothing about the request will change any more: rejected, timed out, or
-    completed with its last token delivered (until then its client may still time out) and
-    the step that emitted it handed over (its gaps and duration are read from the rows)."""
+    """Whether nothing about the request will change any more: rejected, timed out, failed
+    (lost with a failed instance, its retries used up), or completed with its last token
+    delivered (until then its client may still time out) and the step that emitted it handed
+    over (its gaps and duration are read from the rows)."""
     state = req.state
     if state is State.COMPLETED:
         return req.completed_at <= now and req.last_emit_step < packed[index[req.instance]]
-    return state is State.REJECTED or state is State.TIMED_OUT
+    return state is State.REJECTED or state is State.TIMED_OUT or state is State.FAILED
 
 
 def floors(pending: Sequence[Request], index: dict[str, int]) -> dict[int, int]:
@@ -486,3 +495,4 @@ class Records:
     events: tuple[tuple[int, str, str, str], ...] | None
     ended_at: int  # time of the last event that ran, capped at the horizon
     transfers: tuple[TransferRow, ...] = ()  # P/D handoffs (TRANSFER_FIELDS)
+    faults: tuple[FaultRow, ...] = ()  # failures and what they did (FAULT_FIELDS)

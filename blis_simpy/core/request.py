@@ -33,14 +33,15 @@ class RequestView:
 # What a request's view is until the gateway observes it at cluster arrival; no policy ever
 # sees it.
 UNOBSERVED = RequestView("", -1, 0, "", "", ())
+NO_TOKENS = np.zeros(0, dtype=np.int64)  # what `clone` builds a copy from
 
 
 class State(StrEnum):
     """Lifecycle: arriving -> queued -> running -> completed (preemption sends a running request
     back to queued); rejected at admission or on arrival at an instance; timed out from any
-    unfinished state when its client's timeout passes. Every request ends in exactly one
-    terminal state (completed, rejected, timed_out) or is reported unfinished at the
-    horizon."""
+    unfinished state when its client's timeout passes; failed when an instance failed with it
+    and it was not sent again (faults). Every request ends in exactly one terminal state
+    (completed, rejected, timed_out, failed) or is reported unfinished at the horizon."""
 
     ARRIVING = "arriving"  # routed to an instance, inside its queueing delay
     QUEUED = "queued"
@@ -51,6 +52,7 @@ class State(StrEnum):
     COMPLETED = "completed"
     REJECTED = "rejected"
     TIMED_OUT = "timed_out"  # its client gave up before the last token reached it
+    FAILED = "failed"  # lost with a failed instance, its retries used up (or none allowed)
 
 
 class RejectCode(StrEnum):
@@ -63,6 +65,11 @@ class RejectCode(StrEnum):
     # P/D: dropped at the handoff, its prefill done
     PD_HANDOFF_TIMEOUT = "pd_handoff_timeout"  # no decode KV room within the handoff timeout
     PD_DECODE_CAPACITY = "pd_exceeds_decode_kv"  # prompt + output over the decode KV pool
+    # Gateway flow control (cluster.flow_control): refused by the queue after admission
+    BAND_FULL = "gateway_band_full"  # its priority band held its capacity
+    QUEUE_FULL = "gateway_queue_full"  # the whole queue held max_queue_depth
+    QUEUE_SHED = "gateway_queue_shed"  # pushed out by a higher band's newcomer (shed-lowest)
+    QUEUE_TTL = "gateway_queue_ttl"  # queued longer than queue_ttl_s
 
 
 class Request:
@@ -75,6 +82,7 @@ class Request:
         "cached_tokens",
         "chunk",
         "completed_at",
+        "counted",
         "deadline",
         "decode_target",
         "done",
@@ -103,6 +111,7 @@ class Request:
         "reject_code",
         "reject_reason",
         "request_type",
+        "retries",
         "routed_at",
         "seq",
         "session_id",
@@ -143,11 +152,14 @@ class Request:
         self.output_len = len(output_tokens)
         # The KV cache hashes the whole sequence (prompt, then output) block by block; the
         # token ids are dropped once hashed so a long run holds only hashes.
-        self.tokens: np.ndarray | None = np.concatenate((input_tokens, output_tokens))
+        self.tokens: np.ndarray | None = (
+            None if input_tokens is NO_TOKENS else np.concatenate((input_tokens, output_tokens)))
         self.hashes: list[int] = []  # set by hash_blocks (then `tokens` is None)
         self.hashed = False
         self.state = State.ARRIVING
         self.instance = ""  # id of the instance it was routed to
+        self.counted = ""  # the instance the gateway counts it in flight at, if any
+        self.retries = 0  # times the gateway sent it again after an instance failed with it
         self.priority = 0.0
         # progress: tokens whose KV is computed. emitted: output tokens streamed so far.
         self.progress = 0
@@ -186,6 +198,26 @@ class Request:
             self.hashed = True
             if not keep_tokens:
                 self.tokens = None
+
+    def clone(self) -> Request:
+        """A fresh copy of a request that has not run (a prepared workload's, shared by many
+        runs): its identity, content and block hashes (shared: never changed in place), none
+        of a run's state."""
+        twin = Request(self.index, self.arrival, NO_TOKENS, NO_TOKENS, self.tenant_id,
+                       self.slo_class)
+        twin.name = self.name
+        twin.request_type = self.request_type
+        twin.session_id = self.session_id
+        twin.turn = self.turn
+        twin.model = self.model
+        twin.input_len = self.input_len
+        twin.output_len = self.output_len
+        twin.prefill_target = self.input_len
+        twin.max_tokens = self.max_tokens
+        twin.tokens = self.tokens
+        twin.hashes = self.hashes
+        twin.hashed = self.hashed
+        return twin
 
     def observe(self, block_size: int, keep_tokens: bool = False) -> RequestView:
         """Make the view policies get: at cluster arrival, once its block hashes exist."""

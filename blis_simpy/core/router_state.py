@@ -9,9 +9,12 @@ return ordered sequences, never a dict's iteration order (determinism, seed L.2)
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from blis_simpy.core.shadow_kv import ShadowKV
+from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.core.units import US_PER_S
 
 RATE_WINDOW_US = US_PER_S  # recent rates are counted over the last second
@@ -37,6 +40,22 @@ def window_rate(times: deque[int] | None, clock: int) -> float:
     return len(times) * US_PER_S / RATE_WINDOW_US
 
 
+class CacheSignal(Protocol):
+    """The instances' real prefix caches as the router is told of them (KV events)."""
+
+    def cached_blocks(self, instance_id: str, hashes: Sequence[int], clock: int) -> int:
+        """How many of these chained block hashes, from the first on, the instance has
+        cached, as last reported."""
+        ...
+
+
+class FleetView(Protocol):
+    """The routable instances as an admission policy may see them (snapshots taken when
+    read, by the same freshness rules as routing's)."""
+
+    def admission_snapshots(self, clock: int) -> Sequence[InstanceSnapshot]: ...
+
+
 class RouterState:
     """Tenant and global counters, updated by the gateway as requests move through it."""
 
@@ -49,6 +68,24 @@ class RouterState:
         # the router's predicted prefix placement; kept when the routing policy reads it or
         # decisions are traced (None otherwise)
         self.shadow_kv: ShadowKV | None = None
+        self.cache_signal: CacheSignal | None = None  # set by the gateway
+        self.fleet_view: FleetView | None = None  # set by the gateway
+
+    def instance_snapshots(self) -> Sequence[InstanceSnapshot]:
+        """The snapshots of the instances the request being decided on could go to (its
+        model's routable instances), for admission policies that judge the fleet's load;
+        empty with no fleet (a policy called outside a run)."""
+        view = self.fleet_view
+        return () if view is None else view.admission_snapshots(self.clock)
+
+    def cached_blocks(self, instance_id: str, hashes: Sequence[int]) -> int:
+        """The prompt's leading blocks the instance has cached, as the router last heard
+        (`cluster.observability.cached_blocks`); 0 with no cache signal (a policy called
+        outside a run)."""
+        signal = self.cache_signal
+        if signal is None or not hashes:
+            return 0
+        return signal.cached_blocks(instance_id, hashes, self.clock)
 
     def instance_ids(self) -> tuple[str, ...]:
         """The routable instances' ids, in fleet order (routing ties go to the first)."""

@@ -31,3 +31,4 @@ class ScaleLog:
     lifecycle: list[tuple[int, str, str, str]] = field(default_factory=list)
     events: list[ScaleEvent] = field(default_factory=list)
     lost: list[tuple[int, str, str, int]] = field(default_factory=list)
+    placements: list[tuple[int, str, str, str, str, int, str]] = field(default_factory=list)

@@ -7,8 +7,8 @@ reach it. Routing policies get one per routable instance and key any state they 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Role(StrEnum):
@@ -22,8 +22,9 @@ class Role(StrEnum):
 
 class Lifecycle(StrEnum):
     """Where an instance is in its life: provisioning -> loading -> warming -> active ->
-    draining -> terminated. Active instances are routable, warming ones when the scenario says
-    so (`deployment.autoscaler.actuation.warming_takes_traffic`); the others never are."""
+    draining -> terminated; a crash makes a serving one failed (back to active when repaired)
+    or, for good, dead. Active instances are routable, warming ones when the scenario says so
+    (`deployment.autoscaler.actuation.warming_takes_traffic`); the others never are."""
 
     PROVISIONING = "provisioning"  # node and container starting
     LOADING = "loading"  # model weights loading
@@ -31,11 +32,14 @@ class Lifecycle(StrEnum):
     ACTIVE = "active"
     DRAINING = "draining"  # chosen for scale-down: finishing or handing back its requests
     TERMINATED = "terminated"
+    FAILED = "failed"  # crashed, down until repaired (counted in its pool's bounds)
+    DEAD = "dead"  # crashed and never repaired (an autoscaler replaces it)
 
 
-@dataclass(frozen=True, slots=True)
-class InstanceSnapshot:
-    """One instance as observed at `timestamp` (µs)."""
+class InstanceSnapshot(NamedTuple):
+    """One instance as observed at `timestamp` (µs). A named tuple rather than a frozen
+    dataclass: as immutable, and built five times faster (two to sixteen per routing
+    decision: a frozen dataclass's `__init__` sets each field through `object.__setattr__`)."""
 
     id: str
     role: Role

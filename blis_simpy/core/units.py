@@ -21,7 +21,7 @@ MAX_TOKENS = 10_000_000  # tokens in one request
 # Tokens of all requests (their ids in memory, the steps that serve them): ~1,000 a request
 # at the request limit, an hour or so of simulation.
 MAX_TOTAL_TOKENS = 10_000_000_000
-MAX_POLLS = 10_000_000  # periodic events (autoscaler polls) over a run
+MAX_POLLS = 10_000_000  # periodic events (autoscaler polls, random crashes) over a run
 MAX_KV_BLOCKS = 10_000_000  # KV blocks per instance
 MAX_INSTANCES = 4096
 

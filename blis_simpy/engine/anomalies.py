@@ -168,7 +168,15 @@ class QueueWatch:
 
     def finish(self, now: int) -> None:
         """The run is over: the episodes still open end at `now`, unfinished."""
-        suffix = "; still blocked when the run ended"
+        self._end_all(now, "; still blocked when the run ended")
+
+    def emptied(self, now: int) -> None:
+        """The instance failed: its queue is gone, and the episodes still open end at `now`."""
+        self._end_all(now, "; the instance failed")
+        self.by_priority.clear()
+        self.by_class.clear()
+
+    def _end_all(self, now: int, suffix: str) -> None:
         if self.kv_head is not None:
             self._record_kv_head(self.kv_head, now, suffix)
             self.kv_head = None

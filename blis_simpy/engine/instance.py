@@ -1,92 +1,72 @@
-"""One inference instance: an inbox, a wait queue, a running batch, a block pool and one step loop.
+"""One inference instance: a SimPy process (`instance.process`) running its step loop, an inbox
+(a SimPy Store) and the step logic it drives (`step.py`).
 
-The step loop is driven by SimPy events: a routed request waits out its queueing delay, joins
-the wait queue's accounting and is put into the instance's inbox (a SimPy Store); the loop
-drains the inbox at the start of every step, so every request that arrived by that time is seen
-before the batch is formed, and waits on the inbox when it has nothing to do. It is written as
-callbacks on the same events a SimPy process would wait on (the start event, each step's
-timeout, the inbox get), created in the same order, so the run is the same event for event; a
-process would add an interpreted resume and a generator switch to each of the millions of
-steps of a long run.
-Each step forms a batch (running requests first, in order, each taking a prefill chunk or one
-decode token from the token budget; then waiting requests from the head of the queue while
-slots, budget and KV last), charges the step time, and applies the progress. Work is never left
-stranded: the loop keeps stepping while anything is running or waiting.
+A routed request waits out its queueing delay (a timeout), joins the wait queue's accounting
+and is put into the inbox; the loop takes everything delivered at the start of every step, so
+every request that arrived by then is seen before the batch is formed, and waits on the inbox
+when it has nothing to do. Each step's duration is a timeout the loop waits out. Work is never
+left stranded: the loop keeps stepping while anything is running or waiting. The loop is one
+generator (`run`), compiled with the rest of the module; its step timeouts are scheduled by a
+`core.loop.Clock`, as `env.timeout` would schedule them.
 
-In compat mode the instance's events run in the order of the reference's event heap
-(`reference_order.py`) instead of from the step loop, with the same steps.
+The P/D roles (`pd.py`) are hooks on this same loop: what wakes an idle instance (`woken`),
+when it has nothing to do (`idle`) and what it waits for when a step could not run
+(`stalled`).
 
-What the instance does is written to the recorder: one row per step, preemptions, rejections,
-anomalies, and (when asked) ordered lifecycle events; its counters when the run ends.
+In compat mode the reference's per-instance event heap drives the steps instead
+(`reference_order.py`, docs/architecture.md): the one step driver that is not a process,
+because the reference's order of same-time events depends on every push and pop of that heap.
+Its process then only waits for interruptions.
+
+Interrupting the process (`instance.process.interrupt(cause)`, or `fail()`) crashes the
+instance, as in SimPy's machine-shop example: every request in it is lost (reported to the
+observer, which may send it again), its KV cache with them, and it takes no traffic until it
+is repaired (`Failure.repair_s`), or ever.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
-from collections.abc import Iterable
-from typing import Protocol, cast
+from collections.abc import Generator
+from typing import Literal, Protocol, cast
 
 import simpy
-from librt.vecs import append, vec
-from mypy_extensions import i64, mypyc_attr
+from mypy_extensions import mypyc_attr
 from simpy.events import Timeout
+from simpy.exceptions import Interrupt
+from simpy.resources.store import StoreGet
 
 from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.loop import Waker, start_now
-from blis_simpy.core.records import DURATION, STEP_FIELDS, STEP_VALUES, InstanceLog, Recorder
-from blis_simpy.core.request import RejectCode, Request, State
+from blis_simpy.core.failure import Failure
+from blis_simpy.core.loop import Clock, Inbox, NamedProcess
+from blis_simpy.core.ordering import Background
+from blis_simpy.core.records import Recorder
+from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
-from blis_simpy.core.units import US_PER_MS
-from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
 from blis_simpy.engine.reference_order import ReferenceEventOrder
-from blis_simpy.engine.steady import SteadyDecoders
+from blis_simpy.engine.step import Stepper
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
 
-DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
-RECENT = 32  # completions behind the recent TTFT / TPOT signals
 
+class Home(Protocol):
+    """Who keeps an instance's place in the fleet (its pool, cluster/pool.py): told when it
+    fails and when it is back; drains and terminates it."""
 
-class InstanceObserver(Protocol):
-    """Who tracks requests routed to an instance (the gateway's counters)."""
+    def failed(self, instance: Instance, failure: Failure) -> None: ...
 
-    def queued(self, instance: str, req: Request) -> None: ...
+    def repaired(self, instance: Instance) -> None: ...
 
-    def finished(self, instance: str, req: Request) -> None: ...
+    def drain(self, instance: Instance, policy: Literal["wait", "immediate", "redirect"],
+              timeout_s: float | None) -> None: ...
 
-    def handed_off(self, instance: str, req: Request) -> None: ...
-
-
-class Inbox(simpy.Store):
-    """An instance's inbox: an unbounded SimPy Store. A put can never wait, so it hands the
-    request over at once instead of through a put event of its own; a step loop waiting on
-    `get()` is woken exactly as by any Store."""
-
-    def put(self, item: Request) -> None:  # type: ignore[override]
-        self.items.append(item)
-        if self.get_queue:
-            self._trigger_get(None)
-
-
-def seq_of(req: Request) -> int:
-    return req.seq
-
-
-def prefill_chunk(remaining: int, threshold: int, budget: int) -> int:
-    """The prefill tokens a request may take in one step: what it has left, capped by the
-    long-prefill threshold (0: no cap) and by the token budget left in the step."""
-    n = remaining
-    if 0 < threshold < n:
-        n = threshold
-    return budget if n > budget else n
+    def terminate(self, instance: Instance) -> None: ...
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # P/D's prefill and decode roles
-class Instance:
+class Instance(Stepper):
     """A vLLM-like engine replica simulated as one SimPy process."""
 
     def __init__(
@@ -104,80 +84,30 @@ class Instance:
         role: Role = Role.MONOLITHIC,
         reference_order: bool = False,
     ) -> None:
+        super().__init__(instance_id, latency, engine, pool, scheduler, priority, recorder,
+                         class_ranks=class_ranks, role=role)
         self.env = env
-        self.id = instance_id
-        self.role = role
         self.state = Lifecycle.ACTIVE
         self.routable = True  # the gateway may send it requests (the fleet keeps this)
-        self.latency = latency
-        self.kv = pool
-        self.max_running = engine.max_running_requests
-        self.token_budget = engine.max_scheduled_tokens
-        self.threshold = engine.long_prefill_threshold
-        self.capacity = pool.total * pool.block_size  # tokens the whole KV pool holds
-        limit = engine.max_model_len
-        self.max_len = self.capacity if limit is None else min(limit, self.capacity)
-        self.scheduler = scheduler
-        # Priorities of waiting requests are recomputed each step when they change with time
-        # (the scheduler may order by them; the inversion checks compare them). Running
-        # requests are rescored for the victim choice only when the scheduler uses them.
-        self.aging = priority if priority.ages else None
-        self.rescore_victims = priority if scheduler.uses_priority and priority.ages else None
-        self.observer: InstanceObserver | None = None
-        self.recorder = recorder
-        self.log: InstanceLog = recorder.instance(instance_id, role, pool.total)
-        self.events = recorder.events
-        self.watch = QueueWatch(instance_id, recorder, class_ranks, not priority.ages)
-        self.inbox = Inbox(env)  # requests whose queueing delay is over
-        self.delivered: list[Request] = self.inbox.items  # the inbox's list, read every step
-        self.wait_queue: deque[Request] = deque()
-        self.running: list[Request] = []  # the batch, in admission order (Request.seq)
-        # Running requests handled one by one each step; the rest decode implicitly (steady.py)
-        # when the step time depends only on token counts.
-        self.explicit: list[Request] = []
-        self.steady = None if latency.per_request else SteadyDecoders(pool.block_size)
-        self._seq = 0
-        # One row per step (records.STEP_FIELDS), the newest ones' fields one after another
-        # as native int64 (no Python int per field), handed to the log a chunk at a time.
-        # Token gaps are derived from them at the end.
-        self.steps: vec[i64] = vec[i64](capacity=STEP_VALUES)
-        self.steps_taken = 0
-        self.queued_tokens = 0  # prompt tokens waiting: the basis of the wait estimate
-        self.recent_ttft: deque[int] = deque(maxlen=RECENT)
-        self.recent_tpot: deque[float] = deque(maxlen=RECENT)
-        self.last_event = 0
-        self._preempted = False
-        self._load_us = 0  # KV load time of the prefix hits admitted this step
-        self.preemptions = self.admissions = self.completions = 0
-        self.output_tokens = 0  # emitted so far: the autoscaler's token-throughput signal
+        self.home: Home | None = None  # set by the pool it belongs to
+        self.inbox = Inbox(env, self.delivered)  # requests whose queueing delay is over
+        # In their queueing delay, in arrival order, each with the timeout that ends it.
+        self.arriving: dict[Request, simpy.Event] = {}
+        self.clock = Clock(env)
+        self.failures = 0
         # Compat: the reference's event order (which also makes the instance idle from the
         # start of a step that empties its batch); natively the step loop, busy until a step
         # ends.
-        self.order = ReferenceEventOrder(self) if reference_order else None
-        self.waker = Waker(env, self._stepped)  # the step timeouts
-        if self.order is None:
-            self._start()
+        self.order = ReferenceEventOrder(self, env) if reference_order else None
+        self.process: simpy.Process = NamedProcess(
+            env, self.run() if self.order is None else self.stand_by(),
+            f"{instance_id}.run" if self.order is None else f"{instance_id}.stand_by")
 
     # -- arrivals ---------------------------------------------------------------------------
 
     def accept(self, req: Request) -> None:
         """A request routed here: reject it if it can never fit, else queue it after its delay."""
-        now = self.env.now
-        req.instance = self.id
-        self.last_event = now
-        need = req.input_len + req.output_len
-        if need > self.max_len:
-            req.state = State.REJECTED
-            if need > self.capacity:
-                req.reject_code = RejectCode.KV_CAPACITY
-                req.reject_reason = (f"needs {need} tokens, the KV pool holds {self.capacity} "
-                                     f"({self.kv.total} blocks of {self.kv.block_size})")
-            else:
-                req.reject_code = RejectCode.MAX_MODEL_LEN
-                req.reject_reason = f"needs {need} tokens, max_model_len is {self.max_len}"
-            self.recorder.rejections.append((now, self.id, req.name))
-            if self.observer is not None:
-                self.observer.finished(self.id, req)
+        if self.refuses(req, self.clock.now()):
             return
         req.state = State.ARRIVING
         if self.order is not None:
@@ -185,529 +115,147 @@ class Instance:
             return
         delay = self.env.timeout(self.latency.queue_delay(req.input_len), req)
         delay.callbacks.append(self._arrive)
+        self.arriving[req] = delay
 
     def _arrive(self, event: simpy.Event) -> None:
         req = cast(Request, event.value)
-        if req.state is State.ARRIVING:  # not abandoned during its queueing delay
-            self.join(req)
+        if self.arriving.get(req) is event:  # not abandoned or lost (and sent again) since
+            del self.arriving[req]
+            self.join(req, self.clock.now())
 
-    def join(self, req: Request) -> None:
-        """The queueing delay is over: the request joins the wait queue (its accounting now,
-        its place at the next step start) through the inbox."""
-        now = self.env.now
-        req.state = State.QUEUED
-        req.queued_at = now
-        self.queued_tokens += req.prefill_target
-        self.last_event = now
-        self.watch.queued(req)
-        if self.events is not None:
-            self.events.append((now, "queued", req.name, self.id))
-        if self.observer is not None:
-            self.observer.queued(self.id, req)
+    def deliver(self, req: Request) -> None:
         self.inbox.put(req)
 
     def abandon(self, req: Request) -> None:
-        """Its client gave up: the request leaves wherever it is here (inside its queueing
-        delay, waiting, or in the batch, its KV blocks freed) and is reported finished. A
-        step already under way keeps the time it was charged with the request in it."""
-        state = req.state
-        if state is State.QUEUED:
-            if req in self.delivered:
-                self.delivered.remove(req)
-            else:
-                self.wait_queue.remove(req)
-            self.queued_tokens -= req.prefill_target
-        elif state is State.RUNNING:
-            if req.lazy_base >= 0:  # an implicit decoder: write every decoder's state back
-                self._materialize(self.step_index())
-            self.kv.release(req)
-            self.running.remove(req)
-            if req in self.explicit:
-                self.explicit.remove(req)
-        # ARRIVING: `_arrive` drops it when its queueing delay ends
-        if self.observer is not None:
-            self.observer.finished(self.id, req)
-
-    @property
-    def queue_depth(self) -> int:
-        """Requests waiting: in the wait queue, or in the inbox until the next step start."""
-        return len(self.wait_queue) + len(self.delivered)
+        if req.state is State.ARRIVING:
+            self.arriving.pop(req, None)
+        super().abandon(req)
 
     # -- the step loop ------------------------------------------------------------------------
 
-    def _start(self) -> None:
-        """Start the step loop at time 0 as SimPy starts a process."""
-        start_now(self.env, self._started)
-
-    def _started(self, event: simpy.Event) -> None:
-        self._run(None)
-
-    def _stepped(self, event: simpy.Event) -> None:
-        """A step's time is over: its timeout, processed, times the next step."""
-        self.last_event = self.env._now  # the clock's attribute: `now` is an interpreted property
-        self._run(cast(Timeout, event))
-
-    def _woken(self, event: simpy.Event) -> None:
-        """The idle loop's inbox get: a request arrived."""
-        self.wait_queue.append(cast(Request, event.value))
-        self._run(None)
-
-    def _run(self, spent: Timeout | None) -> None:
-        """Step until a step takes time (its end resumes the loop) or there is nothing to do
-        (the next arrival does). `spent`, the last step's timeout, times the next one."""
+    def run(self) -> Generator[simpy.Event, object, None]:
+        """The instance's process: step while there is work (each step's duration a timeout),
+        wait on the inbox while there is none. An interruption is a failure (`_down`)."""
+        clock = self.clock
+        timer: Timeout | None = None
         while True:
-            if not self.running and not self.wait_queue and not self.delivered:
-                self.inbox.get().callbacks.append(self._woken)
-                return
-            duration = self.step()
-            if duration is not None:
-                self.waker.after(self.last_event, duration, spent)  # step() set it: now
-                return
+            get: StoreGet | None = None
+            try:
+                if self.idle():
+                    get = self.inbox.get()
+                    self.woken(cast(Request, (yield get)))
+                    get = None
+                now = clock.now()
+                duration = self.step(now)
+                if duration is None:
+                    stall = self.stalled()
+                    if stall is not None:
+                        yield stall
+                    continue
+                timer = clock.after(now, duration, timer)
+                yield timer
+                self.last_event = clock.now()
+            except Interrupt as interrupt:
+                timer = None  # (if it was waiting for it, it is still pending)
+                if not (yield from self._down(interrupt.cause, get)):
+                    return
 
-    def step_index(self) -> int:
-        """The number of the next step (of the steps so far)."""
-        return self.steps_taken
+    def stand_by(self) -> Generator[simpy.Event, object, None]:
+        """Compat mode's process: the reference's event heap runs the steps; the process only
+        waits to be interrupted (a failure)."""
+        while True:
+            try:
+                yield self.env.event()
+            except Interrupt as interrupt:
+                if not (yield from self._down(interrupt.cause, None)):
+                    return
 
-    def _record(self, start: int, duration: int, new_tokens: int, decodes: int, batch: int,
-                kv_used: int, queue_depth: int) -> None:
-        """One step's row (records.STEP_FIELDS)."""
-        steps = self.steps
-        steps = append(steps, start)
-        steps = append(steps, duration)
-        steps = append(steps, new_tokens)
-        steps = append(steps, decodes)
-        steps = append(steps, batch)
-        steps = append(steps, kv_used)
-        steps = append(steps, queue_depth)
-        self.steps_taken += 1
-        self.output_tokens += decodes
-        if len(steps) == STEP_VALUES:
-            self.log.pack(steps)
-            steps = vec[i64](capacity=STEP_VALUES)
-        self.steps = steps
+    def woken(self, req: Request) -> None:
+        """The idle loop's inbox get brought `req`."""
+        self.wait_queue.append(req)
 
-    def step(self) -> int | None:
-        """Form a batch, charge its time and apply its progress; None if nothing ran."""
-        now = self.env._now
-        self.last_event = now
-        steady = self.steady
-        if (steady is not None and not self.explicit and not self.wait_queue
-                and not self.delivered and self.events is None
-                and self.watch.kv_head is None and len(self.running) <= self.token_budget):
-            due = steady.buckets.get(self.step_index())
-            duration = self._decode_step(now, due) if due else self._quiet_step(now)
-            if duration is not None:
-                return duration
-        self._preempted = False
-        self._load_us = 0
-        index = self.step_index()
-        queue = self.wait_queue
-        arrived = self.delivered
-        if arrived:
-            queue.extend(arrived)
-            arrived.clear()
+    def stalled(self) -> simpy.Event | None:
+        """A step could not run although there is work: what to wait for before trying again
+        (None: try again at once)."""
+        return None
+
+    # -- the public lifecycle -----------------------------------------------------------------
+
+    def drain(self, policy: Literal["wait", "immediate", "redirect"] = "wait",
+              timeout_s: float | None = None) -> None:
+        """No new requests; those routed here finish or go back to the gateway by `policy`;
+        terminated once none is left (its pool's `drain`)."""
+        if self.home is None:
+            raise ValueError(f"{self.id} belongs to no pool: nothing keeps its place in a fleet")
+        self.home.drain(self, policy, timeout_s)
+
+    def terminate(self) -> None:
+        """Terminated now: what it holds goes back to the gateway (its pool's `terminate`)."""
+        if self.home is None:
+            raise ValueError(f"{self.id} belongs to no pool: nothing keeps its place in a fleet")
+        self.home.terminate(self)
+
+    def fail(self, failure: Failure | None = None) -> None:
+        """Crash the instance now (its process is interrupted with `failure`). Does nothing
+        to an instance already down for good."""
+        if self.process.is_alive:
+            self.process.interrupt(failure)
+
+    def _down(self, cause: object, get: StoreGet | None
+              ) -> Generator[simpy.Event, object, bool]:
+        """The process was interrupted: crash, then wait for the repair (a failure while down
+        repairs at the later of the two times). False if it never comes back. A terminated
+        instance holds nothing and ignores it."""
+        if self.state is Lifecycle.TERMINATED:
+            return True
+        failure = cause if isinstance(cause, Failure) else Failure()
+        self._crash(failure, get)
+        repair = failure.repair_us
+        until = None if repair is None else self.clock.now() + repair
+        while until is not None:
+            try:
+                yield Background(self.env, until - self.clock.now())
+                break
+            except Interrupt as again:
+                more = again.cause.repair_us if isinstance(again.cause, Failure) else None
+                until = None if more is None else max(until, self.clock.now() + more)
+        if until is None:
+            return False
+        now = self.clock.now()
+        self.recorder.faults.append((now, "repair", self.id, "", failure.reason))
         if self.events is not None:
-            self.events.append((now, "step", self.id, ""))
-        if self.aging is not None:
-            self._rescore(queue, now, self.aging)
-        key = self.scheduler.order_key
-        if key is not None and len(queue) > 1:
-            self.wait_queue = deque(sorted(queue, key=lambda r: key(r.view, r.priority)))
-        if self.steady is not None:
-            duration = self._steady_step(now, index)
-            if duration is not None:
-                return duration
-            self._materialize(index)
-        return self._exact_step(now, index)
-
-    # Decode-only steps: nothing waits and every running request decodes one token implicitly
-    # (steady.py). They are the steady step with the prefill, budget and admission branches
-    # known empty; most steps of a lightly loaded instance are these.
-
-    def _quiet_step(self, now: int) -> int:
-        """No decoder opens or fills a KV block or finishes."""
-        decodes = len(self.running)
-        duration = self.latency.step_time(0, decodes, (), 0)
-        self._record(now, duration, 0, decodes, decodes, self.kv.used, 0)
-        return duration
-
-    def _decode_step(self, now: int, due: list[Request]) -> int | None:
-        """Some decoders open or fill a block or finish; None (with no side effects) when the
-        blocks they open are not free (the exact path preempts)."""
-        kv, index = self.kv, self.step_index()
-        touched, blocks = self._block_events(due, index)
-        if blocks > kv.free_blocks:
-            return None
-        if touched:
-            self._allocate_in_order([], touched, index)
-        decodes = len(self.running)
-        duration = self.latency.step_time(0, decodes, (), 0)
-        self._record(now, duration, 0, decodes, decodes, kv.used, 0)
-        self._advance_steady([], due, index, now + duration)
-        return duration
-
-    @staticmethod
-    def _rescore(requests: Iterable[Request], now: int, policy: PriorityPolicy) -> None:
-        """Current priorities under an aging policy."""
-        compute = policy.compute
-        for req in requests:
-            req.priority = compute(req.view, None, now)
-
-    def _exact_step(self, now: int, index: int) -> int | None:
-        """The step, request by request in batch order: budget, KV and preemption exact."""
-        running = self.running
-        scheduled, new_tokens, decodes, budget = self._schedule_running(running)
-        kept = len(running)
-        admitted, admitted_tokens = self._admit_waiting(running, budget)
-        if scheduled == 0 and admitted == 0:
-            self.explicit = list(self.running)
-            return None
-        batch = running[:scheduled] + running[kept:] if scheduled < kept else running
-        new_tokens += admitted_tokens
-        duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
-        self._record(now, duration, new_tokens, decodes, len(batch), self.kv.used,
-                     len(self.wait_queue))
-        self._execute(batch, index, now + duration)
-        self.explicit = list(self.running)
-        return duration
-
-    def _steady_step(self, now: int, index: int) -> int | None:
-        """The same step when every running request fits the budget (the last one's prefill
-        chunk cut to what is left, as the exact path does) and the KV cache: only explicit
-        requests and implicit decoders with an event this step are touched. None
-        (with no side effects) when the step needs the exact path."""
-        running, explicit, steady, kv = self.running, self.explicit, self.steady, self.kv
-        assert steady is not None
-        block_size, threshold = kv.block_size, self.threshold
-        demand = len(running) - len(explicit)  # implicit decoders: one token each
-        blocks = new_tokens = 0
-        for req in explicit:
-            n = req.prefill_target - req.progress
-            if n > 0:
-                n = prefill_chunk(n, threshold, n)
-                req.chunk = n
-                new_tokens += n
-                blocks += kv.prefill_blocks(req, req.progress, n)
-            else:
-                n = 1
-                req.chunk = DECODE
-                if (req.progress - req.kv_phase) % block_size == 0:
-                    blocks += 1
-            demand += n
-        overrun = demand - self.token_budget
-        if overrun > 0:
-            # The exact path gives the batch's last request what the budget has left: when
-            # that is a prefill with more than the overrun, only its chunk shrinks.
-            last = running[-1]
-            if last.lazy_base >= 0 or last.chunk == DECODE or last.chunk <= overrun:
-                return None
-            progress = last.progress
-            blocks -= kv.prefill_blocks(last, progress, last.chunk)
-            last.chunk -= overrun
-            blocks += kv.prefill_blocks(last, progress, last.chunk)
-            new_tokens -= overrun
-            demand -= overrun
-        due = steady.peek(index)
-        touched, opened = self._block_events(due, index)
-        blocks += opened
-        if blocks > kv.free_blocks:
-            return None
-        self._allocate_in_order(explicit, touched, index)
-        admitted, admitted_tokens = self._admit_waiting(running, self.token_budget - demand)
-        new_tokens += admitted_tokens
-        decodes = demand - (new_tokens - admitted_tokens)
-        duration = self.latency.step_time(new_tokens, decodes, (), self._load_us)
-        self._record(now, duration, new_tokens, decodes, len(running), kv.used,
-                     len(self.wait_queue))
-        self._advance_steady(explicit + running[len(running) - admitted:] if admitted
-                             else explicit, due, index, now + duration)
-        return duration
-
-    def _block_events(self, due: list[Request], index: int) -> tuple[list[Request], int]:
-        """The implicit decoders whose token this step opens a KV block (slot 0) or fills
-        one (last slot), and how many blocks they open."""
-        block_size = self.kv.block_size
-        last_slot = block_size - 1
-        touched = []
-        blocks = 0
-        for req in due:
-            slot = (req.progress + index - req.lazy_base - req.kv_phase) % block_size
-            if slot == 0:
-                blocks += 1
-                touched.append(req)
-            elif slot == last_slot:
-                touched.append(req)
-        return touched, blocks
-
-    def _allocate_in_order(self, explicit: list[Request], touched: list[Request], index: int
-                           ) -> None:
-        """KV operations in batch order (block ids and LRU order depend on it); they all fit."""
-        kv = self.kv
-        block_size = kv.block_size
-        last_slot = block_size - 1
-        if touched:
-            explicit = explicit + touched
-            if len(explicit) > 1:
-                explicit.sort(key=seq_of)
-        for req in explicit:
-            if req.lazy_base >= 0:
-                position = req.progress + index - req.lazy_base
-                slot = (position - req.kv_phase) % block_size
-                if slot == 0:
-                    kv.open_block(req)
-                if slot == last_slot:
-                    kv.publish(req, position)
-            elif req.chunk != DECODE:
-                kv.allocate(req, req.progress, req.chunk)
-            elif (req.progress - req.kv_phase) % block_size in (0, last_slot):
-                kv.allocate(req, req.progress, 1)
-
-    def _advance_steady(self, explicit: list[Request], due: list[Request], index: int,
-                        end: int) -> None:
-        steady = self.steady
-        assert steady is not None
-        emit_at = end + self.latency.output_delay
-        done = []
-        still = []
-        for req in explicit:
-            if self._advance(req, index, emit_at):
-                done.append(req)
-            elif req.last_emit_step == index and req.progress >= req.prefill_target:
-                steady.add(req, index + 1)  # decoding steadily from the next step on
-            else:
-                still.append(req)
-        nxt = index + 1
-        # `steady.schedule(req, nxt)` inlined: this runs twice per block per decoder.
-        buckets = steady.buckets
-        block_size = steady.block_size
-        last = block_size - 1
-        for req in due:
-            ahead = nxt - req.lazy_base
-            left = req.max_tokens - req.emitted - ahead  # tokens after this step's
-            if left <= 0:
-                steady.materialize(req, nxt)
-                done.append(req)
-                continue
-            slot = (req.progress + ahead - req.kv_phase) % block_size
-            event = nxt + last - slot if 0 < slot < last else nxt
-            if left - 1 < event - nxt:
-                event = nxt + left - 1
-            bucket = buckets.get(event)
-            if bucket is None:
-                buckets[event] = [req]
-            else:
-                bucket.append(req)
-        buckets.pop(index, None)
-        self.explicit = still
-        if done:
-            if len(done) > 1:
-                done.sort(key=seq_of)
-            self._complete(done, emit_at)
-
-    def _materialize(self, index: int) -> None:
-        """Make every implicit decoder explicit, its state written as of step `index`."""
-        steady = self.steady
-        assert steady is not None
-        for req in self.running:
-            if req.lazy_base >= 0:
-                steady.materialize(req, index)
-        steady.clear()
-        self.explicit = list(self.running)
-
-    def finish(self) -> None:
-        """The run is over: write back implicit state, end the anomaly episodes still open
-        and close this instance's records."""
-        if self.steady is not None:
-            self._materialize(self.step_index())
-        self.watch.finish(self.last_event)
-        self.log.pack(self.steps)
-        self.steps = vec[i64]()
-        self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
-
-    def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
-        """Running requests in order: a prefill chunk or one decode token each, while budget
-        lasts. Returns (how many were scheduled, new prefill tokens, decodes, budget left)."""
-        budget = self.token_budget
-        threshold = self.threshold
-        last_slot = self.kv.block_size - 1
-        block_size = self.kv.block_size
-        new_tokens = decodes = 0
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            progress = req.progress
-            n = req.prefill_target - progress
-            if n > 0:
-                n = prefill_chunk(n, threshold, budget)
-                if not self._reserve(req, i, progress, n):
-                    break
-                req.chunk = n
-                new_tokens += n
-                budget -= n
-            else:
-                # A decode token touches the KV cache only when it opens a block or fills one.
-                slot = (progress - req.kv_phase) % block_size
-                if (slot == 0 or slot == last_slot) and not self._reserve(req, i, progress, 1):
-                    break
-                req.chunk = DECODE
-                decodes += 1
-                budget -= 1
-            i += 1
-        return i, new_tokens, decodes, budget
-
-    def _reserve(self, req: Request, position: int, start: int, tokens: int) -> bool:
-        """KV room for the request at `position` in the batch, preempting until it fits.
-        Victims come from the requests not yet scheduled this step (this one included), by
-        the scheduler's rule (last admitted by default). False if this request was the victim."""
-        kv, running, victim_of = self.kv, self.running, self.scheduler.victim
-        while not kv.allocate(req, start, tokens):
-            candidates = running[position:]
-            if self.rescore_victims is not None:
-                self._rescore(candidates, self.env.now, self.rescore_victims)
-            pick = victim_of([r.view for r in candidates], [r.priority for r in candidates])
-            victim = running.pop(position + pick)
-            self._preempt(victim)
-            if victim is req:
-                return False
+            self.events.append((now, "repaired", "", self.id))
+        if self.home is not None:
+            self.home.repaired(self)
+        elif self.state is Lifecycle.FAILED:
+            self.state = Lifecycle.ACTIVE
         return True
 
-    def _preempt(self, req: Request) -> None:
-        """vLLM recompute preemption: free the blocks, go back to the head of the queue, and
-        later re-prefill the prompt plus every token already streamed."""
-        now = self.env.now
-        self._preempted = True
-        self.kv.release(req)
-        self.preemptions += 1
-        req.state = State.QUEUED
-        req.progress = 0
-        req.prefill_target = req.input_len + req.emitted
-        req.preemptions += 1
-        self.queued_tokens += req.prefill_target
-        self.wait_queue.appendleft(req)
-        self.watch.queued(req)
-        self.recorder.preemptions.append((now, self.id, req.name))
+    def _crash(self, failure: Failure, get: StoreGet | None) -> None:
+        """Everything in the instance is lost: requests in their queueing delay, delivered,
+        waiting and running, and its KV cache. Its home closes it to traffic first, so a
+        request sent again goes elsewhere."""
+        now = self.clock.now()
+        self.failures += 1
+        lost = list(self.arriving)
+        self.arriving.clear()
+        if self.order is not None:
+            lost += self.order.clear()
+        if get is not None:
+            if get.triggered:  # its request left the inbox for the loop, which never saw it
+                lost.append(cast(Request, get.value))
+            else:
+                get.cancel()
+        lost += self.empty(now)
+        self.recorder.faults.append((now, "crash", self.id, "", failure.reason))
         if self.events is not None:
-            self.events.append((now, "preempted", req.name, self.id))
-
-    def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
-        """Admit from the queue head while slots, budget and KV allow; strict head-of-line
-        order, and nothing new is admitted in a step that preempted."""
-        admitted, tokens = (0, 0) if self._preempted else self._admit(running, budget)
-        watch, queue = self.watch, self.wait_queue
-        if watch.kv_head is not None:
-            watch.head_is(self.env.now, queue[0] if queue else None)
-        return admitted, tokens
-
-    def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
-        queue, kv = self.wait_queue, self.kv
-        block_size, threshold, now = kv.block_size, self.threshold, self.env.now
-        admitted = tokens = 0
-        while queue and budget > 0 and len(running) < self.max_running:
-            req = queue[0]
-            req.hash_blocks(block_size)
-            hit = kv.lookup(req, req.prefill_target)
-            start = len(hit.blocks) * block_size
-            n = prefill_chunk(req.prefill_target - start, threshold, budget)
-            if not kv.admit(req, hit, start, n):
-                self._check_kv_blocking(req, budget)
-                break
-            queue.popleft()
-            self.queued_tokens -= req.prefill_target
-            self._load_us += hit.load_us
-            if req.cached_tokens < 0:
-                req.cached_tokens = start
-                req.first_scheduled = now
-            req.progress = start
-            req.chunk = n
-            req.seq = self._seq
-            self._seq += 1
-            req.state = State.RUNNING
-            running.append(req)
-            self.admissions += 1
-            admitted += 1
-            tokens += n
-            budget -= n
-        if admitted:
-            self.watch.admitted(now, running[len(running) - admitted:], queue)
-        return admitted, tokens
-
-    def _check_kv_blocking(self, head: Request, budget: int) -> None:
-        """KV head-of-line blocking: the queue head does not fit in the free KV blocks while a
-        request behind it would."""
-        kv, threshold = self.kv, self.threshold
-        for behind in itertools.islice(self.wait_queue, 1, HOL_LOOKAHEAD):
-            n = prefill_chunk(behind.prefill_target, threshold, budget)
-            if -(-n // kv.block_size) <= kv.free_blocks:
-                self.watch.kv_blocked(self.env.now, head, behind)
-                return
-
-    def _execute(self, batch: list[Request], step: int, end: int) -> None:
-        """Apply one step's progress; tokens are emitted at the step's end (+ output delay)."""
-        emit_at = end + self.latency.output_delay
-        done = [req for req in batch if self._advance(req, step, emit_at)]
-        if done:
-            self._complete(done, emit_at)
-
-    def _advance(self, req: Request, step: int, emit_at: int) -> bool:
-        """One scheduled request's progress this step; True when it has finished."""
-        chunk = req.chunk
-        if chunk == DECODE:
-            req.progress += 1
+            self.events.append((now, "crashed", "", self.id))
+        if self.home is not None:
+            self.home.failed(self, failure)
         else:
-            req.progress += chunk
-            if req.progress < req.prefill_target:
-                return False
-        emitted = req.emitted + 1
-        req.emitted = emitted
-        if emitted == 1:
-            self.output_tokens += 1
-            req.first_token_at = emit_at
-            req.first_token_step = step
-            self.recent_ttft.append(emit_at - req.arrival)
-        elif req.last_emit_step != step - 1:
-            if req.gaps is None:
-                req.gaps = []
-            req.gaps.append((req.last_emit_step, step))
-        req.last_emit_step = step
-        return emitted >= req.max_tokens
-
-    def _complete(self, done: list[Request], at: int) -> None:
-        observer, events = self.observer, self.events
-        self.completions += len(done)
-        for req in done:
-            self.kv.complete(req)
-            req.state = State.COMPLETED
-            req.completed_at = at
-            if req.output_len > 1:
-                self.recent_tpot.append((at - req.first_token_at) / (req.output_len - 1))
-            if events is not None:
-                events.append((self.env.now, "completed", req.name, self.id))
+            self.state = Lifecycle.DEAD if failure.repair_us is None else Lifecycle.FAILED
+        observer = self.observer
+        for req in lost:
             if observer is not None:
-                observer.finished(self.id, req)
-            req.forget_hashes()
-        running = self.running
-        for req in done:
-            running.remove(req)
+                observer.lost(self.id, req)
 
-    def kv_holders(self) -> list[Request]:
-        """Every request holding KV blocks here (the ownership checks read it)."""
-        return list(self.running)
-
-    # -- observation (what snapshots read) -------------------------------------------------------
-
-    def recent_ttft_ms(self) -> float:
-        recent = self.recent_ttft
-        return sum(recent) / len(recent) / US_PER_MS if recent else 0.0
-
-    def recent_tpot_ms(self) -> float:
-        recent = self.recent_tpot
-        return sum(recent) / len(recent) / US_PER_MS if recent else 0.0
-
-    def estimated_wait_ms(self) -> float:
-        """Steps needed to prefill everything waiting, at the last step's duration."""
-        if not self.queued_tokens:
-            return 0.0
-        steps = self.steps
-        last = (steps[len(steps) - len(STEP_FIELDS) + DURATION] if len(steps)
-                else self.log.last_duration())
-        return -(-self.queued_tokens // self.token_budget) * last / US_PER_MS

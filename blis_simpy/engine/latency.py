@@ -7,10 +7,8 @@ holds the engine). Go's int64() conversion truncates toward zero, so does int().
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
-
-from mypy_extensions import mypyc_attr
 
 from blis_simpy.config import hardware as gpus
 from blis_simpy.config import step_models
@@ -22,6 +20,7 @@ from blis_simpy.config.catalog import (
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
+from blis_simpy.engine.alpha import Alpha, batch_shape
 from blis_simpy.engine.physical import Clock, PhysicalLatency, StepShape
 from blis_simpy.engine.roofline import GpuSpec, ModelShape, RooflineModel
 from blis_simpy.engine.roofline_native import (
@@ -46,28 +45,22 @@ class LatencyModel(Protocol):
         ...
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it
-class Alpha:
-    """The alpha coefficients: queueing delay and output-processing delay, in µs."""
+class Scaled:
+    """Another model's step times times `factor()`, read at each step's start (a warming
+    replica's penalty, a slowed instance); its delays as they are."""
 
-    def __init__(self, alpha: Sequence[float]) -> None:
-        self.a0, self.a1 = float(alpha[0]), float(alpha[1])
-        self.output_delay = int(float(alpha[2]))
+    def __init__(self, base: LatencyModel, factor: Callable[[], float]) -> None:
+        self.base = base
+        self.factor = factor
+        self.output_delay = base.output_delay
+        self.per_request = base.per_request
 
     def queue_delay(self, input_len: int) -> int:
-        return int(self.a0 + self.a1 * input_len)
+        return self.base.queue_delay(input_len)
 
-
-def batch_shape(batch: Sequence[Request]) -> tuple[list[tuple[int, int]], list[int]]:
-    """(cached progress, chunk) of each prefilling request and context of each decoding one."""
-    prefills: list[tuple[int, int]] = []
-    contexts: list[int] = []
-    for req in batch:
-        if req.chunk < 0:
-            contexts.append(req.progress)
-        else:
-            prefills.append((req.progress, req.chunk))
-    return prefills, contexts
+    def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
+                  extra_us: int) -> int:
+        return round(self.base.step_time(new_tokens, decodes, batch, extra_us) * self.factor())
 
 
 class BlackboxLatency(Alpha):

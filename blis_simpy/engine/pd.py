@@ -1,5 +1,8 @@
 """The two instance roles of P/D disaggregation, as seams on the ordinary step loop.
 
+Both roles run the ordinary step loop (`Instance.run`) through its hooks: what wakes an idle
+instance, when it is idle, what it waits for when a step cannot run.
+
 A prefill instance runs every request it is given as a request of one output token: when the
 step computing that token ends, instead of completing, the request is handed to its
 deployment's handoff (a SimPy Store the handoff process reads), still holding its KV blocks
@@ -7,12 +10,12 @@ here. The instance lets go
 of them only when the handoff says ownership has moved (or the request was dropped), so each
 block has one owner at every moment. While it holds `bound` such requests it admits nothing
 new (backpressure, a `pd_backpressure` episode), and when holding them is all that keeps it
-from making progress it waits until one is let go instead of spinning.
+from making progress its loop waits until one is let go (`stalled`) instead of spinning.
 
 A decode instance takes two kinds of requests: whole ones (the decider kept them monolithic),
 which run as on any instance, and handed-over ones, which arrive with their KV blocks already
 attached and their first token already streamed (through the inbox when the step loop is idle
-and waits on it): they go straight into
+and waits on it, `woken`): they go straight into
 the running batch (before any waiting request, as they hold KV) and decode from there, with no
 prefill. Whenever its requests finish the handoff is told, so transfers waiting for KV room
 here can go on.
@@ -23,8 +26,7 @@ The monolithic instance is untouched: these classes are used only by disaggregat
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
@@ -42,8 +44,14 @@ class Handoff(Protocol):
         its KV is held there."""
         ...
 
-    def abandoned(self, req: Request) -> None:
-        """Its client gave up while its KV was held or moving: drop the handoff."""
+    def abandoned(self, req: Request, reason: str) -> None:
+        """Its client gave up (or its prefill instance failed) while its KV was held or
+        moving: drop the handoff."""
+        ...
+
+    def failed(self, instance: DecodeInstance) -> None:
+        """A decode instance failed: transfers into it are lost, those waiting for room on it
+        choose again."""
         ...
 
     def room(self, instance: DecodeInstance) -> None:
@@ -76,28 +84,17 @@ class PrefillInstance(Instance):
         self.blocked_queue: tuple[str, ...] = ()
         self.wake: simpy.Event | None = None
 
-    def _start(self) -> None:
-        self.env.process(self._loop())  # its own loop, a SimPy process
-
-    def _loop(self) -> Generator[simpy.Event, object, None]:
-        env = self.env
-        inbox = self.inbox
-        while True:
-            if not self.running and not self.wait_queue and not inbox.items:
-                self.wait_queue.append((yield inbox.get()))  # type: ignore[arg-type]
-            duration = self.step()
-            if duration is None:
-                if self.holding:  # held KV or the bound stops it: wait for a let-go
-                    self.wake = env.event()
-                    yield self.wake
-                continue
-            yield env.timeout(duration)
-            self.last_event = env.now
+    def stalled(self) -> simpy.Event | None:
+        """Held KV (or the bound) keeps a step from running: wait for a let-go."""
+        if not self.holding:
+            return None
+        self.wake = self.env.event()
+        return self.wake
 
     def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
         if len(self.holding) >= self.bound:
             if self.blocked_at < 0 and self.wait_queue:
-                self.blocked_at = self.env.now
+                self.blocked_at = self.now
                 self.blocked_queue = tuple(r.name for r in self.wait_queue)
             return 0, 0
         return super()._admit(running, budget)
@@ -142,11 +139,20 @@ class PrefillInstance(Instance):
     def abandon(self, req: Request) -> None:
         if req.state is State.TRANSFERRING:
             assert self.handoff is not None
-            self.handoff.abandoned(req)  # lets go of its KV here
+            self.handoff.abandoned(req, "client_timeout")  # lets go of its KV here
             if self.observer is not None:
                 self.observer.finished(self.id, req)
             return
         super().abandon(req)
+
+    def empty(self, now: int) -> list[Request]:
+        """Held requests are lost too: their handoffs end (freeing their KV here first)."""
+        held = list(self.holding.values())
+        if self.handoff is not None:
+            for req in held:
+                self.handoff.abandoned(req, "instance_failure")
+        self.wake = None
+        return super().empty(now) + held
 
     def finish(self) -> None:
         if self.blocked_at >= 0:
@@ -187,28 +193,17 @@ class DecodeInstance(Instance):
         if self.inbox.get_queue:  # the step loop is idle, waiting on its inbox: wake it
             self.inbox.put(req)
 
-    def _start(self) -> None:
-        self.env.process(self._loop())  # its own loop, a SimPy process
+    def idle(self) -> bool:
+        return super().idle() and not self.arrived
 
-    def _loop(self) -> Generator[simpy.Event, object, None]:
-        env = self.env
-        inbox = self.inbox
-        while True:
-            if (not self.running and not self.wait_queue and not inbox.items
-                    and not self.arrived):
-                req = cast(Request, (yield inbox.get()))
-                if req.state is not State.TRANSFERRING:  # a handed-over one is in `arrived`
-                    self.wait_queue.append(req)
-            duration = self.step()
-            if duration is None:
-                continue
-            yield env.timeout(duration)
-            self.last_event = env.now
+    def woken(self, req: Request) -> None:
+        if req.state is not State.TRANSFERRING:  # a handed-over one is in `arrived`
+            self.wait_queue.append(req)
 
-    def step(self) -> int | None:
+    def step(self, now: int) -> int | None:
         if self.arrived:
             self._seat()
-        return super().step()
+        return super().step(now)
 
     def _seat(self) -> None:
         """Handed-over requests take free batch slots ahead of the wait queue: their KV is
@@ -239,6 +234,17 @@ class DecodeInstance(Instance):
     def _complete(self, done: list[Request], at: int) -> None:
         super()._complete(done, at)
         self._freed()
+
+    def empty(self, now: int) -> list[Request]:
+        """Handed-over requests waiting for a batch slot are lost too, and the transfers into
+        this instance (their handoffs see to them)."""
+        if self.handoff is not None:
+            self.handoff.failed(self)
+        arrived = list(self.arrived)
+        self.arrived.clear()
+        for req in arrived:
+            self.kv.release(req)
+        return super().empty(now) + arrived
 
     def _freed(self) -> None:
         if self.handoff is not None:

@@ -9,7 +9,9 @@ whose queueing delay ends at the very tick a step starts joins that step.
 
 A compat instance is driven by `ReferenceEventOrder` instead of its SimPy step loop: it replays
 the reference's pushes and pops on a `TimestampHeap` and runs the instance's events in its
-order, from one SimPy event per tick that has instance events. SimPy still orders everything
+order, from one SimPy event per tick that has instance events. It is the one step driver that
+is not a process: a process waits for one event at a time, and a request arriving before the
+tick it waits for would have to interrupt it (docs/architecture.md). SimPy still orders everything
 across instances and the gateway. The instance steps exactly as natively (the same batch
 formation); it is idle from the start of a step that empties its batch, as the reference is,
 but never leaves waiting requests stranded (Q2 stays fixed). docs/differences-from-blis.md,
@@ -18,14 +20,13 @@ but never leaves waiting requests stranded (Q2 stays fixed). docs/differences-fr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import simpy
 
+from blis_simpy.core.clock import Environment
 from blis_simpy.core.request import Request
-
-if TYPE_CHECKING:
-    from blis_simpy.engine.instance import Instance
+from blis_simpy.engine.step import Stepper
 
 ARRIVAL, QUEUED, STEP, NO_OP = range(4)  # kinds of the reference's instance events
 
@@ -80,9 +81,9 @@ class TimestampHeap:
 class ReferenceEventOrder:
     """Runs one instance's events in the order of the reference's event heap."""
 
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: Stepper, env: Environment) -> None:
         self.instance = instance
-        self.env = instance.env
+        self.env = env
         self.heap = TimestampHeap()
         self.step_queued = False  # a Step event is in the heap
         self.pumps: set[int] = set()  # times at which a SimPy event will run the heap
@@ -112,7 +113,7 @@ class ReferenceEventOrder:
             if kind == STEP:
                 self._step(now)
             elif kind == QUEUED:
-                instance.join(req)
+                instance.join(req, now)
                 if not self.step_queued:
                     self.step_queued = True
                     heap.push(now, STEP)
@@ -127,7 +128,7 @@ class ReferenceEventOrder:
         heap, instance = self.heap, self.instance
         self.step_queued = False
         before = (instance.preemptions, instance.admissions, instance.completions)
-        duration = instance.step()
+        duration = instance.step(now)
         if duration is None:
             # Nothing ran: a preemption emptied the batch or barred admissions this step.
             # Retry now while anything runs or waits, or the waiting would be stranded.
@@ -145,3 +146,11 @@ class ReferenceEventOrder:
         if instance.running or instance.queue_depth:
             self.step_queued = True
             heap.push(end, STEP)
+
+    def clear(self) -> list[Request]:
+        """The instance failed: its pending events go, and the requests they carried (in their
+        queueing delay, or queued and not yet joined) are returned, in heap order."""
+        lost = [req for _, kind, req in self.heap.items if kind in (ARRIVAL, QUEUED)]
+        self.heap.items.clear()
+        self.step_queued = False
+        return lost

@@ -20,6 +20,7 @@ from blis_simpy.core.records import Anomaly, Records
 from blis_simpy.core.scale_log import ScaleEvent, ScaleLog
 from blis_simpy.core.units import US_PER_S, us
 from blis_simpy.metrics.columns import Table
+from blis_simpy.metrics.faults import failure_anomalies
 from blis_simpy.metrics.raw import violated
 
 
@@ -55,7 +56,7 @@ def overshoot(values: tuple[float, float, float], target: SLOTargets) -> float:
 def judged(records: Records, requests: Table, targets: list[SLOTargets | None],
            config: EvaluationConfig, tiers: KVTiersConfig | None = None) -> list[Anomaly]:
     """The anomalies judged from the run's records: SLO violations, preemption storms,
-    rejection bursts and (with KV tiers) KV thrashing."""
+    rejection bursts, (with KV tiers) KV thrashing and (with failures) instance failures."""
     return slo_violations(requests, targets) + episodes(records, config, tiers)
 
 
@@ -78,7 +79,8 @@ def slo_violations(requests: Table, targets: list[SLOTargets | None]) -> list[An
 
 def episodes(records: Records, config: EvaluationConfig, tiers: KVTiersConfig | None = None
              ) -> list[Anomaly]:
-    """Preemption storms, rejection bursts and (with KV tiers) KV thrashing."""
+    """Preemption storms, rejection bursts, (with KV tiers) KV thrashing and (with
+    failures) instance failures."""
     found = []
     by_instance: dict[str, list[tuple[int, str, str]]] = {}
     for event in records.preemptions:
@@ -95,6 +97,8 @@ def episodes(records: Records, config: EvaluationConfig, tiers: KVTiersConfig | 
                              f"{len(reqs)} rejections in {(end - start) / US_PER_S:.3f} s", end))
     if tiers is not None and tiers.enabled:
         found.extend(thrashing(records, tiers))
+    if records.faults:
+        found.extend(failure_anomalies(records))
     return found
 
 

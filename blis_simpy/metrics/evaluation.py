@@ -17,7 +17,17 @@ from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.metrics.anomalies import counts, judged, oscillations
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions
-from blis_simpy.metrics.fitness import EvaluationResult, objectives, score, sustained
+from blis_simpy.metrics.fitness import (
+    COST_TERMS,
+    LATENCY_TERMS,
+    SLO_TERMS,
+    EvaluationResult,
+    Term,
+    objectives,
+    score,
+    sustained,
+)
+from blis_simpy.metrics.imbalance import load_imbalance
 from blis_simpy.metrics.raw import Measured, raw_metrics
 from blis_simpy.metrics.trace.decisions import outcomes
 from blis_simpy.metrics.trace.severity import with_severity
@@ -60,6 +70,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
     targets = request_targets(scenario, requests)
     anomalies = [*records.anomalies, *judged(records, requests, targets, scenario.evaluation,
                                              scenario.engine.kv_tiers)]
+    if scenario.deployment is None:  # a fixed cluster: its replicas are interchangeable
+        anomalies += load_imbalance(records, requests, records.ended_at)
     if scale_log is not None:
         anomalies += oscillations(scale_log)
     shadow = None
@@ -123,3 +135,21 @@ def workload_id(scenario: Scenario) -> str:
     plain = scenario.to_dict()
     return f"{scenario.name}:{plain['workload']['type']}:seed={scenario.seed}#" \
         f"{digest(plain['workload'])}"
+
+
+def relative_terms(scenario: Scenario) -> tuple[Term, ...]:
+    """The terms of the default (baseline-relative) score for this scenario: the latencies and
+    throughput always; SLO attainment and goodput when it sets SLO targets; cost when an
+    autoscaler can change it and replicas have a price (`blis_simpy.metrics.fitness`)."""
+    terms: tuple[Term, ...] = LATENCY_TERMS
+    workload = scenario.workload
+    if any(has_targets(t) for t in scenario.evaluation.slo_targets.values()) or (
+            isinstance(workload, TenantsWorkload)
+            and any(has_targets(t.slo) for t in workload.tenants)):
+        terms += SLO_TERMS
+    deployment = scenario.deployment
+    if deployment is not None and deployment.autoscaler is not None and any(
+            config.cost_per_replica_hour > 0 for model in deployment.models
+            for config in model.configs):
+        terms += COST_TERMS
+    return terms

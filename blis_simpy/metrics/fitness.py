@@ -1,4 +1,5 @@
-"""Fitness: a weighted sum of normalised metrics, for policy search (GEPA, OpenEvolve).
+"""Fitness for policy search (GEPA, OpenEvolve): a weighted sum of normalised metrics when the
+scenario gives weights, else a score relative to a baseline (`relative_score`, below).
 
 Every key maps a raw metric to [0, 1], higher is better, so weights compose. The weighted sum
 is sum(weight * normalised) (weights are not renormalised, as in the reference); the vector of
@@ -19,9 +20,10 @@ it could carry for good (1 for a run that keeps up).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 
 def latency(ms: float) -> float:
@@ -103,3 +105,83 @@ class EvaluationResult:
         data = asdict(self)
         del data["wall_s"]
         return data
+
+
+# ---------------------------------------------------------------- the default: relative score
+#
+# Without weights a sweep scores every candidate against a baseline, the scenario's own
+# policies run on the same seed (common random numbers: the same requests), term by term:
+#
+#     fitness = completion x sustained x exp(mean over terms of clip(ln(ratio)))
+#
+# where a term's ratio is baseline / candidate for a latency or cost (lower is better) and
+# candidate / baseline for a rate or share (higher is better), so above 1 means better. The
+# baseline itself scores its completion (1.0 when every request completes); 10 % lower
+# latencies on every latency term score about 1.09; a run that completes nothing scores 0. A
+# log ratio is clipped to +-ln(10) so one term cannot outweigh the others, and a term the
+# baseline has no value for (nothing completed there) is left out. `sustained` scales a
+# saturated candidate down as it does a weighted fitness (module docstring); a baseline that
+# saturates makes every ratio easier to beat, not the candidate's own factor.
+
+Better = Literal["lower", "higher"]
+CLIP = math.log(10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    name: str
+    column: str  # the metric (a RawMetrics / summary key, a column of a sweep's rows)
+    better: Better
+
+
+LATENCY_TERMS = (Term("ttft_mean", "ttft_mean_ms", "lower"),
+                 Term("ttft_p99", "ttft_p99_ms", "lower"),
+                 Term("e2e_mean", "e2e_mean_ms", "lower"),
+                 Term("e2e_p99", "e2e_p99_ms", "lower"),
+                 Term("throughput", "output_tokens_per_s", "higher"))
+SLO_TERMS = (Term("slo_attainment", "slo_attainment", "higher"),
+             Term("goodput", "goodput_per_s", "higher"))
+COST_TERMS = (Term("cost", "cost", "lower"),)
+
+
+def number(value: Any) -> float | None:
+    """A finite number, or None (missing, null, NaN)."""
+    if value is None or isinstance(value, bool | str):
+        return None
+    x = float(value)
+    return x if math.isfinite(x) else None
+
+
+def log_ratio(candidate: float | None, baseline: float, better: Better) -> float:
+    """ln of the oriented ratio (> 0: the candidate is better), clipped to +-CLIP; a
+    candidate without a value is the worst."""
+    if candidate is None:
+        return -CLIP
+    good, bad = (baseline, candidate) if better == "lower" else (candidate, baseline)
+    if bad <= 0:
+        return CLIP if good > 0 else 0.0
+    if good <= 0:
+        return -CLIP
+    return max(-CLIP, min(CLIP, math.log(good / bad)))
+
+
+@dataclass(frozen=True)
+class RelativeScore:
+    fitness: float
+    ratios: dict[str, float]  # term -> oriented ratio (> 1: better than the baseline)
+
+
+def relative_score(candidate: Mapping[str, Any], baseline: Mapping[str, Any],
+                   terms: Sequence[Term]) -> RelativeScore:
+    """The candidate's fitness against the baseline's metrics (the rule above). Both are
+    mappings of metric name -> value: RawMetrics, or a sweep's rows."""
+    logs: dict[str, float] = {}
+    for term in terms:
+        base = number(baseline.get(term.column))
+        if base is not None:
+            logs[term.name] = log_ratio(number(candidate.get(term.column)), base, term.better)
+    completion = number(candidate.get("completion_rate", candidate.get("completion"))) or 0.0
+    carried = number(candidate.get("sustained"))
+    mean = sum(logs.values()) / len(logs) if logs else 0.0
+    return RelativeScore(completion * (1.0 if carried is None else carried) * math.exp(mean),
+                         {name: math.exp(value) for name, value in logs.items()})

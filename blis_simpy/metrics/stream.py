@@ -50,6 +50,7 @@ from blis_simpy.metrics.anomalies import episodes, slo_violations
 from blis_simpy.metrics.columns import Coded, Table, TableWriter
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.evaluation import EvaluationResult, evaluation, request_targets
+from blis_simpy.metrics.imbalance import Spans, Waiting, imbalanced
 from blis_simpy.metrics.moments import float_sum, square_sum
 from blis_simpy.metrics.order_stats import ALL, Cell, SampleFile, pairwise_sum
 from blis_simpy.metrics.raw import (
@@ -491,6 +492,7 @@ class StreamingRecords:
         self.reject_codes: dict[int, Counter[str]] = {}  # by instance position + 1
         self.totals: Counter[str] = Counter()
         self.violations: list[Anomaly] = []
+        self.waiting: list[Waiting] = []  # a fixed cluster's, for load_imbalance at the end
         self.logs: Sequence[InstanceRecord] = ()  # the instances' final records
 
     # -- the sink ---------------------------------------------------------------------------
@@ -563,6 +565,8 @@ class StreamingRecords:
         targets = request_targets(self.scenario, table)
         good, judged = meets(table, targets), targeted(targets)
         self.violations += slo_violations(table, targets)
+        if self.scenario.deployment is None:
+            self.waiting.append(Waiting.of(table))
         ended = done | rejected | timed_out
         klass, tenant = self.classes.of(req.slo_class), self.tenants.of(req.tenant)
         for sums, codes in ((self.by_class, klass), (self.by_tenant, tenant)):
@@ -634,6 +638,10 @@ class StreamingRecords:
             {log.id: self.levels(i, log, seconds * US_PER_S) for i, log in enumerate(logs)})
         anomalies = [*records.anomalies, *self.violations,
                      *episodes(records, scenario.evaluation, scenario.engine.kv_tiers)]
+        if scenario.deployment is None:  # as metrics/evaluation.py: evaluate
+            anomalies += imbalanced(logs, self.spans(), Waiting.joined(self.waiting),
+                                    records.ended_at)
+            self.waiting = []
         self.write_steps(logs)
         return (stats, *evaluation(scenario, metrics, stats, anomalies, seconds, wall_s,
                                    window))
@@ -679,6 +687,16 @@ class StreamingRecords:
                             below, above, _ = linear(n, q)
                             ks.update(k if k >= 0 else n - 1 for k in (below, above))
             series.select(wanted)
+
+    def spans(self) -> Spans:
+        """Each instance's step starts and ends, read back from the step file."""
+        out = {}
+        for position, log in enumerate(self.logs):
+            parts = list(self.step_rows.rows(position))
+            rows = np.concatenate(parts) if parts else np.zeros((0, len(STEP_FIELDS)), np.int64)
+            starts = rows[:, START].copy()
+            out[log.id] = (starts, starts + rows[:, DURATION])
+        return out
 
     def steps_of(self, position: int) -> InstanceSteps:
         steps = self.instances.get(position)

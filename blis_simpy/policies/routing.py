@@ -4,26 +4,29 @@ composite policy, each scorer's weighted share, so every decision record has its
 Ties go to the first instance in fleet order (seed E.4). Policies that remember where requests
 went key that memory by instance id, so instances may come and go during a run.
 
-Templates: round-robin, least-loaded, weighted (composable scorers), prefix-affinity,
-always-busiest (pathological).
+Templates: round-robin, least-loaded, weighted (composable scorers: `policies/scorers.py`),
+prefix-affinity, always-busiest (pathological).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.schema import spec
-from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.registry import Registry
+from blis_simpy.policies.scorers import SCORERS, combine, tell
 
 
-@dataclass(frozen=True, slots=True)
-class RoutingDecision:
+class RoutingDecision(NamedTuple):
+    """A routing policy's answer. A named tuple (immutable, like a frozen dataclass, and
+    built in a third of the time: one per request)."""
+
     target: str  # id of the chosen instance
     reason: str
     scores: tuple[float, ...]  # one per snapshot, in the order given; higher = better
@@ -102,46 +105,15 @@ class AlwaysBusiest(RoutingPolicy):
                                scores)
 
 
-Scorer = Callable[[RequestView, Sequence[InstanceSnapshot], ShadowKV], list[float]]
-
-
-def queue_depth_scores(req, snaps, shadow) -> list[float]:
-    loads = [s.effective_load for s in snaps]
-    low, high = min(loads), max(loads)
-    if high == low:
-        return [1.0] * len(loads)
-    return [(high - load) / (high - low) for load in loads]
-
-
-def kv_utilization_scores(req, snaps, shadow) -> list[float]:
-    return [1.0 - s.kv_utilization for s in snaps]
-
-
-def load_balance_scores(req, snaps, shadow) -> list[float]:
-    return [1.0 / (1.0 + s.effective_load) for s in snaps]
-
-
-def prefix_affinity_scores(req, snaps, shadow) -> list[float]:
-    total = len(req.prefix_hashes)
-    if total == 0:
-        return [0.0] * len(snaps)
-    return [shadow.expected_hit(s.id, req.prefix_hashes) / total for s in snaps]
-
-
-SCORERS: dict[str, Scorer] = {
-    "queue-depth": queue_depth_scores,
-    "kv-utilization": kv_utilization_scores,
-    "load-balance": load_balance_scores,
-    "prefix-affinity": prefix_affinity_scores,
-}
-
-
 @dataclass(frozen=True, slots=True)
 class WeightedParams:
     scorers: dict[str, float] = spec(
         factory=lambda: {"prefix-affinity": 3.0, "queue-depth": 2.0, "kv-utilization": 2.0},
         help="scorer name -> weight (normalised to sum 1)",
     )
+    prefix_match_bonus: float = spec(
+        0.0, help="added to the score of every instance the router's shadow KV expects to "
+        "hold at least the prompt's first block (seed F.1)", ge=0, le=1e6)
 
     def validate(self, path: str) -> None:
         if not self.scorers:
@@ -157,36 +129,36 @@ class WeightedParams:
                                     "a finite number > 0")
 
 
-def clamp01(x: float) -> float:
-    return 0.0 if x < 0 else 1.0 if x > 1 else x
-
-
 @ROUTING.register("weighted")
 class Weighted(RoutingPolicy):
-    """Composite score: sum of weight * clamp01(scorer); the highest wins."""
+    """Composite score: sum of weight * (scorer clamped to [0, 1]); the highest wins."""
 
     Params = WeightedParams
     params: WeightedParams
-    reads_shadow_kv = True
 
     def __init__(self, params: WeightedParams) -> None:
         super().__init__(params)
         total = sum(params.scorers.values())
-        self.scorers = [(n, SCORERS[n], w / total) for n, w in params.scorers.items()]
+        self.scorers = [(n, SCORERS[n](), w / total) for n, w in params.scorers.items()]
+        self.bonus = params.prefix_match_bonus
+        self.reads_shadow_kv = bool(self.bonus) or any(s.reads_shadow_kv
+                                                       for _, s, _ in self.scorers)
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
-        composite = [0.0] * len(snapshots)
-        breakdown = {}
-        shadow = state.shadow_kv
-        assert shadow is not None  # kept by the gateway: this policy reads it
-        for name, scorer, weight in self.scorers:
-            shares = tuple(weight * clamp01(score) for score in scorer(req, snapshots, shadow))
-            breakdown[name] = shares
-            for i, share in enumerate(shares):
-                composite[i] += share
+        snaps = list(snapshots)  # every scorer reads every instance: take them once
+        composite, breakdown = combine(self.scorers, req, snaps, state)
+        if self.bonus:
+            shadow = state.shadow_kv
+            assert shadow is not None  # kept by the gateway: the bonus reads it
+            first = req.prefix_hashes[:1]
+            shares = [self.bonus if first and shadow.expected_hit(s.id, first) else 0.0
+                      for s in snaps]
+            breakdown["prefix-match-bonus"] = tuple(shares)
+            composite = [total + share for total, share in zip(composite, shares, strict=True)]
         best = argmax(composite)
-        target = snapshots[best].id
+        target = snaps[best].id
+        tell(self.scorers, req, target)
         return RoutingDecision(target, f"weighted-scoring (score={composite[best]:.3f})",
                                tuple(composite), breakdown)
 

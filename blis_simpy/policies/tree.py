@@ -42,13 +42,9 @@ from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.core.units import US_PER_S
 from blis_simpy.policies.admission import ADMISSION, AdmissionDecision, AdmissionPolicy
 from blis_simpy.policies.priority import PRIORITY, PriorityPolicy
-from blis_simpy.policies.routing import (
-    ROUTING,
-    SCORERS,
-    RoutingDecision,
-    RoutingPolicy,
-)
+from blis_simpy.policies.routing import ROUTING, RoutingDecision, RoutingPolicy
 from blis_simpy.policies.scheduler import SCHEDULER, InstanceScheduler, SchedulerParams
+from blis_simpy.policies.scorers import SCORERS, Scorer
 
 MAX_DEPTH = 32
 
@@ -304,6 +300,7 @@ class RoutingTree(RoutingPolicy):
     def __init__(self, params: RoutingTreeParams) -> None:
         super().__init__(params)
         self.root = parse(params.tree, "tree", "routing", routing_leaf)
+        self.scorers: dict[str, Scorer] = {}  # each scorer a leaf has used, made once
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
@@ -320,11 +317,16 @@ class RoutingTree(RoutingPolicy):
                 scores.append(leaf.score)
                 continue
             if leaf.scorer not in scored:
-                scored[leaf.scorer] = SCORERS[leaf.scorer](req, snapshots, shadow)
+                scorer = self.scorers.get(leaf.scorer)
+                if scorer is None:
+                    scorer = self.scorers[leaf.scorer] = SCORERS[leaf.scorer]()
+                scored[leaf.scorer] = scorer.scores(req, snapshots, state)
             scores.append(leaf.score * scored[leaf.scorer][i])
         best = min(range(len(snapshots)),
                    key=lambda i: (-scores[i], snapshots[i].effective_load, i))
         target = snapshots[best].id
+        for name in scored:
+            self.scorers[name].chosen(req, target)
         return RoutingDecision(target, f"decision-tree (score={scores[best]:.3f})",
                                tuple(scores))
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from blis_simpy.report.figures import bin_edges, bin_width, line_style, new_figure
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -20,8 +22,6 @@ ROLE_COLUMNS = ("instance", "role", "time_s", "busy_s")
 
 def pd_plot(instances: pd.DataFrame, transfers: pd.DataFrame, queue: pd.DataFrame
             ) -> Figure:
-    from blis_simpy.report.plots import line_style, new_figure
-
     figure, (busy_ax, queue_ax, took_ax) = new_figure(11, 8.5, 3)
     edges, width, pools = pool_busy_share(instances)
     end = run_end(instances)
@@ -53,8 +53,6 @@ def pool_busy_share(instances: pd.DataFrame
                     ) -> tuple[np.ndarray, float, dict[str, tuple[int, np.ndarray]]]:
     """Time-bin edges, the bin width, and per pool (prefill, decode) its instance count and
     the share of its instances' time spent in steps in each bin."""
-    from blis_simpy.report.plots import bin_edges, bin_width
-
     width = bin_width(run_end(instances))
     edges = bin_edges(run_end(instances), width)
     pools = {}

@@ -7,8 +7,6 @@ backend switch and no user matplotlibrc, so the same run gives the same bytes.
 
 from __future__ import annotations
 
-import math
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +22,14 @@ from blis_simpy.report import (
     read_table,
     run_folder,
 )
+from blis_simpy.report.figures import (
+    DPI,
+    bin_edges,
+    bin_width,
+    line_style,
+    natural_key,
+    new_figure,
+)
 from blis_simpy.report.pd_plots import QUEUE_COLUMNS, ROLE_COLUMNS, TRANSFER_COLUMNS, pd_plot
 from blis_simpy.report.scaling import REPLICA_COLUMNS, replica_plot
 from blis_simpy.report.tier_plots import TIER_COLUMNS, kv_tiers
@@ -32,19 +38,12 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-DPI = 100
 REQUEST_COLUMNS = ("arrival_s", "first_token_s", "completion_s", "ttft_ms", "e2e_ms",
                    "final_state")
 STEP_COLUMNS = ("instance", "start_s", "duration_ms", "decode_requests", "batch_size",
                 "kv_blocks_used", "queue_depth")
-TARGET_BINS = 30  # short runs: aim for about this many throughput bins
 # PNG metadata otherwise names the matplotlib version; leave it out so files depend on data.
 PNG_METADATA: dict[str, Any] = {"Software": None}
-# Instance lines: the ten qualitative colours, then again dashed, dotted, dash-dotted: 40
-# distinguishable (colour, style) pairs, so a 16-instance legend has no two alike.
-COLOURS = tuple(f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown",
-                                     "pink", "gray", "olive", "cyan"))
-LINE_STYLES = ("-", "--", ":", "-.")
 MAX_LEGEND = 16  # instances named in the legend; more would bury the plot
 
 
@@ -95,16 +94,6 @@ def matplotlib() -> Any:
         raise ScenarioError("", "matplotlib is not installed: install blis-simpy[plots]"
                             ) from None
     return matplotlib
-
-
-def new_figure(width: float, height: float, rows: int, cols: int = 1,
-               sharex: bool = False) -> tuple[Figure, np.ndarray]:
-    """A fixed-size figure with an Agg canvas, without touching pyplot's global state."""
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    axes = figure.subplots(rows, cols, sharex=sharex, squeeze=False)
-    return figure, axes.ravel()
 
 
 def note_empty(ax: Axes, text: str) -> None:
@@ -201,17 +190,6 @@ def instances(steps: pd.DataFrame, kv_total: int | None,
     return figure
 
 
-def natural_key(name: str) -> list[tuple[int, int | str]]:
-    """Sort key that orders the numbers inside names by value: instance_2 before instance_10."""
-    return [(0, int(part)) if part.isdigit() else (1, part)
-            for part in re.split(r"(\d+)", name) if part]
-
-
-def line_style(i: int) -> tuple[str, str]:
-    """The i-th instance's (colour, line style): each colour solid first, then dashed, ..."""
-    return COLOURS[i % len(COLOURS)], LINE_STYLES[(i // len(COLOURS)) % len(LINE_STYLES)]
-
-
 # --- throughput over time -----------------------------------------------------------------
 
 def throughput(requests: pd.DataFrame, steps: pd.DataFrame) -> Figure:
@@ -245,24 +223,6 @@ def run_end(done: pd.DataFrame, steps: pd.DataFrame) -> float:
     if not steps.empty:
         ends.append((steps["start_s"] + steps["duration_ms"] / US_PER_MS).astype(float).max())
     return float(np.nanmax(ends))
-
-
-def bin_width(span_s: float) -> float:
-    """1 s, or for runs shorter than TARGET_BINS seconds a 1-2-5 width giving ~TARGET_BINS
-    bins, so a 2 s test run still shows a shape instead of two bars."""
-    if span_s >= TARGET_BINS or span_s <= 0:
-        return 1.0
-    raw = span_s / TARGET_BINS
-    power = 10.0 ** math.floor(math.log10(raw))
-    return next(step * power for step in (1, 2, 5, 10) if step * power >= raw)
-
-
-def bin_edges(end: float, width: float) -> np.ndarray:
-    """Edges from 0 whose last is at or past `end`, so np.histogram drops no completion."""
-    count = max(math.ceil(end / width), 1)
-    if count * width < end:  # rounding in end / width
-        count += 1
-    return width * np.arange(count + 1)
 
 
 def tokens_per_bin(requests: pd.DataFrame, steps: pd.DataFrame, edges: np.ndarray

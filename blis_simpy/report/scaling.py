@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from blis_simpy.report.figures import bin_edges, bin_width, line_style, new_figure
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -17,8 +19,6 @@ REPLICA_COLUMNS = ("time_s", "config", "replicas", "routable")
 
 
 def replica_plot(requests: pd.DataFrame, replicas: pd.DataFrame) -> Figure:
-    from blis_simpy.report.plots import bin_edges, bin_width, line_style, new_figure
-
     figure, (load_ax, rep_ax, ttft_ax) = new_figure(11, 8.5, 3, sharex=True)
     arrivals = requests["arrival_s"].to_numpy(dtype=float)
     end = max(float(arrivals.max()) if len(arrivals) else 0.0,

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from blis_simpy.report.figures import line_style, natural_key, new_figure
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -17,8 +19,6 @@ TIER_COLUMNS = ("instance", "time_s", "kv_utilization", "kv_cpu_utilization",
 def kv_tiers(instances: pd.DataFrame, tiers: dict[str, Any]) -> Figure:
     """Left: GPU, CPU and storage use per instance over time. Right: the share of prefix-block
     lookups found on each tier, with the thrashing rate."""
-    from blis_simpy.report.plots import line_style, natural_key, new_figure
-
     figure, (use_ax, hits_ax) = new_figure(12, 4.5, 1, 2)
     groups = dict(list(instances.groupby(instances["instance"].astype(str), sort=False)))
     storage = bool(instances["kv_storage_utilization"].to_numpy(dtype=float).any())

@@ -52,9 +52,14 @@ def sweep(
         "--progress/--quiet", help="progress bar on stderr (default: when it is a terminal)")
     ] = None,
     force: Annotated[bool, typer.Option(help="replace an existing table")] = False,
+    store: Annotated[Path | None, typer.Option(
+        help="run store: each finished run is kept there at once, and a sweep started again "
+        "skips the runs it holds (default: the file's `store`, else the table's name with "
+        ".runs.sqlite)")] = None,
 ) -> None:
     """Run every scenario x policy x seed of a sweep file on a process pool; write one row
-    per run (ids, seed, every summary metric, fitness)."""
+    per run (ids, seed, every summary metric, fitness). Every finished run is stored at
+    once, so a sweep that was killed resumes where it stopped when started again."""
     from blis_simpy.search.sweep import run_many
     from blis_simpy.search.sweepfile import read_sweep
 
@@ -62,11 +67,12 @@ def sweep(
         spec = read_sweep(sweep_file)
         target = out or spec.out
         check_table_target(target, force)
+        runs = store or spec.store or target.with_suffix(".runs.sqlite")
         show = sys.stderr.isatty() if progress is None else progress
         with warnings.catch_warnings(record=True) as notes:
             warnings.simplefilter("always", UserWarning)
             table = run_many(spec.scenarios, spec.policies, spec.seeds, workers=workers,
-                             progress=SweepProgress() if show else None)
+                             progress=SweepProgress() if show else None, store=runs)
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

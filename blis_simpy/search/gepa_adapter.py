@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from gepa import EvaluationBatch
@@ -23,6 +24,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search.code import BUNDLE, candidate_policy
 from blis_simpy.search.contain import Limits, SandboxUnavailable
+from blis_simpy.search.store import RunStore
 from blis_simpy.search.sweep import Task, execute, plan
 
 Trajectory = dict[str, Any]  # the run's row: metrics, fitness, error and feedback
@@ -30,13 +32,20 @@ Trajectory = dict[str, Any]  # the run's row: metrics, fitness, error and feedba
 
 class BlisAdapter:
     """GEPA's `GEPAAdapter` for policy search: `evaluate`, `batch_evaluate` (every pair in one
-    sweep, on `executor` or a process pool of `workers`) and `make_reflective_dataset`."""
+    sweep, on `executor` or a process pool of `workers` kept for the adapter's life) and
+    `make_reflective_dataset`. Every run goes through a run store (`store`: a file, so a
+    search killed and started again skips what it has done; default in memory), so a
+    candidate proposed twice and the baseline of the default score are run once."""
 
     propose_new_texts = None  # GEPA's proposer (an LLM, or a custom_candidate_proposer)
 
     def __init__(self, executor: Executor | None = None, workers: int | None = None,
-                 limits: Limits | None = None) -> None:
-        self.executor, self.workers, self.limits = executor, workers, limits or Limits()
+                 limits: Limits | None = None, store: str | Path | None = None) -> None:
+        self.workers, self.limits = workers, limits or Limits()
+        self.store = RunStore(":memory:" if store is None else store)
+        self.executor = executor
+        if executor is None and workers != 1:
+            self.executor = ProcessPoolExecutor(workers)  # warm for the whole search
 
     def evaluate(self, batch: list[Scenario], candidate: dict[str, str],
                  capture_traces: bool = False) -> EvaluationBatch[Trajectory, Trajectory]:
@@ -49,24 +58,23 @@ class BlisAdapter:
                        ) -> list[EvaluationBatch[Trajectory, Trajectory]]:
         """Every (candidate, batch) pair in one sweep, so all runs share the workers."""
         tasks: list[Task] = []
-        spans: list[tuple[int, int, str]] = []  # (first task, count, why the candidate failed)
+        spans: list[tuple[int, str]] = []  # (runs, why the candidate failed)
         for candidate, batch in items:
-            start = len(tasks)
             try:
                 policy = candidate_policy(candidate)
                 scenarios = {f"{i}:{s.name}": s for i, s in enumerate(batch)}
-                tasks.extend(dataclasses.replace(t, index=start + k) for k, t in
-                             enumerate(plan(scenarios, {"candidate": policy}, None,
-                                            self.limits)))
-                spans.append((start, len(batch), ""))
+                planned = plan(scenarios, {"candidate": policy}, None, self.limits)
+                tasks.extend(dataclasses.replace(t, index=len(tasks) + k)
+                             for k, t in enumerate(planned))
+                spans.append((len(batch), ""))
             except SandboxUnavailable:
                 raise  # not the candidate's fault: every code candidate would score 0
             except ScenarioError as exc:
-                spans.append((start, len(batch), f"the candidate does not load: {exc}"))
-        rows = execute(tasks, self.executor, self.workers, None)
+                spans.append((len(batch), f"the candidate does not load: {exc}"))
+        rows = iter(execute(tasks, self.executor, self.workers, None, self.store))
         out = []
-        for start, count, error in spans:
-            runs = [failed(error)] * count if error else rows[start:start + count]
+        for count, error in spans:
+            runs = [failed(error)] * count if error else [next(rows) for _ in range(count)]
             out.append(EvaluationBatch(outputs=runs, scores=[float(r["fitness"]) for r in runs],
                                        trajectories=runs))
         return out

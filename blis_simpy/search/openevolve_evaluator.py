@@ -30,6 +30,7 @@ from blis_simpy.policies.bundle import PolicyBundle
 from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.contain import Limits, SandboxUnavailable
 from blis_simpy.search.export import k4_export
+from blis_simpy.search.store import RunStore
 from blis_simpy.search.sweep import Candidate, run_many
 from blis_simpy.sim.run import load
 
@@ -38,15 +39,20 @@ REPORTED = ("fitness", "completion", "ttft_mean_ms", "ttft_p99_ms", "e2e_mean_ms
 
 
 class BlisEvaluator:
-    """Scores programs on `scenarios` x `seeds` (each scenario's own seed by default)."""
+    """Scores programs on `scenarios` x `seeds` (each scenario's own seed by default). Every
+    run goes through a run store (`store`: a file, so an evolution killed and started again
+    skips what it has done; default in memory): a program evaluated again and the default
+    score's baseline runs are served from it."""
 
     def __init__(self, scenarios: Sequence[Scenario | str | Path], axis: str = "routing",
                  seeds: Sequence[int] | None = None,
                  features: Sequence[str] = ("cache_hit_rate", "completion"),
-                 limits: Limits | None = None, workers: int = 1) -> None:
+                 limits: Limits | None = None, workers: int = 1,
+                 store: str | Path | None = None) -> None:
         self.scenarios = [load(s) for s in scenarios]
         self.axis, self.seeds = axis, None if seeds is None else list(seeds)
         self.features, self.limits, self.workers = tuple(features), limits, workers
+        self.store = RunStore(":memory:" if store is None else store)
 
     def evaluate(self, program_path: str) -> EvaluationResult:
         """Every scenario and seed."""
@@ -67,7 +73,7 @@ class BlisEvaluator:
             candidate = self.candidate(Path(program_path))
             table = run_many({f"{i}:{s.name}": s for i, s in enumerate(scenarios)},
                              {"candidate": candidate}, seeds, workers=self.workers,
-                             limits=self.limits)
+                             limits=self.limits, store=self.store)
         except SandboxUnavailable:
             raise  # not the candidate's fault: every code candidate would score 0
         except ScenarioError as exc:

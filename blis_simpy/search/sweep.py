@@ -3,38 +3,55 @@
 A policy search calls the simulator thousands of times, so a sweep is the unit of work:
 scenarios are parsed and every candidate is validated once, in the caller, before any run
 starts (a bad candidate fails the sweep at once, naming it); the runs then go to an executor
-whose worker processes stay up for the whole sweep. A run whose user policy fails while
-running becomes a row with the error and fitness 0, so a search goes on past a broken
-candidate.
+whose worker processes stay up for the whole sweep, and each worker draws and hashes a
+(workload, seed)'s requests once for all the runs it gets (`workload/prepared.py`). A run
+whose user policy fails while running becomes a row with the error and fitness 0, so a
+search goes on past a broken candidate.
 
 Common random numbers: a run's workload comes from its scenario and seed alone (the named
 random streams of `blis_simpy.rng`), so the same seed gives every policy the same requests,
 and differences between policies are paired (`compare_policies`).
 
-Rows never depend on the executor or on the number of workers: they are built from each run's
-records only (no wall time) and returned in job order.
+Fitness: with `fitness.weights` a run's own weighted score; without, the default score,
+relative to the scenario's own policies run on the same seeds (`metrics/fitness.py`): the
+sweep runs that baseline too (once per scenario and seed) and scores every row against it.
+
+Every run has a content key (`store.run_key`): runs with the same key are run once, and with a
+`store` each finished row is on disk at once, so a sweep started again skips what is done.
+
+Rows never depend on the executor, the number of workers or the store: they are built from
+each run's records only (no wall time), returned in job order, and always as the store would
+give them back (`store.normalised`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.arguments import callback, instance, integer, integers
 from blis_simpy.core.errors import PolicyError, ScenarioError
-from blis_simpy.policies.bundle import PolicyBundle
+from blis_simpy.metrics.evaluation import relative_terms
+from blis_simpy.metrics.fitness import Term, relative_score
+from blis_simpy.policies.autoscale import AUTOSCALE
+from blis_simpy.policies.bundle import AXES, REGISTRIES, PolicyBundle
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
 from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
+from blis_simpy.search.store import RunStore, normalised, run_key
+from blis_simpy.sim.build import build
+from blis_simpy.sim.modes import mode_of
 from blis_simpy.sim.result import Result
-from blis_simpy.sim.run import ScenarioForm, load, run
+from blis_simpy.sim.run import ScenarioForm, load, simulate
+from blis_simpy.workload.prepared import WorkloadCache
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,6 +61,11 @@ Candidate = PolicyBundle | CodePolicy | Mapping[str, Any] | None
 Progress = Callable[[int, int], None]  # (runs done, runs in all)
 ID_COLUMNS = ("scenario", "policy", "seed", "candidate_id", "policy_id", "workload_id",
               "error", "fitness", "completion")
+LABELS = ID_COLUMNS[:4]  # what the caller named a run: not part of its content
+BASELINE = "(baseline)"  # the policy label of a run only the default score needs
+# This worker's prepared workloads: the requests of each (workload, seed) it has run, drawn
+# and hashed once (a memo of deterministic data: a run is the same with or without it).
+WORKLOADS = WorkloadCache()
 
 
 @dataclass(frozen=True)
@@ -54,11 +76,15 @@ class Task:
     scenario_name: str
     policy_name: str
     seed: int
-    scenario: Scenario  # validated, with the candidate's overrides applied
+    scenario: Scenario  # validated, resolved, with the candidate's overrides and the seed
     candidate_id: str
     code: CodePolicy | None = None  # run contained, within `limits`
     limits: Limits = field(default_factory=Limits)
     rejected: str = ""  # why the static check refused the code: the row is a zero
+    key: str = ""  # the run's content key (store.run_key)
+    terms: tuple[Term, ...] = ()  # the default score's terms; () with fitness weights
+    baseline_key: str = ""  # the key of the run it is scored against (with `terms`)
+    baseline: bool = False  # run only to score the others against (not a row of the table)
 
 
 def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, ScenarioForm],
@@ -66,7 +92,8 @@ def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, Sce
              seeds: Iterable[int] | None = None, *,
              overrides: Mapping[str, Any] | None = None, executor: Executor | None = None,
              workers: int | None = None, progress: Progress | None = None,
-             limits: Limits | None = None) -> pd.DataFrame:
+             limits: Limits | None = None, store: str | Path | RunStore | None = None
+             ) -> pd.DataFrame:
     """Run every scenario x policy x seed and return one row per run (`row` says which
     columns). `scenarios`: one scenario in any form `run` takes (a `Scenario`, a YAML path, a
     library name, a mapping of its sections), a list of them, or a mapping name -> form.
@@ -79,7 +106,9 @@ def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, Sce
 
     The runs go to `executor` (any `concurrent.futures.Executor`, e.g. a Dask
     `Client.get_executor()`), else to a process pool of `workers` processes (default: every
-    core); `workers=1` runs them here, one after another."""
+    core); `workers=1` runs them here, one after another. `store` (a file, made if new):
+    every finished run is written there at once, and runs already there are not run again
+    (`blis_simpy.search.store`)."""
     import pandas as pd
 
     instance("policies", policies if policies is not None else {}, Mapping,
@@ -90,9 +119,17 @@ def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, Sce
                             f"{type(executor).__name__}", "an Executor, or None")
     callback("progress", progress, "a function taking (runs done, runs in all), or None")
     instance("limits", limits, (Limits, type(None)), "a Limits, or None")
+    instance("store", store, (str, Path, RunStore, type(None)),
+             "a file path, a RunStore, or None")
     tasks = plan(named_scenarios(scenarios, overrides), policies or {"scenario": None}, seeds,
                  limits or Limits())
-    frame = pd.DataFrame(execute(tasks, executor, workers, progress))
+    opened = RunStore(store) if isinstance(store, str | Path) else store
+    try:
+        rows = execute(tasks, executor, workers, progress, opened)
+    finally:
+        if opened is not store and opened is not None:
+            opened.close()
+    frame = pd.DataFrame(rows)
     counted = [c for c in frame.columns if c.startswith("anomaly.")]
     frame[counted] = frame[counted].fillna(0).astype(int)  # a kind absent from a run: 0
     return frame
@@ -161,9 +198,12 @@ def per_scenario(overrides: Mapping[str, Any] | None, names: Mapping[str, Scenar
 
 
 def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:
-    if isinstance(candidate, PolicyBundle):
-        return candidate
+    """The candidate's bundle, parsed and validated (one built by hand too: it may name no
+    `module:Class`)."""
     try:
+        if isinstance(candidate, PolicyBundle):
+            candidate.validate()
+            return candidate
         return PolicyBundle.from_dict(candidate or {})
     except ScenarioError as exc:
         raise ScenarioError(f"policies[{name!r}].{exc.path}".rstrip("."), exc.problem,
@@ -173,41 +213,89 @@ def candidate_bundle(name: str, candidate: Candidate) -> PolicyBundle:
 def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
          seeds: Iterable[int] | None, limits: Limits) -> list[Task]:
     """Every run, validated: a bad candidate or seed fails here, before any run starts; code
-    the static check refuses becomes zero rows (a search produces such candidates)."""
+    the static check refuses becomes zero rows (a search produces such candidates). A
+    scenario without fitness weights adds its baseline runs (`baseline=True`, at the end)."""
     seed_list = None if seeds is None else integers("seeds", seeds)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
     if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
         sandbox()  # code runs only in the sandbox: a machine without one refuses it now
-    unweighted = [name for name, s in scenarios.items() if not s.fitness.weights]
-    if unweighted:
-        warnings.warn(f"fitness is 0 in every run of {', '.join(unweighted)}: the scenario "
-                      "sets no fitness.weights (docs/reference/metrics.md); compare the metric "
-                      "columns or give weights", UserWarning, stacklevel=3)
     tasks: list[Task] = []
+    baselines: list[Task] = []
     for scenario_name, scenario in scenarios.items():
-        for policy_name, (overrides, candidate_id, code, rejected) in prepared.items():
-            try:
-                applied = load(scenario, overrides=overrides)
-            except ScenarioError as exc:
-                raise ScenarioError(f"policies[{policy_name!r}] on {scenario_name}: "
-                                    f"{exc.path}", exc.problem, exc.valid) from None
-            for seed in seed_list if seed_list is not None else [scenario.seed]:
+        terms = () if scenario.fitness.weights else relative_terms(scenario)
+        scenario_seeds = seed_list if seed_list is not None else [scenario.seed]
+        own: dict[int, Task] = {}
+        if terms:
+            for seed in scenario_seeds:
+                base = apply(scenario, {}, seed, f"{scenario_name}: ")
+                own[seed] = Task(0, scenario_name, BASELINE, seed, base, "",
+                                 key=key(base, seed, None, ""), baseline=True)
+        baselines.extend(own.values())
+        for policy_name, (bundle, candidate_id, code, rejected) in prepared.items():
+            where = f"policies[{policy_name!r}] on {scenario_name}: "
+            overrides = candidate_overrides(bundle, code, rejected, scenario, where)
+            for n, seed in enumerate(scenario_seeds):
+                applied = apply(scenario, overrides, seed, where, bundle,
+                                check=() if n else (code.axis,) if code else ("",))
                 tasks.append(Task(len(tasks), scenario_name, policy_name, seed, applied,
-                                  candidate_id, code, limits, rejected))
-    return tasks
+                                  candidate_id, code, limits, rejected,
+                                  key(applied, seed, code, rejected), terms,
+                                  own[seed].key if terms else ""))
+    return tasks + [dataclasses.replace(t, index=len(tasks) + i)
+                    for i, t in enumerate(baselines)]
+
+
+def candidate_overrides(bundle: PolicyBundle | None, code: CodePolicy | None, rejected: str,
+                        scenario: Scenario, where: str) -> dict[str, Any]:
+    """What a candidate changes in this scenario: its bundle's axes, and its code's axis."""
+    try:
+        overrides = {} if bundle is None else bundle.overrides(scenario)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}{exc.path}", exc.problem, exc.valid) from None
+    if code is not None and not rejected:
+        overrides[f"policies.{code.axis}"] = {"type": code.type_name, "params": {}}
+    return overrides
+
+
+def apply(scenario: Scenario, overrides: Mapping[str, Any], seed: int, where: str,
+          bundle: PolicyBundle | None = None, check: tuple[str, ...] = ()) -> Scenario:
+    """The scenario as one run gets it: overrides and seed applied, defaults resolved. With
+    `check`, every policy it names is also built once now, so a parameter its template does
+    not take fails here, not in a worker (the axes in `check` are left out: a code
+    candidate's module exists only where it runs)."""
+    try:
+        applied = resolve(load(scenario, seed=seed, overrides=overrides))
+        if check:
+            build_policies(applied, skip=check)
+        return applied
+    except ScenarioError as exc:
+        if bundle is not None:
+            exc = bundle.blame(exc, "")
+        raise ScenarioError(f"{where}{exc.path}", exc.problem, exc.valid) from None
+
+
+def build_policies(scenario: Scenario, skip: tuple[str, ...]) -> None:
+    for axis in AXES:
+        if axis not in skip:
+            REGISTRIES[axis].create(getattr(scenario.policies, axis), f"policies.{axis}")
+    scaler = None if scenario.deployment is None else scenario.deployment.autoscaler
+    if scaler is not None:
+        AUTOSCALE.create(scaler.policy, "deployment.autoscaler.policy")
+
+
+def key(scenario: Scenario, seed: int, code: CodePolicy | None, rejected: str) -> str:
+    identity = None if code is None else (code.axis, code.entry, code.source, rejected)
+    return run_key(scenario.to_dict(), seed, identity)
 
 
 def prepare_candidate(name: str, candidate: Candidate
-                      ) -> tuple[dict[str, Any], str, CodePolicy | None, str]:
-    """(scenario overrides, candidate id, code or None, why the code was refused or "")."""
+                      ) -> tuple[PolicyBundle | None, str, CodePolicy | None, str]:
+    """(its bundle, candidate id, code or None, why the code was refused or "")."""
     if not isinstance(candidate, CodePolicy):
         bundle = candidate_bundle(name, candidate)
-        return bundle.overrides(), bundle.meta.id or "", None, ""
-    rejected = rejection(candidate)
-    overrides = {} if candidate.bundle is None else candidate.bundle.overrides()
-    if not rejected:
-        overrides[f"policies.{candidate.axis}"] = {"type": candidate.type_name, "params": {}}
-    return overrides, candidate.id, candidate, rejected
+        return bundle, bundle.meta.id or "", None, ""
+    others = None if candidate.bundle is None else candidate_bundle(name, candidate.bundle)
+    return others, candidate.id, candidate, rejection(candidate)
 
 
 def rejection(code: CodePolicy) -> str:
@@ -219,31 +307,87 @@ def rejection(code: CodePolicy) -> str:
 
 
 def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
-            progress: Progress | None) -> list[dict[str, Any]]:
-    """Each task's row, in task order, whatever order the workers finish in."""
+            progress: Progress | None, store: RunStore | None = None) -> list[dict[str, Any]]:
+    """Each task's row (baselines left out), in task order, whatever order the workers finish
+    in, scored (`rescore`). A run is done once per content key: from the store when it is
+    there, else on the workers, and then stored at once."""
+    found = {} if store is None else store.get(t.key for t in tasks)
+    todo: dict[str, list[Task]] = {}
+    for task in tasks:
+        if task.key not in found:
+            todo.setdefault(task.key, []).append(task)
+    contents: dict[str, dict[str, Any]] = dict(found)
+    total = len(tasks)
+    done = total - sum(len(group) for group in todo.values())
+    if progress is not None and done:
+        progress(done, total)
+    for run_key_, row in run_all([group[0] for group in todo.values()], executor, workers):
+        content = normalised({k: v for k, v in row.items() if k not in LABELS})
+        contents[run_key_] = content
+        if store is not None and storable(todo[run_key_][0], content):
+            store.put(run_key_, content)
+        done += len(todo[run_key_])
+        if progress is not None:
+            progress(done, total)
+    return rescore(tasks, contents)
+
+
+def storable(task: Task, content: Mapping[str, Any]) -> bool:
+    """Whether a row is the same whenever it is run: a contained code candidate's failure
+    may depend on the machine (its wall-time budget, the memory left), so it is not kept."""
+    return task.code is None or not content["error"] or bool(task.rejected)
+
+
+def run_all(tasks: list[Task], executor: Executor | None, workers: int | None
+            ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, row) of every task as it finishes: here, or on `executor` or a process pool."""
     count = workers or os.cpu_count() or 1
-    if executor is None and (count == 1 or len(tasks) == 1):
-        rows = []
+    if executor is None and (count == 1 or len(tasks) <= 1):
         for task in tasks:
-            rows.append(evaluate(task))
-            if progress is not None:
-                progress(len(rows), len(tasks))
-        return rows
+            yield task.key, evaluate(task)
+        return
     own = executor is None
     pool = ProcessPoolExecutor(max_workers=min(count, len(tasks))) if own else executor
     assert pool is not None
     try:
-        futures: dict[Future[dict[str, Any]], int] = {
-            pool.submit(evaluate, task): task.index for task in tasks}
-        done: dict[int, dict[str, Any]] = {}
+        futures: dict[Future[dict[str, Any]], str] = {
+            pool.submit(evaluate, task): task.key for task in tasks}
         for future in as_completed(futures):
-            done[futures[future]] = future.result()
-            if progress is not None:
-                progress(len(done), len(tasks))
+            yield futures[future], future.result()
     finally:
         if own:
             pool.shutdown(cancel_futures=True)
-    return [done[i] for i in range(len(tasks))]
+
+
+def rescore(tasks: list[Task], contents: Mapping[str, dict[str, Any]]
+            ) -> list[dict[str, Any]]:
+    """The rows of the non-baseline tasks, in order, from each run's content; where the
+    default score applies, scored against the baseline run on the same seed: `fitness`, one
+    `objective.<term>` column per term (the oriented ratio, > 1: better) and a line on top of
+    the feedback. A failed run keeps its 0."""
+    out = []
+    for task in tasks:
+        if task.baseline:
+            continue
+        row = {**ids(task), **contents[task.key]}
+        if task.terms and not row["error"]:
+            row = relative_row(row, contents[task.baseline_key], task.terms)
+        out.append(row)
+    return out
+
+
+def relative_row(row: dict[str, Any], base: Mapping[str, Any], terms: tuple[Term, ...]
+                 ) -> dict[str, Any]:
+    scored = relative_score(row, base, terms)
+    row = {**row, "fitness": scored.fitness}
+    row.update({f"objective.{name}": ratio for name, ratio in scored.ratios.items()})
+    changes = ", ".join(f"{name} x{ratio:.3f}" for name, ratio in scored.ratios.items())
+    if row.get("sustained", 1.0) < 1.0:
+        changes += f"; saturated: x{row['sustained']:.3f} for the load it could not sustain"
+    row["feedback"] = (f"Fitness {scored.fitness:.4g} against the scenario's own policies on "
+                       f"the same requests (1 = as good; per term, > 1 is better: {changes})"
+                       f"\n\n{row['feedback']}")
+    return row
 
 
 def evaluate(task: Task) -> dict[str, Any]:
@@ -271,8 +415,10 @@ def evaluate(task: Task) -> dict[str, Any]:
 
 
 def evaluate_here(task: Task) -> dict[str, Any]:
+    scenario = task.scenario
     try:
-        result = run(task.scenario, seed=task.seed)
+        prepared = WORKLOADS.get(scenario, reference_draws=mode_of(scenario).reference_draws)
+        result = simulate(build(scenario, prepared=prepared))
     except PolicyError as exc:  # a user policy failed while running: a zero, not a crash
         return zero_row(task, str(exc))
     return {**ids(task), **row(result)}
@@ -291,21 +437,26 @@ def zero_row(task: Task, error: str) -> dict[str, Any]:
 
 def row(result: Result) -> dict[str, Any]:
     """A run's columns after its ids: policy and workload ids, error (empty), fitness,
-    completion, each normalised objective (`objective.<key>`), the measurement window
-    (`window_start_s`, `window_end_s`: null for the run's end), every scalar of the summary,
+    completion, sustained (the saturation factor), each normalised objective
+    (`objective.<key>`), the measurement window (`window_start_s`, `window_end_s`: null for
+    the run's end), every scalar of the summary,
     the RawMetrics scalars the summary lacks, anomaly counts (`anomaly.<kind>`) and the number
     of warnings, then the feedback text for reflection."""
     evaluation = result.evaluation
     assert evaluation is not None
     out: dict[str, Any] = {"policy_id": evaluation.policy_id,
                            "workload_id": evaluation.workload_id, "error": "",
-                           "fitness": evaluation.fitness, "completion": evaluation.completion}
+                           "fitness": evaluation.fitness, "completion": evaluation.completion,
+                           "sustained": evaluation.sustained}
     out.update({f"objective.{k}": v for k, v in evaluation.objectives.items()})
     window = result.scenario.evaluation.window
     out["window_start_s"], out["window_end_s"] = window.warmup_s, window.end_s
     summary = {k: v for k, v in result.summary.items() if scalar(v) and k != "instance_id"}
     out.update(summary)
     out.update({k: v for k, v in result.metrics.items() if scalar(v) and k not in summary})
+    deployment = result.summary.get("deployment")
+    if deployment is not None:
+        out["cost"] = deployment["cost"]
     out.update({f"anomaly.{k}": v for k, v in sorted(result.metrics["anomalies"].items())})
     out["warnings"] = len(result.warnings)
     out["feedback"] = feedback(result)

@@ -8,6 +8,7 @@ policies:                                     # name -> candidate, or a bundle f
   tuned: tuned-bundle.yaml
 seeds: [1, 2, 3]
 out: sweep.csv                                # the table (.csv or .parquet)
+store: sweep.runs.sqlite                      # finished runs (default: out's name + .runs.sqlite)
 ```
 """
 
@@ -36,6 +37,8 @@ class SweepSpec:
         "default: each scenario's own policies")
     seeds: list[int] = spec(factory=list, help="seeds; default: each scenario's own seed")
     out: str = spec("sweep.csv", help="where the table goes (.csv or .parquet)")
+    store: str | None = spec(None, help="the run store: every finished run, kept at once "
+                             "(default: out's name with .runs.sqlite)")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Sweep:
     policies: dict[str, PolicyBundle | None]
     seeds: list[int] | None
     out: Path
+    store: Path | None
 
 
 def read_sweep(path: Path) -> Sweep:
@@ -63,7 +67,7 @@ def read_sweep(path: Path) -> Sweep:
     except ScenarioError as exc:
         raise exc.in_file(path) from None
     return Sweep(scenarios, policies or {"scenario": None}, spec_.seeds or None,
-                 folder / spec_.out)
+                 folder / spec_.out, None if spec_.store is None else folder / spec_.store)
 
 
 def policy(value: Any, folder: Path, where: str) -> PolicyBundle | None:

@@ -1,5 +1,6 @@
 """Wire a resolved scenario into one SimPy environment: the recorder, the instances of the
-fleet, the gateway and the request source, each with the policies the scenario names.
+fleet in their pools, the gateway, the autoscaler, the fault injector and the request source,
+each with the policies the scenario names.
 
 Policies are created here, once per run; an unknown or misconfigured one, a bad trace or an
 unusable latency model fails here, before any event runs (EC-1).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import math
 import sys
 import time
@@ -19,13 +21,18 @@ from typing import TYPE_CHECKING
 
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
+from blis_simpy.cluster.pool import Pool
 from blis_simpy.config.resolve import kv_block_bytes, kv_catalog_note
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.loop import run_events
+from blis_simpy.core.ordering import Background, only_background_left
 from blis_simpy.core.records import Recorder, Records
+from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.snapshot import Role
+from blis_simpy.core.units import US_PER_S
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.kv.tiered import TieredKVCache, tiered_pool
@@ -40,9 +47,10 @@ from blis_simpy.policies.routing import ROUTING
 from blis_simpy.policies.scheduler import SCHEDULER
 from blis_simpy.sim.modes import Mode, mode_of
 from blis_simpy.workload import source
+from blis_simpy.workload.source import PreparedRequests
 
 if TYPE_CHECKING:
-    from blis_simpy.core.scale_log import ScaleLog
+    from blis_simpy.cluster.autoscaler import ConfigScaler
 
 EVENTS_PER_SLICE = 8192
 
@@ -68,12 +76,18 @@ Progress = Callable[[RunProgress], None]
 
 
 class Simulation:
-    """One wired run of a resolved scenario."""
+    """One wired run of a resolved scenario, before and after it runs: its environment, the
+    fleet (every instance by id, `fleet.get("instance_0")`), the pools the instances belong
+    to (their public lifecycle: `drain`, `terminate`; and `instance.fail`), the gateway, the
+    autoscaler's per-config scalers (each with its poll `process`) and the recorder. Add a
+    process of your own with `sim.env.process(...)` before `run`; `after` and `work_left`
+    let it wait without keeping the run alive (docs/extending.md)."""
 
     def __init__(self, scenario: Scenario, env: Environment, mode: Mode,
                  recorder: Recorder, fleet: Fleet, gateway: Gateway,
                  conventions: Conventions, checks: bool, input_notes: list[str],
-                 scale_log: ScaleLog | None = None) -> None:
+                 scale_log: ScaleLog, pools: list[Pool],
+                 autoscalers: list[ConfigScaler] | None = None) -> None:
         self.scenario = scenario
         self.env = env
         self.mode = mode
@@ -83,7 +97,9 @@ class Simulation:
         self.conventions = conventions
         self.checks = checks
         self.input_notes = input_notes  # what the source noted (trace rows skipped)
-        self.scale_log = scale_log  # with a deployment section: lifecycle and scale actions
+        self.scale_log = scale_log  # lifecycle transitions and scale actions
+        self.pools = pools
+        self.autoscalers = autoscalers or []
         self.expected: int | None = None  # requests the workload will send, when known
         self.trace_times = False  # requests carry their trace rows' own timestamps
 
@@ -111,9 +127,37 @@ class Simulation:
                 count += ran
         for instance in self.fleet:
             instance.finish()
+        if self.checks:
+            self.check_counts()
         if progress is not None:
             progress(self.progress(count, started, done=True))
         return time.perf_counter() - started
+
+    def after(self, seconds: float) -> Background:
+        """An event `seconds` from now for a process of your own to wait on (`yield
+        sim.after(5)`) that keeps no run alive: with no horizon, a run ends once only such
+        wake-ups are left (`work_left`)."""
+        if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"after: got {seconds!r}; a number of seconds >= 0")
+        return Background(self.env, round(seconds * US_PER_S))
+
+    def work_left(self) -> bool:
+        """Whether anything but background wake-ups is left to happen: requests still to come
+        or in flight. A process that would go on for ever stops when this is False."""
+        return not only_background_left(self.env)
+
+    def check_counts(self) -> None:
+        """The gateway's per-instance counts agree with the requests themselves: each one
+        unfinished is in flight where it is counted, and nowhere else (checks=True)."""
+        counted: dict[str, int] = {}
+        for req in self.recorder.requests:
+            if req.counted:
+                counted[req.counted] = counted.get(req.counted, 0) + 1
+        drifted = {name: (count, counted.get(name, 0))
+                   for name, count in self.gateway.in_flight.items()
+                   if count != counted.get(name, 0)}
+        if drifted:
+            raise InvariantError(f"in-flight counts drifted (counted, requests): {drifted}")
 
     def progress(self, events: int, started: float, done: bool = False) -> RunProgress:
         recorder = self.recorder
@@ -165,11 +209,13 @@ def sparse_collection() -> Iterator[None]:
 
 
 def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool = False,
-          keep_tokens: bool = False) -> Simulation:
+          keep_tokens: bool = False, prepared: PreparedRequests | None = None) -> Simulation:
     """Wire a resolved scenario. `recorder` chooses what is recorded beyond the essentials
     (default: what `cluster.trace_level` asks for); `checks` verifies invariants while
     running (KV conservation after every block operation, clock monotonicity) and raises
-    InvariantError; `keep_tokens` keeps every request's token ids (to export the workload)."""
+    InvariantError; `keep_tokens` keeps every request's token ids (to export the workload);
+    `prepared`: the scenario's requests drawn and hashed already (a sweep's runs share them,
+    `workload/prepared.py`)."""
     env = Environment()
     mode = mode_of(scenario)
     policies, cluster, engine = scenario.policies, scenario.cluster, scenario.engine
@@ -183,9 +229,16 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     pool_type = checked(mode.pool) if checks else mode.pool
     ranks = scenario.evaluation.ranks()
     fleet = Fleet()
+    faults = scenario.faults
     gateway = Gateway(env, fleet, cluster, admission, priority, routing, recorder,
-                      engine.block_size, ClientTimeouts.of(scenario.workload))
+                      engine.block_size, ClientTimeouts.of(scenario.workload),
+                      None if faults is None else faults.requests, checks)
     gateway.keep_tokens = keep_tokens
+    if cluster.flow_control is not None:  # the gateway queue, built only when configured
+        from blis_simpy.cluster.flow import FlowControl, ttft_targets
+
+        gateway.flow = FlowControl(env, cluster.flow_control, gateway,
+                                   ttft_targets(scenario))
     # one GPU's bytes per KV block, read once when a pool has tiers (the default model's)
     tier_bytes = functools.cache(lambda: kv_block_bytes(scenario))
 
@@ -204,21 +257,31 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
         instance.observer = gateway
         return instance
 
-    scale_log = None
-    if scenario.deployment is None:
-        for i in range(cluster.instances):
-            fleet.add(make(f"instance_{i}", latency, engine))
+    scale_log = ScaleLog()
+    scalers: list[ConfigScaler] = []
+    if scenario.deployment is None:  # the shorthand: one pool of fixed replicas
+        numbers = itertools.count()
+        pool = Pool(env, "default", scenario.model.name, (fleet,), gateway,
+                    lambda: make(f"instance_{next(numbers)}", latency, engine), scale_log)
+        pool.start(cluster.instances)
+        pools = [pool]
     else:  # replica pools and autoscaling, imported only by scenarios that deploy
         from blis_simpy.sim.deploy import deploy
 
-        scale_log = deploy(scenario, env, fleet, gateway, recorder, make, checks,
-                           lambda: policy(ROUTING, policies.routing, "policies.routing"))
+        deployed, scalers = deploy(scenario, env, fleet, gateway, recorder, make, scale_log,
+                                   checks, lambda: policy(ROUTING, policies.routing,
+                                                          "policies.routing"))
+        pools = list(deployed)
+    if faults is not None:  # imported only by scenarios with faults
+        from blis_simpy.sim.faults import inject
+
+        inject(scenario, env, fleet, pools, recorder)
     corrected = kv_catalog_note(scenario)
     started = source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
-                           keep_tokens=keep_tokens)
+                           keep_tokens=keep_tokens, prepared=prepared)
     sim = Simulation(scenario, env, mode, recorder, fleet, gateway,
                      mode.conventions(latency.output_delay), checks,
                      ([corrected] if corrected else []) + latency_notes(latency) + started.notes,
-                     scale_log)
+                     scale_log, pools, scalers)
     sim.expected, sim.trace_times = started.expected, started.timed
     return sim

@@ -15,16 +15,20 @@ from blis_simpy.cluster.autoscaler import Autoscaler, ConfigScaler
 from blis_simpy.cluster.fleet import Fleet, ModelFleets
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.cluster.pd import PDHandoff, PoolChoice
+from blis_simpy.cluster.placement import Placement, Seats
 from blis_simpy.config.deployment import (
     Actuation,
     AutoscalerConfig,
     DeploymentConfig,
+    DeploymentSection,
     ModelDeployment,
 )
+from blis_simpy.config.node_pools import NodePool
 from blis_simpy.config.pd import Disaggregation
 from blis_simpy.config.resolve import config_scenario, kv_block_bytes, pool_config
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.snapshot import Role
@@ -41,12 +45,14 @@ MakeInstance = Callable[[str, LatencyModel, EngineConfig, Role], Instance]
 
 
 def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
-           recorder: Recorder, make: MakeInstance, checks: bool = False,
-           routing: Callable[[], RoutingPolicy] | None = None) -> ScaleLog:
-    """`routing` makes the routing policy object of a P/D config's decode pool."""
+           recorder: Recorder, make: MakeInstance, log: ScaleLog, checks: bool = False,
+           routing: Callable[[], RoutingPolicy] | None = None
+           ) -> tuple[list[DeploymentPool], list[ConfigScaler]]:
+    """The pools (in config order, a P/D config's prefill then decode pool) and the
+    autoscaler's per-config scalers (none without an autoscaler). `routing` makes the
+    routing policy object of a P/D config's decode pool."""
     section = scenario.deployment
     assert section is not None
-    log = ScaleLog()
     autoscaler = section.autoscaler
     actuation = autoscaler.actuation if autoscaler is not None else Actuation()
     delays = actuation_delays(actuation, scenario.seed)
@@ -55,6 +61,8 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
     pools: list[DeploymentPool] = []
     fleets: dict[str, Fleet] = {}
     choice = PoolChoice()
+    placement = Placement(env, section.node_pools, log, node_provisioning(scenario.seed)) \
+        if section.node_pools else None
     for model, config in section.configs():
         fleets.setdefault(model.name, Fleet() if several else fleet)
         homes = (fleet, fleets[model.name]) if several else (fleet,)
@@ -67,7 +75,8 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
                                 checks)
             choice.by_fleet[id(homes[-1])] = handoff
             pools += disaggregated(scenario, model, config, pd, env, homes, gateway,
-                                   make, numbers, actuation, delays, log, handoff)
+                                   make, numbers, actuation, delays, log, handoff,
+                                   placement, section)
             continue
         own = config_scenario(scenario, model, config)
         latency = latency_model(own)
@@ -75,22 +84,22 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
             env, config.id, model.name, config.replicas, homes, gateway,
             spawner(make, numbers, latency, own.engine), actuation, delays, log)
         log.configs[config.id] = (model.name, config.cost_per_replica_hour)
-        pool.start(config.replicas.start)
+        start(pool, config.replicas.start, placement, section, config, own.model.tp)
         pools.append(pool)
     if choice.by_fleet:
         gateway.pools = choice
     if several:
         gateway.models = ModelFleets(
             fleets, {t: m.name for m in section.models for t in m.tenants}, scenario.model.name)
+    scalers = []
     if autoscaler is not None:
-        scalers = []
         for pool in pools:
             policy = AUTOSCALE.create(autoscaler.policy, "deployment.autoscaler.policy")
             log.windows[pool.config] = oscillation_window(autoscaler, policy)
             scalers.append(ConfigScaler(pool, policy))
         Autoscaler(env, autoscaler, scalers, gateway, recorder, log,
                    "deployment.autoscaler.policy", not several)
-    return log
+    return pools, scalers
 
 
 def spawner(make: MakeInstance, numbers: Iterator[int], latency: LatencyModel,
@@ -119,7 +128,8 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
                   pd: Disaggregation, env: Environment, homes: tuple[Fleet, ...],
                   gateway: Gateway, make: MakeInstance, numbers: Iterator[int],
                   actuation: Actuation, delays: Callable[[], tuple[int, int]], log: ScaleLog,
-                  handoff: PDHandoff) -> list[DeploymentPool]:
+                  handoff: PDHandoff, placement: Placement | None = None,
+                  section: DeploymentSection | None = None) -> list[DeploymentPool]:
     """A disaggregated_pd config's prefill and decode pools (`<id>/prefill`, `<id>/decode`,
     scaled independently), joined by its handoff."""
     pools = []
@@ -131,9 +141,25 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
             spawner(make, numbers, latency_model(own), own.engine, Role(role), handoff),
             actuation, delays, log)
         log.configs[pool.config] = (model.name, config.cost_per_replica_hour)
-        pool.start(spec.replicas.start)
+        start(pool, spec.replicas.start, placement, section, config, own.model.tp)
         pools.append(pool)
     return pools
+
+
+def start(pool: DeploymentPool, count: int, placement: Placement | None,
+          section: DeploymentSection | None, config: DeploymentConfig, tp: int | None) -> None:
+    """A pool's initial replicas, placed on its node pool's ready nodes when there are node
+    pools (they must fit: a scenario whose initial replicas do not is an error)."""
+    if placement is not None:
+        assert section is not None and config.node_pool is not None
+        nodes = next(p for p in section.node_pools if p.id == config.node_pool)
+        pool.seats = Seats(placement, nodes, pool.config, tp or 1)
+    placed = pool.start(count)
+    if placed < count:
+        raise ScenarioError("deployment.node_pools", f"the {count} initial replicas of "
+                            f"{pool.config!r} ({tp} GPUs each) do not fit on the ready nodes "
+                            f"of pool {config.node_pool!r}: {placed} placed",
+                            "more nodes, or fewer initial replicas")
 
 
 def oscillation_window(config: AutoscalerConfig, policy: AutoscalePolicy
@@ -143,6 +169,12 @@ def oscillation_window(config: AutoscalerConfig, policy: AutoscalePolicy
     if config.oscillation_window_s is not None:
         return round(config.oscillation_window_s * US_PER_S), False
     return (policy.cooldown_us or 0) + round(3 * config.interval_s * US_PER_S), True
+
+
+def node_provisioning(seed: int) -> Callable[[NodePool], int]:
+    """Draws a new node's provisioning time (µs) from the "nodes" stream."""
+    rng = stream(seed, "nodes")
+    return lambda pool: round(float(sample_seconds(pool.provisioning_s, rng, 1)[0]) * US_PER_S)
 
 
 def actuation_delays(actuation: Actuation, seed: int) -> Callable[[], tuple[int, int]]:

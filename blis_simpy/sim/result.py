@@ -52,14 +52,27 @@ class Result:
     replica_table: Table | None = None  # ... and each config's replica count over time
     transfer_table: Table | None = None  # P/D: one row per KV handoff
     transfer_queue_table: Table | None = None  # P/D: handoffs waiting for the link over time
+    fault_table: Table | None = None  # with failures: crashes, repairs, lost and retried requests
+    placement_table: Table | None = None  # node pools: one row per replica placed
     # A streaming run's folder, which holds its requests, steps and instances tables
     # (sim/stream.py); request_table and step_table are then empty.
     streamed: OutputFolder | None = None
 
     @cached_property
+    def faults(self) -> pd.DataFrame | None:
+        """With failures: one row per crash, repair, slowdown, request lost, retried or
+        failed (faults.csv)."""
+        return None if self.fault_table is None else self.fault_table.frame()
+
+    @cached_property
     def transfers(self) -> pd.DataFrame | None:
         """P/D: one row per KV handoff (transfers.csv)."""
         return None if self.transfer_table is None else self.transfer_table.frame()
+
+    @cached_property
+    def placements(self) -> pd.DataFrame | None:
+        """Node pools: one row per replica placed (placements.csv)."""
+        return None if self.placement_table is None else self.placement_table.frame()
 
     @cached_property
     def scale_events(self) -> pd.DataFrame | None:
@@ -192,7 +205,8 @@ class Result:
             ("anomalies", self.anomaly_table), ("instances", self.instance_table),
             ("decisions", self.decision_table), ("scale_events", self.scale_event_table),
             ("replicas", self.replica_table), ("transfers", self.transfer_table),
-            ("transfer_queue", self.transfer_queue_table))
+            ("transfer_queue", self.transfer_queue_table), ("faults", self.fault_table),
+            ("placements", self.placement_table))
             if table is not None and name not in streamed]
         write_tables(tables)
 

@@ -17,6 +17,7 @@ from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.conventions import step_durations
 from blis_simpy.metrics.evaluation import evaluate
+from blis_simpy.metrics.faults import computed_tokens, fault_summary, fault_table
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.saturation import run_saturation
 from blis_simpy.metrics.tables import (
@@ -130,8 +131,8 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
     if not sim.mode.reference_reporting:  # compat writes the reference's summary only
         stats["step_model"] = step_model_of(scenario)
     requests = request_table(records.requests, lat, sim.trace_times)
-    scale_log, scale_tables = sim.scale_log, None
-    if scale_log is not None:  # a deployment section (its metrics imported only then)
+    scale_log, scale_tables, placements = sim.scale_log, None, None
+    if scenario.deployment is not None:  # (its metrics imported only then)
         from blis_simpy.metrics.scaling import (
             deployment_summary,
             replica_table,
@@ -141,6 +142,31 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         stats["deployment"] = deployment_summary(scale_log, records.ended_at, scenario,
                                                  requests)
         scale_tables = scale_event_table(scale_log), replica_table(scale_log, scenario)
+        section = scenario.deployment
+        if section.node_pools:  # placement on node pools
+            from blis_simpy.metrics.placement import (
+                config_pools,
+                node_pool_summary,
+                placement_table,
+                with_placement,
+            )
+
+            stats["deployment"]["node_pools"] = node_pool_summary(
+                scale_log, section.node_pools, records.ended_at)
+            scale_tables = scale_tables[0], with_placement(
+                scale_tables[1], scale_log, section.node_pools, config_pools(section))
+            placements = placement_table(scale_log)
+    faults = None
+    if records.faults or scenario.faults is not None:
+        stats["faults"] = fault_summary(records, scale_log.lifecycle,
+                                       computed_tokens(records))
+        faults = fault_table(records.faults)
+    flow = scenario.cluster.flow_control
+    if flow is not None:  # the gateway queue's bands (metrics imported only then)
+        from blis_simpy.metrics.flow import gateway_queue_summary
+
+        stats["gateway_queue"] = gateway_queue_summary(records, requests, flow,
+                                                       scenario.cluster.routing_latency_us)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)
@@ -183,6 +209,8 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         replica_table=None if scale_tables is None else scale_tables[1],
         transfer_table=None if pd_tables is None else pd_tables[0],
         transfer_queue_table=None if pd_tables is None else pd_tables[1],
+        fault_table=faults,
+        placement_table=placements,
     )
 
 

@@ -13,6 +13,7 @@ from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.columns import Table
+from blis_simpy.metrics.faults import fault_summary, fault_table
 from blis_simpy.metrics.stream import StreamingRecords
 from blis_simpy.sim.build import Progress, Simulation
 from blis_simpy.sim.output import OutputFolder
@@ -34,6 +35,8 @@ def unstreamable(sim: Simulation) -> str | None:
         return "a deployment section (replica pools, autoscaling, P/D) reads every request"
     if scenario.engine.kv_tiers.enabled:
         return "KV tiers keep a record per tier operation"
+    if scenario.cluster.flow_control is not None:
+        return "the gateway queue's summary (cluster.flow_control) reads every request"
     return None
 
 
@@ -77,9 +80,15 @@ def simulate_streaming(sim: Simulation, folder: OutputFolder,
         wall = sim.run(progress)
         records = sim.records()
         summary, metrics, evaluation, anomalies = sink.finish(records, wall, sim.input_notes)
+        faults = None
+        if records.faults or sim.scenario.faults is not None:  # small: kept in memory
+            sums = sink.step_sums()
+            summary["faults"] = fault_summary(records, sim.scale_log.lifecycle,
+                                              sums.new + sums.decodes)
+            faults = fault_table(records.faults)
     finally:
         sink.close()
     return Result(scenario=sim.scenario, summary=summary, request_table=Table({}),
                   step_table=Table({}), wall_time_s=wall, metrics=metrics,
                   evaluation=evaluation, anomaly_table=anomaly_table(anomalies),
-                  streamed=folder)
+                  fault_table=faults, streamed=folder)

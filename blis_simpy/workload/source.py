@@ -2,8 +2,8 @@
 `deliver` (the gateway's cluster arrival) at its arrival time, and never before (BC-1).
 
 Synthetic and trace workloads are known in advance and are released lazily, in arrival order,
-by one callback chain (`release.Release`); the tenants workload runs processes per tenant, user
-and session that react to completions (`tenants.py`).
+by one process (`release.release`); the tenants workload runs processes per tenant, user and
+session that react to completions (`tenants.py`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,27 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.hashing import Scratch, hash_requests
+from blis_simpy.core.loop import NamedProcess
 from blis_simpy.core.request import Request
-from blis_simpy.workload.release import Release
+from blis_simpy.workload.prehash import Scratch, hash_requests
+from blis_simpy.workload.release import release
 from blis_simpy.workload.synthetic import compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
 from blis_simpy.workload.trace import Trace, load_trace
 from blis_simpy.workload.work import check_work
+
+
+class PreparedRequests(Protocol):
+    """A prepared workload (`workload/prepared.py`): fresh copies of its requests, and what
+    reading them noted."""
+
+    @property
+    def requests(self) -> tuple[Request, ...]: ...
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+    def fresh(self) -> Iterator[Request]: ...
 
 
 class Deliver(Protocol):
@@ -44,18 +58,23 @@ class Source(NamedTuple):
 
 
 def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
-          reference_draws: bool, keep_tokens: bool = False) -> Source:
+          reference_draws: bool, keep_tokens: bool = False,
+          prepared: PreparedRequests | None = None) -> Source:
     """Start the scenario's source. `reference_draws`: draw synthetic requests with the
     reference's generator (Go's math/rand) and truncate trace times as it does (compat mode).
-    A trace is read (and checked) here, before any event runs."""
+    A trace is read (and checked) here, before any event runs. `prepared`: this scenario's
+    requests, already drawn and hashed (`workload/prepared.py`)."""
     check_work(scenario)
+    if prepared is not None:
+        NamedProcess(env, release(env, prepared.fresh(), deliver), "release")
+        return Source((), list(prepared.notes), len(prepared.requests))
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
         TenantWorkload(env, workload, scenario.seed, deliver,
                        None if keep_tokens else scenario.engine.block_size)
         return Source((), [], workload.max_requests)
     source = requests_of(scenario, reference_draws=reference_draws, prehash=not keep_tokens)
-    Release(env, source.requests, deliver)
+    NamedProcess(env, release(env, source.requests, deliver), "release")
     return source
 
 

@@ -20,12 +20,14 @@ from blis_simpy.config.arrivals import ConstantProfile
 from blis_simpy.config.distributions import Distribution
 from blis_simpy.config.workload import TenantSpec, TenantsWorkload
 from blis_simpy.core.clock import Environment
-from blis_simpy.core.hashing import block_hashes, hash_request
+from blis_simpy.core.hashing import block_hashes
+from blis_simpy.core.loop import NamedProcess
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.units import MAX_REQUESTS, US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.arrivals import arrival_times
+from blis_simpy.workload.prehash import hash_request
 from blis_simpy.workload.sampling import (
     UniformIds,
     WeightedPick,
@@ -94,14 +96,15 @@ class TenantWorkload:
             streams = TenantStreams(seed, tenant.id)
             if tenant.closed_loop is not None:
                 for user in range(tenant.closed_loop.users):
-                    env.process(self._user(tenant, streams, user))
+                    NamedProcess(env, self._user(tenant, streams, user),
+                                 f"{tenant.id} user {user}")
             elif tenant.rate_fraction > 0:
                 rate = workload.rate_per_s * tenant.rate_fraction / open_total
                 if tenant.behavior.type == "abusive":
                     rate *= tenant.behavior.rate_multiplier
-                env.process(self._open_loop(tenant, streams, rate))
+                NamedProcess(env, self._open_loop(tenant, streams, rate), f"{tenant.id} arrivals")
             if tenant.behavior.type in ("bursty", "adversarial"):
-                env.process(self._bursts(tenant, streams))
+                NamedProcess(env, self._bursts(tenant, streams), f"{tenant.id} bursts")
 
     # -- request construction -----------------------------------------------------------------
 
@@ -164,7 +167,7 @@ class TenantWorkload:
             self.sessions += 1
             session = f"{tenant.id}-s{self.sessions}"
             run = self._chat if kind == "chat" else self._agentic
-            return self.env.process(run(tenant, streams, session))
+            return NamedProcess(self.env, run(tenant, streams, session), session)
         prefix, known = self._prefix(tenant, streams)
         prompt = np.concatenate((prefix, self._prompt(tenant, streams)))
         output = self._output(tenant, streams)

@@ -13,7 +13,8 @@ plain `rate_per_s x duration_s` count, so each is counted here, from the configu
   take in memory;
 * tokens in all, the memory and time the requests' token ids and steps cost;
 * periodic events: autoscaler polls over the run (a poll every microsecond of a day is 86
-  billion events).
+  billion events), and random crashes (`faults.random_crashes`: one per instance per mean
+  time between failures).
 
 Any over its limit (core/units.py) is refused before the run, naming the field that took it
 over and the whole product. Closed-loop users are not counted: each waits for its response,
@@ -103,6 +104,7 @@ def check_work(scenario: Scenario) -> None:
         raise too_much(sources, "tokens", tokens, MAX_TOTAL_TOKENS,
                        "fewer requests, shorter prompts or outputs, or max_requests")
     check_polls(scenario)
+    check_crashes(scenario)
 
 
 def too_much(sources: list[Source], unit: str, total: float, limit: int, valid: str
@@ -272,6 +274,27 @@ def check_polls(scenario: Scenario) -> None:
                             f"{MAX_POLLS:,}",
                             f">= {span * len(deployment.configs()) / MAX_POLLS:.3g} s, or a "
                             "shorter horizon_s")
+
+
+def check_crashes(scenario: Scenario) -> None:
+    """Random crashes over the run (horizon, else the arrivals' window): one per instance
+    per mean time between failures, counting every replica the fault may reach (the named
+    ones, else the deployment's largest fleet)."""
+    faults = scenario.faults
+    span = scenario.horizon_s or arrival_window(scenario.workload)
+    if faults is None or span is None:
+        return
+    for i, entry in enumerate(faults.random_crashes):
+        reached = len(entry.instances) or scenario.most_instances()
+        mtbf = mean_of(entry.mtbf_s)
+        crashes = span / mtbf * reached
+        if crashes > MAX_POLLS:
+            raise ScenarioError(f"faults.random_crashes[{i}].mtbf_s",
+                                f"about {crashes:,.0f} crashes ({reached} instances over "
+                                f"{span:,.4g} s, one every {mtbf:g} s each); the limit is "
+                                f"{MAX_POLLS:,}",
+                                f"a mean >= {span * reached / MAX_POLLS:.3g} s, or a shorter "
+                                "horizon_s")
 
 
 def arrival_window(workload: Workload) -> float | None:

@@ -3,7 +3,6 @@ EC-1..EC-2), one test (or a few) per contract, named after it."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Generator
 
 import numpy as np
@@ -135,7 +134,7 @@ def test_bc5_snapshot_is_an_immutable_value_stamped_with_its_time():
     provider = gateway.snapshots
     snap = provider.snapshot(inst, 500)
     assert snap.timestamp == 500 and snap.id == "instance_0" and snap.role == "monolithic"
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):  # immutable
         snap.queue_depth = 9  # type: ignore[misc]
     inst.wait_queue.append(request(1))
     assert snap.queue_depth == 0
@@ -327,7 +326,7 @@ def test_nc2_snapshots_share_no_state():
     second = provider.snapshot(inst, 1)
     assert (first.queue_depth, first.pending_requests) == (0, 0)
     assert (second.queue_depth, second.pending_requests) == (1, 5)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):  # immutable
         first.pending_requests = 7  # type: ignore[misc]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from blis_simpy.compat.bundle import SCORER_NAMES
 from blis_simpy.compat.policy_config import policy_config
 from blis_simpy.core.errors import ScenarioError
 from tests.compat.helpers import error, write
@@ -45,7 +46,8 @@ def test_repeated_key_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("text,key,valid", [
-    ("admission: {policy: admit}\n", "admission.policy", "always-admit, reject-all, token-bucket"),
+    ("admission: {policy: admit}\n", "admission.policy",
+     "always-admit, gaie-legacy, reject-all, tier-shed, token-bucket"),
     ("routing: {policy: random}\n", "routing.policy",
      "always-busiest, least-loaded, prefix-affinity, round-robin, weighted"),
     ("priority: {policy: edf}\n", "priority.policy", "constant, inverted-slo, slo-based"),
@@ -92,7 +94,7 @@ def test_bad_scorers(tmp_path, scorers, key, problem):
 
 def test_unknown_scorer_lists_valid_names(tmp_path):
     err = error(tmp_path, "routing:\n  scorers:\n    - {name: x, weight: 1}\n")
-    assert err.valid == "kv-utilization, load-balance, prefix-affinity, queue-depth"
+    assert err.valid == ", ".join(SCORER_NAMES)
 
 
 @pytest.mark.parametrize("text", ["- admission\n", "admission: always-admit\n",

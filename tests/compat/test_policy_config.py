@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from blis_simpy.cli import app
+from blis_simpy.compat.bundle import SCORER_NAMES
 from blis_simpy.compat.convert import blis_command
 from blis_simpy.compat.policy_config import policy_config
 from blis_simpy.config.scenario import Scenario
@@ -231,7 +232,7 @@ def test_unknown_scorer_lists_the_valid_names():
     with pytest.raises(ScenarioError) as err:
         blis_command(["run", *BASE, *COEFFS[:2], "--routing-policy", "weighted",
                       "--routing-scorers", "x:1"])
-    assert err.value.valid == "kv-utilization, load-balance, prefix-affinity, queue-depth"
+    assert err.value.valid == ", ".join(SCORER_NAMES)
 
 
 def test_unknown_policy_names_list_every_valid_name():

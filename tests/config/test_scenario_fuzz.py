@@ -46,6 +46,34 @@ BASES: list[dict[str, Any]] = [
                  "policies": {"routing": {"type": "prefix-affinity"}},
                  "outputs": {"trace_formats": ["jsonl", "perfetto"]},
                  "workload": {"num_requests": 8, "prefix_tokens": 32}}),
+    # issue 35: a gateway queue, tier-shed admission, the scorers reading real caches
+    {**{k: v for k, v in BASE.items() if k != "workload"},
+     "cluster": {"instances": 2,
+                 "observability": {"cached_blocks": {"mode": "periodic", "interval_s": 0.01}},
+                 "flow_control": {"saturation": {"type": "concurrency", "max_in_flight": 2},
+                                  "max_queue_depth": 4, "band_capacities": {"batch": 2},
+                                  "on_full": "shed-lowest", "dispatch_order": "slo-deadline",
+                                  "fairness": "round-robin", "usage_limit": 0.5,
+                                  "queue_ttl_s": 0.5, "priorities": {"gold": 5}}},
+     "policies": {"admission": {"type": "tier-shed", "params": {"threshold": 1}},
+                  "routing": {"type": "weighted", "params": {"scorers": {
+                      "precise-prefix-cache": 2, "no-hit-lru": 1, "load-aware": 1}}}},
+     "workload": {"type": "tenants", "rate_per_s": 16, "duration_s": 1,
+                  "tenants": [{"id": "a", "slo_class": "gold", **TENANT},
+                              {"id": "b", "slo_class": "batch", "timeout_s": 0.3,
+                               **TENANT}]}},
+    # issue 35: replicas placed on node pools that may grow
+    {**{k: v for k, v in BASE.items() if k != "workload"},
+     "deployment": {
+         "node_pools": [{"id": "h100", "gpu": "H100", "gpus_per_node": 2, "nodes": 1,
+                         "max_nodes": 2, "provisioning_s": {"type": "constant", "value": 0.2}}],
+         "models": [{"name": "meta-llama/llama-3.1-8b-instruct",
+                     "configs": [{"id": "c", "node_pool": "h100",
+                                  "replicas": {"min": 1, "max": 4}}]}],
+         "autoscaler": {"interval_s": 0.2, "policy": {"type": "queue-depth",
+                                                       "params": {"up_per_replica": 1}}}},
+     "workload": {"type": "tenants", "rate_per_s": 16, "duration_s": 1,
+                  "tenants": [{"id": "a", **TENANT}]}},
 ]
 
 HOSTILE = st.sampled_from([

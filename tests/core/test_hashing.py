@@ -7,8 +7,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blis_simpy.core.hashing import block_hashes, hash_request, hash_requests
+from blis_simpy.core.hashing import block_hashes
 from blis_simpy.core.request import Request
+from blis_simpy.workload.prehash import hash_request, hash_requests
 
 token_lists = st.lists(st.integers(0, 127_999), max_size=200)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import cast
 
 import pytest
 import simpy
@@ -15,13 +14,14 @@ from hypothesis import strategies as st
 
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
-from blis_simpy.core.loop import Waker, run_events
+from blis_simpy.core.loop import Clock, Inbox, fire_after, run_events, runs_next, scheduled
 
 
 def world(env: Environment, delays: list[list[int]], log: list[tuple[int, str]],
           reuse: bool) -> None:
-    """Processes waiting out their delays, a chain of callback timeouts (reused when `reuse`,
-    else SimPy's own `Timeout`) and a shared event they all touch, all logging what ran when."""
+    """Processes waiting out their delays, one more waiting out a chain of timeouts (a
+    Clock's, its spent timeout reused, when `reuse`; else SimPy's own `Timeout`) and a shared
+    event they all touch, all logging what ran when."""
     shared = env.event()
     shared.callbacks.append(lambda e: log.append((env.now, "shared")))
 
@@ -34,23 +34,20 @@ def world(env: Environment, delays: list[list[int]], log: list[tuple[int, str]],
 
     for i, waits in enumerate(delays):
         env.process(proc(f"p{i}", waits))
-    chain = iter(delays[0] if delays else [])
+    clock = Clock(env)
 
-    def tick(event: simpy.Event) -> None:
+    def ticks():
+        timer = None
         log.append((env.now, "tick"))
-        wait = next(chain, None)
-        if wait is None:
-            return
-        if reuse:
-            waker.after(env.now, wait, cast(simpy.Timeout, event))
-        else:
-            simpy.Timeout(env, wait).callbacks.append(tick)
+        for wait in delays[0] if delays else []:
+            if reuse:
+                timer = clock.after(clock.now(), wait, timer)
+                yield timer
+            else:
+                yield env.timeout(wait)
+            log.append((env.now, "tick"))
 
-    waker = Waker(env, tick)
-    if reuse:
-        waker.after(env.now, 0, None)
-    else:
-        simpy.Timeout(env, 0).callbacks.append(tick)
+    env.process(ticks())
 
 
 DELAYS = st.lists(st.lists(st.integers(0, 6), max_size=6), max_size=4)
@@ -110,3 +107,44 @@ def test_the_clock_going_back_is_an_invariant_error_under_checks():
     env._queue.append((2, 1, -1, env.event()))  # an entry in the past, as a bug would leave
     with pytest.raises(InvariantError, match="went back from 5 to 2"):
         run_events(env, math.inf, sys.maxsize, checks=True)
+
+
+def test_an_event_fired_after_a_delay_at_its_priority():
+    env = Environment()
+    seen: list[str] = []
+    late, early = env.event(), env.event()
+    late.callbacks.append(lambda e: seen.append(f"late {e.value}"))
+    early.callbacks.append(lambda e: seen.append(f"early {e.value}"))
+    fire_after(late, 4, simpy.events.NORMAL, "a")
+    fire_after(early, 4, simpy.events.URGENT, "b")
+    assert set(scheduled(env)) == {late, early}
+    assert runs_next(env, simpy.events.URGENT)  # nothing is due now
+    env.run()
+    assert seen == ["early b", "late a"] and env.now == 4
+    assert scheduled(env) == []
+
+
+def test_a_stage_runs_next_only_if_nothing_due_now_runs_before_or_with_it():
+    env = Environment()
+    assert runs_next(env, simpy.events.NORMAL)
+    env.timeout(0)  # NORMAL, now
+    assert runs_next(env, simpy.events.URGENT)  # an urgent one would run first
+    assert not runs_next(env, simpy.events.NORMAL)  # an equal one scheduled earlier runs first
+
+
+def test_an_inbox_put_wakes_a_waiting_get_with_the_item():
+    env = Environment()
+    items: list[str] = []
+    inbox = Inbox(env, items)
+    got: list[object] = []
+
+    def waiter():
+        got.append((yield inbox.get()))
+
+    env.process(waiter())
+    env.run()
+    inbox.put("req")
+    env.run()
+    assert got == ["req"] and items == []
+    inbox.put("next")
+    assert items == ["next"]  # nobody waits: it stays for the owner to read

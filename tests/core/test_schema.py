@@ -38,12 +38,15 @@ def test_field_types_are_get_type_hints_field_by_field(cls):
     assert dict(field_types(cls)) == typing.get_type_hints(cls, localns=names)
 
 
-def test_the_deployment_section_type_is_imported_when_read():
+def test_the_deployment_and_faults_section_types_are_imported_when_read():
     from blis_simpy.config.deployment import DeploymentSection
+    from blis_simpy.config.faults import FaultsConfig
     from blis_simpy.config.scenario import LAZY_TYPES, Scenario
 
-    assert LAZY_TYPES == {"DeploymentSection": "blis_simpy.config.deployment"}
+    assert LAZY_TYPES == {"DeploymentSection": "blis_simpy.config.deployment",
+                          "FaultsConfig": "blis_simpy.config.faults"}
     assert field_types(Scenario)["deployment"] == DeploymentSection | None
+    assert field_types(Scenario)["faults"] == FaultsConfig | None
 
 
 Number, Shadowed = int, float  # module names the classes below use

@@ -231,7 +231,8 @@ def test_reference_completion_allocates_one_more_token_or_counts_a_failure():
 
 
 def test_vectorised_hashing_equals_one_request_at_a_time():
-    from blis_simpy.core.hashing import block_hashes, hash_requests
+    from blis_simpy.core.hashing import block_hashes
+    from blis_simpy.workload.prehash import hash_requests
 
     rng = np.random.default_rng(3)
     reqs = [Request(i, 0, rng.integers(0, 128_000, n), rng.integers(0, 9, m))

@@ -13,13 +13,13 @@ from blis_simpy.config.catalog import bundled_model_config
 from blis_simpy.config.resolve import resolve
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
-from blis_simpy.engine.instance import DECODE
 from blis_simpy.engine.latency import (
     BlackboxLatency,
     NativeRooflineLatency,
     RooflineLatency,
     latency_model,
 )
+from blis_simpy.engine.step import DECODE
 from tests.conftest import scenario
 
 

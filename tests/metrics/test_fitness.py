@@ -38,6 +38,7 @@ from blis_simpy.api import run
 from blis_simpy.cli import app
 from blis_simpy.config.fitness import FITNESS_KEYS, parse_weights
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.metrics import fitness
 from blis_simpy.metrics.fitness import (
     KEYS,
     EvaluationResult,
@@ -340,3 +341,70 @@ def test_partial_completion_costs_in_proportion():
     assert ev.completion == pytest.approx(done / len(cut.requests))
     assert ev.fitness == pytest.approx(
         ev.completion * sum(WEIGHTS[k] * ev.objectives[k] for k in WEIGHTS))
+
+
+# ---------------------------------------------------------------- the default, relative score
+
+BASE_ROW = {"ttft_mean_ms": 100.0, "ttft_p99_ms": 400.0, "e2e_mean_ms": 2000.0,
+            "e2e_p99_ms": 6000.0, "output_tokens_per_s": 500.0, "slo_attainment": 0.8,
+            "goodput_per_s": 20.0, "cost": 2.0, "completion": 1.0}
+
+
+def relative(candidate: dict, terms=None) -> fitness.RelativeScore:
+    chosen = (*fitness.LATENCY_TERMS, *fitness.SLO_TERMS, *fitness.COST_TERMS) \
+        if terms is None else terms
+    return fitness.relative_score({**BASE_ROW, **candidate}, BASE_ROW, chosen)
+
+
+def test_the_baseline_scores_its_completion_rate():
+    assert relative({}).fitness == pytest.approx(1.0)
+    assert relative({"completion": 0.5}).fitness == pytest.approx(0.5)
+
+
+def test_a_saturated_candidate_is_scaled_by_what_it_could_sustain():
+    """As a weighted fitness is (EvaluationResult.sustained): the row's `sustained` column."""
+    assert relative({"sustained": 0.5}).fitness == pytest.approx(0.5)
+    assert relative({"sustained": 1.0, "completion": 0.5}).fitness == pytest.approx(0.5)
+
+
+def test_a_ten_percent_latency_gain_moves_the_score_visibly():
+    """Every latency 10 % lower: every latency term's ratio is 1/0.9, and the score (the
+    geometric mean of the ratios over the terms) rises by about 1.111^(4/8): 5 %."""
+    faster = {k: 0.9 * BASE_ROW[k] for k in ("ttft_mean_ms", "ttft_p99_ms", "e2e_mean_ms",
+                                            "e2e_p99_ms")}
+    score = relative(faster)
+    assert score.ratios["ttft_mean"] == pytest.approx(1 / 0.9)
+    assert score.fitness == pytest.approx((1 / 0.9) ** 0.5)
+    assert score.fitness > 1.05
+    # without SLO targets or a price (5 terms) it moves further: (1/0.9)^(4/5)
+    assert relative(faster, fitness.LATENCY_TERMS).fitness == pytest.approx((1 / 0.9) ** 0.8)
+
+
+def test_relative_terms_are_oriented_and_clipped():
+    worse = relative({"ttft_mean_ms": 200.0, "goodput_per_s": 40.0, "cost": 1.0})
+    assert worse.ratios["ttft_mean"] == pytest.approx(0.5)  # slower: below 1
+    assert worse.ratios["goodput"] == pytest.approx(2.0)  # more goodput: above 1
+    assert worse.ratios["cost"] == pytest.approx(2.0)  # cheaper: above 1
+    huge = relative({"ttft_mean_ms": 0.001})
+    assert huge.ratios["ttft_mean"] == pytest.approx(10.0)  # clipped at x10
+    assert relative({"ttft_mean_ms": None}).ratios["ttft_mean"] == pytest.approx(0.1)
+
+
+def test_nothing_completed_scores_zero_and_a_missing_baseline_term_is_left_out():
+    assert relative({"completion": 0.0, "ttft_mean_ms": None}).fitness == 0.0
+    no_base = fitness.relative_score(BASE_ROW, {**BASE_ROW, "ttft_mean_ms": None},
+                                     fitness.LATENCY_TERMS)
+    assert "ttft_mean" not in no_base.ratios and no_base.fitness == pytest.approx(1.0)
+
+
+def test_relative_terms_follow_the_scenario():
+    from blis_simpy.api import load
+    from blis_simpy.metrics.evaluation import relative_terms
+
+    def names(scenario: str) -> set[str]:
+        return {t.name for t in relative_terms(load(scenario))}
+
+    latency = {"ttft_mean", "ttft_p99", "e2e_mean", "e2e_p99", "throughput"}
+    assert names("quickstart") == latency
+    assert names("search-routing") == latency | {"slo_attainment", "goodput"}
+    assert names("search-autoscale") == latency | {"slo_attainment", "goodput", "cost"}

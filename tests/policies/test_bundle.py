@@ -30,7 +30,8 @@ BUNDLE = {
 
 
 def applied(bundle: PolicyBundle, **changes) -> dict:
-    return load(scenario(**changes), overrides=bundle.overrides()).to_dict()["policies"]
+    base = scenario(**changes)
+    return load(base, overrides=bundle.overrides(base)).to_dict()["policies"]
 
 
 def test_every_axis_and_the_metadata():
@@ -76,9 +77,130 @@ def test_seed_f1_names_are_translated():
     assert f1.axes["scheduler"]["params"] == {"preemption": "lifo"}
 
 
-def test_f1_name_without_counterpart_says_what_to_use():
-    with pytest.raises(ScenarioError, match=r"prefix_match_bonus.*counterpart.*prefix-affinity"):
-        PolicyBundle.from_dict({"routing.prefix_match_bonus": 0.5})
+SEED_F1 = """\
+# policies.yaml
+admission:
+  type: "token-bucket"
+  params:
+    bucket_size: 1000
+    refill_rate: 100  # tokens/sec
+    per_tenant: true
+
+priority:
+  type: "slo-based"
+  params:
+    realtime_score: 100
+    batch_score: 10
+    default_score: 50
+
+routing:
+  type: "weighted-scoring"
+  params:
+    cache_affinity_weight: 0.6
+    load_balance_weight: 0.3
+    queue_depth_weight: 0.1
+    prefix_match_bonus: 0.5
+
+scheduler:
+  type: "priority-fcfs"
+  params:
+    respect_priority: true
+    preemption_enabled: true
+    preemption_policy: "lowest-priority"
+
+autoscale:
+  type: "threshold"
+  params:
+    scale_up_threshold: 0.8    # utilization
+    scale_down_threshold: 0.3
+    cooldown_seconds: 60
+"""
+# Seed F.4's example candidate, as written.
+SEED_F4 = {
+    "routing.cache_affinity_weight": 0.7,
+    "routing.load_balance_weight": 0.2,
+    "routing.queue_depth_weight": 0.1,
+    "admission.bucket_size": 500,
+    "autoscale.scale_up_threshold": 0.75,
+}
+
+
+def test_seed_f1_bundle_as_written_loads_and_runs(tmp_path: Path):
+    """Every key of the seed's example bundle means something here: it loads, lands in a
+    scenario with an autoscaler, and runs."""
+    path = tmp_path / "policies.yaml"
+    path.write_text(SEED_F1)
+    bundle = PolicyBundle.from_yaml(path)
+    assert bundle.axes["routing"]["params"]["prefix_match_bonus"] == 0.5
+    assert bundle.axes["autoscale"]["params"] == {"up": 0.8, "down": 0.3, "cooldown_s": 60}
+    search = blis_simpy.run_many("search-autoscale", {"f1": bundle}, [1], workers=1)
+    assert search.error.tolist() == [""] and search.completed_requests[0] > 0
+    policies = load("search-autoscale", overrides=bundle.overrides(load("search-autoscale")))
+    assert policies.policies.scheduler.type == "priority-fcfs"
+    assert policies.deployment.autoscaler.policy.params["cooldown_s"] == 60
+
+
+def test_seed_f4_candidate_as_written_runs_with_the_templates_its_names_belong_to():
+    """Flat F.1 names without a type mean their template (bucket_size: token-bucket), so the
+    F.4 candidate runs on a scenario whose own templates differ, and its bad values fail when
+    it is read, not mid-search."""
+    bundle = PolicyBundle.from_dict(SEED_F4)
+    assert bundle.implied == {"routing": "weighted", "admission": "token-bucket",
+                              "autoscale": "threshold"}
+    scenario = load("search-autoscale")
+    changes = bundle.overrides(scenario)
+    assert changes["policies.admission"] == {"type": "token-bucket",
+                                             "params": {"capacity": 500}}
+    table = blis_simpy.run_many(scenario, {"f4": SEED_F4}, [1], workers=1)
+    assert table.error.tolist() == [""]
+    with pytest.raises(ScenarioError, match=r"autoscale.params.up"):
+        PolicyBundle.from_dict({**SEED_F4, "autoscale.scale_up_threshold": -1})
+
+
+def test_params_of_the_scenarios_own_template_merge_with_its_other_params():
+    base = {"policies": {"admission": {"type": "token-bucket",
+                                       "params": {"refill_per_s": 7.0}}}}
+    policies = applied(PolicyBundle.from_dict({"admission.bucket_size": 500}), **base)
+    assert policies["admission"] == {"type": "token-bucket",
+                                     "params": {"refill_per_s": 7.0, "capacity": 500}}
+
+
+@pytest.mark.parametrize(("data", "where", "says"), [
+    ({"scheduler.preemption_enabled": False}, "scheduler.preemption_enabled",
+     "preempts whenever the KV cache is full"),
+    ({"scheduler": {"type": "fcfs", "params": {"respect_priority": True}}},
+     "scheduler.respect_priority", "type priority-fcfs does that"),
+    ({"routing.respect_priority": True}, "routing.respect_priority", "a scheduler setting"),
+    ({"admission.bucket_size": 5, "admission.cache_affinity_weight": 1},
+     "admission.params.cache_affinity_weight", "unknown key"),
+    ({"routing.cache_affinity_weight": 1, "routing.type": "round-robin"},
+     "routing.params.scorers", ""),
+])
+def test_f1_settings_without_meaning_here_name_the_key_and_the_nearest(data, where, says):
+    with pytest.raises(ScenarioError) as err:
+        PolicyBundle.from_dict(data)
+    assert err.value.path.startswith(where) and says in str(err.value)
+
+
+def test_f1_statements_that_hold_are_accepted_and_imply_the_template():
+    bundle = PolicyBundle.from_dict({"scheduler.respect_priority": True,
+                                     "scheduler.preemption_enabled": True})
+    assert bundle.implied == {"scheduler": "priority-fcfs"}
+    assert applied(bundle)["scheduler"]["type"] == "priority-fcfs"
+    assert "respect_priority" not in str(bundle.to_dict())
+
+
+def test_axes_a_scenario_lacks_are_refused_naming_the_axis():
+    for data, axis in (({"autoscale.type": "threshold"}, "autoscale"),
+                       ({"pd.type": "never"}, "pd"),
+                       ({"kv_tiers.type": "mirror"}, "kv_tiers")):
+        with pytest.raises(ScenarioError, match=f"^{axis}: this scenario has no"):
+            PolicyBundle.from_dict(data).overrides(scenario())
+
+
+def test_a_params_only_axis_the_scenarios_template_does_not_take_names_who_does():
+    with pytest.raises(ScenarioError, match=r"admission.capacity.*token-bucket"):
+        blis_simpy.run_many(scenario(), {"c": {"admission.capacity": 5}}, [1], workers=1)
 
 
 def test_params_only_axis_keeps_the_scenarios_template():
@@ -171,3 +293,20 @@ def test_a_bundle_carries_the_autoscale_axis_into_the_deployment_section():
     policy = scenario.deployment.autoscaler.policy
     assert policy.type == "threshold" and policy.params["signal"] == "queue_depth"
     assert bundle.to_dict()["autoscale"]["params"]["up"] == 8
+
+
+def test_issue_35_templates_and_scorers_are_built_ins_a_candidate_may_name():
+    """The gateway's shedding templates and the real-cache scorers are registry templates, not
+    module:Class code: a candidate bundle names them and runs (with the F.1 bonus beside them,
+    which keeps the shadow model the real-cache scorers alone would not need)."""
+    candidate = {
+        "admission": {"type": "tier-shed", "params": {"threshold": 4}},
+        "routing": {"type": "weighted", "params": {
+            "scorers": {"precise-prefix-cache": 2, "no-hit-lru": 1, "active-requests": 1},
+            "prefix_match_bonus": 0.5}},
+    }
+    bundle = PolicyBundle.from_dict(candidate)
+    assert bundle.axes["admission"]["type"] == "tier-shed"
+    base = load("flow-control-shedding", overrides={"workload.duration_s": 1})
+    table = blis_simpy.run_many(base, {"issue-35": candidate}, [1], workers=1)
+    assert table.error.tolist() == [""] and table.completed_requests[0] > 0

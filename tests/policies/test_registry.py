@@ -26,8 +26,8 @@ _counter = itertools.count()
 
 
 def test_template_names():
-    assert ADMISSION.names == ["always-admit", "decision-tree", "rate-limit", "reject-all",
-                               "tenant-quota", "token-bucket"]
+    assert ADMISSION.names == ["always-admit", "decision-tree", "gaie-legacy", "rate-limit",
+                               "reject-all", "tenant-quota", "tier-shed", "token-bucket"]
     assert PRIORITY.names == ["constant", "deadline-aware", "decision-tree", "inverted-slo",
                               "slo-based", "tenant-priority"]
     assert ROUTING.names == ["always-busiest", "decision-tree", "least-loaded",

@@ -4,7 +4,8 @@ route known to get past it, and the payloads they run once out.
 
 Routes (issue 29, class 1):
 * `match`: names in pattern matching (`case object(__globals__=g)`) are plain strings in the
-  syntax tree, which the check never sees; from a decision type's `__init__` to its module's
+  syntax tree, which the check never sees; from the policy base class's `__init__` (a Python
+  function: the decision types are named tuples, whose `__init__` is C's) to its module's
   globals and the real builtins.
 * `typing`: a library function that evaluates strings with the real builtins:
   `typing.get_type_hints(f, {})` evaluates `f`'s string annotations in a fresh namespace, which
@@ -32,7 +33,7 @@ class Policy(RoutingPolicy):
 """
 ROUTES = {
     "match": """            u = "_" + "_"
-            match RoutingDecision:
+            match RoutingPolicy:
                 case object(__init__=init):
                     pass
             match init:

@@ -116,4 +116,5 @@ def test_sweep_checks_its_table_before_any_run(tmp_path: Path):
     result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--out",
                                       str(tmp_path / "old.csv"), "--force"])
     assert result.exit_code == 0, result.output
-    assert "note: fitness is 0 in every run of quickstart" in result.output
+    # no weights: scored against the scenario's own policies, which round-robin is
+    assert "quickstart  rr  mean fitness 1\n" in result.output

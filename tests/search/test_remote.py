@@ -112,14 +112,18 @@ def pressed() -> Scenario:
     return Scenario.from_dict(data)
 
 
-def in_process(axis: str, source: str) -> dict[str, Any]:
-    """The source as an ordinary user policy of this process (trusted, unsandboxed)."""
+def in_process(axis: str, source: str) -> Scenario:
+    """`pressed()` with the source as an ordinary user policy of this process (trusted,
+    unsandboxed): in the scenario, where a `module:Class` belongs (a candidate may not name
+    one)."""
     name = f"in_process_candidate_{next(IN_PROCESS)}"
     module = types.ModuleType(name)
     module.__dict__.update(AXIS_NAMES[axis])
     sys.modules[name] = module
     exec(compile(source, name, "exec"), module.__dict__)
-    return {f"{axis}.type": f"{name}:Policy"}
+    data = pressed().to_dict()
+    data["policies"][axis] = {"type": f"{name}:Policy"}
+    return Scenario.from_dict(data)
 
 
 COMPARED = ("fitness", "completed_requests", "rejected_requests", "preemption_count",
@@ -130,9 +134,8 @@ COMPARED = ("fitness", "completed_requests", "rejected_requests", "preemption_co
 def test_sandboxed_candidate_runs_as_the_same_policy_in_process(axis):
     code = CodePolicy(axis, AXES[axis])
     check(code)
-    table = run_many(pressed(), {"sandboxed": code, "in-process": in_process(axis, code.source)},
-                     [1, 2], workers=1)
-    sandboxed, local = table[table.policy == "sandboxed"], table[table.policy == "in-process"]
+    sandboxed = run_many(pressed(), {"sandboxed": code}, [1, 2], workers=1)
+    local = run_many(in_process(axis, code.source), None, [1, 2], workers=1)
     assert list(sandboxed.error) == ["", ""] and list(local.error) == ["", ""]
     for column in COMPARED:
         assert list(sandboxed[column]) == list(local[column]), column

@@ -77,9 +77,11 @@ def test_bad_candidate_fails_before_any_run_naming_it():
 
 
 def test_policy_failing_mid_run_gives_zero_row_and_the_sweep_goes_on():
-    table = run_many(prefix_scenario(), {
-        "crash": {"routing.type": "tests.search.helpers:Crashing"},
-        "rr": {"routing.type": "round-robin"}}, [1], workers=1)
+    """The user's own policy (`module:Class`, named in their scenario: a candidate may not
+    import one, tests/search/test_candidate_imports.py)."""
+    table = run_many({"crash": prefix_scenario(
+        policies={"routing": {"type": "tests.search.helpers:Crashing"}}),
+        "rr": prefix_scenario()}, None, [1], workers=1)
     crash, ok = table.iloc[0], table.iloc[1]
     assert crash.fitness == 0.0 and "scripted failure" in crash.error
     assert "ZeroDivisionError" in crash.error

@@ -125,7 +125,8 @@ distribution_workload = st.fixed_dictionaries({
 def admission(draw: st.DrawFn) -> dict[str, Any]:
     """Every admission template; admitting everything half of the time, so engines have work."""
     kind = draw(st.sampled_from(["always-admit"] * 4 + ["reject-all", "token-bucket",
-                                                        "rate-limit", "tenant-quota"]))
+                                                        "rate-limit", "tenant-quota",
+                                                        "tier-shed", "gaie-legacy"]))
     if kind == "token-bucket":
         return {"type": kind, "params": {"capacity": draw(st.sampled_from([500, 5000])),
                                          "refill_per_s": draw(st.sampled_from([0, 5e3, 5e4])),
@@ -136,6 +137,9 @@ def admission(draw: st.DrawFn) -> dict[str, Any]:
                                          "on_limit": draw(st.sampled_from(["reject", "delay"]))}}
     if kind == "tenant-quota":
         return {"type": kind, "params": {"default_quota": draw(st.integers(0, 4))}}
+    if kind == "tier-shed":
+        return {"type": kind, "params": {"threshold": draw(st.integers(0, 6)),
+                                         "priorities": {"batch": -1, "": 3, "realtime": 4}}}
     return {"type": kind}
 
 
@@ -150,7 +154,28 @@ routing = st.sampled_from([
     {"type": "round-robin"}, {"type": "least-loaded"}, {"type": "always-busiest"},
     {"type": "prefix-affinity"}, {"type": "weighted"},
     {"type": "weighted", "params": {"scorers": {"queue-depth": 1, "kv-utilization": 1}}},
+    {"type": "weighted", "params": {"scorers": {"precise-prefix-cache": 2, "no-hit-lru": 1,
+                                                "active-requests": 1, "load-aware": 1}}},
+    {"type": "weighted", "params": {"scorers": {"running-requests": 1, "vllm-dp": 1}}},
 ])
+
+
+@st.composite
+def flow_control(draw: st.DrawFn) -> dict[str, Any]:
+    """A gateway queue with random limits and rules (native mode only)."""
+    return {
+        "saturation": draw(st.sampled_from([
+            {"type": "utilization", "queue_depth": 2}, {"type": "concurrency",
+                                                         "max_in_flight": 3},
+            {"type": "never"}])),
+        "max_queue_depth": draw(st.integers(0, 8)), "band_capacity": draw(st.integers(0, 4)),
+        "priorities": {"realtime": 4, "interactive": 3, "": 0, "batch": -1},
+        "on_full": draw(st.sampled_from(["reject", "shed-lowest"])),
+        "dispatch_order": draw(st.sampled_from(["priority", "fifo", "slo-deadline"])),
+        "fairness": draw(st.sampled_from(["global-strict", "round-robin"])),
+        "usage_limit": draw(st.sampled_from([1.0, 0.5])),
+        "queue_ttl_s": draw(st.sampled_from([None, 0.05])),
+    }
 scheduler = st.builds(lambda t, p: {"type": t, "params": {"preemption": p}},
                       st.sampled_from(["fcfs", "priority-fcfs", "sjf", "reverse-priority"]),
                       st.sampled_from(["lifo", "lowest-priority"]))
@@ -192,6 +217,8 @@ def clusters(draw: st.DrawFn, first: tuple[str, ...] | None = None) -> Scenario:
         data["workload"]["arrival"] = "constant"
     if compat == "none":  # client timeouts: natively only (the reference has none)
         data["workload"]["timeout_s"] = draw(st.sampled_from([None, None, 0.02, 0.2]))
+        if draw(st.booleans()):  # so is the gateway queue
+            data["cluster"]["flow_control"] = draw(flow_control())
     horizon = draw(st.sampled_from([None, None, None, 0.03, 0.3]))
     if horizon is not None:
         data["horizon_s"] = horizon

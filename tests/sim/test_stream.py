@@ -62,12 +62,41 @@ def test_a_streamed_run_writes_the_in_memory_runs_files_byte_for_byte(tmp_path, 
     assert memory.summary == streamed.summary
 
 
+def test_load_imbalance_is_judged_the_same_when_the_steps_stream(tmp_path, small_chunks):
+    """`load_imbalance` reads every replica's step times and the waiting requests: a streamed
+    run keeps the waiting requests' columns and reads the steps back from its step file."""
+    both(tmp_path, scenario_file("search-routing"),
+         overrides={"policies.routing.type": "always-busiest"})
+    anomalies = pd.read_csv(tmp_path / "stream" / "anomalies.csv")
+    assert (anomalies["type"] == "load_imbalance").sum() >= 5
+    assert differing(tmp_path / "memory", tmp_path / "stream") == []
+
+
 def test_a_run_cut_at_its_horizon_streams_the_same_files(tmp_path, small_chunks):
     """Requests still queued and running at the end, a last step cut at the horizon."""
     both(tmp_path, scenario_file("quickstart"),
          overrides={"horizon_s": 5.0, "workload.rate_per_s": 60.0})
     summary = json.loads((tmp_path / "stream" / "summary.json").read_text())
     assert summary["still_running"] + summary["still_queued"] > 0
+    assert differing(tmp_path / "memory", tmp_path / "stream") == []
+
+
+@pytest.mark.parametrize("requests", [{"max_retries": 2, "backoff_s": 0.05},
+                                      {"on_failure": "lose"}])
+def test_a_run_with_failures_streams_the_same_files_faults_csv_included(tmp_path,
+                                                                       small_chunks,
+                                                                       requests):
+    """Crashes, repairs, lost, retried and failed requests: a failed request has finished for
+    good (it is handed over), and the faults summary and table come from the fault rows."""
+    memory, _ = both(tmp_path, scenario_file("quickstart"), overrides={
+        "cluster.instances": 2, "workload.rate_per_s": 40.0,
+        "faults": {"crashes": [{"at_s": 2.0, "instances": ["instance_0"], "repair_s": 1.0},
+                               {"at_s": 5.0, "instances": ["instance_1"]}],
+                   "requests": requests}})
+    faults = memory.summary["faults"]
+    assert faults["lost_requests"] > 0
+    assert (faults["failed_requests"] > 0) == (requests.get("on_failure") == "lose")
+    assert (tmp_path / "stream" / "faults.csv").is_file()
     assert differing(tmp_path / "memory", tmp_path / "stream") == []
 
 
@@ -119,6 +148,7 @@ def test_a_streamed_results_tables_are_read_from_its_folder(tmp_path, small_chun
     ({"compat": "blis"}, "compat"),
     ({"cluster.trace_level": "decisions"}, "decision trace"),
     ({"engine.kv_tiers.cpu_blocks": 100}, "KV tiers"),
+    ({"cluster.flow_control": {}}, "gateway queue"),
 ])
 def test_a_run_that_cannot_stream_is_refused_by_name(tmp_path, change, needle):
     sim = prepare(scenario_file("quickstart"), overrides=change)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.request import Request
-from blis_simpy.workload.release import Release
+from blis_simpy.workload.release import release
 
 
 @given(st.lists(st.integers(0, 50), max_size=30))
@@ -20,7 +20,8 @@ def test_requests_are_handed_over_at_their_arrival_in_order(gaps):
     requests = [Request(i, t, np.arange(3), np.arange(2)) for i, t in enumerate(times)]
     env = Environment()
     handed: list[tuple[int, int, bool]] = []
-    Release(env, requests, lambda req, alone: handed.append((env.now, req.index, alone)))
+    env.process(release(env, requests,
+                        lambda req, alone: handed.append((env.now, req.index, alone))))
     env.run()
     assert [(now, i) for now, i, _ in handed] == [(t, i) for i, t in enumerate(times)]
     assert [alone for *_, alone in handed] == [i == len(times) - 1 or times[i + 1] != t
@@ -31,7 +32,7 @@ def test_arrivals_run_before_instance_events_at_the_same_time():
     env = Environment()
     seen: list[str] = []
     simpy.Timeout(env, 5).callbacks.append(lambda _: seen.append("instance"))
-    Release(env, [Request(0, 5, np.arange(3), np.arange(2))],
-            lambda req, alone: seen.append("arrival"))
+    env.process(release(env, [Request(0, 5, np.arange(3), np.arange(2))],
+                        lambda req, alone: seen.append("arrival")))
     env.run()
     assert seen == ["arrival", "instance"]

@@ -25,7 +25,7 @@ from blis_simpy.core import schema
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.units import MAX_REQUESTS
 from blis_simpy.workload import trace_file
-from blis_simpy.workload.work import sources_of
+from blis_simpy.workload.work import check_work, sources_of
 from tests.conftest import BASE
 from tests.trace_helpers import azure_text, trace_scenario, write
 
@@ -137,6 +137,18 @@ def test_autoscaler_polls_over_the_run_are_bounded():
         "autoscaler": {"interval_s": 1e-6}}
     err = refused(data)
     assert err.path == "deployment.autoscaler.interval_s" and "polls" in err.problem
+
+
+def test_random_crashes_over_the_run_are_bounded():
+    """A crash a millisecond on each of 4 instances for 10,000 s is 40 million crashes."""
+    data = tenants(duration_s=10_000, rate_per_s=0.1)
+    data["cluster"] = {"instances": 4}
+    data["faults"] = {"random_crashes": [{"mtbf_s": {"type": "constant", "value": 1e-3},
+                                          "mttr_s": {"type": "constant", "value": 0}}]}
+    err = refused(data)
+    assert err.path == "faults.random_crashes[0].mtbf_s" and "crashes" in err.problem
+    data["faults"]["random_crashes"][0]["instances"] = ["instance_0"]  # 10 million: allowed
+    check_work(Scenario.from_dict(data))
 
 
 def test_a_trace_holding_too_many_tokens_is_refused_at_its_line(tmp_path, monkeypatch):
@@ -259,7 +271,6 @@ def test_the_estimate_matches_what_small_runs_generate(tenant, profile):
 
 def test_every_library_scenario_is_within_the_limits():
     from blis_simpy.config.library import LIBRARY
-    from blis_simpy.workload.work import check_work
 
     for path in sorted(LIBRARY.glob("*.yaml")) + sorted((LIBRARY / "bench").glob("*.yaml")):
         check_work(Scenario.from_yaml(path))

@@ -22,6 +22,8 @@ from the start.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mypy_extensions import mypyc_attr
 
 from blis_simpy.core.errors import InvariantError
@@ -90,6 +92,28 @@ class KVCache:
                 break
             found.append(block)
         return PrefixHit(found)
+
+    def cached_prefix(self, hashes: Sequence[int]) -> int:
+        """How many of these chained block hashes, from the first on, a lookup would find
+        cached now: what the instance tells a router that reads its real cache (a lookup's
+        count, without a request and without counting a hit)."""
+        if self.deferred:
+            if not hashes or hashes[0] not in self.first_hashes:
+                return 0
+            self.keep_index()
+        index = self.index
+        count = 0
+        for h in hashes:
+            if h not in index:
+                break
+            count += 1
+        return count
+
+    def cached_hashes(self) -> set[int]:
+        """Every block hash a lookup could find now (a router's copy of the cache's state)."""
+        if self.deferred:
+            return {h for h in self.block_hash if h is not None}
+        return set(self.index)
 
     def admit(self, req: Request, hit: PrefixHit, start: int, tokens: int) -> bool:
         """Admit a waiting request: its cached prefix blocks plus room for positions
@@ -258,6 +282,17 @@ class KVCache:
         self.free.extend(freed)
         self.used -= len(freed)
         req.blocks = []
+
+    def wipe(self) -> None:
+        """The instance failed: the cached content is lost and the pool is as new (its hit
+        counters kept). Every holder has released its blocks first."""
+        if self.used:
+            raise InvariantError(f"KV pool wiped while {self.used} blocks are held")
+        self.refcount = []
+        self.block_hash = []
+        self.free = FreeList(self.total)
+        self.index = {}
+        self.first_hashes = set()
 
     def check(self) -> None:
         """Invariant check for tests and debug runs: conservation and refcount agreement."""

@@ -48,6 +48,10 @@ def checked(pool_type: type[P]) -> type[P]:
             super().release(req)
             self.check()
 
+        def wipe(self) -> None:
+            super().wipe()
+            self.check()
+
     Checked.__name__ = Checked.__qualname__ = f"Checked{pool_type.__name__}"
     return Checked
 

@@ -10,6 +10,7 @@ compat mode); a tiered pool replaces it without touching the engine.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from blis_simpy.core.request import Request
@@ -41,6 +42,15 @@ class BlockPool(Protocol):
         """The longest cached prefix of the request's first `tokens` tokens."""
         ...
 
+    def cached_prefix(self, hashes: Sequence[int]) -> int:
+        """How many of these chained block hashes, from the first on, are cached on the GPU
+        (what a router reading the real cache is told; counts no hit)."""
+        ...
+
+    def cached_hashes(self) -> set[int]:
+        """Every block hash cached on the GPU now (a router's periodic copy)."""
+        ...
+
     def admit(self, req: Request, hit: PrefixHit, start: int, tokens: int) -> bool:
         """Give a waiting request its cached prefix and room for positions
         [start, start+tokens); all or nothing."""
@@ -69,6 +79,10 @@ class BlockPool(Protocol):
 
     def release(self, req: Request) -> None:
         """The request was preempted: free its blocks."""
+        ...
+
+    def wipe(self) -> None:
+        """The instance failed: every cached block is lost (holders released theirs first)."""
         ...
 
     def cpu_utilization(self) -> float:

@@ -111,6 +111,12 @@ class ReferenceKVCache(KVCache):
             self.hollow.discard(req)
         super().release(req)
 
+    def wipe(self) -> None:
+        super().wipe()
+        self.fill = []
+        self.outputs_only = set()
+        self.hollow = set()
+
     def _decode(self, req: Request, position: int) -> bool:
         """One decode token: top up the last block, or take a new one."""
         slot = (position - req.kv_phase) % self.block_size

@@ -88,6 +88,19 @@ class TieredKVCache(KVCache):
     def cpu_utilization(self) -> float:
         return self.cpu.used / self.cpu.total
 
+    def wipe(self) -> None:
+        """The node's host memory and disk go with the instance: the lower tiers too, and
+        the transfers under way on its links."""
+        super().wipe()
+        self.cpu.entries.clear()
+        if self.storage is not None:
+            self.storage.entries.clear()
+        for each in (self.cpu_up, self.cpu_down, self.storage_up, self.storage_down):
+            if each is not None:
+                each.free_at = 0
+        self.evicted_at = {}
+        self.charged_until = 0
+
     # -- lookup and reload ------------------------------------------------------------------
 
     def lookup(self, req: Request, tokens: int) -> PrefixHit:

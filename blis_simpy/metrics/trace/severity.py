@@ -14,7 +14,10 @@ as the type gets), so a summary can rank occurrences of different types.
 * `scale_oscillation`: an episode's reversals / 10, capped at 1 (set where it is judged: each
   flip pays a replica's provisioning and load, or a drain, for nothing);
 * `pd_backpressure`: the episode's length in seconds, capped at 1 (a prefill instance unable to
-  admit for a second or more).
+  admit for a second or more);
+* `load_imbalance`: the request's wait in seconds, capped at 1 (set where it is judged);
+* `instance_failure`: 0.5 plus half the downtime in seconds, capped at 1: a crash always
+  loses work, and a second or more down is as bad as it gets.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from blis_simpy.core.units import US_PER_S
 
 INVERSION_SEVERITY = 0.25
 JUDGED_WITH_SEVERITY = ("slo_violation", "shadow_divergence", "kv_thrashing",
-                        "scale_oscillation")
+                        "scale_oscillation", "load_imbalance")
 
 
 def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:
@@ -43,6 +46,8 @@ def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:
         return min(1.0, len(anomaly.requests) / (2 * config.rejection_burst.count))
     if kind in ("priority_inversion", "slo_class_inversion"):
         return INVERSION_SEVERITY
+    if kind == "instance_failure":
+        return min(1.0, 0.5 + (anomaly.end - anomaly.time) / US_PER_S / 2)
     raise ValueError(f"no severity rule for anomaly type {kind!r}")
 
 

@@ -101,10 +101,17 @@ def within(frame: pd.DataFrame, column: str, start: float, end: float | None
 def as_text(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     frame = frame.copy()
     for name in TEXT_COLUMNS[table]:
-        if name in frame:
+        if name in frame and not all_text(frame[name]):
             frame[name] = [v if isinstance(v, str) else "" if v is None or v != v else str(v)
                            for v in frame[name]]
     return frame
+
+
+def all_text(column: pd.Series) -> bool:
+    """Every value a string already (a fresh run's tables): checked in C, not per value."""
+    from pandas.api.types import is_string_dtype
+
+    return is_string_dtype(column) and not column.isna().any()
 
 
 @dataclass(frozen=True)
@@ -540,6 +547,8 @@ FOCUS = {
     "kv_thrashing": "Keep a session's requests on one instance, or give its KV a larger CPU tier",
     "scale_oscillation": "Widen the autoscaler's hysteresis or lengthen its cooldown",
     "pd_backpressure": "Add decode replicas, or lower the P:D ratio",
+    "instance_failure": "Keep spare replicas (N+1), retry lost requests, let the autoscaler "
+                        "replace failed ones",
 }
 
 DETECTORS: tuple[Callable[[TraceInputs], list[Issue]], ...] = (

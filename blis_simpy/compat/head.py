@@ -1,0 +1,202 @@
+"""The flags the reference's current head added to `blis run` since the version compat mode
+reproduces (b88fdf6b), converted to the native features that model the same things, or refused
+with the reason and what to write instead.
+
+A command line using one of the head's features converts to a native scenario (compat: none):
+the head's numbers are not the ones compat mode reproduces, and the features are this
+project's own (docs/reference/compat.md, "The reference's newer flags"). Flags that only
+rename older ones (`--max-num-seqs`) or set reporting targets (`--slo-ttft`) keep compat mode.
+
+Each flag is in exactly one table: `FLAGS` (parsed, then mapped here) or `REFUSED` (a reason,
+raised when the flag is read). `tests/compat/test_head_flags.py` has a case for every one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from blis_simpy.compat.flags import Args
+from blis_simpy.core.errors import ScenarioError
+
+SATURATION = ("never", "utilization", "concurrency")
+DISPATCH = ("fifo", "priority", "slo-deadline")
+FAIRNESS = ("global-strict", "round-robin")
+PREEMPTION = {"fcfs": "lifo", "priority": "lowest-priority"}
+HEAD_SCORERS = ("active-requests", "load-aware", "no-hit-lru", "precise-prefix-cache",
+                "running-requests", "vllm-dp")
+HEAD_ADMISSION = ("gaie-legacy", "tier-shed")
+
+
+def apply_head_flags(args: Args, data: dict[str, Any]) -> None:
+    """Write every head flag given into the scenario `data` (checked as the head checks them)."""
+    preemption(args, data)
+    timeout(args, data)
+    cache_signal(args, data)
+    slo_targets(args, data)
+    flow_control(args, data)
+
+
+def head_features(data: dict[str, Any]) -> list[str]:
+    """The reference head's features a converted scenario uses; any makes it native (the
+    older reference compat mode reproduces has none of them)."""
+    used = []
+    if "flow_control" in data["cluster"]:
+        used.append("--flow-control")
+    scheduler = data["policies"]["scheduler"]
+    if scheduler.get("params", {}).get("preemption") == "lowest-priority":
+        used.append("--preemption-policy priority")
+    if "timeout_s" in data["workload"]:
+        used.append("--timeout")
+    admission = data["policies"]["admission"]["type"]
+    if admission in HEAD_ADMISSION:
+        used.append(f"admission policy {admission}")
+    scorers = data["policies"]["routing"].get("params", {}).get("scorers", {})
+    used += [f"scorer {name}" for name in scorers if name in HEAD_SCORERS]
+    return used
+
+
+def preemption(args: Args, data: dict[str, Any]) -> None:
+    """--preemption-policy: fcfs (the tail of the batch: vLLM's and the older reference's
+    rule) or priority (the least urgent first, by the priority policy's score)."""
+    value = args["preemption-policy"]
+    if value not in PREEMPTION:
+        raise ScenarioError("--preemption-policy", f"unknown preemption policy {value!r}",
+                            ", ".join(PREEMPTION))
+    if value != "fcfs":
+        scheduler = data["policies"]["scheduler"]
+        scheduler["params"] = {**scheduler.get("params", {}), "preemption": PREEMPTION[value]}
+
+
+def timeout(args: Args, data: dict[str, Any]) -> None:
+    """--timeout (s): each request's client deadline; negative disables it, 0 is refused.
+    Converted only when given (the head's 300 s default then applies to its run alone)."""
+    if "timeout" not in args.given:
+        return
+    seconds = args["timeout"]
+    if seconds == 0:
+        raise ScenarioError("--timeout", "0 is refused (as by the reference)",
+                            "seconds > 0, or negative to disable")
+    if seconds > 0:
+        data["workload"]["timeout_s"] = float(seconds)
+
+
+def cache_signal(args: Args, data: dict[str, Any]) -> None:
+    """--cache-signal-delay (µs): how late precise-prefix-cache and no-hit-lru hear of the
+    instances' caches; 0 is the live cache."""
+    if "cache-signal-delay" not in args.given:
+        return
+    delay = args["cache-signal-delay"]
+    if delay < 0:
+        raise ScenarioError("--cache-signal-delay", f"must be >= 0, got {delay}")
+    rule = {"mode": "periodic", "interval_s": delay / 1e6} if delay else {"mode": "immediate"}
+    data["cluster"]["observability"]["cached_blocks"] = rule
+
+
+DURATION = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
+UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
+
+
+def go_duration_ms(text: str, flag: str) -> float:
+    """Go's time.ParseDuration, in ms: one or more number+unit pairs (`1m30s`, `150ms`)."""
+    pos, total = 0, 0.0
+    body = text.strip()
+    while pos < len(body):
+        match = DURATION.match(body, pos)
+        if match is None:
+            raise ScenarioError(flag, f"invalid duration {text!r}", "e.g. 100ms, 1.5s, 2m")
+        total += float(match.group(1)) * UNIT_MS[match.group(2)]
+        pos = match.end()
+    if not body or not total > 0:
+        raise ScenarioError(flag, f"invalid duration {text!r}", "a duration > 0, e.g. 100ms")
+    return total
+
+
+def class_values(text: str, flag: str) -> dict[str, str]:
+    """`class=value,class=value` as the reference's per-class flags read it."""
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        cls, eq, value = item.strip().partition("=")
+        if not eq or not cls.strip() or not value.strip():
+            raise ScenarioError(flag, f"invalid entry {item.strip()!r}", "class=value, ...")
+        out[cls.strip()] = value.strip()
+    return out
+
+
+def slo_targets(args: Args, data: dict[str, Any]) -> None:
+    """--slo-ttft/--slo-itl/--slo-e2e (goodput thresholds per SLO class, as durations) and
+    --slo-targets (flow control's TTFT deadlines, µs): evaluation.slo_targets."""
+    targets: dict[str, dict[str, float]] = {}
+    for flag, field in (("slo-ttft", "ttft_ms"), ("slo-itl", "tpot_ms"), ("slo-e2e", "e2e_ms")):
+        if args[flag]:
+            for cls, value in class_values(args[flag], f"--{flag}").items():
+                targets.setdefault(cls, {})[field] = go_duration_ms(value, f"--{flag}")
+    if args["slo-targets"]:
+        for cls, value in class_values(args["slo-targets"], "--slo-targets").items():
+            try:
+                us = int(value)
+            except ValueError:
+                raise ScenarioError("--slo-targets", f"invalid target {value!r} for {cls!r}",
+                                    "µs as a whole number > 0") from None
+            if us <= 0:
+                raise ScenarioError("--slo-targets", f"target for {cls!r} must be > 0")
+            ms = us / 1000
+            if targets.get(cls, {}).get("ttft_ms", ms) != ms:
+                raise ScenarioError("--slo-targets", f"{cls!r}: {ms} ms differs from "
+                                    f"--slo-ttft's {targets[cls]['ttft_ms']} ms")
+            targets.setdefault(cls, {})["ttft_ms"] = ms
+    if targets:
+        data["evaluation"] = {"slo_targets": targets}
+
+
+def flow_control(args: Args, data: dict[str, Any]) -> None:
+    """--flow-control and its settings: cluster.flow_control. The head replaces admission with
+    the queue; here admission still runs first, and the head's default (always-admit) makes
+    that the same. Its settings are checked even without --flow-control (the head checks most
+    only with it, and warns that they have no effect): a bad value is a mistake either way."""
+    detector = args["saturation-detector"]
+    for flag, value, valid in (("saturation-detector", detector, SATURATION),
+                               ("dispatch-order", args["dispatch-order"], DISPATCH),
+                               ("fairness-policy", args["fairness-policy"], FAIRNESS)):
+        if value not in valid:
+            raise ScenarioError(f"--{flag}", f"unknown value {value!r}", ", ".join(valid))
+    for flag, low in (("max-gateway-queue-depth", 0), ("per-band-capacity", 0),
+                      ("request-ttl", 0), ("dispatch-tick-interval", 0),
+                      ("max-concurrency", 1)):
+        if args[flag] < low:
+            raise ScenarioError(f"--{flag}", f"must be >= {low}, got {args[flag]}")
+    for flag in ("queue-depth-threshold", "kv-cache-util-threshold"):
+        if not (math.isfinite(args[flag]) and args[flag] > 0):
+            raise ScenarioError(f"--{flag}", f"must be a finite value > 0, got {args[flag]}")
+    limit = args["usage-limit-threshold"]
+    if not 0 < limit <= 1:
+        raise ScenarioError("--usage-limit-threshold", f"must be in (0, 1], got {limit}")
+    if not args["flow-control"]:
+        return
+    saturation: dict[str, Any] = {"type": detector}
+    if detector == "utilization":
+        saturation.update(queue_depth=args["queue-depth-threshold"],
+                          kv_utilization=args["kv-cache-util-threshold"])
+    elif detector == "concurrency":
+        saturation["max_in_flight"] = args["max-concurrency"]
+    section: dict[str, Any] = {
+        "saturation": saturation,
+        "max_queue_depth": args["max-gateway-queue-depth"],
+        "band_capacity": args["per-band-capacity"],
+        "on_full": "shed-lowest" if args["queue-shedding"] else "reject",
+        "dispatch_order": args["dispatch-order"],
+        "fairness": args["fairness-policy"],
+        "usage_limit": limit,
+        "dispatch_tick_s": (args["dispatch-tick-interval"] or 1000) / 1e6,
+    }
+    if args["request-ttl"]:
+        section["queue_ttl_s"] = args["request-ttl"] / 1e6
+    data["cluster"]["flow_control"] = section
+
+
+HEAD_NOTE = """\
+# It uses the reference head's {features}, which this project models natively, so it
+# runs in native mode (compat: none): compat mode reproduces the older reference (b88fdf6b),
+# which has none of them, and the head's numbers are its own (docs/reference/compat.md).
+"""

@@ -1,0 +1,676 @@
+"""What one engine step does, with no clock of its own: the step logic of an instance.
+
+A `Stepper` holds an engine replica's wait queue, running batch and KV cache, and forms and
+applies one step at a time, at a time it is given (`step(now)`). It schedules every running
+request a prefill chunk or one decode token while the token budget lasts (preempting by the
+scheduler's rule when the KV cache is full), admits waiting requests from the head of the
+queue while slots, budget and KV last, charges the step time from the latency model and
+applies the step's progress. Requests in steady decode advance implicitly (`steady.py`): the
+steady and decode-only paths touch only the requests with an event this step.
+
+Nothing here knows about SimPy. What drives the steps is elsewhere: an instance's step loop,
+one SimPy process (`instance.py: Instance.run`), or in compat mode the reference's event heap
+(`reference_order.py`). Both call `step(now)` and wait out the time it returns.
+
+What the steps do is written to the recorder: one row per step, preemptions, rejections,
+anomalies, and (when asked) ordered lifecycle events; the counters when the run ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
+
+from librt.vecs import append, vec
+from mypy_extensions import i64, mypyc_attr
+
+from blis_simpy.config.scenario import EngineConfig
+from blis_simpy.core.records import DURATION, STEP_FIELDS, STEP_VALUES, InstanceLog, Recorder
+from blis_simpy.core.request import RejectCode, Request, State
+from blis_simpy.core.snapshot import Role
+from blis_simpy.core.units import US_PER_MS
+from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
+from blis_simpy.engine.kv.pool import BlockPool
+from blis_simpy.engine.latency import LatencyModel
+from blis_simpy.engine.steady import SteadyDecoders
+from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.scheduler import InstanceScheduler
+
+DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
+RECENT = 32  # completions behind the recent TTFT / TPOT signals
+
+
+class InstanceObserver(Protocol):
+    """Who tracks requests routed to an instance (the gateway's counters)."""
+
+    def queued(self, instance: str, req: Request) -> None: ...
+
+    def finished(self, instance: str, req: Request) -> None: ...
+
+    def handed_off(self, instance: str, req: Request) -> None: ...
+
+    def lost(self, instance: str, req: Request) -> None:
+        """The instance failed with the request in it (its KV gone with it)."""
+        ...
+
+
+def seq_of(req: Request) -> int:
+    return req.seq
+
+
+def prefill_chunk(remaining: int, threshold: int, budget: int) -> int:
+    """The prefill tokens a request may take in one step: what it has left, capped by the
+    long-prefill threshold (0: no cap) and by the token budget left in the step."""
+    n = remaining
+    if 0 < threshold < n:
+        n = threshold
+    return budget if n > budget else n
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Stepper:
+    """An engine replica's queue, batch and KV cache, and the steps it takes."""
+
+    def __init__(
+        self,
+        instance_id: str,
+        latency: LatencyModel,
+        engine: EngineConfig,
+        pool: BlockPool,
+        scheduler: InstanceScheduler,
+        priority: PriorityPolicy,
+        recorder: Recorder,
+        *,
+        class_ranks: dict[str, int],
+        role: Role = Role.MONOLITHIC,
+    ) -> None:
+        self.id = instance_id
+        self.role = role
+        self.latency = latency
+        self.kv = pool
+        self.max_running = engine.max_running_requests
+        self.token_budget = engine.max_scheduled_tokens
+        self.threshold = engine.long_prefill_threshold
+        self.capacity = pool.total * pool.block_size  # tokens the whole KV pool holds
+        limit = engine.max_model_len
+        self.max_len = self.capacity if limit is None else min(limit, self.capacity)
+        self.scheduler = scheduler
+        # Priorities of waiting requests are recomputed each step when they change with time
+        # (the scheduler may order by them; the inversion checks compare them). Running
+        # requests are rescored for the victim choice only when the scheduler uses them.
+        self.aging = priority if priority.ages else None
+        self.rescore_victims = priority if scheduler.uses_priority and priority.ages else None
+        self.observer: InstanceObserver | None = None
+        self.recorder = recorder
+        self.log: InstanceLog = recorder.instance(instance_id, role, pool.total)
+        self.events = recorder.events
+        self.watch = QueueWatch(instance_id, recorder, class_ranks, not priority.ages)
+        # Requests whose queueing delay is over, taken into the wait queue at the next step
+        # start (an instance's inbox Store holds this very list).
+        self.delivered: list[Request] = []
+        self.wait_queue: deque[Request] = deque()
+        self.running: list[Request] = []  # the batch, in admission order (Request.seq)
+        # Running requests handled one by one each step; the rest decode implicitly (steady.py)
+        # when the step time depends only on token counts.
+        self.explicit: list[Request] = []
+        self.steady = None if latency.per_request else SteadyDecoders(pool.block_size)
+        self._seq = 0
+        # One row per step (records.STEP_FIELDS), the newest ones' fields one after another
+        # as native int64 (no Python int per field), handed to the log a chunk at a time.
+        # Token gaps are derived from them at the end.
+        self.steps: vec[i64] = vec[i64](capacity=STEP_VALUES)
+        self.steps_taken = 0
+        self.queued_tokens = 0  # prompt tokens waiting: the basis of the wait estimate
+        self.recent_ttft: deque[int] = deque(maxlen=RECENT)
+        self.recent_tpot: deque[float] = deque(maxlen=RECENT)
+        self.now = 0  # the time of the step being formed (of the last one, between steps)
+        self.last_event = 0
+        self._preempted = False
+        self._load_us = 0  # KV load time of the prefix hits admitted this step
+        self.preemptions = self.admissions = self.completions = 0
+        self.output_tokens = 0  # emitted so far: the autoscaler's token-throughput signal
+
+    # -- arrivals ---------------------------------------------------------------------------
+
+    def refuses(self, req: Request, now: int) -> bool:
+        """A request routed here that can never fit is rejected at once (True)."""
+        req.instance = self.id
+        self.last_event = now
+        need = req.input_len + req.output_len
+        if need <= self.max_len:
+            return False
+        req.state = State.REJECTED
+        if need > self.capacity:
+            req.reject_code = RejectCode.KV_CAPACITY
+            req.reject_reason = (f"needs {need} tokens, the KV pool holds {self.capacity} "
+                                 f"({self.kv.total} blocks of {self.kv.block_size})")
+        else:
+            req.reject_code = RejectCode.MAX_MODEL_LEN
+            req.reject_reason = f"needs {need} tokens, max_model_len is {self.max_len}"
+        self.recorder.rejections.append((now, self.id, req.name))
+        if self.observer is not None:
+            self.observer.finished(self.id, req)
+        return True
+
+    def join(self, req: Request, now: int) -> None:
+        """The queueing delay is over: the request joins the wait queue (its accounting now,
+        its place at the next step start)."""
+        req.state = State.QUEUED
+        req.queued_at = now
+        self.queued_tokens += req.prefill_target
+        self.last_event = now
+        self.watch.queued(req)
+        if self.events is not None:
+            self.events.append((now, "queued", req.name, self.id))
+        if self.observer is not None:
+            self.observer.queued(self.id, req)
+        self.deliver(req)
+
+    def deliver(self, req: Request) -> None:
+        """Hand a queued request to the step that starts next."""
+        self.delivered.append(req)
+
+    def abandon(self, req: Request) -> None:
+        """Its client gave up: the request leaves wherever it is here (waiting, or in the
+        batch, its KV blocks freed) and is reported finished. A step already under way keeps
+        the time it was charged with the request in it."""
+        self.leave(req)
+        if self.observer is not None:
+            self.observer.finished(self.id, req)
+
+    def leave(self, req: Request) -> None:
+        """Take the request out of the queue or the batch (its KV blocks freed)."""
+        state = req.state
+        if state is State.QUEUED:
+            if req in self.delivered:
+                self.delivered.remove(req)
+            else:
+                self.wait_queue.remove(req)
+            self.queued_tokens -= req.prefill_target
+        elif state is State.RUNNING:
+            if req.lazy_base >= 0:  # an implicit decoder: write every decoder's state back
+                self._materialize(self.step_index())
+            self.kv.release(req)
+            self.running.remove(req)
+            if req in self.explicit:
+                self.explicit.remove(req)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting: in the wait queue, or delivered until the next step start."""
+        return len(self.wait_queue) + len(self.delivered)
+
+    def idle(self) -> bool:
+        """Nothing to step: nothing runs, waits or has been delivered."""
+        return not self.running and not self.wait_queue and not self.delivered
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    def step_index(self) -> int:
+        """The number of the next step (of the steps so far)."""
+        return self.steps_taken
+
+    def _record(self, start: int, duration: int, new_tokens: int, decodes: int, batch: int,
+                kv_used: int, queue_depth: int) -> None:
+        """One step's row (records.STEP_FIELDS)."""
+        steps = self.steps
+        steps = append(steps, start)
+        steps = append(steps, duration)
+        steps = append(steps, new_tokens)
+        steps = append(steps, decodes)
+        steps = append(steps, batch)
+        steps = append(steps, kv_used)
+        steps = append(steps, queue_depth)
+        self.steps_taken += 1
+        self.output_tokens += decodes
+        if len(steps) == STEP_VALUES:
+            self.log.pack(steps)
+            steps = vec[i64](capacity=STEP_VALUES)
+        self.steps = steps
+
+    def step(self, now: int) -> int | None:
+        """Form a batch at `now`, charge its time and apply its progress; returns its duration
+        (µs), None if nothing ran."""
+        self.now = now
+        self.last_event = now
+        steady = self.steady
+        if (steady is not None and not self.explicit and not self.wait_queue
+                and not self.delivered and self.events is None
+                and self.watch.kv_head is None and len(self.running) <= self.token_budget):
+            due = steady.buckets.get(self.step_index())
+            duration = self._decode_step(now, due) if due else self._quiet_step(now)
+            if duration is not None:
+                return duration
+        self._preempted = False
+        self._load_us = 0
+        index = self.step_index()
+        queue = self.wait_queue
+        arrived = self.delivered
+        if arrived:
+            queue.extend(arrived)
+            arrived.clear()
+        if self.events is not None:
+            self.events.append((now, "step", self.id, ""))
+        if self.aging is not None:
+            self._rescore(queue, now, self.aging)
+        key = self.scheduler.order_key
+        if key is not None and len(queue) > 1:
+            self.wait_queue = deque(sorted(queue, key=lambda r: key(r.view, r.priority)))
+        if self.steady is not None:
+            duration = self._steady_step(now, index)
+            if duration is not None:
+                return duration
+            self._materialize(index)
+        return self._exact_step(now, index)
+
+    # Decode-only steps: nothing waits and every running request decodes one token implicitly
+    # (steady.py). They are the steady step with the prefill, budget and admission branches
+    # known empty; most steps of a lightly loaded instance are these.
+
+    def _quiet_step(self, now: int) -> int:
+        """No decoder opens or fills a KV block or finishes."""
+        decodes = len(self.running)
+        duration = self.latency.step_time(0, decodes, (), 0)
+        self._record(now, duration, 0, decodes, decodes, self.kv.used, 0)
+        return duration
+
+    def _decode_step(self, now: int, due: list[Request]) -> int | None:
+        """Some decoders open or fill a block or finish; None (with no side effects) when the
+        blocks they open are not free (the exact path preempts)."""
+        kv, index = self.kv, self.step_index()
+        touched, blocks = self._block_events(due, index)
+        if blocks > kv.free_blocks:
+            return None
+        if touched:
+            self._allocate_in_order([], touched, index)
+        decodes = len(self.running)
+        duration = self.latency.step_time(0, decodes, (), 0)
+        self._record(now, duration, 0, decodes, decodes, kv.used, 0)
+        self._advance_steady([], due, index, now + duration)
+        return duration
+
+    @staticmethod
+    def _rescore(requests: Iterable[Request], now: int, policy: PriorityPolicy) -> None:
+        """Current priorities under an aging policy."""
+        compute = policy.compute
+        for req in requests:
+            req.priority = compute(req.view, None, now)
+
+    def _exact_step(self, now: int, index: int) -> int | None:
+        """The step, request by request in batch order: budget, KV and preemption exact."""
+        running = self.running
+        scheduled, new_tokens, decodes, budget = self._schedule_running(running)
+        kept = len(running)
+        admitted, admitted_tokens = self._admit_waiting(running, budget)
+        if scheduled == 0 and admitted == 0:
+            self.explicit = list(self.running)
+            return None
+        batch = running[:scheduled] + running[kept:] if scheduled < kept else running
+        new_tokens += admitted_tokens
+        duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
+        self._record(now, duration, new_tokens, decodes, len(batch), self.kv.used,
+                     len(self.wait_queue))
+        self._execute(batch, index, now + duration)
+        self.explicit = list(self.running)
+        return duration
+
+    def _steady_step(self, now: int, index: int) -> int | None:
+        """The same step when every running request fits the budget (the last one's prefill
+        chunk cut to what is left, as the exact path does) and the KV cache: only explicit
+        requests and implicit decoders with an event this step are touched. None
+        (with no side effects) when the step needs the exact path."""
+        running, explicit, steady, kv = self.running, self.explicit, self.steady, self.kv
+        assert steady is not None
+        block_size, threshold = kv.block_size, self.threshold
+        demand = len(running) - len(explicit)  # implicit decoders: one token each
+        blocks = new_tokens = 0
+        for req in explicit:
+            n = req.prefill_target - req.progress
+            if n > 0:
+                n = prefill_chunk(n, threshold, n)
+                req.chunk = n
+                new_tokens += n
+                blocks += kv.prefill_blocks(req, req.progress, n)
+            else:
+                n = 1
+                req.chunk = DECODE
+                if (req.progress - req.kv_phase) % block_size == 0:
+                    blocks += 1
+            demand += n
+        overrun = demand - self.token_budget
+        if overrun > 0:
+            # The exact path gives the batch's last request what the budget has left: when
+            # that is a prefill with more than the overrun, only its chunk shrinks.
+            last = running[-1]
+            if last.lazy_base >= 0 or last.chunk == DECODE or last.chunk <= overrun:
+                return None
+            progress = last.progress
+            blocks -= kv.prefill_blocks(last, progress, last.chunk)
+            last.chunk -= overrun
+            blocks += kv.prefill_blocks(last, progress, last.chunk)
+            new_tokens -= overrun
+            demand -= overrun
+        due = steady.peek(index)
+        touched, opened = self._block_events(due, index)
+        blocks += opened
+        if blocks > kv.free_blocks:
+            return None
+        self._allocate_in_order(explicit, touched, index)
+        admitted, admitted_tokens = self._admit_waiting(running, self.token_budget - demand)
+        new_tokens += admitted_tokens
+        decodes = demand - (new_tokens - admitted_tokens)
+        duration = self.latency.step_time(new_tokens, decodes, (), self._load_us)
+        self._record(now, duration, new_tokens, decodes, len(running), kv.used,
+                     len(self.wait_queue))
+        self._advance_steady(explicit + running[len(running) - admitted:] if admitted
+                             else explicit, due, index, now + duration)
+        return duration
+
+    def _block_events(self, due: list[Request], index: int) -> tuple[list[Request], int]:
+        """The implicit decoders whose token this step opens a KV block (slot 0) or fills
+        one (last slot), and how many blocks they open."""
+        block_size = self.kv.block_size
+        last_slot = block_size - 1
+        touched = []
+        blocks = 0
+        for req in due:
+            slot = (req.progress + index - req.lazy_base - req.kv_phase) % block_size
+            if slot == 0:
+                blocks += 1
+                touched.append(req)
+            elif slot == last_slot:
+                touched.append(req)
+        return touched, blocks
+
+    def _allocate_in_order(self, explicit: list[Request], touched: list[Request], index: int
+                           ) -> None:
+        """KV operations in batch order (block ids and LRU order depend on it); they all fit."""
+        kv = self.kv
+        block_size = kv.block_size
+        last_slot = block_size - 1
+        if touched:
+            explicit = explicit + touched
+            if len(explicit) > 1:
+                explicit.sort(key=seq_of)
+        for req in explicit:
+            if req.lazy_base >= 0:
+                position = req.progress + index - req.lazy_base
+                slot = (position - req.kv_phase) % block_size
+                if slot == 0:
+                    kv.open_block(req)
+                if slot == last_slot:
+                    kv.publish(req, position)
+            elif req.chunk != DECODE:
+                kv.allocate(req, req.progress, req.chunk)
+            elif (req.progress - req.kv_phase) % block_size in (0, last_slot):
+                kv.allocate(req, req.progress, 1)
+
+    def _advance_steady(self, explicit: list[Request], due: list[Request], index: int,
+                        end: int) -> None:
+        steady = self.steady
+        assert steady is not None
+        emit_at = end + self.latency.output_delay
+        done = []
+        still = []
+        for req in explicit:
+            if self._advance(req, index, emit_at):
+                done.append(req)
+            elif req.last_emit_step == index and req.progress >= req.prefill_target:
+                steady.add(req, index + 1)  # decoding steadily from the next step on
+            else:
+                still.append(req)
+        nxt = index + 1
+        # `steady.schedule(req, nxt)` inlined: this runs twice per block per decoder.
+        buckets = steady.buckets
+        block_size = steady.block_size
+        last = block_size - 1
+        for req in due:
+            ahead = nxt - req.lazy_base
+            left = req.max_tokens - req.emitted - ahead  # tokens after this step's
+            if left <= 0:
+                steady.materialize(req, nxt)
+                done.append(req)
+                continue
+            slot = (req.progress + ahead - req.kv_phase) % block_size
+            event = nxt + last - slot if 0 < slot < last else nxt
+            if left - 1 < event - nxt:
+                event = nxt + left - 1
+            bucket = buckets.get(event)
+            if bucket is None:
+                buckets[event] = [req]
+            else:
+                bucket.append(req)
+        buckets.pop(index, None)
+        self.explicit = still
+        if done:
+            if len(done) > 1:
+                done.sort(key=seq_of)
+            self._complete(done, emit_at)
+
+    def _materialize(self, index: int) -> None:
+        """Make every implicit decoder explicit, its state written as of step `index`."""
+        steady = self.steady
+        assert steady is not None
+        for req in self.running:
+            if req.lazy_base >= 0:
+                steady.materialize(req, index)
+        steady.clear()
+        self.explicit = list(self.running)
+
+    def finish(self) -> None:
+        """The run is over: write back implicit state, end the anomaly episodes still open
+        and close this instance's records."""
+        if self.steady is not None:
+            self._materialize(self.step_index())
+        self.watch.finish(self.last_event)
+        self.log.pack(self.steps)
+        self.steps = vec[i64]()
+        self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
+
+    def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
+        """Running requests in order: a prefill chunk or one decode token each, while budget
+        lasts. Returns (how many were scheduled, new prefill tokens, decodes, budget left)."""
+        budget = self.token_budget
+        threshold = self.threshold
+        last_slot = self.kv.block_size - 1
+        block_size = self.kv.block_size
+        new_tokens = decodes = 0
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            progress = req.progress
+            n = req.prefill_target - progress
+            if n > 0:
+                n = prefill_chunk(n, threshold, budget)
+                if not self._reserve(req, i, progress, n):
+                    break
+                req.chunk = n
+                new_tokens += n
+                budget -= n
+            else:
+                # A decode token touches the KV cache only when it opens a block or fills one.
+                slot = (progress - req.kv_phase) % block_size
+                if (slot == 0 or slot == last_slot) and not self._reserve(req, i, progress, 1):
+                    break
+                req.chunk = DECODE
+                decodes += 1
+                budget -= 1
+            i += 1
+        return i, new_tokens, decodes, budget
+
+    def _reserve(self, req: Request, position: int, start: int, tokens: int) -> bool:
+        """KV room for the request at `position` in the batch, preempting until it fits.
+        Victims come from the requests not yet scheduled this step (this one included), by
+        the scheduler's rule (last admitted by default). False if this request was the victim."""
+        kv, running, victim_of = self.kv, self.running, self.scheduler.victim
+        while not kv.allocate(req, start, tokens):
+            candidates = running[position:]
+            if self.rescore_victims is not None:
+                self._rescore(candidates, self.now, self.rescore_victims)
+            pick = victim_of([r.view for r in candidates], [r.priority for r in candidates])
+            victim = running.pop(position + pick)
+            self._preempt(victim)
+            if victim is req:
+                return False
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        """vLLM recompute preemption: free the blocks, go back to the head of the queue, and
+        later re-prefill the prompt plus every token already streamed."""
+        now = self.now
+        self._preempted = True
+        self.kv.release(req)
+        self.preemptions += 1
+        req.state = State.QUEUED
+        req.progress = 0
+        req.prefill_target = req.input_len + req.emitted
+        req.preemptions += 1
+        self.queued_tokens += req.prefill_target
+        self.wait_queue.appendleft(req)
+        self.watch.queued(req)
+        self.recorder.preemptions.append((now, self.id, req.name))
+        if self.events is not None:
+            self.events.append((now, "preempted", req.name, self.id))
+
+    def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
+        """Admit from the queue head while slots, budget and KV allow; strict head-of-line
+        order, and nothing new is admitted in a step that preempted."""
+        admitted, tokens = (0, 0) if self._preempted else self._admit(running, budget)
+        watch, queue = self.watch, self.wait_queue
+        if watch.kv_head is not None:
+            watch.head_is(self.now, queue[0] if queue else None)
+        return admitted, tokens
+
+    def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
+        queue, kv = self.wait_queue, self.kv
+        block_size, threshold, now = kv.block_size, self.threshold, self.now
+        admitted = tokens = 0
+        while queue and budget > 0 and len(running) < self.max_running:
+            req = queue[0]
+            req.hash_blocks(block_size)
+            hit = kv.lookup(req, req.prefill_target)
+            start = len(hit.blocks) * block_size
+            n = prefill_chunk(req.prefill_target - start, threshold, budget)
+            if not kv.admit(req, hit, start, n):
+                self._check_kv_blocking(req, budget)
+                break
+            queue.popleft()
+            self.queued_tokens -= req.prefill_target
+            self._load_us += hit.load_us
+            if req.cached_tokens < 0:
+                req.cached_tokens = start
+                req.first_scheduled = now
+            req.progress = start
+            req.chunk = n
+            req.seq = self._seq
+            self._seq += 1
+            req.state = State.RUNNING
+            running.append(req)
+            self.admissions += 1
+            admitted += 1
+            tokens += n
+            budget -= n
+        if admitted:
+            self.watch.admitted(now, running[len(running) - admitted:], queue)
+        return admitted, tokens
+
+    def _check_kv_blocking(self, head: Request, budget: int) -> None:
+        """KV head-of-line blocking: the queue head does not fit in the free KV blocks while a
+        request behind it would."""
+        kv, threshold = self.kv, self.threshold
+        for behind in itertools.islice(self.wait_queue, 1, HOL_LOOKAHEAD):
+            n = prefill_chunk(behind.prefill_target, threshold, budget)
+            if -(-n // kv.block_size) <= kv.free_blocks:
+                self.watch.kv_blocked(self.now, head, behind)
+                return
+
+    def _execute(self, batch: list[Request], step: int, end: int) -> None:
+        """Apply one step's progress; tokens are emitted at the step's end (+ output delay)."""
+        emit_at = end + self.latency.output_delay
+        done = [req for req in batch if self._advance(req, step, emit_at)]
+        if done:
+            self._complete(done, emit_at)
+
+    def _advance(self, req: Request, step: int, emit_at: int) -> bool:
+        """One scheduled request's progress this step; True when it has finished."""
+        chunk = req.chunk
+        if chunk == DECODE:
+            req.progress += 1
+        else:
+            req.progress += chunk
+            if req.progress < req.prefill_target:
+                return False
+        emitted = req.emitted + 1
+        req.emitted = emitted
+        if emitted == 1:
+            self.output_tokens += 1
+            req.first_token_at = emit_at
+            req.first_token_step = step
+            self.recent_ttft.append(emit_at - req.arrival)
+        elif req.last_emit_step != step - 1:
+            if req.gaps is None:
+                req.gaps = []
+            req.gaps.append((req.last_emit_step, step))
+        req.last_emit_step = step
+        return emitted >= req.max_tokens
+
+    def _complete(self, done: list[Request], at: int) -> None:
+        observer, events = self.observer, self.events
+        self.completions += len(done)
+        for req in done:
+            self.kv.complete(req)
+            req.state = State.COMPLETED
+            req.completed_at = at
+            if req.output_len > 1:
+                self.recent_tpot.append((at - req.first_token_at) / (req.output_len - 1))
+            if events is not None:
+                events.append((self.now, "completed", req.name, self.id))
+            if observer is not None:
+                observer.finished(self.id, req)
+            req.forget_hashes()
+        running = self.running
+        for req in done:
+            running.remove(req)
+
+    def empty(self, now: int) -> list[Request]:
+        """The replica failed at `now`: every request leaves it (returned in queue, then batch
+        order) and its KV cache is lost, cached prefixes included."""
+        if self.steady is not None:
+            self._materialize(self.step_index())
+        lost = [*self.wait_queue, *self.delivered, *self.running]
+        kv = self.kv
+        for req in self.running:
+            kv.release(req)
+        self.wait_queue.clear()
+        self.delivered.clear()
+        self.running.clear()
+        self.explicit = []
+        self.queued_tokens = 0
+        kv.wipe()
+        self.watch.emptied(now)
+        return lost
+
+    def kv_holders(self) -> list[Request]:
+        """Every request holding KV blocks here (the ownership checks read it)."""
+        return list(self.running)
+
+    # -- observation (what snapshots read) -------------------------------------------------------
+
+    def recent_ttft_ms(self) -> float:
+        recent = self.recent_ttft
+        return sum(recent) / len(recent) / US_PER_MS if recent else 0.0
+
+    def recent_tpot_ms(self) -> float:
+        recent = self.recent_tpot
+        return sum(recent) / len(recent) / US_PER_MS if recent else 0.0
+
+    def estimated_wait_ms(self) -> float:
+        """Steps needed to prefill everything waiting, at the last step's duration."""
+        if not self.queued_tokens:
+            return 0.0
+        steps = self.steps
+        last = (steps[len(steps) - len(STEP_FIELDS) + DURATION] if len(steps)
+                else self.log.last_duration())
+        return -(-self.queued_tokens // self.token_budget) * last / US_PER_MS

@@ -1,0 +1,106 @@
+"""Load imbalance (seed F.3: what `always-busiest` is for): a request left waiting in one
+replica's queue while another replica sat idle the whole time.
+
+A `load_imbalance` anomaly is one such request, an episode from its arrival in the queue to
+its first step: it waited through at least one step of its own instance (so it was held back
+by the work ahead of it, not just by the step in progress) while another replica of the fixed
+cluster ran no step at all (so it would have started at once there). Judged from the step
+rows and the requests' queue times, for a fixed cluster of monolithic replicas (`cluster:`,
+no deployment section: replicas that come and go, models and P/D pools are not
+interchangeable). Severity: the wait in seconds, capped at 1.
+
+A streaming run (metrics/stream.py) keeps the waiting requests' four columns as their chunks
+pass (`Waiting.of`) and reads each instance's step times back from its step file at the end,
+so it finds the same anomalies in the same order; that costs ~25 bytes a request that waited
+and 16 a step, at the end of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from blis_simpy.core.records import Anomaly, InstanceRecord, Records
+from blis_simpy.core.snapshot import Role
+from blis_simpy.core.units import US_PER_MS, US_PER_S
+from blis_simpy.metrics.columns import Table
+
+Spans = Mapping[str, tuple[np.ndarray, np.ndarray]]  # instance id -> its steps' starts, ends
+
+
+class Waiting(NamedTuple):
+    """The requests that were queued on an instance and not scheduled at once, in table order:
+    instance, queued and scheduled times (µs; -1: never scheduled) and id."""
+
+    instance: np.ndarray
+    queued: np.ndarray
+    scheduled: np.ndarray
+    names: np.ndarray
+
+    @classmethod
+    def of(cls, requests: Table) -> Waiting:
+        queued = micros(requests.array("queued_s"))
+        scheduled = micros(requests.array("scheduled_s"))
+        keep = (queued >= 0) & ((scheduled < 0) | (scheduled > queued))
+        return cls(np.asarray(requests["instance"], dtype=object)[keep], queued[keep],
+                   scheduled[keep], np.asarray(requests["id"], dtype=object)[keep])
+
+    @classmethod
+    def joined(cls, parts: Sequence[Waiting]) -> Waiting:
+        if not parts:
+            return cls(np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64),
+                       np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
+        return cls(*(np.concatenate(column) for column in zip(*parts, strict=True)))
+
+
+def load_imbalance(records: Records, requests: Table, ended_at: int) -> list[Anomaly]:
+    """Every request that waited in one replica's queue through a step while another replica
+    was idle (module docstring). `ended_at`: when the run ended (a request never scheduled
+    waited until then)."""
+    return imbalanced(records.instances, {log.id: (log.start, log.end)
+                                          for log in records.instances},
+                      Waiting.of(requests), ended_at)
+
+
+def imbalanced(instances: Sequence[InstanceRecord], spans: Spans, waiting: Waiting,
+               ended_at: int) -> list[Anomaly]:
+    """`load_imbalance` from the instances' step spans and the waiting requests."""
+    logs = [log for log in instances if log.role is Role.MONOLITHIC]
+    if len(logs) < 2 or len(logs) != len(instances):
+        return []
+    queued = waiting.queued
+    scheduled = np.where(waiting.scheduled < 0, ended_at, waiting.scheduled)
+    instance, names = waiting.instance, waiting.names
+    found = []
+    for log in logs:
+        mine = np.flatnonzero((instance == log.id) & (scheduled > queued))
+        if not len(mine):
+            continue
+        q, s = queued[mine], scheduled[mine]
+        starts = spans[log.id][0]
+        first = np.searchsorted(starts, q, side="right")  # its instance's next step after q
+        held = (first < len(starts)) & (starts[np.minimum(first, len(starts) - 1)] < s)
+        idle_on = np.full(len(mine), "", dtype=object)
+        for other in logs:
+            if other is log:
+                continue
+            o_starts, o_ends = spans[other.id]
+            nxt = np.searchsorted(o_ends, q, side="right")  # its first step ending after q
+            busy = (nxt < len(o_starts)) & (o_starts[np.minimum(nxt, len(o_starts) - 1)] < s) \
+                if len(o_starts) else np.zeros(len(mine), dtype=bool)
+            idle_on = np.where((idle_on == "") & ~busy, other.id, idle_on)
+        for k in np.flatnonzero(held & (idle_on != "")):
+            wait = int(s[k] - q[k])
+            found.append(Anomaly(
+                "load_imbalance", int(q[k]), log.id, (str(names[mine[k]]),),
+                f"waited {wait / US_PER_MS:.1f} ms on {log.id} while {idle_on[k]} was idle",
+                int(s[k]), min(1.0, wait / US_PER_S)))
+    return found
+
+
+def micros(seconds: np.ndarray) -> np.ndarray:
+    """Seconds -> integer µs; NaN (never happened) -> -1."""
+    values = np.asarray(seconds, dtype=float)
+    return np.where(np.isnan(values), -1, np.rint(values * US_PER_S)).astype(np.int64)
