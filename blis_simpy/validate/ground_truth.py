@@ -19,15 +19,12 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.files import read_text
 from blis_simpy.core.yamlio import load_yaml
-from blis_simpy.validate.sets import MeasuredSet, parse
-
-if TYPE_CHECKING:
-    from blis_simpy.validate.importers import Hints
+from blis_simpy.validate.sets import Hints, MeasuredSet, parse
 
 STAGE_FILE = re.compile(r"stage_(\d+)_lifecycle_metrics\.json")
 

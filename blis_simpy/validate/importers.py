@@ -21,7 +21,6 @@ import csv
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -29,6 +28,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.files import read_text
 from blis_simpy.validate.sets import (
     STATISTICS,
+    Hints,
     MeasuredSet,
     length_distribution,
     parse,
@@ -36,18 +36,6 @@ from blis_simpy.validate.sets import (
 )
 
 FORMATS = ("auto", "vllm", "sglang", "guidellm", "inference-perf", "requests", "set")
-
-
-@dataclass(frozen=True, slots=True)
-class Hints:
-    """What the benchmark files do not say: the model (if the file lacks it), the GPU, the
-    tensor parallelism, the server family and version, and engine limits."""
-    model: str | None = None
-    gpu: str = "H100"
-    tp: int = 1
-    server: str = "vllm"
-    version: str = ""
-    engine: Mapping[str, Any] = field(default_factory=dict)
 
 
 def read(path: Path, hints: Hints, fmt: str = "auto") -> MeasuredSet:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from blis_simpy.config.catalog import data_dir
@@ -130,6 +130,18 @@ class MeasuredSet:
     known: tuple[str, ...]
     guesses: tuple[str, ...]
     stages: tuple[Stage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Hints:
+    """What the benchmark files do not say: the model (if the file lacks it), the GPU, the
+    tensor parallelism, the server family and version, and engine limits."""
+    model: str | None = None
+    gpu: str = "H100"
+    tp: int = 1
+    server: str = "vllm"
+    version: str = ""
+    engine: Mapping[str, Any] = field(default_factory=dict)
 
 
 def mean_of(dist: Mapping[str, Any]) -> float:
