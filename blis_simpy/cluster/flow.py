@@ -35,12 +35,15 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.request import RejectCode, Request
-from blis_simpy.core.snapshot import InstanceSnapshot
+from blis_simpy.core.snapshot import InstanceSnapshot, Lifecycle
 from blis_simpy.core.units import US_PER_S
 from blis_simpy.engine.instance import Instance
 from blis_simpy.policies.admission import utilization
 
 NO_DEADLINE = 2**62
+# Not routable now but will be: starting, or crashed and being repaired (a dead or terminated
+# instance never is, so a queue held for one would hold, and tick, for ever).
+OPENING = (Lifecycle.PROVISIONING, Lifecycle.LOADING, Lifecycle.WARMING, Lifecycle.FAILED)
 QUEUED = "queued"
 
 
@@ -258,8 +261,9 @@ class FlowControl:
         """The fleet's saturation now, over its routable instances' snapshots."""
         gateway = self.gateway
         routable = gateway.fleet.routable
-        if not routable:
-            return 1.0  # nowhere to send anything: hold
+        if not routable:  # nowhere to send anything: hold while an instance may still open
+            coming = any(inst.state in OPENING for inst in gateway.fleet)
+            return 1.0 if coming else 0.0  # else the gateway's failure rule takes each request
         return self.detector(gateway.snapshots_now(routable))
 
     def enqueue(self, req: Request) -> None:

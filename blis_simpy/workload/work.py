@@ -225,12 +225,24 @@ def agentic_source(tenant: TenantSpec, where: str, what: str, arrivals: list[Fac
     calls, p = count(agent.max_tool_calls), agent.tool_call_probability
     steps = calls + 1 if p >= 1 else (1 - p ** (calls + 1)) / (1 - p)
     growth = answer + count(agent.tool_result_tokens)
-    tokens = steps * (prefix + message + answer) + growth * steps * (steps - 1) / 2
-    last = growth * (steps - 1)
+    tokens = steps * (prefix + message + answer) + growth * carried_steps(calls, p)
+    last = growth * calls if p > 0 else 0.0
     return Source(what, arrivals, Factor(f"{where}.agentic.max_tool_calls", steps, "steps"),
                   tokens, prefix + message + last + answer, f"{where}.agentic.max_tool_calls",
                   f"the last of {steps:,.4g} steps carries about {last:,.4g} tokens of "
                   "context")
+
+
+def carried_steps(calls: float, p: float) -> float:
+    """The mean of S(S-1)/2 over a session of S steps (S - 1 is a geometric number of tool
+    calls capped at `calls`): the steps' carried contexts in units of one step's growth. Step
+    j+1 carries j growths and happens with probability p^j, so this is sum_{j<=calls} j p^j
+    (the mean of S put into S(S-1)/2 undercounts it: a long session carries far more)."""
+    if p >= 1:
+        return calls * (calls + 1) / 2
+    if p <= 0:
+        return 0.0
+    return p * (1 - (calls + 1) * p ** calls + calls * p ** (calls + 1)) / (1 - p) ** 2
 
 
 def prefix_tokens(workload: TenantsWorkload, tenant: TenantSpec) -> float:

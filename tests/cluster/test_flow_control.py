@@ -330,3 +330,19 @@ def test_the_command_line_names_a_bad_flow_control_key_and_exits_2(tmp_path):
     assert "cluster.flow_control.fairness" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_queue_behind_a_fleet_that_failed_for_good_lets_its_requests_fail_and_the_run_end():
+    """Every instance crashes, never repaired: nothing held in the queue can ever be routed,
+    so it is dispatched to the gateway's failure rule (the retries, then `failed`) instead of
+    being held, and ticked, for ever (the run never ended; found by the fault invariants)."""
+    data = two_classes(flow_control={}).to_dict()
+    data["compat"] = "none"
+    data["workload"]["duration_s"] = 2
+    data["faults"] = {"crashes": [{"at_s": 0.5, "instances": ["instance_0", "instance_1"],
+                                   "repair_s": None}],
+                      "requests": {"on_failure": "retry", "max_retries": 2, "backoff_s": 0.01}}
+    df = blis_simpy.run(Scenario.from_dict(data)).requests
+    assert set(df.final_state) <= {"completed", "rejected", "failed"}
+    late = df[df.arrival_s > 0.5]
+    assert len(late) > 0 and (late.final_state == "failed").all()

@@ -275,3 +275,21 @@ def test_every_library_scenario_is_within_the_limits():
     for path in sorted(LIBRARY.glob("*.yaml")) + sorted((LIBRARY / "bench").glob("*.yaml")):
         check_work(Scenario.from_yaml(path))
 
+
+
+def test_agentic_estimate_counts_the_context_long_sessions_carry():
+    """Half the steps call a tool, up to 3 calls: the estimate's carried context is the mean
+    of S(S-1)/2 over the session lengths S (1.375 growths), not that of the mean length put
+    into it (0.82), which undercounted this run's tokens by half (issue 29 class 4)."""
+    agent = {"id": "t", "request_type": "agentic", "prompt": {"type": "constant", "value": 30},
+             "output": {"type": "constant", "value": 30},
+             "agentic": {"tool_call_probability": 0.5,
+                         "max_tool_calls": {"type": "constant", "value": 3},
+                         "tool_latency_s": {"type": "constant", "value": 0.01}}}
+    data = tenants(agent, rate_per_s=20, duration_s=20)
+    data["engine"] = {"kv_blocks": 20_000}
+    scenario = Scenario.from_dict(data)
+    tokens = sum(s.tokens for s in sources_of(scenario.workload))
+    requests = run(scenario).requests
+    seen = float((requests.input_tokens + requests.output_tokens).sum())
+    assert 0.8 * tokens <= seen <= 1.3 * tokens, (seen, tokens)  # the old estimate: 1.65x
