@@ -65,9 +65,8 @@ bench: $(BUILT)  ## time the bench cases side by side with the Go reference (doc
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_sandbox.py  # what the code candidates' sandbox costs (docs/security.md)
 
-# The 16 public vLLM runs: git clone https://github.com/inference-sim/training ../training
-GROUND_TRUTH ?= ../training/default_args
-validate-real: $(STAMP)  ## simulated vs measured on real vLLM runs (needs GROUND_TRUTH, see docs/accuracy.md)
+# Every public set bundled with blis-simpy (docs/accuracy.md); GROUND_TRUTH=path adds your own
+validate-real: $(STAMP)  ## simulated vs measured on real serving runs (docs/accuracy.md)
 	$(BIN)/blis-simpy validate-real $(GROUND_TRUTH)
 
 clean:

@@ -31,6 +31,7 @@ COMPILED = [
     "blis_simpy/engine/kv/pool.py",
     "blis_simpy/engine/kv/reference.py",
     "blis_simpy/engine/latency.py",
+    "blis_simpy/engine/physical.py",
     "blis_simpy/engine/reference_order.py",
     "blis_simpy/engine/steady.py",
     "blis_simpy/engine/step.py",

@@ -24,6 +24,7 @@ import typer
 from blis_simpy.config.library import LIBRARY, scenario_file
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.units import US_PER_S
+from blis_simpy.observe.commands import register as register_accuracy_commands
 from blis_simpy.search.commands import register as register_search_commands
 
 if TYPE_CHECKING:
@@ -473,97 +474,7 @@ def compare(
     typer.echo(show(rows, run_a, run_b), nl=False)
 
 
-@app.command("validate-real")
-def validate_real(
-    ground_truth: Annotated[Path, typer.Argument(
-        help="folder of experiment folders in the inference-sim/training layout "
-             "(default_args/): exp-config.yaml, profile.yaml, results/")],
-    only: Annotated[str | None, typer.Option(
-        help="run only the stages whose name (experiment/stage) contains this text")] = None,
-    seed: Annotated[int, typer.Option(help="the scenarios' seed")] = 42,
-    latency_type: Annotated[str, typer.Option(
-        "--latency", help="step-time model: roofline (the native analytic model)")] = "roofline",
-    catalog: Annotated[Path | None, typer.Option(
-        help="use a calibrated catalog entry (a file written by blis-simpy calibrate) "
-             "instead of --latency")] = None,
-    kv_cpu_gib: Annotated[float, typer.Option(
-        help="model the runs' CPU KV offload: a CPU tier of this many GiB (the public runs "
-             "had 8); 0: none", min=0)] = 0.0,
-) -> None:
-    """Simulate every measured stage of real vLLM runs and print measured vs simulated (mean
-    E2E, ITL, TTFT, throughput), the signed errors and their median / mean |error|."""
-    from blis_simpy.validate.ground_truth import read_experiments
-    from blis_simpy.validate.harness import Latency
-    from blis_simpy.validate.harness import report as validation_report
-    from blis_simpy.validate.harness import validate as validate_stages
-
-    try:
-        if catalog is not None:
-            latency = Latency.from_file(catalog)
-        elif latency_type == "roofline":
-            latency = Latency.roofline()
-        else:
-            raise ScenarioError("--latency", f"unknown model {latency_type!r}", "roofline "
-                                "(or --catalog FILE for a calibrated entry)")
-        experiments = read_experiments(ground_truth)
-        rows = validate_stages(experiments, latency, seed=seed, only=only,
-                               progress=lambda stage: typer.echo(f"simulating {stage.name}",
-                                                                 err=True),
-                               cpu_gib=kv_cpu_gib)
-    except ScenarioError as exc:
-        raise fail(exc) from None
-    typer.echo(validation_report(rows, latency), nl=False)
-
-
-@app.command()
-def calibrate(
-    ground_truth: Annotated[Path, typer.Argument(
-        help="folder of experiment folders in the inference-sim/training layout")],
-    fit: Annotated[str, typer.Option(
-        help="comma-separated workloads (experiment folder name's last part) to fit on; the "
-             "others are held out and reported")] = "general,codegen",
-    out: Annotated[Path, typer.Option(help="catalog entry to write (YAML)")
-                   ] = Path("calibrated.yaml"),
-    seed: Annotated[int, typer.Option(help="the scenarios' seed")] = 42,
-) -> None:
-    """Fit the physical step-time model to the stages of the --fit workloads, write the catalog
-    entry, and report errors on the held-out workloads only (never on the fitted stages)."""
-    from blis_simpy.calibrate.fit import FIT_SECONDS, catalog_entry
-    from blis_simpy.calibrate.fit import fit as fit_model
-    from blis_simpy.core.files import check_replaceable, replacing
-    from blis_simpy.validate.ground_truth import read_experiments
-    from blis_simpy.validate.harness import report as validation_report
-    from blis_simpy.validate.harness import validate as validate_stages
-
-    chosen = [w.strip() for w in fit.split(",") if w.strip()]
-    try:
-        experiments = read_experiments(ground_truth)
-        workloads = sorted({e.workload for e in experiments})
-        unknown = [w for w in chosen if w not in workloads]
-        if not chosen or unknown:
-            raise ScenarioError("--fit", f"unknown workload(s) {unknown or chosen}",
-                                ", ".join(workloads))
-        held = [e for e in experiments if e.workload not in chosen]
-        if not held:
-            raise ScenarioError("--fit", "leaves no experiment out to report on",
-                                "a subset of " + ", ".join(workloads))
-        check_replaceable(out, "--out", CATALOG)  # before the fit, not after it
-        pairs = [(e, s) for e in experiments if e.workload in chosen for s in e.stages]
-        model = fit_model(pairs, seed=seed, max_duration_s=FIT_SECONDS, progress=lambda r, m, n:
-                          typer.echo(f"round {r}: a0 {m.a0:.0f} µs, beta "
-                                     f"{[round(b, 4) for b in m.beta]} ({n} equations)",
-                                     err=True))
-        with replacing(out, "--out", CATALOG) as temp:
-            temp.write_text(catalog_entry(model, chosen, str(ground_truth)), encoding="utf-8")
-        typer.echo(f"wrote {out}", err=True)
-        rows = validate_stages(held, model.latency, seed=seed)
-    except ScenarioError as exc:
-        raise fail(exc) from None
-    typer.echo(f"held out (not fitted): {', '.join(sorted({e.workload for e in held}))}")
-    typer.echo(validation_report(rows, model.latency), nl=False)
-
-
-CATALOG = "a catalog entry file path, e.g. calibrated.yaml"
+register_accuracy_commands(app)
 register_search_commands(app)
 
 

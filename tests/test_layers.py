@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "blis_simpy"
 # Bottom to top. A layer may import itself and any layer listed before it. The modules at the
 # package root (api, cli, __init__, __main__) sit above everything.
 LAYERS = ["data", "core", "rng", "config", "policies", "engine", "cluster", "workload", "metrics",
-          "compat", "sim", "report", "validate", "calibrate", "search"]
+          "compat", "sim", "report", "validate", "calibrate", "observe", "search"]
 BOTTOM = {"data", "core", "rng"}  # none imports another (data holds files only)
 TOP = {"api", "cli", "__init__", "__main__"}
 

@@ -122,24 +122,24 @@ class Catalog:
 def bundled() -> Catalog:
     """The bundled defaults.yaml (read from its JSON twin); parsed once per process because
     it is read-only data."""
-    text = _data_dir().joinpath(BUNDLED_JSON).read_text(encoding="utf-8")
+    text = data_dir().joinpath(BUNDLED_JSON).read_text(encoding="utf-8")
     return Catalog(json.loads(text), BUNDLED_SOURCE)
 
 
 def bundled_yaml() -> Any:
     """defaults.yaml itself, parsed: what the JSON twin must hold."""
-    text = _data_dir().joinpath(BUNDLED_YAML).read_text(encoding="utf-8")
+    text = data_dir().joinpath(BUNDLED_YAML).read_text(encoding="utf-8")
     return yaml.load(text, Loader=Loader)
 
 
-def _data_dir() -> Traversable:
+def data_dir() -> Traversable:
     """The bundled data directory, resolved through the package so it works from a wheel too."""
     return resources.files("blis_simpy.data")
 
 
 def bundled_model_config(model: str) -> dict:
     """config.json of a bundled model, looked up by the model name's last path part, lower-cased."""
-    configs = _data_dir() / "model_configs"
+    configs = data_dir() / "model_configs"
     name = model.rsplit("/", 1)[-1].lower()
     available = sorted(p.name for p in configs.iterdir() if (p / "config.json").is_file())
     if name not in available:
@@ -152,12 +152,12 @@ def bundled_model_config(model: str) -> dict:
 
 def bundled_hardware_config() -> dict:
     """The bundled hardware_config.json, keyed by GPU name."""
-    return json.loads((_data_dir() / "hardware_config.json").read_text(encoding="utf-8"))
+    return json.loads((data_dir() / "hardware_config.json").read_text(encoding="utf-8"))
 
 
 def bundled_native_hardware_config() -> dict:
     """The bundled hardware_native.json (the native roofline's GPU figures), keyed by GPU name."""
-    return json.loads((_data_dir() / "hardware_native.json").read_text(encoding="utf-8"))
+    return json.loads((data_dir() / "hardware_native.json").read_text(encoding="utf-8"))
 
 
 def read_json(path: str, inside: str | None) -> dict[str, Any]:

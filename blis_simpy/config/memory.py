@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# Total memory of the bundled hardware_config.json's GPUs as the driver reports it
-# (nvidia-smi "Total", MiB): H100 SXM5 80 GB and A100 SXM4 80 GB.
-GPU_MEMORY_MIB = {"H100": 81_559, "A100-SXM": 81_920}
+from blis_simpy.config import hardware as gpus
+
 # vLLM's default `gpu_memory_utilization`: the share of each GPU's memory it claims.
 GPU_MEMORY_UTILIZATION = 0.9
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "fp8": 1}
@@ -33,8 +32,9 @@ def positive_int(config: dict[str, Any], key: str) -> int | None:
 
 
 def weight_bytes(config: dict[str, Any], dtype_bytes: int) -> int | None:
-    """The parameters of a dense decoder (attention, gated MLP, embeddings; norms are
-    negligible) times their size; None when config.json lacks a dimension."""
+    """The parameters of a decoder (attention, gated MLP of every expert and the router of a
+    mixture of experts, embeddings; norms are negligible) times their size; None when
+    config.json lacks a dimension."""
     layers, hidden = positive_int(config, "num_hidden_layers"), positive_int(config, "hidden_size")
     heads, vocab = positive_int(config, "num_attention_heads"), positive_int(config, "vocab_size")
     if not (layers and hidden and heads and vocab):
@@ -43,24 +43,24 @@ def weight_bytes(config: dict[str, Any], dtype_bytes: int) -> int | None:
     head_dim = positive_int(config, "head_dim") or hidden // heads
     intermediate = positive_int(config, "intermediate_size") or 4 * hidden
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o; k, v
-    mlp = 3 * hidden * intermediate  # gate, up, down
+    experts = positive_int(config, "num_local_experts") or 1
+    mlp = 3 * hidden * intermediate * experts + (hidden * experts if experts > 1 else 0)
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
     return (layers * (attention + mlp) + embeddings) * dtype_bytes
 
 
-def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size: int
-                     ) -> int | None:
-    """The KV blocks that fit beside the weights on `tp` GPUs of this kind; None when the
-    GPU's memory or a model dimension is unknown, or the weights leave no room for one block
-    (the caller keeps its default)."""
-    memory_mib = GPU_MEMORY_MIB.get(gpu)
-    text = model_config.get("text_config")
-    config = {**model_config, **text} if isinstance(text, dict) else model_config
-    dtype = config.get("torch_dtype")
-    dtype_bytes = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size: int,
+                     hardware: dict[str, Any] | None = None) -> int | None:
+    """The KV blocks that fit beside the weights on `tp` GPUs of this kind (its memory from
+    `hardware`, a native hardware config, else the bundled one); None when the GPU's memory
+    or a model dimension is unknown, or the weights leave no room for one block (the caller
+    keeps its default)."""
+    memory_mib = gpu_memory_mib(gpu, hardware)
+    config = text_config(model_config)
+    dtype_bytes = dtype_size(config)
+    weights = model_weight_bytes(model_config)
     if memory_mib is None or dtype_bytes is None:
         return None
-    weights = weight_bytes(config, dtype_bytes)
     layers, hidden = positive_int(config, "num_hidden_layers"), positive_int(config, "hidden_size")
     heads = positive_int(config, "num_attention_heads")
     if weights is None or not (layers and hidden and heads):
@@ -70,3 +70,29 @@ def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size
     block_bytes = 2 * layers * kv_heads * head_dim * dtype_bytes * block_size
     free = int(tp * memory_mib * MIB * GPU_MEMORY_UTILIZATION) - weights
     return free // block_bytes if free >= block_bytes else None
+
+
+def text_config(model_config: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal config's text part merged over it (the decoder's dimensions)."""
+    text = model_config.get("text_config")
+    return {**model_config, **text} if isinstance(text, dict) else model_config
+
+
+def dtype_size(config: dict[str, Any]) -> int | None:
+    dtype = config.get("torch_dtype")
+    return DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+
+
+def model_weight_bytes(model_config: dict[str, Any]) -> int | None:
+    """The whole model's weight bytes at its torch_dtype; None when a figure is missing."""
+    config = text_config(model_config)
+    size = dtype_size(config)
+    return None if size is None else weight_bytes(config, size)
+
+
+def gpu_memory_mib(gpu: str, hardware: dict[str, Any] | None = None) -> float | None:
+    """A GPU's memory as the driver reports it (MiB), None when the GPU is unknown."""
+    try:
+        return gpus.gpu_spec(gpus.bundled() if hardware is None else hardware, gpu).memory_mib
+    except ValueError:
+        return None

@@ -18,8 +18,14 @@ from blis_simpy.config.catalog import (
     read_json,
 )
 from blis_simpy.config.kv_tiers import block_bytes, resolve_tiers
-from blis_simpy.config.memory import memory_kv_blocks
+from blis_simpy.config.memory import (
+    GPU_MEMORY_UTILIZATION,
+    gpu_memory_mib,
+    memory_kv_blocks,
+    model_weight_bytes,
+)
 from blis_simpy.config.scenario import EngineConfig, LatencyConfig, ModelConfig, Scenario
+from blis_simpy.config.step_models import DEFAULT_FAMILY
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError, closest_first
 from blis_simpy.core.schema import load, to_plain
@@ -28,31 +34,46 @@ if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentConfig, DeploymentSection, ModelDeployment
     from blis_simpy.config.pd import Disaggregation, PoolSpec
 
+# The GPU a physical-model scenario runs on when neither it nor the catalog names one.
+NATIVE_GPU = "H100"
+# How far above what fits in memory a catalog's KV size may be before native mode replaces it.
+KV_TOLERANCE = 0.10
+
 
 def resolve(scenario: Scenario) -> Scenario:
     """The same scenario with every derived default made explicit."""
     if scenario.deployment is not None:
         scenario = dataclasses.replace(scenario, deployment=resolve_deployment(scenario))
+    latency = dataclasses.replace(scenario.latency, type=latency_type(scenario))
     model = scenario.model
     defaults = bundled().model_defaults(model.name)
     model = dataclasses.replace(
         model,
-        gpu=model.gpu or defaults.get("GPU"),
+        gpu=model.gpu or defaults.get("GPU") or (NATIVE_GPU if latency.type == "physical"
+                                                 else None),
         tp=model.tp or defaults.get("tensor_parallelism"),
         vllm_version=model.vllm_version or defaults.get("vllm_version"),
     )
-    latency, engine = scenario.latency, scenario.engine
+    if latency.type == "physical" and model.tp is None:
+        model = dataclasses.replace(model, tp=default_tp(model, latency))
+    engine = scenario.engine
     kv_blocks = engine.kv_blocks
     if latency.type == "blackbox" and (latency.alpha is None or latency.beta is None):
         entry = catalog_entry(model)
         latency = dataclasses.replace(
             latency, alpha=latency.alpha or list(entry.alpha), beta=latency.beta or list(entry.beta)
         )
-        kv_blocks = kv_blocks or catalog_kv_blocks(entry, engine.block_size, scenario.compat)
+        kv_blocks = kv_blocks or catalog_kv_blocks(entry, engine.block_size, scenario.compat,
+                                                   memory_blocks(model, latency,
+                                                                 engine.block_size))
     if latency.type == "roofline":
         latency = dataclasses.replace(latency, alpha=latency.alpha or [0.0, 0.0, 0.0])
         if not kv_blocks and scenario.compat != "blis":  # the reference keeps its 1,000,000
-            kv_blocks = roofline_kv_blocks(model, latency, engine.block_size)
+            kv_blocks = memory_blocks(model, latency, engine.block_size)
+    if latency.type == "physical":
+        latency = dataclasses.replace(latency,
+                                      coefficients=latency.coefficients or DEFAULT_FAMILY)
+        kv_blocks = kv_blocks or memory_blocks(model, latency, engine.block_size)
     engine = dataclasses.replace(engine, kv_blocks=kv_blocks or DEFAULT_KV_BLOCKS)
     if engine.kv_tiers.enabled:
         engine = dataclasses.replace(engine, kv_tiers=resolve_tiers(
@@ -67,14 +88,85 @@ def resolve(scenario: Scenario) -> Scenario:
                                workload=workload)
 
 
-def catalog_kv_blocks(entry: CatalogEntry, block_size: int, compat: str) -> int:
+def latency_type(scenario: Scenario) -> Literal["blackbox", "roofline", "physical"]:
+    """The step model a scenario that names none runs: the reference's blackbox in compat
+    mode and wherever alpha or beta coefficients are given, else the physical model."""
+    latency = scenario.latency
+    if latency.type is not None:
+        chosen = latency.type
+    elif scenario.compat == "blis" or latency.alpha is not None or latency.beta is not None:
+        chosen = "blackbox"
+    else:
+        chosen = "physical"
+    if chosen == "physical" and scenario.compat == "blis":
+        raise ScenarioError("latency.type", "the physical model is native; compat: blis runs "
+                            "the reference's models", "blackbox, roofline")
+    if latency.coefficients is not None and chosen != "physical":
+        raise ScenarioError("latency.coefficients", f"is used by the physical model only, and "
+                            f"this scenario runs {chosen}", "type: physical, no alpha/beta")
+    return chosen
+
+
+def catalog_kv_blocks(entry: CatalogEntry, block_size: int, compat: str,
+                      memory: int | None = None) -> int:
     """The catalog's KV size, measured in blocks of `CATALOG_BLOCK_SIZE` tokens, converted to
     blocks of this engine's size so that a different `block_size` keeps the GPU's capacity in
     tokens. The reference takes the block count as is (its capacity in tokens grows with the
-    block size); compat keeps that, and the run warns about it."""
+    block size); compat keeps that, and the run warns about it. Native mode checks the
+    entry against the GPUs' memory (`memory`, in blocks of `block_size`): an entry more than
+    `KV_TOLERANCE` above what fits beside the weights is replaced by what fits, and the run
+    warns (`kv_catalog_note`)."""
     if compat == "blis":
         return entry.kv_blocks
-    return max(1, entry.kv_blocks * CATALOG_BLOCK_SIZE // block_size)
+    blocks = max(1, entry.kv_blocks * CATALOG_BLOCK_SIZE // block_size)
+    if memory is not None and blocks > memory * (1 + KV_TOLERANCE):
+        return memory
+    return blocks
+
+
+def kv_catalog_note(scenario: Scenario) -> str | None:
+    """The warning of a native run whose catalog KV size was replaced by what fits in memory."""
+    model, latency, engine = scenario.model, scenario.latency, scenario.engine
+    if scenario.compat == "blis" or latency.type != "blackbox" or model.gpu is None \
+            or model.tp is None or model.vllm_version is None:
+        return None
+    entry = bundled().find(model.name, model.gpu, model.tp, model.vllm_version)
+    if entry is None:
+        return None
+    listed = max(1, entry.kv_blocks * CATALOG_BLOCK_SIZE // engine.block_size)
+    memory = memory_blocks(model, latency, engine.block_size)
+    if memory is None or listed <= memory * (1 + KV_TOLERANCE) or engine.kv_blocks != memory:
+        return None
+    return (f"KV cache: the catalog lists {listed:,} blocks for {model.name} on {model.tp} x "
+            f"{model.gpu}, but only {memory:,} fit in the GPUs' memory beside the weights "
+            f"(vLLM's gpu_memory_utilization 0.9); the run uses {memory:,} (set "
+            "engine.kv_blocks to override)")
+
+
+def default_tp(model: Any, latency: Any) -> int:
+    """The fewest GPUs (1, 2, 4, 8) whose memory holds the weights with at least a quarter of
+    it left for the KV cache; 8 if none does (the step model then reports the shortfall as
+    too small a KV cache)."""
+    config = model_config_of(model, latency)
+    if config is None or model.gpu is None:
+        return 1
+    for tp in (1, 2, 4, 8):
+        if fits(config, model.gpu, tp, latency):
+            return tp
+    return 8
+
+
+def fits(config: dict, gpu: str, tp: int, latency: Any) -> bool:
+    try:
+        hardware = native_hardware(latency)
+    except ValueError:
+        return True
+    memory = gpu_memory_mib(gpu, hardware)
+    weights = model_weight_bytes(config)
+    if memory is None or weights is None:
+        return True
+    usable = tp * memory * (1 << 20) * GPU_MEMORY_UTILIZATION
+    return weights <= 0.75 * usable
 
 
 def model_config_of(model: Any, latency: Any) -> dict | None:
@@ -95,14 +187,26 @@ def kv_block_bytes(scenario: Scenario) -> int:
     return size or 0
 
 
-def roofline_kv_blocks(model: Any, latency: Any, block_size: int) -> int | None:
+def memory_blocks(model: Any, latency: Any, block_size: int) -> int | None:
     """The KV blocks that fit in the GPUs' memory beside the weights (config/memory.py);
-    None when that cannot be worked out, including an unreadable model config, which the
-    roofline model reports when it is built."""
+    None when that cannot be worked out, including an unreadable model or hardware config,
+    which the step model reports when it is built."""
     config = model_config_of(model, latency)
     if model.gpu is None or config is None:
         return None
-    return memory_kv_blocks(config, model.gpu, model.tp or 1, block_size)
+    try:
+        hardware = native_hardware(latency)
+    except ValueError:
+        return None
+    return memory_kv_blocks(config, model.gpu, model.tp or 1, block_size, hardware)
+
+
+def native_hardware(latency: Any) -> dict | None:
+    """The scenario's native hardware file (None: the bundled one); a roofline in compat
+    mode reads the reference's format, which has no memory figures."""
+    if not latency.hardware_config or latency.type == "blackbox":
+        return None
+    return read_json(latency.hardware_config, None)
 
 
 def catalog_entry(model: Any) -> CatalogEntry:

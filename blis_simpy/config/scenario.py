@@ -61,14 +61,12 @@ class ModelConfig:
     vllm_version: str | None = spec(None, help="vLLM image the coefficients were fitted on")
 
 
-PHYSICAL_TERMS = 6  # overhead, weights, compute, KV reads, per request, all-reduces
-
-
 @dataclass(frozen=True, slots=True)
 class LatencyConfig:
-    type: Literal["blackbox", "roofline", "physical"] = spec(
-        "blackbox", help="blackbox: fitted alpha/beta coefficients; roofline: analytic FLOPs/bytes;"
-        " physical: calibrated coefficients of physical terms (blis-simpy calibrate)"
+    type: Literal["blackbox", "roofline", "physical"] | None = spec(
+        None, help="physical: the physical step model with a server family's coefficients "
+        "(native default); blackbox: fitted alpha/beta coefficients of the catalog (compat "
+        "default, and native when alpha or beta is given); roofline: analytic FLOPs/bytes"
     )
     alpha: list[float] | None = spec(
         None, help="[a0, a1, a2] µs: queueing delay a0 + a1*input_len, output processing a2",
@@ -77,19 +75,31 @@ class LatencyConfig:
     beta: list[float] | None = spec(
         None, help="[b0, b1, b2] µs: step time b0 + b1*new_prefill_tokens + b2*decodes", min_len=3
     )
+    coefficients: str | None = spec(
+        None, help="physical: a bundled server family (vllm, sglang) or a coefficients file "
+        "written by blis-simpy calibrate; default vllm", omit_default=True
+    )
     model_config: str | None = spec(
-        None, help="roofline: HuggingFace config.json (or its folder); default: bundled config"
+        None, help="roofline/physical: HuggingFace config.json (or its folder); default: "
+        "bundled config"
     )
     hardware_config: str | None = spec(
-        None, help="roofline: GPU figures JSON; default: bundled hardware_config.json"
+        None, help="roofline/physical: GPU figures JSON (native: hardware_native.json's "
+        "format; compat roofline: the reference's); default: bundled"
     )
 
     def validate(self, path: str) -> None:
         if self.type == "roofline" and self.beta is not None:
             raise ScenarioError(join(path, "beta"), "is not used by the roofline model")
-        if self.type == "physical" and (self.beta is None or len(self.beta) != PHYSICAL_TERMS):
-            raise ScenarioError(join(path, "beta"), f"the physical model needs {PHYSICAL_TERMS} "
-                                "coefficients (written by blis-simpy calibrate)")
+        if self.type == "physical":
+            for name in ("alpha", "beta"):
+                if getattr(self, name) is not None:
+                    raise ScenarioError(join(path, name), "is not used by the physical model: "
+                                        "its coefficients are named", "latency.coefficients: "
+                                        "a server family (vllm, sglang) or a calibrated file")
+        if self.coefficients is not None and self.type not in (None, "physical"):
+            raise ScenarioError(join(path, "coefficients"), f"is used by the physical model "
+                                f"only, not {self.type}", "type: physical")
         for name in ("alpha", "beta"):
             for i, value in enumerate(getattr(self, name) or ()):
                 if not (math.isfinite(value) and 0 <= value <= MAX_FLOAT):

@@ -1,19 +1,16 @@
-"""What every step-time model shares: the alpha side (a queueing delay a0 + a1*input_len
-from arrival to the wait queue, and an output-processing delay a2 added to every token's
-emission time), and what a per-request model reads of a batch. Its own module so that the
-physical model (physical.py) builds on it without importing latency.py, which picks it.
+"""What the blackbox and roofline step-time models share: the alpha side (a queueing delay
+a0 + a1*input_len from arrival to the wait queue, and an output-processing delay a2 added to
+every token's emission time), and what a per-request model reads of a batch. The physical
+model (physical.py) has its own API-server queue instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mypy_extensions import mypyc_attr
-
 from blis_simpy.core.request import Request
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # physical.PhysicalLatency is not compiled
 class Alpha:
     """The alpha coefficients: queueing delay and output-processing delay, in µs."""
 

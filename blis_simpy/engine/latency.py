@@ -10,19 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from blis_simpy.config import hardware as gpus
+from blis_simpy.config import step_models
 from blis_simpy.config.catalog import (
     bundled_hardware_config,
     bundled_model_config,
-    bundled_native_hardware_config,
     read_json,
 )
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
 from blis_simpy.engine.alpha import Alpha, batch_shape
+from blis_simpy.engine.physical import Clock, PhysicalLatency, StepShape
 from blis_simpy.engine.roofline import GpuSpec, ModelShape, RooflineModel
 from blis_simpy.engine.roofline_native import (
-    NativeGpu,
     NativeRoofline,
     NativeShape,
     unmodelled_fields,
@@ -111,8 +112,7 @@ def latency_model(scenario: Scenario) -> LatencyModel:
     latency = scenario.latency
     alpha = latency.alpha or [0.0, 0.0, 0.0]  # roofline's default; blackbox is resolved
     if latency.type == "physical":
-        from blis_simpy.engine.physical import physical_latency
-        return physical_latency(scenario, alpha)
+        return physical_latency(scenario)
     if latency.type == "blackbox":
         if latency.beta is None:
             raise ScenarioError("latency.beta", "is needed by the blackbox model (resolve() "
@@ -123,10 +123,18 @@ def latency_model(scenario: Scenario) -> LatencyModel:
     return native_roofline(alpha, scenario)
 
 
+def bound(latency: LatencyModel, clock: Clock) -> LatencyModel:
+    """The model one instance uses: a physical model gets its own API server on the
+    simulation's clock; the others hold no state and are shared."""
+    return latency.bind(clock) if isinstance(latency, PhysicalLatency) else latency
+
+
 def latency_notes(latency: LatencyModel) -> list[str]:
     """What the step-time model ignores of its inputs (config fields that would change the
     cost), reported with the run's warnings."""
-    return latency.notes if isinstance(latency, NativeRooflineLatency) else []
+    if isinstance(latency, NativeRooflineLatency | PhysicalLatency):
+        return latency.notes
+    return []
 
 
 def roofline(scenario: Scenario) -> RooflineModel:
@@ -148,23 +156,52 @@ def roofline(scenario: Scenario) -> RooflineModel:
 
 def native_roofline(alpha: Sequence[float], scenario: Scenario) -> NativeRooflineLatency:
     """The corrected roofline of native mode; the run warns about config fields it ignores."""
+    shape, config, gpu, tp = native_inputs(scenario)
+    return NativeRooflineLatency(alpha, NativeRoofline(shape, gpu, tp), unmodelled_fields(config))
+
+
+def physical_latency(scenario: Scenario) -> PhysicalLatency:
+    """The physical step model with its coefficient set; the run warns about config fields it
+    ignores."""
+    shape, config, gpu, tp = native_inputs(scenario)
+    try:
+        coefficients = step_models.load(scenario.latency.coefficients)
+    except ValueError as exc:
+        raise ScenarioError("latency.coefficients", str(exc)) from None
+    name = gpu_name(scenario)
+    model = PhysicalLatency(StepShape(shape, gpu, tp), coefficients.for_gpu(name))
+    model.notes = unmodelled_fields(config)
+    return model
+
+
+def gpu_name(scenario: Scenario) -> str:
+    """The scenario's GPU by its name in the hardware file (an alias resolved)."""
+    gpu = scenario.model.gpu or ""
+    try:
+        config = gpus.hardware(scenario.latency.hardware_config)
+    except ValueError:
+        return gpu
+    return gpus.names(config).get(gpu.casefold(), gpu)
+
+
+def native_inputs(scenario: Scenario) -> tuple[NativeShape, dict, gpus.GpuSpec, int]:
+    """What the native models read: the model's shape and config, the GPU's figures (native
+    format) and the tensor parallelism, each error naming its scenario key."""
     latency, model = scenario.latency, scenario.model
     try:
         config = model_config(scenario)
         shape = NativeShape.from_hf_config(config)
     except ValueError as exc:
         raise ScenarioError("latency.model_config", str(exc)) from None
-    check_tp(shape.heads, shape.kv_heads, model.tp or 1)
+    tp = model.tp or 1
+    check_tp(shape.heads, shape.kv_heads, tp)
     try:
-        hardware = (read_json(latency.hardware_config, None) if latency.hardware_config
-                    else bundled_native_hardware_config())
         if model.gpu is None:
-            raise ValueError("the roofline model needs model.gpu")
-        gpu = NativeGpu.from_config(hardware, model.gpu)
-        return NativeRooflineLatency(alpha, NativeRoofline(shape, gpu, model.tp or 0),
-                                     unmodelled_fields(config))
+            raise ValueError("the native step models need model.gpu")
+        gpu = gpus.gpu_spec(gpus.hardware(latency.hardware_config), model.gpu)
     except ValueError as exc:
         raise ScenarioError("latency.hardware_config", str(exc)) from None
+    return shape, config, gpu, tp
 
 
 def splits(heads: int, kv_heads: int, tp: int) -> bool:

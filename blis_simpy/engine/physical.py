@@ -1,142 +1,203 @@
-"""A calibrated, physically shaped step-time model (`latency: {type: physical, beta: [...]}`).
+"""The physical step model, native mode's default latency (`latency.type: physical`).
 
-A step's time is a non-negative combination of what the step physically does, each term
-already divided by the hardware's peak so that its coefficient is dimensionless (1 / the
-efficiency reached) or a plain overhead in µs:
+A vLLM or SGLang step is one fused forward pass over every scheduled token. Per GPU of a
+tensor-parallel group, at the GPU's achievable rates (config/hardware.py), it costs
 
-  t = b0 * 1                      fixed per-step overhead (µs)
-    + b1 * weight bytes / BW      weights read once per fused step; for a mixture of experts
-                                  only the experts the step's tokens touch (expected count)
-    + b2 * FLOPs / peak           2 x active parameters x tokens, plus prefill attention
-    + b3 * KV bytes / BW          KV cache read by every request's attention, by context length
-    + b4 * requests               per-request overhead (µs): sampling, scheduling, bookkeeping
-    + b5 * all-reduces            2 per layer when tensor-parallel (µs each)
+    step_us + request_us * R                              CPU: scheduling, launches, sampling
+  + max(weights * W / BW, gemm * F_linear / F)            linear layers: bytes or FLOPs
+  + kv_reads * KV / BW                                    every request reads its KV cache
+  + attention * F_attention / F                           prefill chunks attend to context
+  + allreduce * 2L * latency * log2(TP) + link * 2L * ring bytes / link bandwidth
 
-BW and peak are the GPU's (hardware_config.json) times the tensor-parallel degree. The
-coefficients are fitted by `blis-simpy calibrate` from measurements; nothing here is tuned.
+R requests, W the weights the step touches (for a mixture of experts only the experts its
+tokens route to, in expectation), KV the cache entries read by context length. Each
+coefficient multiplies one quantity (config/step_models.py), so a coefficient is fitted only
+from data in which its quantity matters, and stays at its physical prior (1.0: as fast as
+microbenchmarks reach) where none does.
+
+Before the engine queue a request goes through the API server, a serial process per instance:
+`api_request_us` + `api_input_token_us` per prompt token of its own work, behind the work
+already queued there, including `api_output_token_us` per token the engine streamed out; plus
+`api_fixed_us` of latency that holds nothing. That queue is what makes TTFT grow with load
+before the engine saturates (docs/accuracy.md). A request arriving while the engine is busy
+is taken in `intake_steps` times the running step's duration later (input is read between
+steps, and a step's outputs are handled while the next one runs), which is why TTFT grows
+with the step time of larger models.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
-from blis_simpy.config.catalog import bundled_hardware_config, bundled_model_config, read_json
-from blis_simpy.config.scenario import PHYSICAL_TERMS, Scenario
-from blis_simpy.core.errors import ScenarioError
+from mypy_extensions import mypyc_attr
+
+from blis_simpy.config.hardware import GpuSpec
+from blis_simpy.config.step_models import StepCoefficients
 from blis_simpy.core.request import Request
-from blis_simpy.engine.alpha import Alpha, batch_shape
 from blis_simpy.engine.roofline_native import NativeShape
 
-TERMS = ("overhead_us", "weights", "compute", "kv_reads", "per_request_us", "allreduce_us")
-assert len(TERMS) == PHYSICAL_TERMS
-UNQUANTIZED = ("float16", "bfloat16", "float32")
+US = 1e6  # µs per second
+# Quantities of one step, in this order (`StepShape.quantities`); each has a coefficient.
+QUANTITIES = ("step_us", "request_us", "weights", "kv_reads", "gemm", "attention",
+              "allreduce", "link")
 
 
-@dataclass(frozen=True, slots=True)
-class Physics:
-    """Per-step physical quantities of one model on one GPU group (bytes, FLOPs, µs)."""
-    layers: int
-    hidden: int
-    dense_params: float  # read every step: attention, router, LM head
-    expert_params: float  # one expert's MLP over all layers (0 for a dense model)
-    experts: int
-    experts_per_token: int
-    bytes_per_param: int
-    kv_bytes_per_token: float
-    bytes_per_us: float  # HBM bandwidth of the TP group
-    flops_per_us: float  # peak dense FLOP rate of the TP group
-    tp: int
-
-    @classmethod
-    def of(cls, config: dict[str, Any], tflops: float, bw_tbs: float, tp: int) -> Physics:
-        """From a HuggingFace config, read as the native roofline reads it (NativeShape);
-        only unquantized weights, whose bytes per parameter the coefficients assume."""
-        m = NativeShape.from_hf_config(config)
-        text = config.get("text_config")
-        dtype = (text if isinstance(text, dict) and "torch_dtype" in text else config).get(
-            "torch_dtype")
-        if dtype not in UNQUANTIZED:
-            raise ValueError(f"model config key 'torch_dtype' is {dtype!r}; expected one of "
-                             f"{', '.join(UNQUANTIZED)}")
-        experts = m.experts if m.experts > 1 else 0
-        attention = m.layers * (2 * m.hidden * m.heads * m.head_dim
-                                + 2 * m.hidden * m.kv_heads * m.head_dim)
-        mlp = m.layers * 3 * m.hidden * m.intermediate
-        router = m.layers * m.hidden * experts
-        return cls(layers=m.layers, hidden=m.hidden,
-                   dense_params=attention + router + m.vocab * m.hidden + (0 if experts else mlp),
-                   expert_params=mlp if experts else 0.0, experts=experts,
-                   experts_per_token=m.experts_per_token if experts else 0,
-                   bytes_per_param=m.bytes_per_param,
-                   kv_bytes_per_token=2 * m.layers * m.kv_heads * m.head_dim * m.bytes_per_param,
-                   bytes_per_us=bw_tbs * 1e6 * tp, flops_per_us=tflops * 1e6 * tp, tp=tp)
-
-    def features(self, prefills: Sequence[tuple[int, int]], contexts: Sequence[int]
-                 ) -> tuple[float, ...]:
-        """The six terms of a step with prefill chunks (cached progress, chunk) and decodes
-        at the given context lengths."""
-        tokens = sum(chunk for _, chunk in prefills) + len(contexts)
-        if self.experts:
-            touched = self.experts * (1 - (1 - self.experts_per_token / self.experts) ** tokens)
-            weight_params = self.dense_params + self.expert_params * touched
-            active = self.dense_params + self.expert_params * self.experts_per_token
-        else:
-            weight_params = active = self.dense_params
-        attention_flops = sum(4.0 * self.layers * self.hidden * chunk * (done + chunk / 2)
-                              for done, chunk in prefills)
-        kv_tokens = sum(contexts) + sum(done + chunk for done, chunk in prefills)
-        return (1.0,
-                weight_params * self.bytes_per_param / self.bytes_per_us,
-                (2.0 * active * tokens + attention_flops) / self.flops_per_us,
-                kv_tokens * self.kv_bytes_per_token / self.bytes_per_us,
-                float(len(prefills) + len(contexts)),
-                2.0 * self.layers if self.tp > 1 else 0.0)
+class Clock(Protocol):
+    @property
+    def now(self) -> float: ...
 
 
-class PhysicalLatency(Alpha):
-    """Step time = beta . features (see the module docstring), in µs."""
+class StepShape:
+    """What a step of one model on one tensor-parallel GPU group costs per unit, in µs at
+    the GPU's achievable rates."""
+
+    def __init__(self, shape: NativeShape, gpu: GpuSpec, tp: int) -> None:
+        if tp < 1:
+            raise ValueError(f"tp must be a positive integer, got {tp!r}")
+        m, b = shape, float(shape.bytes_per_param)
+        bw, flops, link = gpu.bytes_per_s / US, gpu.flops_per_s / US, gpu.link_bytes_per_s / US
+        q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
+        attn_params = m.hidden * (q_width + 2 * kv_width) + q_width * m.hidden
+        expert_params = 3.0 * m.hidden * m.intermediate  # gated MLP: gate, up, down
+        router = m.hidden * m.experts if m.experts > 1 else 0
+        lm_head = float(m.vocab * m.hidden)
+        self.experts = float(m.experts)
+        self.experts_per_token = float(m.experts_per_token)
+        # Read whatever the batch: attention, router, LM head (and the MLP of a dense model).
+        dense = m.layers * (attn_params + router) + lm_head
+        self.fixed_us = (dense + (m.layers * expert_params if m.experts == 1 else 0.0)
+                         ) * b / tp / bw
+        self.expert_us = m.layers * expert_params * b / tp / bw if m.experts > 1 else 0.0
+        active = m.layers * (attn_params + router + m.experts_per_token * expert_params)
+        self.gemm_us_per_token = 2.0 * active / tp / flops
+        self.gemm_us_per_request = 2.0 * lm_head / tp / flops  # one row of logits each
+        kv_heads_per_gpu = math.ceil(m.kv_heads / tp)  # replicated when tp > kv_heads
+        self.kv_us_per_token = 2.0 * m.layers * kv_heads_per_gpu * m.head_dim * b / bw
+        self.attn_us_per_pair = 4.0 * q_width * m.layers / tp / flops  # QK^T and AV
+        ring = 2.0 * (tp - 1) / tp * m.hidden * b  # bytes per token per all-reduce
+        # A small all-reduce's latency grows with the log of the GPUs it spans (recursive
+        # doubling): the hardware figure is for two GPUs.
+        self.allreduce_us = 2.0 * m.layers * gpu.allreduce_latency_us * math.log2(tp)
+        self.link_us_per_token = 2.0 * m.layers * ring / link if tp > 1 else 0.0
+
+    def weights_us(self, tokens: float) -> float:
+        """Streaming the weights a step over `tokens` tokens touches: all experts a token
+        routes to, in expectation under uniform routing (E (1 - (1 - k/E)^T) per layer)."""
+        if self.expert_us == 0.0:
+            return self.fixed_us
+        touched = self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
+        return self.fixed_us + touched * self.expert_us
+
+    def quantities(self, batch: Sequence[Request]) -> list[float]:
+        """The step's quantities (QUANTITIES order), each the µs its coefficient multiplies;
+        `weights` and `gemm` both given (the step pays the longer of the two scaled)."""
+        tokens = kv_tokens = pairs = 0.0
+        for req in batch:
+            chunk = req.chunk
+            done = float(req.progress)
+            if chunk < 0:  # a decode: one token over its whole context
+                tokens += 1.0
+                kv_tokens += done + 1.0
+                pairs += done + 1.0
+            else:
+                n = float(chunk)
+                tokens += n
+                kv_tokens += done + n
+                pairs += n * (done + (n + 1.0) / 2.0)
+        requests = float(len(batch))
+        return [1.0, requests, self.weights_us(tokens),
+                kv_tokens * self.kv_us_per_token,
+                tokens * self.gemm_us_per_token + requests * self.gemm_us_per_request,
+                pairs * self.attn_us_per_pair, self.allreduce_us,
+                tokens * self.link_us_per_token]
+
+
+def step_us(q: list[float], c: StepCoefficients) -> float:
+    """A step's duration (µs) from its quantities."""
+    return (c.step_us * q[0] + c.request_us * q[1]
+            + max(c.weights * q[2], c.gemm * q[4]) + c.kv_reads * q[3]
+            + c.attention * q[5] + c.allreduce * q[6] + c.link * q[7])
+
+
+def emitted(batch: Sequence[Request]) -> int:
+    """Requests that produce a token at this step's end (decodes and completed prefills)."""
+    count = 0
+    for req in batch:
+        if req.chunk < 0 or req.progress + req.chunk >= req.prefill_target:
+            count += 1
+    return count
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # calibrate/fit.py records what it serves
+class ApiServer:
+    """The API server in front of one instance: a FIFO server of requests and streamed
+    tokens (Lindley's recursion; the tokens of a step join at the step's end)."""
+
+    def __init__(self, c: StepCoefficients) -> None:
+        self.c = c
+        self.free_at = 0.0  # when the work queued so far is done (µs)
+        self.pending_at = -1.0  # a step's streamed tokens, joining at that step's end
+        self.pending_tokens = 0
+
+    def settle(self, now: float) -> None:
+        """Queue the pending tokens if their step has ended by `now`."""
+        if 0.0 <= self.pending_at <= now:
+            self.free_at = max(self.free_at, self.pending_at) \
+                + self.c.api_output_token_us * self.pending_tokens
+            self.pending_at = -1.0
+
+    def arrive(self, now: float, input_len: int) -> float:
+        """A request arrives at `now`: µs until it reaches the engine queue."""
+        self.settle(now)
+        c = self.c
+        self.free_at = max(now, self.free_at) + c.api_request_us \
+            + c.api_input_token_us * input_len
+        return self.free_at - now + c.api_fixed_us
+
+    def stream(self, now: float, ends_at: float, tokens: int) -> None:
+        """A step running from `now` to `ends_at` streams `tokens` tokens out at its end."""
+        self.settle(now)
+        self.pending_at, self.pending_tokens = ends_at, tokens
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # calibrate/fit.py records the quantities
+class PhysicalLatency:
+    """The LatencyModel of `latency.type: physical`. `bind` gives each instance its own API
+    server on the simulation's clock; unbound (a model on its own), a request's delay is its
+    own API work with no queue."""
 
     per_request = True
 
-    def __init__(self, alpha: Sequence[float], beta: Sequence[float], physics: Physics) -> None:
-        super().__init__(alpha)
-        if len(beta) != len(TERMS):
-            raise ValueError(f"the physical model needs {len(TERMS)} beta coefficients "
-                             f"({', '.join(TERMS)}), got {len(beta)}")
-        self.beta = tuple(float(b) for b in beta)
-        self.physics = physics
+    def __init__(self, shape: StepShape, coefficients: StepCoefficients,
+                 clock: Clock | None = None) -> None:
+        self.shape = shape
+        self.c = coefficients
+        self.output_delay = 0
+        self.clock = clock
+        self.api = ApiServer(coefficients)
+        self.notes: list[str] = []  # config fields the model does not apply (run warnings)
+        self.step_ends = -1.0  # when the step under way ends (µs)
+        self.step_duration = 0.0
+
+    def bind(self, clock: Clock) -> PhysicalLatency:
+        model = type(self)(self.shape, self.c, clock)
+        model.notes = self.notes
+        return model
+
+    def queue_delay(self, input_len: int) -> int:
+        now = float(self.clock.now) if self.clock is not None else 0.0
+        delay = self.api.arrive(now, input_len)
+        if now < self.step_ends:  # the engine is busy: it takes requests in behind its steps
+            delay += self.c.intake_steps * self.step_duration
+        return int(delay)
 
     def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
                   extra_us: int) -> int:
-        features = self.physics.features(*batch_shape(batch))
-        return int(sum(b * x for b, x in zip(self.beta, features, strict=True))) + extra_us
-
-
-def physics(scenario: Scenario) -> Physics:
-    """The physical quantities of a scenario's model on its GPUs."""
-    latency, model = scenario.latency, scenario.model
-    try:
-        config = (read_json(latency.model_config, "config.json") if latency.model_config
-                  else bundled_model_config(model.name))
-    except ValueError as exc:
-        raise ScenarioError("latency.model_config", str(exc)) from None
-    try:
-        hardware = (read_json(latency.hardware_config, None) if latency.hardware_config
-                    else bundled_hardware_config())
-        entry = hardware.get(model.gpu or "")
-        if not isinstance(entry, dict):
-            raise ValueError(f"unknown GPU {model.gpu!r}; known: {', '.join(sorted(hardware))}")
-        tflops, bw = float(entry["TFlopsPeak"]), float(entry["BwPeakTBs"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ScenarioError("latency.hardware_config", str(exc)) from None
-    try:
-        return Physics.of(config, tflops, bw, model.tp or 1)
-    except ValueError as exc:
-        raise ScenarioError("latency.model_config", str(exc)) from None
-
-
-def physical_latency(scenario: Scenario, alpha: Sequence[float]) -> PhysicalLatency:
-    assert scenario.latency.beta is not None  # LatencyConfig.validate
-    return PhysicalLatency(alpha, scenario.latency.beta, physics(scenario))
+        duration = int(step_us(self.shape.quantities(batch), self.c)) + extra_us
+        if self.clock is not None:
+            now = float(self.clock.now)
+            self.api.stream(now, now + duration, emitted(batch))
+            self.step_ends, self.step_duration = now + duration, float(duration)
+        return duration

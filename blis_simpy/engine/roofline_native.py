@@ -15,19 +15,21 @@ models as dense. A vLLM step is one forward pass over every scheduled token, so 
   all-reduces of the step's hidden states over NVLink (ring: 2 (tp-1)/tp of the bytes each way);
 - a fixed per-step overhead (scheduling, sampling, launch).
 
-The GPU figures live in data/hardware_native.json; where each number comes from is in
-docs/roofline.md. Config fields the model does not read but that change the cost are reported:
-MoE fields in another naming are errors (costing them as dense is off by the expert count),
-quantization and sliding windows are warnings (the cost is an upper bound).
+The GPU figures live in data/hardware_native.json (config/hardware.py); where each number
+comes from is in docs/roofline.md. Config fields the model does not read but that change the
+cost are reported: MoE fields in another naming are errors (costing them as dense is off by
+the expert count), quantization and sliding windows are warnings (the cost is an upper
+bound).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
+from blis_simpy.config.hardware import GpuSpec
 from blis_simpy.engine.roofline import ModelShape
 
 # MoE namings this model does not read: costing such a model as dense is wrong by a large factor.
@@ -110,44 +112,6 @@ def unmodelled_fields(config: dict) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class NativeGpu:
-    """One GPU's entry of hardware_native.json (sources in docs/roofline.md)."""
-
-    tflops_peak: float  # dense BF16 tensor-core peak
-    hbm_tbs: float  # HBM bandwidth peak
-    mfu: float  # achievable fraction of tflops_peak on the step's GEMMs and attention
-    hbm_efficiency: float  # achievable fraction of hbm_tbs
-    nvlink_gbs: float  # NVLink bandwidth per GPU, one direction
-    nvlink_efficiency: float  # achievable fraction of nvlink_gbs in an all-reduce
-    allreduce_latency_us: float  # fixed cost of one all-reduce
-    step_overhead_us: float  # per step: scheduling, sampling, kernel launches
-
-    @classmethod
-    def from_config(cls, config: dict, gpu: str) -> NativeGpu:
-        """Pick `gpu` out of the whole hardware_native.json mapping."""
-        entry = config.get(gpu) if isinstance(config, dict) else None
-        if not isinstance(entry, dict):
-            known = ", ".join(sorted(config)) if isinstance(config, dict) else "none"
-            raise ValueError(f"unknown GPU {gpu!r} in the native hardware config; known GPUs: "
-                             f"{known}")
-        values = {}
-        for field in fields(cls):
-            value = entry.get(field.name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                    math.isfinite(value) and value >= 0):
-                keys = ", ".join(f.name for f in fields(cls))
-                raise ValueError(f"native hardware config for {gpu!r}: {field.name!r} must be "
-                                 f"a number >= 0, got {value!r} (an entry has: {keys})")
-            values[field.name] = float(value)
-        gpu_spec = cls(**values)
-        for name in ("tflops_peak", "hbm_tbs", "mfu", "hbm_efficiency", "nvlink_gbs",
-                     "nvlink_efficiency"):
-            if getattr(gpu_spec, name) <= 0:
-                raise ValueError(f"native hardware config for {gpu!r}: {name!r} must be > 0")
-        return gpu_spec
-
-
-@dataclass(frozen=True, slots=True)
 class StepCost:
     """One step's seconds by term, per GPU (the step time is their sum plus the overhead)."""
 
@@ -164,7 +128,7 @@ class StepCost:
 class NativeRoofline:
     """Step time of one fused batch on one tensor-parallel group."""
 
-    def __init__(self, shape: NativeShape, gpu: NativeGpu, tp: int) -> None:
+    def __init__(self, shape: NativeShape, gpu: GpuSpec, tp: int) -> None:
         if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
             raise ValueError(f"tp must be a positive integer, got {tp!r}")
         self.shape, self.gpu, self.tp = shape, gpu, tp
@@ -184,7 +148,7 @@ class NativeRoofline:
         self._kv_bytes_per_token = 2.0 * m.layers * kv_heads_per_gpu * m.head_dim * b
         self._flops = gpu.tflops_peak * 1e12 * gpu.mfu
         self._bandwidth = gpu.hbm_tbs * 1e12 * gpu.hbm_efficiency
-        self._nvlink = gpu.nvlink_gbs * 1e9 * gpu.nvlink_efficiency
+        self._link = gpu.link_bytes_per_s
         self._hidden_bytes = m.hidden * b
 
     def experts_touched(self, tokens: int) -> float:
@@ -208,7 +172,7 @@ class NativeRoofline:
         comm = 0.0
         if tp > 1:
             ring_bytes = 2.0 * (tp - 1) / tp * tokens * self._hidden_bytes
-            per_allreduce = self.gpu.allreduce_latency_us / 1e6 + ring_bytes / self._nvlink
+            per_allreduce = self.gpu.allreduce_latency_us / 1e6 + ring_bytes / self._link
             comm = 2 * self.shape.layers * per_allreduce
         return StepCost(linear, attention, comm, self.gpu.step_overhead_us / 1e6)
 

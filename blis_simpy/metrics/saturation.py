@@ -28,6 +28,7 @@ Over the measured arrivals (the window's start to its last arrival):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -35,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from blis_simpy.config.resolve import latency_type
 from blis_simpy.config.scenario import EngineConfig, LatencyConfig, Scenario
 from blis_simpy.core.records import InstanceRecord, Records, RequestColumns
 from blis_simpy.core.request import State
@@ -303,9 +305,8 @@ def fleet_of(scenario: Scenario, roles: list[Role]
         return "P/D disaggregation: the pools' capacities are in summary.json pd"
     section = scenario.deployment
     if section is None:
-        latency = scenario.latency
-        return (scenario.cluster.instances, scenario.engine,
-                latency.beta if latency.type == "blackbox" else None)
+        return scenario.cluster.instances, scenario.engine, blackbox_beta(scenario,
+                                                                          scenario.latency)
     configs = section.configs()
     if len(configs) != 1:
         return "several deployment configs: their capacities differ"
@@ -315,7 +316,15 @@ def fleet_of(scenario: Scenario, roles: list[Role]
     latency = scenario.latency if config.latency is None else load(LatencyConfig,
                                                                    config.latency, "latency")
     replicas = config.replicas.max if section.autoscaler is not None else config.replicas.start
-    return replicas, engine, latency.beta if latency.type == "blackbox" else None
+    return replicas, engine, blackbox_beta(scenario, latency)
+
+
+def blackbox_beta(scenario: Scenario, latency: LatencyConfig) -> list[float] | None:
+    """The beta coefficients when `latency` runs the blackbox model. A deployment config's
+    section is unresolved: a type left out runs what `latency_type` picks (physical in native
+    mode unless alpha or beta are given)."""
+    kind = latency_type(dataclasses.replace(scenario, latency=latency))
+    return latency.beta if kind == "blackbox" else None
 
 
 def run_saturation(records: Records, window: Window, scenario: Scenario) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.step_models import describe as step_model_of
 from blis_simpy.core.records import (
     STEP_FIELDS,
     Anomaly,
@@ -626,6 +627,7 @@ class StreamingRecords:
         stats["saturation"] = saturation(self.timeline, window, lambda: capacity(
             scenario, [log.role for log in logs], self.step_sums(), self.started))
         stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario) + notes
+        stats["step_model"] = step_model_of(scenario)  # streamed runs are native
         seconds = window.seconds(records.ended_at)
         metrics = assemble(
             self.group(ALL, 0, seconds), self.whole_totals(records.ended_at), seconds,

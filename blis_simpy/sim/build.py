@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from blis_simpy.cluster.fleet import Fleet
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.cluster.pool import Pool
-from blis_simpy.config.resolve import kv_block_bytes
+from blis_simpy.config.resolve import kv_block_bytes, kv_catalog_note
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
@@ -36,7 +36,7 @@ from blis_simpy.core.units import US_PER_S
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.kv.tiered import TieredKVCache, tiered_pool
-from blis_simpy.engine.latency import LatencyModel, latency_model, latency_notes
+from blis_simpy.engine.latency import LatencyModel, bound, latency_model, latency_notes
 from blis_simpy.engine.pd import DecodeInstance, PrefillInstance
 from blis_simpy.metrics.conventions import Conventions
 from blis_simpy.policies.admission import ADMISSION
@@ -249,7 +249,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
                 else pool_type(engine.kv_blocks or 0, engine.block_size,
                                defer_index=role is Role.MONOLITHIC))  # P/D publishes handoffs
         instance = ROLES[role](
-            env, name, latency, engine, pool,
+            env, name, bound(latency, env), engine, pool,
             policy(SCHEDULER, policies.scheduler, "policies.scheduler"), priority, recorder,
             class_ranks=ranks, reference_order=mode.reference_order)
         if isinstance(pool, TieredKVCache):
@@ -276,10 +276,12 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
         from blis_simpy.sim.faults import inject
 
         inject(scenario, env, fleet, pools, recorder)
+    corrected = kv_catalog_note(scenario)
     started = source.start(env, scenario, gateway.arrive, reference_draws=mode.reference_draws,
                            keep_tokens=keep_tokens, prepared=prepared)
     sim = Simulation(scenario, env, mode, recorder, fleet, gateway,
                      mode.conventions(latency.output_delay), checks,
-                     latency_notes(latency) + started.notes, scale_log, pools, scalers)
+                     ([corrected] if corrected else []) + latency_notes(latency) + started.notes,
+                     scale_log, pools, scalers)
     sim.expected, sim.trace_times = started.expected, started.timed
     return sim

@@ -1,11 +1,15 @@
-"""Real serving runs in the ground-truth layout of github.com/inference-sim/training
-(`default_args/`): a folder of experiment folders, each with `exp-config.yaml` (model, tensor
-parallelism, vLLM engine limits), `profile.yaml` (the inference-perf load as asked) and
-`results/` (`config.yaml`, the load as the tool ran it, and one
-`stage_N_lifecycle_metrics.json` per rate stage with the client's measurements).
+"""Real serving runs in inference-perf's result layout, as a measured set (validate/sets.py):
+a folder of experiment folders as github.com/inference-sim/training keeps them
+(`default_args/`: each with `exp-config.yaml`, the vLLM engine limits, and `results/`), one
+such experiment folder, or a bare `results/` folder (`config.yaml`, the load as the tool ran
+it, and one `stage_N_lifecycle_metrics.json` per rate stage).
 
-Read into frozen values, every problem reported as a ScenarioError naming the file and key, so
-a wrong folder fails in one line before anything runs.
+inference-perf's own ITL/TPOT is about half the true interval between tokens (it spreads each
+streamed chunk's time over more tokens than the server sent), so only its E2E and TTFT are
+read; TPOT is compared as (mean E2E - mean TTFT) / (output length - 1). A shared-prefix load
+cycles `num_groups x num_prompts_per_group` prompts (`distinct_prompts`), and with
+`ignore_eos` every output is `output_len` tokens. Stages in which the client gave up on
+requests carry its timeout (the whole seconds below the quickest failure's latency).
 """
 
 from __future__ import annotations
@@ -14,99 +18,67 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
+from blis_simpy.core.yamlio import load_yaml
+from blis_simpy.validate.sets import Hints, MeasuredSet, parse
 
 STAGE_FILE = re.compile(r"stage_(\d+)_lifecycle_metrics\.json")
 
 
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """What the client measured in one stage, in ms (means over the successful requests).
-
-    inference-perf's own ITL/TPOT figures are about half the true interval between tokens (it
-    spreads each streamed chunk's time over more tokens than the server sent), so the ITL
-    used here is derived: (mean E2E - mean TTFT) / (output length - 1)."""
-    e2e_ms: float
-    ttft_ms: float
-    itl_ms: float
-    requests_per_s: float
-    successes: int
-    failures: int  # requests the client gave up on (its timeout): the stage is censored
-    timeout_s: float | None = None  # the client's timeout, as its failures show it
-
-    @property
-    def completed_pct(self) -> float:
-        """Requests that finished before the client's timeout, in percent of those sent."""
-        return 100.0 * self.successes / max(self.successes + self.failures, 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """One rate stage, drained on its own: Poisson arrivals at `rate` for `duration_s`."""
-    experiment: str
-    index: int
-    rate: float
-    duration_s: float
-    prompt_len: int  # median measured prompt length (tokens)
-    output_len: int  # median measured output length (tokens; outputs ran with ignore_eos)
-    measured: Measured
-
-    @property
-    def name(self) -> str:
-        return f"{self.experiment}/{self.index}"
-
-    @property
-    def censored(self) -> bool:
-        """The client abandoned requests: its means cover only those that finished in time."""
-        return self.measured.failures > 0
-
-
-@dataclass(frozen=True, slots=True)
-class Experiment:
-    name: str
-    folder: Path
-    model: str
-    tp: int
-    max_model_len: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    prompts: int  # distinct prompts the load cycled (num_groups x num_prompts_per_group)
-    stages: tuple[Stage, ...]
-
-    @property
-    def workload(self) -> str:
-        """The load's name, the folder name's last part (general, codegen, roleplay, ...)."""
-        return self.name.rsplit("-", 1)[-1]
-
-
-def read_experiments(root: Path) -> list[Experiment]:
-    """Every experiment folder under `root` (sorted by name)."""
+def read_folder(root: Path, hints: Hints) -> MeasuredSet:
+    """A folder of experiment folders, one experiment folder, or one results folder."""
     if not root.is_dir():
-        raise ScenarioError(str(root), "is not a folder (expected a folder of experiment "
-                            "folders, e.g. default_args/ of inference-sim/training)")
-    folders = sorted(p for p in root.iterdir() if (p / "exp-config.yaml").is_file())
+        raise ScenarioError(str(root), "is not a folder (expected inference-perf results: "
+                            "experiment folders with exp-config.yaml and results/)")
+    if any((root / name).exists() for name in ("exp-config.yaml", "results", "config.yaml")):
+        folders = [root]
+    else:
+        folders = sorted(p for p in root.iterdir() if (p / "exp-config.yaml").is_file())
     if not folders:
         raise ScenarioError(str(root), "holds no experiment folder (none has exp-config.yaml)")
-    return [read_experiment(folder) for folder in folders]
+    stages = [stage for folder in folders for stage in experiment_stages(folder, hints)]
+    data = {"set": root.name, "title": f"inference-perf results in {root}",
+            "source": {"folder": str(root)}, "measured_by": "inference-perf",
+            "known": ["TPOT compared as (mean E2E - mean TTFT) / (output - 1): inference-perf's "
+                      "own ITL is not the interval between tokens"],
+            "guesses": ["prompt length: the client's median (re-tokenised) prompt length",
+                        f"GPU {hints.gpu}, server {hints.server} {hints.version} (from the "
+                        "command line)"],
+            "defaults": {"gpu": hints.gpu, "server": {"family": hints.server,
+                                                      "version": hints.version}},
+            "stages": stages}
+    return parse(data, str(root))
 
 
-def read_experiment(folder: Path) -> Experiment:
-    exp = _mapping(_yaml(folder / "exp-config.yaml"), folder / "exp-config.yaml")
-    run_config = folder / "results" / "config.yaml"
+def experiment_stages(folder: Path, hints: Hints) -> list[dict[str, Any]]:
+    results = folder / "results" if (folder / "results").is_dir() else folder
+    exp_path = folder / "exp-config.yaml"
+    exp = _mapping(_yaml(exp_path), exp_path) if exp_path.is_file() else {}
+    run_config = results / "config.yaml"
     run = _mapping(_yaml(run_config), run_config)
     data = _mapping(run.get("data") or {}, run_config)
     shared = _mapping(data.get("shared_prefix") or {}, run_config)
+    server = _mapping(run.get("server") or {}, run_config)
     stages_asked = _mapping(run.get("load") or {}, run_config).get("stages")
     if not isinstance(stages_asked, list) or not stages_asked:
         raise ScenarioError(f"{run_config}: load.stages", "needs at least one stage")
-    stages = []
-    for path in sorted((folder / "results").glob("stage_*_lifecycle_metrics.json")):
+    model = exp.get("model") or hints.model or server.get("model_name")
+    if not isinstance(model, str) or not model:
+        raise ScenarioError(str(exp_path), "names no model (exp-config.yaml model, or --model)")
+    engine = {ours: exp[theirs] for ours, theirs in (
+        ("max_num_seqs", "max_num_seqs"), ("max_num_batched_tokens", "max_num_batched_tokens"),
+        ("max_model_len", "max_model_len")) if isinstance(exp.get(theirs), int)}
+    engine.update(hints.engine)
+    distinct = int(shared.get("num_groups") or 0) * int(shared.get("num_prompts_per_group") or 0)
+    output_len = shared.get("output_len") if server.get("ignore_eos") else None
+    name = folder.name.split("-", 2)[-1] if re.match(r"\d{8}-\d{6}-", folder.name) \
+        else folder.name
+    out = []
+    for path in sorted(results.glob("stage_*_lifecycle_metrics.json")):
         match = STAGE_FILE.fullmatch(path.name)
         if match is None:
             continue
@@ -114,20 +86,61 @@ def read_experiment(folder: Path) -> Experiment:
         if index >= len(stages_asked):
             raise ScenarioError(str(path), f"stage {index} is not in {run_config} load.stages")
         asked = _mapping(stages_asked[index], run_config)
-        stages.append(read_stage(path, folder.name, index, _number(asked, "rate", run_config),
-                                 _number(asked, "duration", run_config)))
-    if not stages:
-        raise ScenarioError(str(folder / "results"), "has no stage_N_lifecycle_metrics.json")
-    where = folder / "exp-config.yaml"
-    return Experiment(
-        name=folder.name, folder=folder, model=_text(exp, "model", where),
-        tp=int(_number(exp, "tensor_parallelism", where)),
-        max_model_len=int(_number(exp, "max_model_len", where)),
-        max_num_batched_tokens=int(_number(exp, "max_num_batched_tokens", where)),
-        max_num_seqs=int(_number(exp, "max_num_seqs", where)),
-        prompts=int(shared.get("num_groups") or 10)
-        * int(shared.get("num_prompts_per_group") or 10),
-        stages=tuple(stages))
+        stage = read_stage(path, asked, output_len, run_config)
+        stage.update(name=f"{name}/{index}", model=model, tp=exp.get("tensor_parallelism",
+                                                                     hints.tp), engine=engine)
+        if distinct:
+            stage["distinct_prompts"] = distinct
+        out.append(stage)
+    if not out:
+        raise ScenarioError(str(results), "has no stage_N_lifecycle_metrics.json")
+    return out
+
+
+def read_stage(path: Path, asked: Mapping[str, Any], output_len: Any, where: Path
+               ) -> dict[str, Any]:
+    try:
+        data = json.loads(read_text(path, "", "an inference-perf lifecycle-metrics JSON file"))
+        ok = data["successes"]
+        latency = ok["latency"]
+        measured: dict[str, Any] = {
+            "e2e_ms": _stats(latency["request_latency"]),
+            "ttft_ms": _stats(latency["time_to_first_token"]),
+            "requests_per_s": float(ok["throughput"]["requests_per_sec"]),
+            "completed": int(ok["count"]),
+            "failed": int((data.get("failures") or {}).get("count") or 0)}
+        tokens_per_s = ok["throughput"].get("output_tokens_per_sec")
+        if isinstance(tokens_per_s, int | float) and tokens_per_s > 0:
+            measured["output_tokens_per_s"] = float(tokens_per_s)
+        prompt = round(float(ok["prompt_len"]["median"]))
+        output = output_len or round(float(ok["output_len"]["median"]))
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(str(path), f"is not valid JSON: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ScenarioError(str(path), f"is not an inference-perf lifecycle-metrics file "
+                            f"(successes.latency / throughput / prompt_len: {exc!r})") from None
+    timeout = client_timeout(data.get("failures"))
+    if timeout is not None:
+        measured["timeout_s"] = timeout
+    rate = asked.get("rate")
+    duration = asked.get("duration")
+    if not (isinstance(rate, int | float) and rate > 0 and isinstance(duration, int | float)
+            and duration > 0):
+        raise ScenarioError(f"{where}: load.stages", "every stage needs a rate and a duration")
+    return {"load": {"arrival": "poisson", "rate": float(rate), "duration_s": float(duration)},
+            "prompt": {"type": "constant", "value": max(2, prompt)},
+            "output": {"type": "constant", "value": max(1, int(output))},
+            "measured": measured}
+
+
+def _stats(values: Mapping[str, Any]) -> dict[str, float]:
+    """mean/median/p90/p99 of a lifecycle-metrics latency, seconds to ms."""
+    out = {}
+    for key in ("mean", "median", "p90", "p99"):
+        value = values.get(key)
+        if isinstance(value, int | float) and math.isfinite(value) and value > 0:
+            out[key] = float(value) * 1e3
+    return out
 
 
 def client_timeout(failures: Any) -> float | None:
@@ -143,57 +156,11 @@ def client_timeout(failures: Any) -> float | None:
     return float(math.floor(quickest))
 
 
-def read_stage(path: Path, experiment: str, index: int, rate: float, duration: float) -> Stage:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        ok = data["successes"]
-        latency = ok["latency"]
-        e2e = float(latency["request_latency"]["mean"]) * 1e3
-        ttft = float(latency["time_to_first_token"]["mean"]) * 1e3
-        output_len = round(float(ok["output_len"]["median"]))
-        prompt_len = round(float(ok["prompt_len"]["median"]))
-        measured = Measured(
-            e2e_ms=e2e, ttft_ms=ttft, itl_ms=(e2e - ttft) / max(output_len - 1, 1),
-            requests_per_s=float(ok["throughput"]["requests_per_sec"]),
-            successes=int(ok["count"]), failures=int(data.get("failures", {}).get("count", 0)),
-            timeout_s=client_timeout(data.get("failures")))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(str(path), f"cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(str(path), f"is not valid JSON: {exc}") from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ScenarioError(str(path), f"is not an inference-perf lifecycle-metrics file "
-                            f"(successes.latency / output_len / prompt_len: {exc!r})") from None
-    if not all(math.isfinite(x) for x in (e2e, ttft)) or output_len < 1 or prompt_len < 2:
-        raise ScenarioError(str(path), "has non-finite latencies or empty prompts/outputs")
-    return Stage(experiment, index, rate, duration, prompt_len, output_len, measured)
-
-
 def _yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScenarioError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ScenarioError(str(path), f"is not valid YAML: {str(exc).splitlines()[0]}") \
-            from None
+    return load_yaml(read_text(path, "", "an inference-perf YAML file"), str(path))
 
 
 def _mapping(value: Any, where: Path) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ScenarioError(str(where), f"expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _number(data: Mapping[str, Any], key: str, where: Path) -> float:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ScenarioError(f"{where}: {key}", f"expected a positive number, got {value!r}")
-    return float(value)
-
-
-def _text(data: Mapping[str, Any], key: str, where: Path) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value:
-        raise ScenarioError(f"{where}: {key}", f"expected a model id, got {value!r}")
     return value

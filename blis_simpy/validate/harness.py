@@ -1,241 +1,359 @@
-"""Validation against real vLLM measurements: one native scenario per measured stage, run, and
-compared with what the client measured (`blis-simpy validate-real DIR`).
+"""Validation against real serving runs: one native scenario per measured stage (validate/
+sets.py), run, reduced the way the client reduced its measurements, and compared
+(`blis-simpy validate-real`).
 
-The load is modelled as it ran, not as it was asked: the inference-perf build behind the public
-runs cycled a fixed set of prompts (num_groups x num_prompts_per_group = 100, see each run's
-`results/config.yaml`), so after the first round every prompt is a whole-prompt prefix-cache
-hit. Each distinct prompt is a prefix group of the measured prompt length minus one token, and
-every request is a group's prompt plus one fresh token (vLLM recomputes at least the last
-token of a fully cached prompt). Arrivals are Poisson (inference-perf's `constant` load draws
-exponential gaps scaled to the stage's duration), exactly rate x duration requests per stage,
-each stage drained on its own. Outputs ran with ignore_eos: every request generates the
-measured median output length.
+The load is modelled as it ran: Poisson arrivals at the stage's rate, every request at once
+(`burst`, a benchmark's request rate inf) or a fixed number in flight (`concurrency`, closed
+loop without think time); the measured lengths; a cycled set of prompts as prefix groups (each
+distinct prompt a group of its length minus one token, every request a group's prompt plus one
+fresh token: vLLM recomputes at least the last token of a fully cached prompt); the engine's
+limits and KV size where the set gives them (else what fits in memory); the client's timeout
+where it gave up on requests.
 
-Stages in which the client gave up on requests (its timeout, seen in the failures' latencies)
-are run with that client timeout: the simulated means then cover, as the measured ones do, only
-the requests that finished in time, and the share that did is compared too. They stay out of the
-medians (the load the server saw depends on when the client gave up).
+Each stage is compared like for like: mean with mean, median with median, per-request TPOT
+with per-request TPOT, per-token ITL gaps with the simulated gaps. A stage past the server's
+sustainable rate (sets.py: `Stage.saturated`) is compared on throughput and the share
+completed, never on latency means that only say how long the client waited.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+import numpy as np
 
-from blis_simpy.config.catalog import bundled_model_config
 from blis_simpy.config.kv_tiers import block_bytes
+from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import read_text
+from blis_simpy.core.yamlio import load_yaml
+from blis_simpy.engine.latency import latency_model
+from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import run
-from blis_simpy.validate.ground_truth import Experiment, Stage
-from blis_simpy.workload.inference_perf import inference_perf
+from blis_simpy.validate.sets import Stage
 
-GPU = "H100"
-METRICS = ("e2e", "itl", "ttft")
-METRIC_NAMES = {"e2e": "mean E2E (ms)", "itl": "mean ITL (ms)", "ttft": "mean TTFT (ms)",
-                "rps": "throughput (requests/s)",
-                "completed": "completed before the client's timeout (%)"}
+HEADLINE = ("e2e", "tpot", "ttft", "throughput")
+NAMES = {"e2e": "E2E", "tpot": "TPOT/ITL", "ttft": "TTFT", "throughput": "throughput",
+         "completed": "completed"}
 REFERENCES = ("blis-roofline", "blis-trained-physics")
 # A stage the real server kept up with is "overloaded" in the simulator when the simulated
-# server is still draining long after the last arrival: later than twice the measured mean
-# E2E plus this fraction of the arrival window (a server that keeps up drains in about one
-# E2E; one that falls behind accumulates a backlog in proportion to the window).
+# server is still draining long after the last arrival: later than twice the measured E2E plus
+# this fraction of the arrival window.
 BACKLOG = 0.05
-
-
-def facts() -> dict[str, Any]:
-    """The bundled facts about the public runs: GPU KV blocks per model and the reference's
-    published errors per stage (sources named in the file)."""
-    text = resources.files("blis_simpy.data").joinpath("real_vllm_h100.json").read_text()
-    return json.loads(text)
-
-
-def kv_blocks(model: str, where: str) -> int:
-    blocks = facts()["kv_blocks"]["models"]
-    if model.lower() not in blocks:
-        raise ScenarioError(where, f"no GPU KV block count is known for {model!r}",
-                            ", ".join(sorted(blocks)))
-    return int(blocks[model.lower()])
+BURST_WINDOW_S = 0.001  # every request of a burst arrives within this much time
+FIT_REQUESTS = 600  # requests of each stage simulated while fitting (the report runs all)
 
 
 @dataclass(frozen=True, slots=True)
 class Latency:
-    """The step-time model the scenarios use: the native roofline, or a named catalog entry
-    (a `latency:` section written by `blis-simpy calibrate`)."""
-    section: dict[str, Any]
+    """The step model under test: the physical model with each stage's server family's
+    coefficients (`section` None: the bundled sets, or `families`' files), or a fixed
+    `latency:` section."""
+    section: Mapping[str, Any] | None
     label: str
+    families: Mapping[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def files(cls, families: Mapping[str, Path]) -> Latency:
+        """Each family's coefficients from its own file (a fit's)."""
+        return cls(None, "physical model, fitted coefficients", dict(families))
+
+    @classmethod
+    def default(cls) -> Latency:
+        return cls(None, "physical model, each server family's bundled coefficients")
 
     @classmethod
     def roofline(cls) -> Latency:
-        return cls({"type": "roofline"}, "roofline")
+        return cls({"type": "roofline"}, "native roofline")
+
+    @classmethod
+    def coefficients(cls, path: Path) -> Latency:
+        """A coefficients file written by `blis-simpy calibrate`."""
+        return cls({"type": "physical", "coefficients": str(path)}, f"coefficients {path.name}")
 
     @classmethod
     def from_file(cls, path: Path) -> Latency:
-        """A catalog entry: a YAML file whose `latency:` section a scenario can use as is."""
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ScenarioError(f"--catalog {path}", f"cannot read: {exc.strerror or exc}") \
-                from None
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ScenarioError(f"--catalog {path}", "is not valid YAML: "
-                                f"{str(exc).splitlines()[0]}") from None
+        """A calibrated coefficients file (JSON), or a YAML file whose `latency:` section a
+        scenario can use as is."""
+        if path.suffix == ".json":
+            return cls.coefficients(path)
+        data = load_yaml(read_text(path, "--coefficients", "a coefficients JSON file or a "
+                                   "YAML file with a `latency:` section"), str(path))
         section = data.get("latency") if isinstance(data, dict) else None
         if not isinstance(section, dict):
-            raise ScenarioError(f"--catalog {path}", "needs a `latency:` mapping (as written "
-                                "by blis-simpy calibrate)")
+            raise ScenarioError(f"--coefficients {path}", "needs a `latency:` mapping (or a "
+                                "coefficients .json written by blis-simpy calibrate)")
         return cls(dict(section), f"catalog {path.name}")
 
+    def for_stage(self, stage: Stage) -> dict[str, Any]:
+        if self.section is None:
+            chosen = self.families.get(stage.server)
+            return {"type": "physical",
+                    "coefficients": str(chosen) if chosen is not None else stage.server}
+        return dict(self.section)
 
-def cpu_tier_blocks(model: str, gib: float, block_size: int = 16) -> int:
-    """KV blocks a CPU offload buffer of `gib` GiB holds for this model: vLLM's offloading size
-    is the whole TP group's, so a block counts every rank's share (the model's full KV bytes
-    per block; bundled config)."""
-    size = block_bytes(bundled_model_config(model), 1, block_size)
+
+def stage_scenario(stage: Stage, latency: Latency, seed: int = 42,
+                   max_requests: int | None = None) -> Scenario:
+    """The native scenario of one measured stage (see the module docstring)."""
+    load = stage.load
+    if max_requests is not None and stage.distinct_prompts:
+        max_requests = max(max_requests, 10 * stage.distinct_prompts)  # the first uses: <10 %
+    requests = min(load.requests, max_requests or load.requests)
+    tenant: dict[str, Any] = {"id": "client", "prompt": dict(stage.prompt),
+                              "output": dict(stage.output)}
+    workload: dict[str, Any] = {"type": "tenants", "max_requests": requests}
+    if load.arrival == "poisson":
+        assert load.rate is not None
+        tenant["arrival"] = {"type": "poisson"}
+        workload.update(rate_per_s=load.rate, duration_s=requests / load.rate * 1.5)
+    elif load.arrival == "burst":
+        tenant["arrival"] = {"type": "constant"}
+        workload.update(rate_per_s=requests / BURST_WINDOW_S, duration_s=1.0)
+    else:
+        tenant["closed_loop"] = {"users": load.concurrency,
+                                 "think_time_s": {"type": "constant", "value": 0.0}}
+        workload.update(duration_s=3_600.0 * 24)
+    if stage.measured.timeout_s is not None:  # the client gave up on requests: so does ours
+        workload["timeout_s"] = stage.measured.timeout_s
+    if stage.distinct_prompts:
+        prompt = round(stage.mean_prompt)
+        tenant.update(prompt={"type": "constant", "value": 1.0},
+                      prefix={"groups": [], "reuse_probability": 1.0})
+        workload["prefix_groups"] = [
+            {"id": f"prompt-{i}", "length": {"type": "constant", "value": float(prompt - 1)}}
+            for i in range(stage.distinct_prompts)]
+    workload["tenants"] = [tenant]
+    engine: dict[str, Any] = {}
+    limits = stage.engine
+    for ours, theirs in (("max_running_requests", "max_num_seqs"),
+                         ("max_scheduled_tokens", "max_num_batched_tokens"),
+                         ("max_model_len", "max_model_len"), ("kv_blocks", "kv_blocks")):
+        if limits.get(theirs) is not None:
+            engine[ours] = int(limits[theirs])
+    cpu_gib = limits.get("cpu_offload_gib")
+    if cpu_gib:
+        engine["kv_tiers"] = {"cpu_blocks": cpu_tier_blocks(stage, float(cpu_gib))}
+    data = {"version": 1, "name": stage.name.replace("/", "-"), "seed": seed,
+            "model": {"name": stage.model, "gpu": stage.gpu, "tp": stage.tp},
+            "latency": latency.for_stage(stage), "engine": engine, "workload": workload}
+    try:
+        return Scenario.from_dict(data)
+    except ScenarioError as exc:
+        raise ScenarioError(stage.key, str(exc)) from None
+
+
+def cpu_tier_blocks(stage: Stage, gib: float, block_size: int = 16) -> int:
+    """KV blocks a CPU offload buffer of `gib` GiB holds: vLLM's offloading size is the whole
+    TP group's, so a block counts every rank's share (the model's full KV bytes per block)."""
+    from blis_simpy.config.catalog import bundled_model_config
+
+    size = block_bytes(bundled_model_config(stage.model), 1, block_size)
     if size is None:
-        raise ScenarioError("--kv-cpu-gib", f"cannot size a KV block of {model!r} in bytes")
+        raise ScenarioError(stage.key, f"cannot size a KV block of {stage.model!r} in bytes")
     return int(gib * 2**30) // size
 
 
-def stage_scenario(exp: Experiment, stage: Stage, latency: Latency, seed: int = 42,
-                   max_duration_s: float | None = None, cpu_gib: float = 0.0) -> Scenario:
-    """The native scenario of one measured stage (see the module docstring for the load);
-    `cpu_gib` > 0 adds a CPU KV tier of that size (the runs' OffloadingConnector buffer)."""
-    converted = inference_perf(exp.folder / "results" / "config.yaml",
-                               f"{exp.name}/results/config.yaml")
-    workload = dict(converted.workload)
-    duration = min(stage.duration_s, max_duration_s or stage.duration_s)
-    workload.pop("load_profile", None)
-    workload.update(rate_per_s=stage.rate, duration_s=duration,
-                    max_requests=max(1, round(stage.rate * duration)))
-    if stage.measured.timeout_s is not None:  # the client gave up on requests: so does ours
-        workload["timeout_s"] = stage.measured.timeout_s
-    tenant = dict(workload["tenants"][0])
-    tenant.update(arrival={"type": "poisson"},
-                  prompt={"type": "constant", "value": 1.0},
-                  output={"type": "constant", "value": float(stage.output_len)},
-                  prefix={"groups": [], "reuse_probability": 1.0})
-    workload["tenants"] = [tenant]
-    workload["prefix_groups"] = [
-        {"id": f"prompt-{i}", "length": {"type": "constant", "value": float(stage.prompt_len - 1)}}
-        for i in range(exp.prompts)]
-    data = {
-        "version": 1, "name": f"{exp.name}-stage{stage.index}", "seed": seed,
-        "model": {"name": exp.model, "gpu": GPU, "tp": exp.tp},
-        "latency": latency.section,
-        "engine": {"max_running_requests": exp.max_num_seqs,
-                   "max_scheduled_tokens": exp.max_num_batched_tokens,
-                   "max_model_len": exp.max_model_len,
-                   "kv_blocks": kv_blocks(exp.model, f"{exp.name}/exp-config.yaml: model")},
-        "workload": workload,
-    }
-    if cpu_gib > 0:
-        engine = dict(data["engine"])  # type: ignore[call-overload]
-        engine["kv_tiers"] = {"cpu_blocks": cpu_tier_blocks(exp.model, cpu_gib)}
-        data["engine"] = engine
-    return Scenario.from_dict(data)
+# ---- the simulated side, reduced like the measured one ---------------------------------------
+
+def reduce(stage: Stage, result: Result) -> dict[str, float]:
+    """The simulated stage's statistics under the measured side's names: `<metric>:<stat>`
+    (ms), requests_per_s, output_tokens_per_s, completed (%), window_s, drain_s."""
+    table = result.requests
+    done = measured_requests(stage, table)
+    if done.empty:
+        raise ScenarioError(stage.key, "no request completed in the simulation")
+    ttft = done["ttft_ms"].to_numpy(dtype=float)
+    e2e = done["e2e_ms"].to_numpy(dtype=float)
+    out = done["output_tokens"].to_numpy(dtype=float)
+    many = out > 1
+    tpot = (e2e[many] - ttft[many]) / (out[many] - 1)
+    stats: dict[str, float] = {}
+    for metric, values in (("ttft", ttft), ("e2e", e2e), ("tpot", tpot)):
+        if len(values):
+            stats[f"{metric}:mean"] = float(values.mean())
+            stats[f"{metric}:median"] = float(np.median(values))
+            stats[f"{metric}:p90"] = float(np.percentile(values, 90))
+            stats[f"{metric}:p99"] = float(np.percentile(values, 99))
+    summary = result.summary
+    for statistic, key in (("mean", "itl_mean_ms"), ("median", "itl_p50_ms"),
+                           ("p90", "itl_p90_ms"), ("p99", "itl_p99_ms")):
+        stats[f"itl:{statistic}"] = float(summary[key])
+    arrivals = table["arrival_s"].to_numpy(dtype=float)
+    last = float(done["completion_s"].max())
+    span = last - float(arrivals.min())
+    stats["requests_per_s"] = len(done) / span if span > 0 else float("nan")
+    stats["output_tokens_per_s"] = float(out.sum()) / span if span > 0 else float("nan")
+    stats["completed"] = 100.0 * len(done) / len(table)
+    stats["window_s"] = float(arrivals.max() - arrivals.min())
+    stats["drain_s"] = last - float(arrivals.max())
+    return stats
+
+
+def measured_requests(stage: Stage, table: Any) -> Any:
+    """The completed requests the statistics cover. A shortened run of a stage that cycles a
+    set of prompts leaves out the first use of each (`cached_tokens` 0): in the full stage
+    they are a few percent of the requests, in a shortened one a third."""
+    done = table[table["final_state"] == "completed"]
+    if stage.distinct_prompts and len(table) < stage.load.requests:
+        warm = done[done["cached_tokens"] > 0]
+        if not warm.empty:
+            return warm
+    return done
+
+
+# ---- one stage's comparison ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One headline metric of a stage: which statistic, measured, simulated."""
+    statistic: str
+    measured: float
+    simulated: float
+
+    @property
+    def error(self) -> float:
+        return signed_error(self.simulated, self.measured)
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One stage: measured and simulated figures, and the reference's published errors."""
     stage: Stage
-    simulated: dict[str, float]  # e2e, itl, ttft (ms), rps, window_s and drain_s (s)
-    published: dict[str, dict[str, float]]  # reference -> metric -> signed error (%)
+    simulated: dict[str, float]
+    published: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def measured(self, metric: str) -> float:
-        m = self.stage.measured
-        return {"e2e": m.e2e_ms, "itl": m.itl_ms, "ttft": m.ttft_ms,
-                "rps": m.requests_per_s, "completed": m.completed_pct}[metric]
+    @property
+    def saturated(self) -> bool:
+        return self.stage.saturated
 
-    def error(self, metric: str) -> float:
-        """Signed relative error of the simulation, in percent of the measurement."""
-        return signed_error(self.simulated[metric], self.measured(metric))
+    def compared(self, metric: str) -> Compared | None:
+        """The headline comparison of `metric` (e2e, tpot, ttft, throughput, completed), or
+        None when the stage measured nothing to compare it with."""
+        return headline(self.stage, self.simulated, metric)
+
+    def error(self, metric: str) -> float | None:
+        found = self.compared(metric)
+        return None if found is None else found.error
 
     @property
     def overloaded(self) -> bool:
         """The simulated server fell behind a load the real server kept up with."""
-        return not self.stage.censored and fell_behind(self.stage, self.simulated["window_s"],
-                                                       self.simulated["drain_s"])
+        if self.saturated or self.stage.load.arrival != "poisson":
+            return False
+        e2e = self.stage.measured.stat("e2e", "mean") or self.stage.measured.stat("e2e",
+                                                                                   "median")
+        return e2e is not None and self.simulated["drain_s"] > \
+            2 * e2e / 1e3 + BACKLOG * self.simulated["window_s"]
 
 
-def fell_behind(stage: Stage, window_s: float, drain_s: float) -> bool:
-    """Whether a simulated stage whose arrivals spanned `window_s` and whose last request
-    finished `drain_s` after the last arrival fell behind its load (see BACKLOG)."""
-    return drain_s > 2 * stage.measured.e2e_ms / 1e3 + BACKLOG * window_s
+def headline(stage: Stage, sim: Mapping[str, float], metric: str) -> Compared | None:
+    m = stage.measured
+    if metric == "throughput":
+        if m.requests_per_s is None:
+            return None
+        return Compared("requests/s", m.requests_per_s, sim["requests_per_s"])
+    if metric == "completed":
+        pct = m.completed_pct
+        return None if pct is None or not stage.censored else Compared("%", pct,
+                                                                      sim["completed"])
+    if metric == "tpot":
+        return tpot_headline(stage, sim)
+    for statistic in ("mean", "median"):
+        value = m.stat(metric, statistic)
+        if value is not None:
+            return Compared(statistic, value, sim[f"{metric}:{statistic}"])
+    return None
+
+
+def tpot_headline(stage: Stage, sim: Mapping[str, float]) -> Compared | None:
+    """Per-request TPOT where measured; else (mean E2E - mean TTFT) / (output - 1) on both
+    sides when every output has one length (inference-perf's own ITL is not the interval
+    between tokens); else the per-token ITL gaps."""
+    m = stage.measured
+    for metric, statistic in (("tpot", "mean"), ("tpot", "median")):
+        value = m.stat(metric, statistic)
+        if value is not None:
+            return Compared(f"{metric} {statistic}", value, sim[f"{metric}:{statistic}"])
+    e2e, ttft = m.stat("e2e", "mean"), m.stat("ttft", "mean")
+    if e2e is not None and ttft is not None and stage.output.get("type") == "constant":
+        steps = max(stage.mean_output - 1, 1)
+        return Compared("(E2E-TTFT)/(out-1)", (e2e - ttft) / steps,
+                        (sim["e2e:mean"] - sim["ttft:mean"]) / steps)
+    for statistic in ("mean", "median"):
+        value = m.stat("itl", statistic)
+        if value is not None:
+            return Compared(f"itl {statistic}", value, sim[f"itl:{statistic}"])
+    return None
+
+
+def checked(stage: Stage, scenario: Scenario) -> Scenario:
+    """The scenario, its step model built once so that a model or GPU it cannot cost fails
+    before any stage runs."""
+    try:
+        latency_model(resolve(scenario))
+    except ScenarioError as exc:
+        raise ScenarioError(stage.key, str(exc)) from None
+    return scenario
 
 
 def signed_error(simulated: float, measured: float) -> float:
     return 100.0 * (simulated - measured) / measured
 
 
-def simulate_stage(exp: Experiment, stage: Stage, latency: Latency, seed: int = 42,
-                   max_duration_s: float | None = None) -> dict[str, float]:
-    """Run one stage and reduce it the way the client's figures are reduced."""
-    return simulate(stage, stage_scenario(exp, stage, latency, seed, max_duration_s))
-
-
-def simulate(stage: Stage, scenario: Scenario) -> dict[str, float]:
-    result = run(scenario)
-    done = result.requests[result.requests["final_state"] == "completed"]
-    if done.empty:
-        raise ScenarioError(stage.name, "no request completed in the simulation")
-    e2e, ttft = float(done["e2e_ms"].mean()), float(done["ttft_ms"].mean())
-    arrivals = result.requests["arrival_s"]
-    span = float(done["completion_s"].max() - arrivals.min())
-    return {"e2e": e2e, "ttft": ttft, "itl": (e2e - ttft) / max(stage.output_len - 1, 1),
-            "rps": len(done) / span if span > 0 else float("nan"),
-            "completed": 100.0 * len(done) / len(result.requests),
-            "window_s": float(arrivals.max() - arrivals.min()),
-            "drain_s": float(done["completion_s"].max() - arrivals.max())}
+def simulate(stage: Stage, latency: Latency, seed: int = 42,
+             max_requests: int | None = None) -> dict[str, float]:
+    return reduce(stage, run(stage_scenario(stage, latency, seed, max_requests)))
 
 
 def published(stage: Stage) -> dict[str, dict[str, float]]:
-    for entry in facts()["published_errors"]["stages"]:
-        if entry["experiment"] == stage.experiment and entry["stage"] == stage.index:
+    """The reference's published errors for the same stage (training set only)."""
+    text = resources.files("blis_simpy.data").joinpath("real_vllm_h100.json").read_text()
+    experiment, _, index = stage.name.rpartition("/")
+    for entry in json.loads(text)["published_errors"]["stages"]:
+        if entry["experiment"].split("-", 2)[-1] == experiment and str(entry["stage"]) == index:
             return {ref: entry[ref] for ref in REFERENCES if ref in entry}
     return {}
 
 
-def validate(experiments: Sequence[Experiment], latency: Latency, seed: int = 42,
-             max_duration_s: float | None = None, only: str | None = None,
-             progress: Callable[[Stage], None] | None = None, cpu_gib: float = 0.0
-             ) -> list[Row]:
-    """Simulate every stage (whose name contains `only`, if given)."""
-    chosen = [(stage, stage_scenario(exp, stage, latency, seed, max_duration_s, cpu_gib))
-              for exp in experiments for stage in exp.stages
-              if not only or only in stage.name]  # every scenario checked before any runs
+def validate(stages: Sequence[Stage], latency: Latency, seed: int = 42,
+             max_requests: int | None = None, only: str | None = None,
+             progress: Callable[[Stage], None] | None = None) -> list[Row]:
+    """Simulate every stage (whose set:name contains `only`, if given); every scenario is
+    built and checked before any runs."""
+    chosen = [s for s in stages if not only or only in s.key]
     if not chosen:
         raise ScenarioError("--only", f"{only!r} matches no stage")
+    scenarios = [checked(s, stage_scenario(s, latency, seed, max_requests)) for s in chosen]
     rows = []
-    for stage, scenario in chosen:
+    for stage, scenario in zip(chosen, scenarios, strict=True):
         if progress:
             progress(stage)
-        rows.append(Row(stage, simulate(stage, scenario), published(stage)))
+        rows.append(Row(stage, reduce(stage, run(scenario)),
+                        published(stage) if stage.set == "inference-sim-training" else {}))
     return rows
 
 
-# ---- the report -------------------------------------------------------------------------------
+# ---- the report ------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Median and mean |error| (%) of one metric over a set of stages."""
+    """Median and mean |error| (%) of one metric over a set of rows."""
     metric: str
-    stages: int
+    count: int
     median_abs: float
     mean_abs: float
     median_signed: float
 
 
 def summarise(rows: Iterable[Row], metric: str) -> Summary:
-    errors = [row.error(metric) for row in rows]
+    errors = [e for e in (row.error(metric) for row in rows) if e is not None]
     if not errors:
         return Summary(metric, 0, float("nan"), float("nan"), float("nan"))
     absolute = [abs(e) for e in errors]
@@ -243,68 +361,68 @@ def summarise(rows: Iterable[Row], metric: str) -> Summary:
                    statistics.fmean(absolute), statistics.median(errors))
 
 
-def summarise_published(rows: Iterable[Row], reference: str, metric: str) -> Summary:
-    errors = [row.published[reference][metric] for row in rows
-              if metric in row.published.get(reference, {})]
-    if not errors:
-        return Summary(metric, 0, float("nan"), float("nan"), float("nan"))
-    absolute = [abs(e) for e in errors]
-    return Summary(metric, len(errors), statistics.median(absolute),
-                   statistics.fmean(absolute), statistics.median(errors))
+def scored(rows: Iterable[Row], metric: str) -> list[Row]:
+    """The rows a metric's median counts: latencies below saturation, throughput past it
+    (where the client waited for every request: one that gave up on some measured the
+    requests that finished in time, compared on their share instead)."""
+    if metric == "throughput":
+        return [r for r in rows if r.saturated and not r.stage.censored]
+    return [r for r in rows if not r.saturated]
 
 
-def _pct(value: float | None) -> str:
-    return "" if value is None else f"{value:+.1f}%"
+def _cell(c: Compared | None) -> str:
+    if c is None:
+        return ""
+    return f"{c.measured:.4g} / {c.simulated:.4g} ({c.error:+.1f}%)"
+
+
+def table(rows: Sequence[Row]) -> str:
+    """Every stage on one line: measured / simulated (signed error) per headline metric."""
+    width = max(len(r.stage.key) for r in rows)
+    cols = ("e2e", "tpot", "ttft", "throughput")
+    lines = [f"  {'set:stage':<{width}}  " + "  ".join(f"{NAMES[c]:<28}" for c in cols)]
+    for row in rows:
+        flags = []
+        if row.stage.censored:
+            flags.append(f"censored: completed {_cell(row.compared('completed'))}")
+        elif row.saturated:
+            flags.append("past saturation")
+        if row.overloaded:
+            flags.append("overloaded in simulation")
+        lines.append(f"  {row.stage.key:<{width}}  " + "  ".join(
+            f"{_cell(row.compared(c)):<28}" for c in cols) + ("  " + "; ".join(flags)
+                                                              if flags else ""))
+    return "\n".join(lines)
+
+
+def medians(rows: Sequence[Row]) -> dict[str, Summary]:
+    """Median |error| of each headline metric over the rows it counts on."""
+    return {metric: summarise(scored(rows, metric), metric) for metric in HEADLINE}
+
+
+def summary_lines(rows: Sequence[Row], title: str) -> list[str]:
+    by_set: dict[str, list[Row]] = {}
+    for row in rows:
+        by_set.setdefault(row.stage.set, []).append(row)
+    groups = [*by_set.items(), ("all sets", list(rows))]
+    width = max(len(name) for name, _ in groups)
+    lines = [title, f"  {'set':<{width}}  {'E2E':>8}  {'TPOT/ITL':>8}  {'TTFT':>8}  "
+             f"{'thru-put':>8}   (median |error|: latencies below saturation, throughput past "
+             "it; stage counts)"]
+    for name, group in groups:
+        s = medians(group)
+        cells = "  ".join(f"{s[m].median_abs:7.1f}%" if s[m].count else f"{'-':>8}"
+                          for m in HEADLINE)
+        counts = "/".join(str(s[m].count) for m in HEADLINE)
+        lines.append(f"  {name:<{width}}  {cells}   ({counts})")
+    overloaded = [r.stage.key for r in rows if r.overloaded]
+    lines.append(f"  stages the real server kept up with but the simulated one did not: "
+                 f"{len(overloaded)}" + (f" ({', '.join(overloaded)})" if overloaded else ""))
+    return lines
 
 
 def report(rows: Sequence[Row], latency: Latency) -> str:
-    """Per-stage tables (one per metric), then the median / mean |error| per metric over the
-    stages the real server kept up with; censored stages are listed apart."""
-    kept = [r for r in rows if not r.stage.censored]
-    censored = [r for r in rows if r.stage.censored]
-    width = max(len(r.stage.name) for r in rows)
-    lines = [f"blis-simpy ({latency.label}) against real vLLM measurements: "
-             f"{len(kept)} stages, {len(censored)} censored (client timeouts) listed apart", ""]
-    for metric in (*METRICS, "rps"):
-        lines.append(METRIC_NAMES[metric])
-        header = f"  {'stage':<{width}}  {'measured':>10}  {'simulated':>10}  {'error':>8}"
-        if metric in METRICS:
-            header += f"  {'ref roofline':>12}  {'ref trained':>11}"
-        lines.append(header)
-        for row in kept + censored:
-            line = (f"  {row.stage.name:<{width}}  {row.measured(metric):>10.2f}  "
-                    f"{row.simulated[metric]:>10.2f}  {_pct(row.error(metric)):>8}")
-            if metric in METRICS:
-                refs = [row.published.get(ref, {}).get(metric) for ref in REFERENCES]
-                line += f"  {_pct(refs[0]):>12}  {_pct(refs[1]):>11}"
-            flags = (["censored"] if row.stage.censored else []) + (
-                ["overloaded in simulation"] if row.overloaded else [])
-            lines.append(line + ("  " + ", ".join(flags) if flags else ""))
-        lines.append("")
-    lines.append(f"|error| over the {len(kept)} uncensored stages "
-                 "(median / mean; signed median):" if kept else
-                 "no uncensored stage was chosen: no median |error|")
-    for metric in (*METRICS, "rps") if kept else ():
-        s = summarise(kept, metric)
-        lines.append(f"  {METRIC_NAMES[metric]:<24} {s.median_abs:6.1f}% / {s.mean_abs:6.1f}%"
-                     f"   signed {s.median_signed:+.1f}%")
-    for ref in REFERENCES:
-        with_ref = [r for r in kept if ref in r.published]
-        if not with_ref:
-            continue
-        parts = []
-        for metric in METRICS:
-            ours, theirs = summarise(with_ref, metric), summarise_published(with_ref, ref, metric)
-            parts.append(f"{metric} {ours.median_abs:.1f}% vs {theirs.median_abs:.1f}%")
-        lines.append(f"  on the {len(with_ref)} stages with published {ref} errors, median "
-                     f"|error| blis-simpy vs {ref}: " + ", ".join(parts))
-    if censored:
-        lines.append(f"  the {len(censored)} censored stages, run with the client's timeout: "
-                     "completed before it, measured vs simulated: " + ", ".join(
-                         f"{r.stage.name} {r.measured('completed'):.0f}% vs "
-                         f"{r.simulated['completed']:.0f}%" for r in censored))
-    overloaded = [r.stage.name for r in kept if r.overloaded]
-    lines.append(f"  stages overloaded in simulation where the real server kept up: "
-                 f"{len(overloaded)}" + (f" ({', '.join(overloaded)})" if overloaded else ""))
+    lines = [f"blis-simpy ({latency.label}) against real serving measurements: {len(rows)} "
+             "stages", "", table(rows), ""]
+    lines += summary_lines(rows, "median |error| by set:")
     return "\n".join(lines) + "\n"
-

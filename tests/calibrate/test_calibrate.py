@@ -1,32 +1,34 @@
-"""Calibration of the physical step-time model on recorded stages of the public vLLM runs
-(shortened): the linear equations it fits are exact for the schedule they came from, the NNLS
-is exact, the fit reports only on held-out stages and writes an entry scenarios can use."""
+"""Calibration of the physical step model: the linear equations it fits are exact for the
+schedule they came from, the NNLS is exact, a coefficient is identified only by data that
+exercises it, censored stages are never fitted, and the coefficients it writes are what a
+scenario then runs with."""
 
 from __future__ import annotations
 
 import itertools
-import sys
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from blis_simpy.calibrate.fit import START, Fitted, catalog_entry, fit, nnls, stage_rows
+from blis_simpy.calibrate.coefficients import coefficient_set, write_sets
+from blis_simpy.calibrate.fit import (
+    PRIORS,
+    as_stage_vector,
+    fit,
+    gpu_key,
+    nnls,
+    prior_coefficients,
+    stage_fit,
+)
 from blis_simpy.cli import app
+from blis_simpy.config import step_models
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.validate.ground_truth import read_experiments
-from blis_simpy.validate.harness import Latency, simulate_stage, stage_scenario
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validate"))
-from test_validate_real import write_ground_truth
-
-SHORT_S = 20.0
-
-
-@pytest.fixture(scope="module")
-def experiments(tmp_path_factory: pytest.TempPathFactory):
-    return read_experiments(write_ground_truth(tmp_path_factory.mktemp("gt")))
+from blis_simpy.sim.run import run
+from blis_simpy.validate.harness import Latency, reduce, stage_scenario
+from tests.validate.helpers import SAMPLE, stages, write_ground_truth
 
 
 def test_nnls_is_exact_on_a_small_problem():
@@ -39,85 +41,116 @@ def test_nnls_is_exact_on_a_small_problem():
         assert float(np.sum((a @ np.array(trial) - b) ** 2)) >= cost - 1e-9
 
 
-def test_the_fitted_equations_reproduce_the_simulation(experiments):
-    """TTFT and ITL are linear in the coefficients for a given schedule: the equations of a
-    simulated stage, evaluated at the coefficients it ran with, give its simulated means."""
-    exp = next(e for e in experiments if "llama-2-70b" in e.name)
-    stage = exp.stages[0]
-    rows = stage_rows(exp, stage, START, 42, SHORT_S)
-    simulated = simulate_stage(exp, stage, START.latency, 42, SHORT_S)
-    beta = np.array(START.beta)
-    assert rows.kept_up
-    assert START.a0 + rows.ttft @ beta == pytest.approx(simulated["ttft"] * 1e3, rel=0.02)
-    assert rows.itl @ beta == pytest.approx(simulated["itl"] * 1e3, rel=0.02)
+def test_the_priors_alone_give_the_physics():
+    weights = np.array([w for _, w in PRIORS.values()])
+    assert nnls(np.diag(weights), weights) == pytest.approx(np.ones(len(weights)))
 
 
-def test_fit_then_report_on_held_out_stages(experiments, tmp_path: Path):
-    fitted_on = [(e, s) for e in experiments if e.workload in ("general", "codegen")
-                 for s in e.stages]
-    model = fit(fitted_on, max_duration_s=SHORT_S)
-    assert model.a0 >= 0 and all(b >= 0 for b in model.beta) and len(model.beta) == 6
-    for exp, stage in fitted_on:  # the fit reaches its own stages (a loose, in-sample check)
-        sim = simulate_stage(exp, stage, model.latency, 42, SHORT_S)
-        assert abs(sim["itl"] / stage.measured.itl_ms - 1) < 0.25
-    entry = tmp_path / "entry.yaml"
-    entry.write_text(catalog_entry(model, ["general", "codegen"], "recorded stages"))
-    latency = Latency.from_file(entry)
-    assert latency.section["type"] == "physical"
-    held = next(e for e in experiments if e.workload == "roleplay")
-    scenario = stage_scenario(held, held.stages[0], latency, max_duration_s=SHORT_S)
-    assert list(scenario.latency.beta or ()) == pytest.approx(list(model.beta), rel=1e-5)
+@pytest.mark.parametrize("set_name, name", [
+    ("datacrunch-h200-sglang", "online-2rps"),  # uncached prompts, medians, the API queue
+    ("inference-sim-training", "llama-2-70b-tp4-roleplay/0"),  # cycled prompts, TP 4, means
+])
+def test_the_equations_reproduce_the_simulation(set_name, name):
+    """Every latency is linear in the coefficients for a given schedule: a simulated stage's
+    equations, evaluated at the coefficients it ran with, give its simulated statistics."""
+    stage = next(s for s in stages(set_name) if s.name == name)
+    c = prior_coefficients()
+    fitted = stage_fit(stage, c, max_requests=200)
+    values = {metric: form.value(as_stage_vector(c)) / 1e3
+              for metric, form, _ in fitted.equations}
+    sim = reduce(stage, run(_with(stage, c)))
+    for metric, value in values.items():
+        compared = {"e2e": "e2e", "ttft": "ttft"}.get(metric)
+        if compared is None:
+            continue
+        statistic = "mean" if stage.measured.stat(metric, "mean") else "median"
+        assert value == pytest.approx(sim[f"{metric}:{statistic}"], rel=0.02), metric
 
 
-def test_catalog_entry_runs_through_validate_real(experiments, tmp_path: Path):
-    entry = tmp_path / "entry.yaml"
-    entry.write_text(catalog_entry(Fitted(20000.0, (800.0, 1.05, 0.0, 1.1, 25.0, 33.0)),
-                                   ["general"], "test"))
-    root = experiments[0].folder.parent
-    result = CliRunner().invoke(app, ["validate-real", str(root), "--catalog", str(entry),
-                                      "--only", "llama-2-70b-tp4-roleplay/0"])
+def _with(stage, c):
+    """The stage's scenario run with coefficients `c` (through a file, as a user would)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp())
+    path = folder / "c.json"
+    path.write_text(json.dumps({"family": stage.server, "coefficients": c.as_dict()}))
+    return stage_scenario(stage, Latency.coefficients(path), max_requests=200)
+
+
+def test_a_burst_stages_duration_equation_is_its_busy_time():
+    stage = next(s for s in stages("gpustack-performance-lab") if "a100-sxm-burst-2000" in s.name)
+    fitted = stage_fit(stage, prior_coefficients(), max_requests=100)
+    (metric, form, target), = fitted.equations
+    assert metric == "duration" and target == pytest.approx(100 / stage.measured.requests_per_s
+                                                            * 1e6)
+    sim = reduce(stage, run(_with(stage, prior_coefficients())))
+    assert form.value(as_stage_vector(prior_coefficients())) / 1e6 == pytest.approx(
+        100 / sim["requests_per_s"], rel=0.02)
+
+
+@pytest.fixture(scope="module")
+def cached_fit():
+    """Cycled prompts on H100 only: decode-bound stages."""
+    return fit(stages(names=SAMPLE), max_requests=200, rounds=2)
+
+
+def test_a_term_the_data_do_not_exercise_is_not_identified(cached_fit):
+    assert cached_fit.gpus == ["H100"] and cached_fit.families == ["vllm"]
+    assert cached_fit.identified("weights@H100")  # every decode step reads the weights
+    assert not cached_fit.identified("link@H100")  # decode tokens hardly load the links
+    assert not cached_fit.identified("vllm.api_output_token_us")
+    for col in cached_fit.columns:  # what the data left alone stays near its prior
+        if not cached_fit.identified(col):
+            prior = PRIORS[col.partition("@")[0].rpartition(".")[2]][0]
+            assert cached_fit.values[col] == pytest.approx(prior, rel=0.5), col
+    assert "inference-sim-training:codellama-34b-tp2-reasoning/0" not in cached_fit.stages
+
+
+def test_censored_stages_are_never_fitted():
+    censored = [s for s in stages() if s.censored]
+    assert censored
+    with pytest.raises(ScenarioError, match="no uncensored stage"):
+        fit(censored, max_requests=50, rounds=1)
+
+
+def test_the_written_set_is_what_a_scenario_runs_with(cached_fit, tmp_path: Path):
+    path, = write_sets(cached_fit, tmp_path / "mine.json", "test fit")
+    loaded = step_models.load(str(path))
+    assert loaded.family == "vllm"
+    on_h100 = loaded.for_gpu("H100")
+    assert on_h100.weights == pytest.approx(cached_fit.values["weights@H100"], rel=1e-4)
+    assert on_h100.step_us == pytest.approx(cached_fit.values["vllm.step_us"], rel=1e-4)
+    data = json.loads(path.read_text())
+    assert set(data["fit"]["identified"]) | set(data["fit"]["not_identified"]) == {
+        c for c in cached_fit.columns}
+    elsewhere = loaded.for_gpu("A100-SXM")  # no data there: the identified mean or the prior
+    assert elsewhere.link == PRIORS["link"][0]
+    assert gpu_key("h100") == "H100"
+    assert coefficient_set(cached_fit, "sglang", "x")["coefficients"]["step_us"] == \
+        PRIORS["step_us"][0]  # a family the data never ran: its priors
+
+
+def test_calibrate_cli_writes_coefficients_and_reports_held_out_stages(tmp_path: Path):
+    root = write_ground_truth(tmp_path / "gt", SAMPLE[:3])
+    out = tmp_path / "mine.json"
+    result = CliRunner().invoke(app, [
+        "calibrate", str(root), "--alone", "--out", str(out), "--requests", "150",
+        "--rounds", "1", "--hold-out", "roleplay", "--gpu", "H100"])
     assert result.exit_code == 0, result.output
-    assert "(catalog entry.yaml)" in result.stdout
+    assert out.exists() and "identified" in result.stdout
+    assert "llama-2-70b-tp4-roleplay/0" in result.stdout.split("identified")[-1]
+    validated = CliRunner().invoke(app, ["validate-real", "--coefficients", str(out),
+                                         "--only", "llama-2-7b-tp1-general/0",
+                                         "--requests", "100"])
+    assert validated.exit_code == 0, validated.output
+    assert "coefficients mine.json" in validated.stdout
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--fit", "chat"], "unknown workload"),
-    (["--fit", "general,codegen,roleplay,reasoning"], "leaves no experiment out"),
+    (["--alone"], "nothing to fit"),
+    (["--hold-out", "no-such-stage", "--requests", "10"], "matches no stage"),
 ])
-def test_calibrate_rejects_fits_without_held_out_stages(experiments, tmp_path: Path, args,
-                                                        message):
-    root = experiments[0].folder.parent
-    result = CliRunner().invoke(app, ["calibrate", str(root), "--out",
-                                      str(tmp_path / "x.yaml"), *args])
-    assert result.exit_code == 2
-    assert message in result.stderr and not (tmp_path / "x.yaml").exists()
-
-
-def test_a_bad_catalog_file_is_one_line_and_exit_2(experiments, tmp_path: Path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("latency: {type: physical, beta: [1, 2]}\n")
-    root = experiments[0].folder.parent
-    result = CliRunner().invoke(app, ["validate-real", str(root), "--catalog", str(bad)])
-    assert result.exit_code == 2
-    assert "beta" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-
-
-def test_censored_stages_are_never_fitted(experiments):
-    censored = [(e, s) for e in experiments for s in e.stages if s.censored]
-    assert censored
-    with pytest.raises(ScenarioError, match="no uncensored stage"):
-        fit(censored, max_duration_s=SHORT_S)
-
-
-def test_the_bandwidth_prior_alone_gives_the_physics():
-    """With no stage to say otherwise, the weights and KV-read coefficients are 1 / 0.85 (the
-    achievable HBM share) and every other term 0; data moves them from there."""
-    from blis_simpy.calibrate.fit import BANDWIDTH_PRIOR, bandwidth_prior
-
-    rows, rhs = bandwidth_prior(7)
-    solution = nnls(rows, rhs)
-    expected = np.zeros(7)
-    for term, value in BANDWIDTH_PRIOR.items():
-        expected[1 + term] = value
-    assert solution == pytest.approx(expected)
-    assert BANDWIDTH_PRIOR[3] == pytest.approx(1 / 0.85)
+def test_calibrate_rejects_what_it_cannot_fit(tmp_path: Path, args, message):
+    result = CliRunner().invoke(app, ["calibrate", "--out", str(tmp_path / "x.json"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and not (tmp_path / "x.json").exists()

@@ -22,6 +22,7 @@ def scenario(policy: dict[str, Any] | None = None, *, rate: float = 20.0,
     data: dict[str, Any] = {
         "version": 1, "name": "autoscale-test", "seed": seed,
         "model": {"name": MODEL, "gpu": "H100", "tp": 1},
+        "latency": {"type": "blackbox"},  # the catalog's coefficients: what these tests pin
         "engine": {"max_running_requests": 8, "kv_blocks": 2048},  # small: checks stay fast
         "workload": {
             "type": "tenants", "rate_per_s": rate, "duration_s": duration,

@@ -41,6 +41,7 @@ def pd_scenario(*, prefill: int = 1, decode: int = 1, rate: float = 20.0, reques
     return {
         "version": 1, "name": "pd-test", "seed": seed,
         "model": {"name": MODEL, "gpu": "H100", "tp": 1},
+        "latency": {"type": "blackbox"},  # the catalog's coefficients: what these tests pin
         "engine": {"max_running_requests": max_running, "kv_blocks": kv_blocks},
         "workload": workload,
         "deployment": {"models": [{"name": MODEL, "configs": [{

@@ -83,7 +83,7 @@ def test_minimal_scenario_gets_documented_defaults():
     assert (sc.name, sc.seed, sc.compat, sc.horizon_s) == ("scenario", 42, "none", None)
     assert sc.model.gpu is None and sc.model.tp is None and sc.model.vllm_version is None
     assert sc.latency == LatencyConfig()
-    assert sc.latency.type == "blackbox" and sc.latency.alpha is None
+    assert sc.latency.type is None and sc.latency.alpha is None  # resolve() picks the model
     assert sc.engine == EngineConfig(256, 2048, 0, None, 16, None)
     assert sc.workload == DistributionWorkload()
     assert sc.workload.num_requests == 100 and sc.workload.rate_per_s == 1.0
@@ -366,7 +366,7 @@ def test_trace_path_is_relative_to_scenario_file(tmp_path):
 
 
 def test_unknown_gpu_for_catalog_lists_available_combinations():
-    sc = scenario(model={"gpu": "B200"}, latency={"alpha": None, "beta": None})
+    sc = scenario(model={"gpu": "B200"}, latency={"type": "blackbox", "alpha": None, "beta": None})
     err = resolve_error(sc)
     assert err.path == "model.gpu"
     assert "B200" in str(err)
@@ -377,7 +377,7 @@ def test_unknown_gpu_for_catalog_lists_available_combinations():
 def test_unknown_model_for_catalog_lists_available_models():
     sc = scenario(
         model={"name": "acme/nonexistent-7b", "vllm_version": "vllm/vllm-openai:v0.8.4"},
-        latency={"alpha": None, "beta": None},
+        latency={"type": "blackbox", "alpha": None, "beta": None},
     )
     err = resolve_error(sc)
     assert err.path.startswith("model")
@@ -387,7 +387,7 @@ def test_unknown_model_for_catalog_lists_available_models():
 
 def test_unknown_model_without_gpu_says_what_to_give():
     sc = scenario(model={"name": "acme/nonexistent-7b", "gpu": None, "tp": None},
-                  latency={"alpha": None, "beta": None})
+                  latency={"type": "blackbox", "alpha": None, "beta": None})
     err = resolve_error(sc)
     assert err.path == "model.name"
     assert "latency.alpha" in str(err) and "roofline" in str(err) and LLAMA in err.valid
@@ -397,7 +397,7 @@ def test_messages_that_blame_the_wrong_thing_unknown_model_names_the_model():
     """A typo in the model name blamed `vllm_version`; now the message names the model and
     lists the known ones, the closest first."""
     sc = scenario(model={"name": "meta-llama/llama-3.1-8b-instrct", "gpu": None, "tp": None},
-                  latency={"alpha": None, "beta": None})
+                  latency={"type": "blackbox", "alpha": None, "beta": None})
     err = resolve_error(sc)
     assert err.path == "model.name"
     assert "meta-llama/llama-3.1-8b-instrct" in err.problem and "vllm" not in err.problem
@@ -436,7 +436,8 @@ def test_missing_trace_file_names_workload_path(tmp_path):
 
 
 def catalog_scenario(**changes: Any) -> Scenario:
-    data = {"version": 1, "model": {"name": LLAMA, "gpu": "H100", "tp": 1}}
+    data = {"version": 1, "model": {"name": LLAMA, "gpu": "H100", "tp": 1},
+            "latency": {"type": "blackbox"}}
     return Scenario.from_dict(merge(data, changes))
 
 
@@ -450,13 +451,19 @@ def test_resolve_fills_model_coefficients_and_kv_from_catalog():
 
 
 def test_resolve_uses_catalog_default_gpu_and_tp():
-    resolved = resolve(Scenario.from_dict({"version": 1, "model": {"name": LLAMA}}))
+    resolved = resolve(Scenario.from_dict({"version": 1, "model": {"name": LLAMA},
+                                           "latency": {"type": "blackbox"}}))
     defaults = catalog.bundled().model_defaults(LLAMA)
     assert resolved.model.gpu == defaults["GPU"]
     assert resolved.model.tp == defaults["tensor_parallelism"]
     entry = catalog.bundled().find(LLAMA, defaults["GPU"], defaults["tensor_parallelism"],
                          defaults["vllm_version"])
-    assert resolved.engine.kv_blocks == entry.kv_blocks
+    # The catalog's TP 2 entry counts twice what fits beside the weights: native mode uses
+    # what fits (and warns); compat keeps the reference's figure.
+    assert entry.kv_blocks > 1.9 * resolved.engine.kv_blocks
+    compat = resolve(Scenario.from_dict({"version": 1, "model": {"name": LLAMA},
+                                         "compat": "blis", "workload": {"arrival": "constant"}}))
+    assert compat.engine.kv_blocks == entry.kv_blocks
 
 
 def test_block_size_without_kv_blocks_keeps_the_capacity_in_tokens():

@@ -1,8 +1,9 @@
 """Special files as every input path (blis_simpy/core/files.py): a FIFO, a device, a symlink
 loop, an unreadable /proc file, a folder and a huge file, named as a scenario, a trace, a
 policy bundle (ours and the reference's), candidate code, a sweep file, an OpenEvolve program,
-a defaults file, a workload spec or a model config, are each one line naming the option and
-the path, at once: never a hang, a traceback or a read until memory runs out.
+a defaults file, a workload spec, a model config, a step model's coefficients file or a
+measured run (`validate-real`, `calibrate`), are each one line naming the option and the path,
+at once: never a hang, a traceback or a read until memory runs out.
 
 The matrix runs in this process under an alarm (a FIFO that blocked would fail the test, not
 hang the suite); the command-line cases run the real command in a subprocess."""
@@ -129,20 +130,34 @@ def model_config(path: Path, folder: Path) -> None:
         raise ScenarioError("latency.model_config", str(exc)) from None
 
 
+def coefficients_file(path: Path, folder: Path) -> None:
+    from blis_simpy.sim.run import prepare
+
+    prepare({**BASE, "latency": {"type": "physical", "coefficients": str(path)}})
+
+
+def measured_run(path: Path, folder: Path) -> None:
+    from blis_simpy.validate.importers import Hints, read
+
+    read(path, Hints())
+
+
 READERS: dict[str, Callable[[Path, Path], None]] = {
     "scenario": scenario_file, "trace": scenario_with_trace, "policy-bundle": policy_bundle,
     "reference-bundle": reference_bundle, "candidate-code": candidate_code,
     "sweep-file": sweep_file, "openevolve-program": openevolve_program,
-    "defaults": defaults_file, "workload-spec": workload_spec, "model-config": model_config}
+    "defaults": defaults_file, "workload-spec": workload_spec, "model-config": model_config,
+    "coefficients": coefficients_file, "measured-run": measured_run}
 KINDS = ["fifo", "dev-zero", "symlink-loop", "unreadable-proc", "directory", "huge"]
 WORDS = {"fifo": "FIFO", "dev-zero": "character device", "symlink-loop": "symbolic links",
          "unreadable-proc": "Input/output error", "directory": "folder",
          "huge": "larger than"}
 
 
-# A model config may be a folder holding config.json: that case is the missing file's.
+# A model config may be a folder holding config.json, a measured run a folder of
+# inference-perf results: those cases are the missing file's.
 CASES = [(kind, reader) for kind in KINDS for reader in sorted(READERS)
-         if (kind, reader) != ("directory", "model-config")]
+         if (kind, reader) not in {("directory", "model-config"), ("directory", "measured-run")}]
 
 
 @pytest.mark.parametrize(("kind", "reader"), CASES)
@@ -219,6 +234,22 @@ def test_fifo_as_candidate_code_exits_2_at_once_in_a_subprocess(tmp_path):
 def test_fifo_as_sweep_file_exits_2_at_once_in_a_subprocess(tmp_path):
     fifo = special("fifo", tmp_path, 0)
     one_line_exit_2(cli("sweep", str(fifo), cwd=tmp_path), fifo)
+
+
+def test_fifo_as_measured_run_exits_2_at_once_in_a_subprocess(tmp_path):
+    """validate-real and calibrate read the user's benchmark output before any simulation."""
+    fifo = special("fifo", tmp_path, 0)
+    one_line_exit_2(cli("validate-real", str(fifo), cwd=tmp_path), fifo)
+    one_line_exit_2(cli("calibrate", str(fifo), "--alone", "--out", "c.json", cwd=tmp_path),
+                    fifo)
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_fifo_as_coefficients_file_exits_2_at_once_in_a_subprocess(tmp_path):
+    fifo = special("fifo", tmp_path, 0)
+    one_line_exit_2(cli("run", "quickstart", "--set", f"latency.coefficients={fifo}",
+                        "--out", "out", cwd=tmp_path), fifo)
+    assert not (tmp_path / "out").exists()
 
 
 # --- writers: a file written whole or not at all, never over a device ---------------------------

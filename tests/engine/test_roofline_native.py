@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from blis_simpy.config import hardware
 from blis_simpy.config.catalog import bundled_model_config, bundled_native_hardware_config
 from blis_simpy.engine.roofline import GpuSpec, ModelShape, RooflineModel
 from blis_simpy.engine.roofline_native import (
-    NativeGpu,
     NativeRoofline,
     NativeShape,
     unmodelled_fields,
@@ -18,8 +18,8 @@ CODELLAMA = "codellama/CodeLlama-34b-Instruct-hf"
 MIXTRAL = bundled_model_config("mistralai/Mixtral-8x7B-v0.1")
 
 
-def h100() -> NativeGpu:
-    return NativeGpu.from_config(bundled_native_hardware_config(), "H100")
+def h100() -> hardware.GpuSpec:
+    return hardware.gpu_spec(bundled_native_hardware_config(), "H100")
 
 
 def model(config: dict | str, tp: int) -> NativeRoofline:
@@ -179,6 +179,15 @@ def test_hardware_entry_names_its_missing_field():
     entry = dict(bundled_native_hardware_config()["H100"])
     del entry["hbm_efficiency"]
     with pytest.raises(ValueError, match="'hbm_efficiency' must be a number"):
-        NativeGpu.from_config({"H100": entry}, "H100")
-    with pytest.raises(ValueError, match="known GPUs: A100-SXM, H100"):
-        NativeGpu.from_config(bundled_native_hardware_config(), "B200")
+        hardware.gpu_spec({"H100": entry}, "H100")
+    with pytest.raises(ValueError, match="known GPUs: A100-40GB, A100-SXM, H100, H200, L40S"):
+        hardware.gpu_spec(bundled_native_hardware_config(), "B200")
+    old = {k: v for k, v in entry.items() if k != "link_gbs"} | {"nvlink_gbs": 450.0}
+    with pytest.raises(ValueError, match="'nvlink_gbs' is now 'link_gbs'"):
+        hardware.gpu_spec({"H100": old | {"hbm_efficiency": 0.85}}, "H100")
+
+
+def test_gpus_are_found_by_alias_in_any_case():
+    config = bundled_native_hardware_config()
+    assert hardware.gpu_spec(config, "a100-80") == hardware.gpu_spec(config, "A100-SXM")
+    assert hardware.gpu_spec(config, "RTX 4090").memory_mib == 24564

@@ -27,7 +27,9 @@ from blis_simpy.config.scenario import Scenario
 from tests.conftest import scenario
 
 # Issue 31's first finding: one Llama-3.3-70B TP4 replica on H100 offered 8 req/s (1,500-token
-# prompts, 512-token answers), about 5.8 req/s more than it sustains.
+# prompts, 512-token answers), far more than it sustains: about 4.5 req/s under native mode's
+# physical step model with the KV cache that fits beside the weights (31,808 blocks; the
+# catalog's blackbox coefficients and 128,273 blocks gave 5.8).
 OVERLOAD = {
     "version": 1, "name": "overload", "seed": 42,
     "model": {"name": "meta-llama/llama-3.3-70b-instruct", "gpu": "H100", "tp": 4},
@@ -54,7 +56,7 @@ def test_overload_warns_and_leads_its_summary_with_the_saturation_verdict(satura
     assert verdict["served_rate_per_s"] < 0.6 * verdict["offered_rate_per_s"]
     assert verdict["queue_growth_per_s"] > 1.0 and verdict["waiting_at_end"] > 100
     assert verdict["max_sustainable_method"].startswith("measured")
-    assert 5.0 < verdict["max_sustainable_rate_per_s"] < 6.5
+    assert 4.0 < verdict["max_sustainable_rate_per_s"] < 5.0
     assert verdict["headroom"] < -0.2
     warning = saturated.warnings[0]
     assert warning.startswith("saturated: offered 7.96 req/s")
@@ -82,16 +84,39 @@ def test_a_saturated_run_scores_only_the_share_it_sustains(saturated):
     assert calm.sustained == 1.0 and calm.metrics["saturated"] is False
 
 
+BLACKBOX = {"latency": {"type": "blackbox"}}
+
+
+@pytest.fixture(scope="module")
+def saturated_blackbox():
+    return run(overload(**BLACKBOX))
+
+
 @pytest.mark.parametrize("rate", [2.0, 4.0])
-def test_capacity_model_matches_the_rate_measured_at_saturation(saturated, rate):
-    """Below the knee the highest sustainable rate comes from the step costs; it agrees with
-    what the saturated run measured (requests entering service while the queue grew) to 3 %."""
-    measured = saturated.summary["saturation"]["max_sustainable_rate_per_s"]
-    verdict = run(overload(rate)).summary["saturation"]
+def test_capacity_model_matches_the_rate_measured_at_saturation(saturated_blackbox, rate):
+    """Below the knee the highest sustainable rate comes from the step costs; with the
+    blackbox model's own (linear) step costs it agrees with what the saturated run measured
+    (requests entering service while the queue grew) to 3 %."""
+    measured = saturated_blackbox.summary["saturation"]["max_sustainable_rate_per_s"]
+    verdict = run(overload(rate, **BLACKBOX)).summary["saturation"]
     assert verdict["verdict"] == "sustainable"
     assert verdict["max_sustainable_method"] == "step-cost model"
     assert verdict["max_sustainable_rate_per_s"] == pytest.approx(measured, rel=0.03)
     assert verdict["headroom"] == pytest.approx(1 - rate / measured, abs=0.03)
+
+
+@pytest.mark.parametrize("rate", [2.0, 4.0])
+def test_capacity_model_of_the_physical_model_errs_high_by_at_most_20_percent(saturated, rate):
+    """The physical model's step cost is not linear (weights or GEMMs, whichever binds; KV
+    reads by context), so the estimate fits c0 + c1 x prefill + c2 x decodes on the light
+    run's steps: that misses the larger batches' longer KV reads and overestimates what a
+    replica sustains (70B TP4: +17 % at 2 req/s, +13 % at 4). Stated, bounded here, and to be
+    replaced by the physical model's own step cost at the saturating batch."""
+    measured = saturated.summary["saturation"]["max_sustainable_rate_per_s"]
+    verdict = run(overload(rate)).summary["saturation"]
+    assert verdict["verdict"] == "sustainable"
+    assert verdict["max_sustainable_method"] == "step-cost model"
+    assert measured < verdict["max_sustainable_rate_per_s"] < 1.2 * measured
 
 
 def test_headroom_tracks_the_load_where_utilization_reads_one():
