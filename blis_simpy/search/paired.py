@@ -53,7 +53,8 @@ def compare_policies(table: pd.DataFrame, baseline: str,
             unwindowed.append(str(scenario))
         base = runs[runs.policy == baseline].set_index("seed")
         for policy, other in runs[runs.policy != baseline].groupby("policy", sort=False):
-            paired = other.set_index("seed").join(base, rsuffix=".base", how="inner")
+            paired = other.set_index("seed").merge(base, how="inner", left_index=True,
+                                                   right_index=True, suffixes=("", ".base"))
             for metric in metrics:
                 diff = (paired[metric].astype(float)
                         - paired[f"{metric}.base"].astype(float)).dropna()
