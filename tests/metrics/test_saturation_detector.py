@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from blis_simpy.api import run
 from blis_simpy.cli import app
+from blis_simpy.compat.convert import blis_command
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.scenario import MeasurementWindow, Scenario
 from blis_simpy.core.errors import ScenarioError
@@ -41,6 +42,7 @@ from blis_simpy.metrics.trace.summary import level_note
 from blis_simpy.metrics.window import Window
 from blis_simpy.sim.output import OutputFolder
 from blis_simpy.sim.run import prepare, simulate
+from tests.compat.helpers import COEFFS, LLAMA
 
 WHOLE = Window.of(MeasurementWindow())
 
@@ -221,3 +223,26 @@ def test_window_lengths_are_accepted_or_refused_by_name(value):
     else:
         window_s = scenario.evaluation.saturation.window_s
         assert window_s is None or window_s > 0
+
+
+# ---- the reference head's flags (convert blis-command; one case per flag in
+# tests/compat/test_head_flags.py)
+
+
+def test_a_converted_detectors_command_runs_with_the_final_window_as_its_windows():
+    data = blis_command(["run", "--model", LLAMA, *COEFFS, "--num-requests", "200",
+                         "--rate", "40", "--detectors", "composite",
+                         "--saturation-final-window", "1s"])
+    assert data["compat"] == "blis"
+    verdict = run(Scenario.from_dict(data)).summary["saturation"]
+    assert verdict["level"] in (STABLE, BACKLOGGED, OVERLOADED)
+    lengths = [w["span_s"][1] - w["span_s"][0] for w in verdict["windows"]]
+    assert lengths[:-1] == pytest.approx([1.0] * (len(lengths) - 1))
+
+
+def test_the_cli_refuses_the_threshold_detector_naming_the_flag():
+    result = CliRunner().invoke(app, ["convert", "blis-command", "--", "run", "--model", LLAMA,
+                                      *COEFFS, "--detectors", "threshold"])
+    assert result.exit_code == 2
+    assert "--detectors" in result.output and "SLO target" in result.output
+    assert "Traceback" not in result.output
