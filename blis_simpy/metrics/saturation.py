@@ -186,16 +186,18 @@ def saturation(timeline: Timeline, window: Window,
 
 STABLE, BACKLOGGED, OVERLOADED = "STABLE", "BACKLOGGED", "OVERLOADED"
 WINDOWS = 10  # windows over the span when evaluation.saturation.window_s is not set
+MAX_WINDOWS = 1000  # a shorter window_s is widened to span / this (summary.json stays small)
 POINTS = 20  # points each window's waiting count is sampled at, for its slope
 
 
 def labelled_windows(timeline: Timeline, start: int, end: int, floor: float,
                      window_s: float | None) -> list[dict[str, Any]]:
-    """The span [start, end] (µs) cut into windows of `window_s` (a last one shorter than half
-    a window joins the one before), each with its throughput, queue growth and level (module
-    docstring); `floor`: the requests waiting that make a queue. Counted in one pass per
-    column over every window's points."""
-    length = (end - start) / WINDOWS if window_s is None else window_s * US_PER_S
+    """The span [start, end] (µs) cut into windows of `window_s` (at most `MAX_WINDOWS` of
+    them; a last one shorter than half a window joins the one before), each with its
+    throughput, queue growth and level (module docstring); `floor`: the requests waiting that
+    make a queue. Counted in one pass per column over every window's points."""
+    length = (end - start) / WINDOWS if window_s is None else max(
+        window_s * US_PER_S, (end - start) / MAX_WINDOWS)
     edges = np.append(np.arange(start, end, length, dtype=float), float(end))
     if len(edges) > 2 and edges[-1] - edges[-2] < length / 2:
         edges = np.delete(edges, -2)

@@ -150,6 +150,11 @@ def test_windows_tile_the_span_and_levels_follow_their_definitions(arrive, serve
     assert len(overloads(verdict)) <= sum(w["level"] == OVERLOADED for w in windows)
 
 
+def test_a_tiny_window_is_widened_to_a_thousandth_of_the_span():
+    verdict = judged(queue([20] * 6, [30] * 6), window_s=1e-6)
+    assert len(verdict["windows"]) == 1000
+
+
 # ---- the library scenario and the outputs
 
 
