@@ -182,6 +182,8 @@ FLAGS: dict[str, Flag] = {
     "request-ttl": Flag(INT, 0, "cluster.flow_control.queue_ttl_s"),
     "queue-shedding": Flag(BOOL, False, "cluster.flow_control.on_full"),
     "dispatch-tick-interval": Flag(INT, 1000, "cluster.flow_control.dispatch_tick_s"),
+    "detectors": Flag(STR, "", None),  # blis-simpy's detector always runs (compat/head.py)
+    "saturation-final-window": Flag(STR, "", "evaluation.saturation.window_s"),
 }
 # The head's new names of older flags.
 ALIASES = {"max-num-seqs": "max-num-running-reqs",
@@ -194,8 +196,11 @@ LORA_ADVICE = ("is the reference head's LoRA adapter flag; adapters are not mode
 PARALLEL_ADVICE = ("is the reference head's data / expert parallelism flag; DP replicas inside "
                    "an instance and MoE all-to-all are not modelled yet: model DP ranks as "
                    "separate instances (--num-instances)")
-DETECTOR_ADVICE = ("is the reference head's post-hoc saturation detector flag (a report on the "
-                   "run, not a change to it), which is not converted: leave it out")
+DETECTOR_ADVICE = ("tunes or writes out the reference head's own post-hoc detectors; blis-simpy's "
+                   "saturation detector runs on every run (its levels: summary.json "
+                   "saturation.level and .windows, `overload` rows in anomalies.csv) and has one "
+                   "setting, evaluation.saturation.window_s (--saturation-final-window): leave "
+                   "this flag out")
 # The head's flags that are not converted, and why.
 REFUSED = {
     **{name: PD_ADVICE for name in (
@@ -227,8 +232,7 @@ REFUSED = {
         "lora-config", "lora-adapter-capacity", "lora-load-base-latency-us",
         "lora-load-bandwidth-bytes-us", "lora-footprint-bytes-per-rank", "lora-scorer-weight")},
     **{name: PARALLEL_ADVICE for name in ("dp", "enable-expert-parallel", "moe-comm-backend")},
-    **{name: DETECTOR_ADVICE for name in (
-        "detectors", "saturation-config", "saturation-report", "saturation-final-window")},
+    **{name: DETECTOR_ADVICE for name in ("saturation-config", "saturation-report")},
 }
 KEY_TO_FLAG = {f.key: f"--{name}" for name, f in FLAGS.items() if f.key}
 KEY_TO_FLAG["cluster.flow_control.saturation.type"] = "--saturation-detector"

@@ -27,6 +27,7 @@ PREEMPTION = {"fcfs": "lifo", "priority": "lowest-priority"}
 HEAD_SCORERS = ("active-requests", "load-aware", "no-hit-lru", "precise-prefix-cache",
                 "running-requests", "vllm-dp")
 HEAD_ADMISSION = ("gaie-legacy", "tier-shed")
+DETECTORS = ("composite", "backlog-drift", "threshold")
 
 
 def apply_head_flags(args: Args, data: dict[str, Any]) -> None:
@@ -36,6 +37,7 @@ def apply_head_flags(args: Args, data: dict[str, Any]) -> None:
     cache_signal(args, data)
     slo_targets(args, data)
     flow_control(args, data)
+    detectors(args, data)
 
 
 def head_features(data: dict[str, Any]) -> list[str]:
@@ -193,6 +195,37 @@ def flow_control(args: Args, data: dict[str, Any]) -> None:
     if args["request-ttl"]:
         section["queue_ttl_s"] = args["request-ttl"] / 1e6
     data["cluster"]["flow_control"] = section
+
+
+def detectors(args: Args, data: dict[str, Any]) -> None:
+    """--detectors (one of the head's post-hoc detectors, a comma-list or `all`) and
+    --saturation-final-window. blis-simpy's saturation detector labels every run and its
+    windows STABLE / BACKLOGGED / OVERLOADED from queue growth and throughput (as composite
+    and backlog-drift do, from arrivals and completions), so the selection converts to no
+    setting; `threshold` (mean E2E latency over a fixed bound) is an SLO target instead, and
+    is refused. The final window (the head's trailing window for the run's last label)
+    becomes the detector's window length: its last window labels that stretch."""
+    selection, final = args["detectors"], args["saturation-final-window"]
+    if not selection:
+        if final:
+            raise ScenarioError("--saturation-final-window", "requires --detectors")
+        return
+    names = [n.strip() for n in selection.split(",") if n.strip()]
+    if selection == "all" or "threshold" in names:
+        raise ScenarioError("--detectors", f"{selection!r} includes threshold, which labels "
+                            "a run by its mean E2E latency against a bound: that is an SLO "
+                            "target here (--slo-e2e; attainment and slo_violation anomalies)",
+                            "composite or backlog-drift (blis-simpy's detector serves both)")
+    for name in names:
+        if name not in DETECTORS or name == "all":
+            raise ScenarioError("--detectors", f"unknown detector {name!r}",
+                                ", ".join(DETECTORS) + ", a comma-list of those, or all")
+    if not names:
+        raise ScenarioError("--detectors", f"{selection!r} selects no detector",
+                            ", ".join(DETECTORS))
+    if final:
+        window_s = go_duration_ms(final, "--saturation-final-window") / 1000
+        data.setdefault("evaluation", {})["saturation"] = {"window_s": window_s}
 
 
 HEAD_NOTE = """\

@@ -251,12 +251,25 @@ class MeasurementWindow:
 
 
 @dataclass(frozen=True, slots=True)
+class SaturationLevels:
+    """How the saturation detector cuts the measured span into windows, each labelled STABLE,
+    BACKLOGGED or OVERLOADED (docs/reference/metrics.md, "The saturation detector")."""
+
+    window_s: float | None = spec(None, help="the length of each window the detector labels "
+                                  "(s); null: a tenth of the measured span", gt=0,
+                                  le=MAX_SIM_S)
+
+
+@dataclass(frozen=True, slots=True)
 class EvaluationConfig:
     slo_targets: dict[str, SLOTargets] = spec(
         factory=dict, help="SLO class -> targets (a tenant's own slo takes precedence)")
     window: MeasurementWindow = spec(
         factory=MeasurementWindow, help="the measurement window every metric, the fitness and "
         "compare_policies use; default: the whole run", omit_default=True)
+    saturation: SaturationLevels = spec(
+        factory=SaturationLevels, help="the saturation detector's windows",
+        omit_default=True)
     class_ranks: dict[str, int] = spec(
         factory=dict, help="SLO class -> urgency rank for SLO-class inversions (lower = more "
         "urgent); defaults: realtime/critical 0, interactive/standard 1, default 2, "

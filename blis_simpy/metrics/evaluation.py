@@ -29,6 +29,7 @@ from blis_simpy.metrics.fitness import (
 )
 from blis_simpy.metrics.imbalance import load_imbalance
 from blis_simpy.metrics.raw import Measured, raw_metrics
+from blis_simpy.metrics.saturation import overloads
 from blis_simpy.metrics.trace.decisions import outcomes
 from blis_simpy.metrics.trace.severity import with_severity
 from blis_simpy.metrics.trace.shadow import accuracy, compared, divergences
@@ -92,11 +93,12 @@ def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, A
                anomalies: list[Anomaly], seconds: float, wall_s: float, window: Window,
                shadow_kv: dict[str, Any] | None = None
                ) -> tuple[dict[str, Any], EvaluationResult, list[Anomaly]]:
-    """The anomalies with their severity, the counts of those that began within the window
-    in RawMetrics (then the shadow KV's accuracy of a traced run and the saturation
-    verdict's figures), and the fitness, scaled by the share of the offered load the run
-    could sustain."""
-    anomalies = with_severity(anomalies, scenario.evaluation)
+    """The anomalies with their severity (the saturation detector's `overload` stretches
+    among them), the counts of those that began within the window in RawMetrics (then the
+    shadow KV's accuracy of a traced run and the saturation verdict's figures), and the
+    fitness, scaled by the share of the offered load the run could sustain."""
+    verdict = summary.get("saturation", {})
+    anomalies = with_severity([*anomalies, *overloads(verdict)], scenario.evaluation)
     starts = np.array([a.time for a in anomalies], dtype=np.int64)
     metrics["anomalies"] = counts([a for a, keep in zip(anomalies, window.within(starts),
                                                         strict=True) if keep])
@@ -105,7 +107,6 @@ def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, A
     weights = scenario.fitness.weights
     values = objectives(metrics, weights)
     completion = metrics["completion_rate"]
-    verdict = summary.get("saturation", {})
     carried = sustained(verdict)
     metrics["saturated"] = verdict.get("verdict") == "saturated"
     metrics["headroom"] = verdict.get("headroom")

@@ -24,6 +24,22 @@ Over the measured arrivals (the window's start to its last arrival):
   the sustainable rate still unused (negative when overloaded). This is what to read for
   capacity, not `utilization`: an engine with continuous batching runs a step whenever
   anything is in its batch, so its busy fraction is close to 1 at almost any load.
+
+The saturation detector labels the run and each window of the span (`evaluation.saturation.
+window_s`, by default a tenth of it) with the same two measures the verdict reads, queue growth
+and the requests waiting, against throughput (offered and served per second):
+* OVERLOADED: the waiting queue grew by more than `GROWTH_SHARE` of the offered rate and a
+  queue stands at the window's end (`MIN_WAITING` requests, and 1 % of the run's arrivals):
+  arrivals outpace what the servers take in;
+* BACKLOGGED: a queue that size stands at the window's end but did not grow: the servers keep
+  up with the arrivals without clearing what is already waiting (after a burst, or a standing
+  queue);
+* STABLE: no such queue.
+The run's level is OVERLOADED when the verdict is `saturated`, BACKLOGGED when some window was
+not STABLE or a queue stands at the end of the span (the run fell behind and did not stay
+behind, or not yet measurably), STABLE otherwise; none (no `level`, no `windows`) when the
+verdict is `undetermined`.
+Each stretch of OVERLOADED windows is also an `overload` anomaly.
 """
 
 from __future__ import annotations
@@ -32,13 +48,14 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from typing import Any, Protocol
 
 import numpy as np
 
 from blis_simpy.config.resolve import latency_type
 from blis_simpy.config.scenario import EngineConfig, LatencyConfig, Scenario
-from blis_simpy.core.records import InstanceRecord, Records, RequestColumns
+from blis_simpy.core.records import Anomaly, InstanceRecord, Records, RequestColumns
 from blis_simpy.core.request import State
 from blis_simpy.core.schema import load
 from blis_simpy.core.snapshot import Role
@@ -119,9 +136,11 @@ def count_by(values: np.ndarray, times: np.ndarray) -> np.ndarray:
 
 
 def saturation(timeline: Timeline, window: Window,
-               capacity: Callable[[], tuple[float | None, str]]) -> dict[str, Any]:
-    """The verdict and its evidence (module docstring), for summary.json `saturation`;
-    `capacity` gives the step-cost model's estimate and how it was made (`capacity`)."""
+               capacity: Callable[[], tuple[float | None, str]],
+               window_s: float | None = None) -> dict[str, Any]:
+    """The verdict, its evidence and the detector's levels (module docstring), for
+    summary.json `saturation`; `capacity` gives the step-cost model's estimate and how it was
+    made (`capacity`), `window_s` the detector's window length (None: a tenth of the span)."""
     count, end = timeline.measured()
     start = window.start
     out: dict[str, Any] = {"verdict": "undetermined"}
@@ -156,7 +175,88 @@ def saturation(timeline: Timeline, window: Window,
     out["capacity_model"] = how
     out["load_factor"] = offered / best if best else None
     out["headroom"] = 1 - offered / best if best else None
+    floor = max(MIN_WAITING, 0.01 * count)
+    windows = labelled_windows(timeline, start, end, floor, window_s)
+    out["level"] = (OVERLOADED if saturated else BACKLOGGED
+                    if at_end >= floor or any(w["level"] != STABLE for w in windows)
+                    else STABLE)
+    out["windows"] = windows
     return out
+
+
+STABLE, BACKLOGGED, OVERLOADED = "STABLE", "BACKLOGGED", "OVERLOADED"
+WINDOWS = 10  # windows over the span when evaluation.saturation.window_s is not set
+MAX_WINDOWS = 1000  # a shorter window_s is widened to span / this (summary.json stays small)
+POINTS = 20  # points each window's waiting count is sampled at, for its slope
+
+
+def labelled_windows(timeline: Timeline, start: int, end: int, floor: float,
+                     window_s: float | None) -> list[dict[str, Any]]:
+    """The span [start, end] (µs) cut into windows of `window_s` (at most `MAX_WINDOWS` of
+    them; a last one shorter than half a window joins the one before), each with its
+    throughput, queue growth and level (module docstring); `floor`: the requests waiting that
+    make a queue. Counted in one pass per column over every window's points."""
+    length = (end - start) / WINDOWS if window_s is None else max(
+        window_s * US_PER_S, (end - start) / MAX_WINDOWS)
+    edges = np.append(np.arange(start, end, length, dtype=float), float(end))
+    if len(edges) > 2 and edges[-1] - edges[-2] < length / 2:
+        edges = np.delete(edges, -2)
+    grid = np.concatenate([np.linspace(low, high, POINTS)
+                           for low, high in pairwise(edges)])
+    waiting = (timeline.by("arrived", grid) - timeline.by("left", grid)).astype(float)
+    arrived, completed = timeline.by("arrived", edges), timeline.by("completed", edges)
+    out = []
+    for i, (low, high) in enumerate(pairwise(edges)):
+        seconds = (high - low) / US_PER_S
+        points = slice(i * POINTS, (i + 1) * POINTS)
+        growth = float(np.polyfit(grid[points] / US_PER_S, waiting[points], 1)[0])
+        offered = float(arrived[i + 1] - arrived[i]) / seconds
+        at_end = int(waiting[points][-1])
+        level = (OVERLOADED if growth > GROWTH_SHARE * offered and growth > 0
+                 and at_end >= floor else BACKLOGGED if at_end >= floor else STABLE)
+        out.append({"span_s": [low / US_PER_S, high / US_PER_S], "level": level,
+                    "offered_rate_per_s": offered,
+                    "served_rate_per_s": float(completed[i + 1] - completed[i]) / seconds,
+                    "queue_growth_per_s": growth, "waiting_at_end": at_end})
+    return out
+
+
+def stretches(verdict: dict[str, Any], level: str) -> list[list[dict[str, Any]]]:
+    """The verdict's consecutive windows at `level`, stretch by stretch."""
+    found: list[list[dict[str, Any]]] = []
+    previous = None
+    for window in verdict.get("windows", ()):
+        if window["level"] == level:
+            if previous != level:
+                found.append([])
+            found[-1].append(window)
+        previous = window["level"]
+    return found
+
+
+def spans(verdict: dict[str, Any], level: str) -> str:
+    """Where the run was at `level`: "12-18 s, 30-36 s" ("" if nowhere)."""
+    return ", ".join(f"{s[0]['span_s'][0]:.4g}-{s[-1]['span_s'][1]:.4g} s"
+                     for s in stretches(verdict, level))
+
+
+def overloads(verdict: dict[str, Any]) -> list[Anomaly]:
+    """One `overload` anomaly per stretch of consecutive OVERLOADED windows, from the first's
+    start to the last's end; its severity is the largest share of the offered rate the queue
+    grew by in the stretch (capped at 1)."""
+    found = []
+    for stretch in stretches(verdict, OVERLOADED):
+        first, last = stretch[0], stretch[-1]
+        growth = max(w["queue_growth_per_s"] for w in stretch)
+        share = max(w["queue_growth_per_s"] / max(w["offered_rate_per_s"], 1e-9)
+                    for w in stretch)
+        found.append(Anomaly(
+            "overload", round(first["span_s"][0] * US_PER_S), "", (),
+            f"the wait queue grew by up to {growth:.3g} req/s (offered "
+            f"{first['offered_rate_per_s']:.3g} to {last['offered_rate_per_s']:.3g} req/s), "
+            f"{last['waiting_at_end']} waiting at t={last['span_s'][1]:.4g} s",
+            round(last["span_s"][1] * US_PER_S), float(min(1.0, share))))
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,4 +432,5 @@ def run_saturation(records: Records, window: Window, scenario: Scenario) -> dict
     return saturation(Timelines.of(records, window), window,
                       lambda: capacity(scenario, [i.role for i in records.instances],
                                        step_sums(records.instances),
-                                       Started.of(records.requests)))
+                                       Started.of(records.requests)),
+                      scenario.evaluation.saturation.window_s)

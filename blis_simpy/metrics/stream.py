@@ -625,7 +625,8 @@ class StreamingRecords:
                                self.figures)
         self.timeline.resolve(records.rejections)
         stats["saturation"] = saturation(self.timeline, window, lambda: capacity(
-            scenario, [log.role for log in logs], self.step_sums(), self.started))
+            scenario, [log.role for log in logs], self.step_sums(), self.started),
+            scenario.evaluation.saturation.window_s)
         stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario) + notes
         stats["step_model"] = step_model_of(scenario)  # streamed runs are native
         seconds = window.seconds(records.ended_at)

@@ -14,6 +14,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.request import RejectCode
 from blis_simpy.core.units import MAX_REQUESTS
+from blis_simpy.metrics.saturation import OVERLOADED, spans
 
 LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
 
@@ -40,6 +41,10 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario)
     verdict = summary.get("saturation", {})
     if verdict.get("verdict") == "saturated":
         out.append(saturated(verdict))
+    elif spans(verdict, OVERLOADED):
+        out.append(f"overloaded at {spans(verdict, OVERLOADED)} (the saturation detector's "
+                   "windows: the wait queue grew there) and caught up later: latencies mix "
+                   "the overload with the calm")
     too_big = by_reason.get(RejectCode.KV_CAPACITY, 0)
     if too_big:
         out.append(f"{too_big} requests need more tokens than an instance's whole KV pool "

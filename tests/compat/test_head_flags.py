@@ -99,6 +99,13 @@ MAPPED: dict[str, tuple[list[str], Any]] = {
                 lambda d: d["evaluation"]["slo_targets"] == {"critical": {"e2e_ms": 90000.0}}),
     "lazy-generation": (["--lazy-generation"], lambda d: d["compat"] == "blis"),
     "metrics-path": (["--metrics-path", "m.json"], lambda d: d["compat"] == "blis"),
+    "detectors": (["--detectors", "composite,backlog-drift"],  # the native detector runs
+                  lambda d: d["compat"] == "blis" and "saturation" not in d.get("evaluation",
+                                                                                {})),
+    "saturation-final-window": (["--detectors", "backlog-drift", "--saturation-final-window",
+                                 "1m30s"],
+                                lambda d: d["evaluation"]["saturation"] == {"window_s": 90.0}
+                                and d["compat"] == "blis"),
     "flow-control": (["--flow-control"],
                      lambda d: d["cluster"]["flow_control"]["saturation"] == {"type": "never"}
                      and d["cluster"]["flow_control"]["dispatch_order"] == "fifo"
@@ -202,6 +209,13 @@ def test_a_head_admission_policy_converts_natively(policy):
     (["--slo-targets", "critical=soon"], "--slo-targets"),
     (["--slo-ttft", "critical=10ms", "--slo-targets", "critical=20000"], "--slo-targets"),
     (["--flow-control", "--saturation-detector", "psychic"], "--saturation-detector"),
+    (["--detectors", "threshold"], "--detectors"),
+    (["--detectors", "all"], "--detectors"),
+    (["--detectors", "composite,psychic"], "--detectors"),
+    (["--detectors", ", ,"], "--detectors"),
+    (["--saturation-final-window", "30s"], "--saturation-final-window"),
+    (["--detectors", "composite", "--saturation-final-window", "soon"],
+     "--saturation-final-window"),
     (["--flow-control", "--dispatch-order", "lifo"], "--dispatch-order"),
     (["--flow-control", "--fairness-policy", "random"], "--fairness-policy"),
     (["--flow-control", "--usage-limit-threshold", "0"], "--usage-limit-threshold"),

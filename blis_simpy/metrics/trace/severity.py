@@ -16,6 +16,8 @@ as the type gets), so a summary can rank occurrences of different types.
 * `pd_backpressure`: the episode's length in seconds, capped at 1 (a prefill instance unable to
   admit for a second or more);
 * `load_imbalance`: the request's wait in seconds, capped at 1 (set where it is judged);
+* `overload`: the largest share of the offered rate the wait queue grew by in the stretch of
+  OVERLOADED windows, capped at 1 (set where it is judged: metrics/saturation.py);
 * `instance_failure`: 0.5 plus half the downtime in seconds, capped at 1: a crash always
   loses work, and a second or more down is as bad as it gets.
 """
@@ -31,7 +33,7 @@ from blis_simpy.core.units import US_PER_S
 
 INVERSION_SEVERITY = 0.25
 JUDGED_WITH_SEVERITY = ("slo_violation", "shadow_divergence", "kv_thrashing",
-                        "scale_oscillation", "load_imbalance")
+                        "scale_oscillation", "load_imbalance", "overload")
 
 
 def severity(anomaly: Anomaly, config: EvaluationConfig) -> float:

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from blis_simpy.metrics.saturation import BACKLOGGED, OVERLOADED, spans
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -328,7 +330,15 @@ def load_line(inputs: TraceInputs) -> str:
         line += "; the wait queue kept growing"
         if model and model > offered:
             line += f" (about {model:.3g} req/s with the load spread evenly)"
-    return line
+    return line + level_note(sat)
+
+
+def level_note(sat: dict[str, Any]) -> str:
+    """The saturation detector's level, with where its windows were not STABLE."""
+    where = [f"{level} at {spans(sat, level)}" for level in (OVERLOADED, BACKLOGGED)
+             if spans(sat, level)]
+    level = sat.get("level")
+    return f"; level {level}" + (f" ({'; '.join(where)})" if where else "") if level else ""
 
 
 # ---------------------------------------------------------------- issues
