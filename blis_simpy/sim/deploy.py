@@ -55,13 +55,13 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
     assert section is not None
     autoscaler = section.autoscaler
     actuation = autoscaler.actuation if autoscaler is not None else Actuation()
-    delays = actuation_delays(actuation, scenario.seed)
+    delays = actuation_delays(actuation, scenario.jitter_seed)
     several = len(section.models) > 1
     numbers = itertools.count()
     pools: list[DeploymentPool] = []
     fleets: dict[str, Fleet] = {}
     choice = PoolChoice()
-    placement = Placement(env, section.node_pools, log, node_provisioning(scenario.seed)) \
+    placement = Placement(env, section.node_pools, log, node_provisioning(scenario.jitter_seed)) \
         if section.node_pools else None
     for model, config in section.configs():
         fleets.setdefault(model.name, Fleet() if several else fleet)
