@@ -18,7 +18,7 @@ import simpy
 
 from blis_simpy.config.arrivals import ConstantProfile
 from blis_simpy.config.distributions import Distribution
-from blis_simpy.config.workload import TenantSpec, TenantsWorkload
+from blis_simpy.config.workload import ChatConfig, SessionState, Shape, TenantSpec, TenantsWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.hashing import block_hashes
 from blis_simpy.core.loop import NamedProcess
@@ -27,6 +27,7 @@ from blis_simpy.core.request import Request, State
 from blis_simpy.core.units import MAX_REQUESTS, US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.arrivals import arrival_times
+from blis_simpy.workload.copula import correlated_counts
 from blis_simpy.workload.prehash import hash_request
 from blis_simpy.workload.sampling import (
     UniformIds,
@@ -49,6 +50,15 @@ class TenantStreams:
 
     def count(self, dist: Distribution, factor: float = 1.0) -> int:
         return max(1, round(one_token_count(dist, self.lengths) * factor))
+
+    def counts(self, prompt: Distribution, output: Distribution, rho: float,
+               factors: tuple[float, float]) -> tuple[int, int]:
+        """A request's (prompt, output) token counts: independent draws, or correlated by a
+        Gaussian copula with coefficient `rho` (workload/copula.py)."""
+        if rho == 0:
+            return self.count(prompt, factors[0]), self.count(output, factors[1])
+        p, o = correlated_counts(prompt, output, rho, self.lengths)
+        return max(1, round(p * factors[0])), max(1, round(o * factors[1]))
 
     def seconds(self, dist: Distribution) -> float:
         return one_duration(dist, self.lengths)
@@ -91,6 +101,13 @@ class TenantWorkload:
                 names = list(tenant.prefix.groups or sorted(self.prefix_tokens))
                 pick = WeightedPick.of([popularity[n] for n in names])
                 self.prefix_choice[tenant.id] = (names, pick)
+        # Each tenant's request shapes (its own, or its archetypes') and the pick among them.
+        self.shapes: dict[str, tuple[list[Shape], WeightedPick | None]] = {}
+        for tenant in workload.tenants:
+            shapes = [shape for shape, _ in workload.shapes(tenant)]
+            mix = (WeightedPick.of(list(tenant.archetypes.values())) if tenant.archetypes
+                   else None)
+            self.shapes[tenant.id] = (shapes, mix)
         open_total = workload.open_fraction_total
         for tenant in workload.tenants:
             streams = TenantStreams(seed, tenant.id)
@@ -137,13 +154,26 @@ class TenantWorkload:
         name = names[pick.pick(streams.choices)]
         return self.prefix_tokens[name], self.prefix_hashes[name]
 
-    def _prompt(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
-        factor = tenant.behavior.prompt_multiplier if tenant.behavior.type == "abusive" else 1
-        return streams.ids(streams.count(tenant.prompt, factor))
+    def _shape(self, tenant: TenantSpec, streams: TenantStreams) -> Shape:
+        """The shape of one arrival's requests: the tenant's, or an archetype's by its share."""
+        shapes, mix = self.shapes[tenant.id]
+        return shapes[0] if mix is None else shapes[mix.pick(streams.choices)]
 
-    def _output(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
+    def _counts(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams,
+                state: SessionState | None = None) -> tuple[int, int]:
+        """One request's (prompt, output) token counts; a session state's lengths, if set,
+        stand in for the shape's."""
+        abusive = tenant.behavior.type == "abusive"
+        factors = ((tenant.behavior.prompt_multiplier, tenant.behavior.output_multiplier)
+                   if abusive else (1.0, 1.0))
+        prompt, output = shape.prompt, shape.output
+        if state is not None:
+            prompt, output = state.prompt or prompt, state.output or output
+        return streams.counts(prompt, output, shape.correlation, factors)
+
+    def _output(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams) -> np.ndarray:
         factor = tenant.behavior.output_multiplier if tenant.behavior.type == "abusive" else 1
-        return streams.ids(streams.count(tenant.output, factor))
+        return streams.ids(streams.count(shape.output, factor))
 
     # -- processes ----------------------------------------------------------------------------
 
@@ -163,14 +193,16 @@ class TenantWorkload:
     def _start(self, tenant: TenantSpec, streams: TenantStreams) -> simpy.Process | Request:
         """One arrival: a single request, or a session process."""
         kind = tenant.request_type
+        shape = self._shape(tenant, streams)
         if kind in ("chat", "agentic"):
             self.sessions += 1
             session = f"{tenant.id}-s{self.sessions}"
             run = self._chat if kind == "chat" else self._agentic
-            return NamedProcess(self.env, run(tenant, streams, session), session)
+            return NamedProcess(self.env, run(tenant, shape, streams, session), session)
         prefix, known = self._prefix(tenant, streams)
-        prompt = np.concatenate((prefix, self._prompt(tenant, streams)))
-        output = self._output(tenant, streams)
+        prompt_n, output_n = self._counts(tenant, shape, streams)
+        prompt = np.concatenate((prefix, streams.ids(prompt_n)))
+        output = streams.ids(output_n)
         if kind == "reasoning":
             steps = streams.count(tenant.reasoning.chain_length)
             thinking = sum(streams.count(tenant.reasoning.tokens_per_step) for _ in range(steps))
@@ -192,34 +224,57 @@ class TenantWorkload:
             yield self.env.timeout(end - self.env.now)
         return delivered
 
-    def _chat(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
+    def _chat(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams, session: str
+              ) -> Process:
+        """A chat session: a fixed number of turns, or a walk of the session model's states."""
         chat = tenant.chat
         prefix, known = self._prefix(tenant, streams)
+        model = chat.session
+        state = None if model is None else next(s for s in model.states if s.id == model.start)
+        turns = streams.count(chat.turns) if model is None else model.max_turns
         exchanges: list[np.ndarray] = []
-        for turn in range(streams.count(chat.turns)):
+        for turn in range(turns):
             if self.exhausted:
                 return
-            message = self._prompt(tenant, streams)
+            message_n, output_n = self._counts(tenant, shape, streams, state)
+            message = streams.ids(message_n)
             prompt = np.concatenate([prefix, *carried(exchanges, chat.context_growth,
                                                       chat.max_context_tokens, turn), message])
-            output = self._output(tenant, streams)
+            output = streams.ids(output_n)
             req, hashes = self._issue(tenant, prompt, output, "chat", known, session, turn)
             if not (yield from self._respond(req)):
                 return
             if chat.context_growth == "linear":  # the next prompt starts with this exchange
                 known = hashes
             exchanges.append(np.concatenate((message, output)))
+            think = chat.think_time_s
+            if state is not None:
+                think = state.think_time_s or think
+                state = next_state(chat, state, streams.choices)
+                if state is None:
+                    return
             yield from self._wait_until(self.env.now + round(
-                streams.seconds(chat.think_time_s) * US_PER_S))
+                streams.seconds(think) * US_PER_S))
 
-    def _agentic(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
+    def _agentic(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams, session: str
+                 ) -> Process:
+        """An agentic task; a length correlation pairs the task's prompt with the first step's
+        output (a later step's output is drawn alone)."""
         agent = tenant.agentic
         prefix, known = self._prefix(tenant, streams)
-        context = np.concatenate((prefix, self._prompt(tenant, streams)))
+        first = 0
+        if shape.correlation == 0:
+            factor = tenant.behavior.prompt_multiplier if tenant.behavior.type == "abusive" \
+                else 1
+            prompt_n = streams.count(shape.prompt, factor)
+        else:
+            prompt_n, first = self._counts(tenant, shape, streams)
+        context = np.concatenate((prefix, streams.ids(prompt_n)))
         calls_left = streams.count(agent.max_tool_calls)
         step = 0
         while not self.exhausted:
-            output = self._output(tenant, streams)
+            output = streams.ids(first) if first else self._output(tenant, shape, streams)
+            first = 0
             req, known = self._issue(tenant, context, output, "agentic", known, session, step)
             delivered = yield from self._respond(req)
             if (not delivered or calls_left <= 0 or self.exhausted
@@ -263,6 +318,20 @@ class TenantWorkload:
             else:
                 at += max(1, round(streams.arrivals.exponential(behavior.burst_every_s)
                                    * US_PER_S))
+
+
+def next_state(chat: ChatConfig, state: SessionState, rng: np.random.Generator
+               ) -> SessionState | None:
+    """The next turn's state by `state`'s transition probabilities (in their order), or None:
+    the session ends."""
+    assert chat.session is not None
+    u = rng.random()
+    cumulative = 0.0
+    for target, p in state.next.items():
+        cumulative += p
+        if u < cumulative:
+            return next(s for s in chat.session.states if s.id == target)
+    return None
 
 
 def carried(exchanges: list[np.ndarray], growth: str, limit: int, turn: int) -> list[np.ndarray]:
