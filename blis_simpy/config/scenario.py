@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.flow_control import FlowControlConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
-from blis_simpy.config.seeds import SeedsConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
     DistributionWorkload,
@@ -47,11 +46,13 @@ from blis_simpy.core.yamlio import dump_yaml, load_yaml
 if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentSection
     from blis_simpy.config.faults import FaultsConfig
+    from blis_simpy.config.seeds import SeedsConfig
 
-# Most scenarios have no deployment or faults section: their classes load when one does
+# Most scenarios have no deployment, faults or seeds section: their classes load when one does
 # (core/schema.py: FieldTypes), not with every scenario.
 LAZY_TYPES = {"DeploymentSection": "blis_simpy.config.deployment",
-              "FaultsConfig": "blis_simpy.config.faults"}
+              "FaultsConfig": "blis_simpy.config.faults",
+              "SeedsConfig": "blis_simpy.config.seeds"}
 
 
 @dataclass(frozen=True, slots=True)

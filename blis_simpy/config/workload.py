@@ -8,13 +8,20 @@ closed-loop users and behaviours). The sources that generate the requests are
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from blis_simpy.config.arrivals import ArrivalProcess, LoadProfile, PoissonProcess
 from blis_simpy.config.distributions import Constant, Distribution, Exponential, Gaussian
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
 from blis_simpy.core.units import MAX_FLOAT, MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, us
+
+if TYPE_CHECKING:
+    from blis_simpy.config.sessions import Archetype, SessionModel
+
+# Archetypes and session models load when a scenario has them (core/schema.py: FieldTypes).
+LAZY_TYPES = {"Archetype": "blis_simpy.config.sessions",
+              "SessionModel": "blis_simpy.config.sessions"}
 
 MAX_SHARE = MAX_FLOAT
 
@@ -48,49 +55,6 @@ CORRELATION_HELP = ("Gaussian-copula correlation between a request's prompt and 
 
 
 @dataclass(frozen=True, slots=True)
-class SessionState:
-    id: str = spec(help="state name, e.g. browse, ask, follow-up")
-    prompt: Distribution | None = spec(None, help="new message length (tokens) in this state; "
-                                       "default: the tenant's prompt")
-    output: Distribution | None = spec(None, help="output length (tokens) in this state; "
-                                       "default: the tenant's output")
-    think_time_s: Distribution | None = spec(
-        None, help="think time after this state's response; default: chat.think_time_s")
-    next: dict[str, float] = spec(
-        factory=dict, help="transition probabilities to the next turn's state, by state id; "
-        "what they leave below 1 ends the session")
-
-
-@dataclass(frozen=True, slots=True)
-class SessionModel:
-    """A chat session as a Markov chain over turn states (seed 001 §7 SessionMarkovModel)."""
-
-    start: str = spec(help="the first turn's state")
-    states: list[SessionState] = spec(help="the turn states", min_len=1)
-    max_turns: int = spec(64, help="a session ends after this many turns whatever its state",
-                          ge=1, le=10_000)
-
-    def validate(self, path: str) -> None:
-        ids = [s.id for s in self.states]
-        for i, state in enumerate(self.states):
-            if state.id in ids[:i]:
-                raise ScenarioError(join(path, f"states[{i}].id"), f"duplicate {state.id!r}")
-            for target, p in state.next.items():
-                where = join(path, f"states[{i}].next.{target}")
-                if target not in ids:
-                    raise ScenarioError(where, f"unknown state {target!r}", ", ".join(ids))
-                if not 0 <= p <= 1:
-                    raise ScenarioError(where, f"probability {p!r} is outside [0, 1]", "0..1")
-            if sum(state.next.values()) > 1 + 1e-9:
-                raise ScenarioError(join(path, f"states[{i}].next"), "probabilities sum to "
-                                    f"{sum(state.next.values()):g}, above 1",
-                                    "at most 1 (the rest ends the session)")
-        if self.start not in ids:
-            raise ScenarioError(join(path, "start"), f"unknown state {self.start!r}",
-                                ", ".join(ids))
-
-
-@dataclass(frozen=True, slots=True)
 class ChatConfig:
     turns: Distribution = spec(factory=lambda: Constant(value=4.0),
                                help="turns per session")
@@ -105,7 +69,7 @@ class ChatConfig:
     session: SessionModel | None = spec(
         None, help="a Markov model of the session: each turn's state sets its lengths and "
         "think time, and the transitions decide the next state and when the session ends "
-        "(then turns is not used)")
+        "(then turns is not used)", omit_default=True)
 
     def validate(self, path: str) -> None:
         if self.session is not None and self.turns != Constant(value=4.0):
@@ -157,19 +121,6 @@ class Behavior:
 
 
 @dataclass(frozen=True, slots=True)
-class Archetype:
-    """A kind of user (seed 001 §7 TenantArchetype): a request shape a tenant's traffic mixes."""
-
-    id: str = spec(help="archetype name, referenced by tenants' archetypes mix")
-    prompt: Distribution | None = spec(None, help="prompt length (tokens); default: the "
-                                       "tenant's prompt")
-    output: Distribution | None = spec(None, help="output length (tokens); default: the "
-                                       "tenant's output")
-    length_correlation: float | None = spec(None, help=CORRELATION_HELP + "; default: the "
-                                            "tenant's", ge=-1, le=1)
-
-
-@dataclass(frozen=True, slots=True)
 class TenantSpec:
     id: str = spec(help="tenant id (the tenant-priority and tenant-quota policies use it)")
     rate_fraction: float = spec(1.0, help="share of the workload's rate_per_s", ge=0)
@@ -187,11 +138,12 @@ class TenantSpec:
     chat: ChatConfig = spec(factory=ChatConfig, help="request_type chat: session shape")
     agentic: AgenticConfig = spec(factory=AgenticConfig, help="request_type agentic")
     reasoning: ReasoningConfig = spec(factory=ReasoningConfig, help="request_type reasoning")
-    length_correlation: float = spec(0.0, help=CORRELATION_HELP, ge=-1, le=1)
+    length_correlation: float = spec(0.0, help=CORRELATION_HELP, ge=-1, le=1,
+                                     omit_default=True)
     archetypes: dict[str, float] = spec(
         factory=dict, help="mix of the workload's archetypes by share of this tenant's arrivals "
         "(so of its rate); each arrival (a whole session) is one archetype's; empty: the "
-        "tenant's own shape")
+        "tenant's own shape", omit_default=True)
     closed_loop: ClosedLoop | None = spec(None, help="fixed users instead of an arrival process")
     behavior: Behavior = spec(factory=Behavior, help="misbehaviour, for robustness studies")
     timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
@@ -211,7 +163,7 @@ class TenantsWorkload:
     load_profile: LoadProfile | None = spec(None, help="time-varying rate multiplier")
     prefix_groups: list[PrefixGroup] = spec(factory=list, help="shared system prompts")
     archetypes: list[Archetype] = spec(factory=list, help="named user archetypes (request "
-                                       "shapes) that tenants mix")
+                                       "shapes) that tenants mix", omit_default=True)
     timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
                                    "which a request is abandoned wherever it is (gateway, "
                                    "queue or batch; terminal state timed_out); tenants may "
@@ -290,13 +242,14 @@ class TenantsWorkload:
         return sum(t.rate_fraction for t in self.tenants if t.closed_loop is None)
 
 
-@dataclass(frozen=True, slots=True)
 class Shape:
-    """One request shape: its prompt and output length distributions and their correlation."""
+    """One request shape: its prompt and output length distributions and their correlation.
+    (A plain class: every run imports this module, and a dataclass costs start-up.)"""
 
-    prompt: Distribution
-    output: Distribution
-    correlation: float
+    __slots__ = ("correlation", "output", "prompt")
+
+    def __init__(self, prompt: Distribution, output: Distribution, correlation: float) -> None:
+        self.prompt, self.output, self.correlation = prompt, output, correlation
 
     @classmethod
     def of(cls, tenant: TenantSpec, archetype: Archetype) -> Shape:

@@ -10,7 +10,6 @@ the uncorrelated draw's (`sampling.one_token_count`).
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 
 import numpy as np
 
@@ -27,7 +26,12 @@ from blis_simpy.config.distributions import (
 )
 from blis_simpy.workload.sampling import token_bounds
 
-_NORMAL = NormalDist()
+SQRT2 = math.sqrt(2.0)
+
+
+def normal_cdf(z: float) -> float:
+    """The standard normal's CDF (math.erfc keeps its far tails exact)."""
+    return 0.5 * math.erfc(-z / SQRT2)
 
 
 def from_normal(dist: Distribution, z: float) -> float:
@@ -39,15 +43,15 @@ def from_normal(dist: Distribution, z: float) -> float:
     if isinstance(dist, Constant):
         return float(dist.value)
     if isinstance(dist, Uniform):
-        return dist.low + (dist.high - dist.low) * _NORMAL.cdf(z)
+        return dist.low + (dist.high - dist.low) * normal_cdf(z)
     if isinstance(dist, Exponential):
-        upper = _NORMAL.cdf(-z)  # 1 - F, exact in the far tail
+        upper = normal_cdf(-z)  # 1 - F, exact in the far tail
         return math.inf if upper <= 0 else -dist.mean * math.log(upper)
     if isinstance(dist, Empirical):
         values, probs = bins_table(dist)
         order = np.argsort(values, kind="stable")
         cumulative = np.cumsum(probs[order])
-        at = int(np.searchsorted(cumulative, _NORMAL.cdf(z), side="right"))
+        at = int(np.searchsorted(cumulative, normal_cdf(z), side="right"))
         return float(values[order][min(at, len(values) - 1)])
     raise TypeError(f"{dist.type} has no quantile function for a correlated draw")
 

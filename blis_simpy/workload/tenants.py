@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
 from blis_simpy.config.arrivals import ConstantProfile
 from blis_simpy.config.distributions import Distribution
-from blis_simpy.config.workload import ChatConfig, SessionState, Shape, TenantSpec, TenantsWorkload
+from blis_simpy.config.workload import Shape, TenantSpec, TenantsWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.hashing import block_hashes
 from blis_simpy.core.loop import NamedProcess
@@ -27,7 +28,6 @@ from blis_simpy.core.request import Request, State
 from blis_simpy.core.units import MAX_REQUESTS, US_PER_S, VOCAB
 from blis_simpy.rng.streams import stream
 from blis_simpy.workload.arrivals import arrival_times
-from blis_simpy.workload.copula import correlated_counts
 from blis_simpy.workload.prehash import hash_request
 from blis_simpy.workload.sampling import (
     UniformIds,
@@ -35,6 +35,9 @@ from blis_simpy.workload.sampling import (
     one_duration,
     one_token_count,
 )
+
+if TYPE_CHECKING:  # imported where used: every run imports this module, few use them
+    from blis_simpy.workload.session_walk import SessionWalk
 
 Process = Generator[simpy.Event, object, None]
 
@@ -57,6 +60,7 @@ class TenantStreams:
         Gaussian copula with coefficient `rho` (workload/copula.py)."""
         if rho == 0:
             return self.count(prompt, factors[0]), self.count(output, factors[1])
+        from blis_simpy.workload.copula import correlated_counts
         p, o = correlated_counts(prompt, output, rho, self.lengths)
         return max(1, round(p * factors[0])), max(1, round(o * factors[1]))
 
@@ -160,15 +164,15 @@ class TenantWorkload:
         return shapes[0] if mix is None else shapes[mix.pick(streams.choices)]
 
     def _counts(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams,
-                state: SessionState | None = None) -> tuple[int, int]:
+                walk: SessionWalk | None = None) -> tuple[int, int]:
         """One request's (prompt, output) token counts; a session state's lengths, if set,
         stand in for the shape's."""
         abusive = tenant.behavior.type == "abusive"
         factors = ((tenant.behavior.prompt_multiplier, tenant.behavior.output_multiplier)
                    if abusive else (1.0, 1.0))
         prompt, output = shape.prompt, shape.output
-        if state is not None:
-            prompt, output = state.prompt or prompt, state.output or output
+        if walk is not None:
+            prompt, output = walk.lengths(prompt, output)
         return streams.counts(prompt, output, shape.correlation, factors)
 
     def _output(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams) -> np.ndarray:
@@ -229,14 +233,16 @@ class TenantWorkload:
         """A chat session: a fixed number of turns, or a walk of the session model's states."""
         chat = tenant.chat
         prefix, known = self._prefix(tenant, streams)
-        model = chat.session
-        state = None if model is None else next(s for s in model.states if s.id == model.start)
-        turns = streams.count(chat.turns) if model is None else model.max_turns
+        walk: SessionWalk | None = None
+        if chat.session is not None:
+            from blis_simpy.workload.session_walk import SessionWalk
+            walk = SessionWalk(chat.session, streams.choices)
+        turns = streams.count(chat.turns) if walk is None else walk.max_turns
         exchanges: list[np.ndarray] = []
         for turn in range(turns):
             if self.exhausted:
                 return
-            message_n, output_n = self._counts(tenant, shape, streams, state)
+            message_n, output_n = self._counts(tenant, shape, streams, walk)
             message = streams.ids(message_n)
             prompt = np.concatenate([prefix, *carried(exchanges, chat.context_growth,
                                                       chat.max_context_tokens, turn), message])
@@ -248,10 +254,9 @@ class TenantWorkload:
                 known = hashes
             exchanges.append(np.concatenate((message, output)))
             think = chat.think_time_s
-            if state is not None:
-                think = state.think_time_s or think
-                state = next_state(chat, state, streams.choices)
-                if state is None:
+            if walk is not None:
+                think = walk.think(think)
+                if not walk.advance():
                     return
             yield from self._wait_until(self.env.now + round(
                 streams.seconds(think) * US_PER_S))
@@ -318,20 +323,6 @@ class TenantWorkload:
             else:
                 at += max(1, round(streams.arrivals.exponential(behavior.burst_every_s)
                                    * US_PER_S))
-
-
-def next_state(chat: ChatConfig, state: SessionState, rng: np.random.Generator
-               ) -> SessionState | None:
-    """The next turn's state by `state`'s transition probabilities (in their order), or None:
-    the session ends."""
-    assert chat.session is not None
-    u = rng.random()
-    cumulative = 0.0
-    for target, p in state.next.items():
-        cumulative += p
-        if u < cumulative:
-            return next(s for s in chat.session.states if s.id == target)
-    return None
 
 
 def carried(exchanges: list[np.ndarray], growth: str, limit: int, turn: int) -> list[np.ndarray]:

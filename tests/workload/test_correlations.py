@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import blis_simpy
 from blis_simpy.core.errors import ScenarioError
 from tests.workload.test_tenants import (
     binomial_ok,
@@ -209,3 +210,23 @@ def test_correlation_archetype_and_session_keys_are_validated(tenant, workload, 
     with pytest.raises(ScenarioError) as err:
         tenants_scenario([{"id": "t", **tenant}], **workload)
     assert err.value.path == key
+
+
+def test_session_markov_model_work_is_bounded_before_the_run():
+    """Seed 001 §7 session model under the work bounds (workload/work.py): a walk that never
+    ends has max_turns turns, each carrying its history; too many tokens in all is refused
+    before the run, naming the key, as a fixed-turn chat is."""
+    huge = [{"id": "ask", "output": const(5000), "next": {"ask": 1.0}}]
+    with pytest.raises(ScenarioError, match="818,514,288,000 tokens") as err:
+        blis_simpy.run(markov_scenario(huge, max_turns=10_000))
+    assert err.value.path == "workload.tenants[0].chat.session"
+    # 8/s for 30 s, 10,000 turns of 5,004 tokens plus the last ceil(sqrt(k)) exchanges each:
+    # the estimate is exact for a walk that never ends
+    turns = range(10_000)
+    assert 240 * sum(5004 + 5004 * math.ceil(math.sqrt(k)) for k in turns) == 818_514_288_000
+    # an archetype's longer shape counts too: the longest one bounds the request size
+    big = [{"id": "big", "prompt": const(9_000_000), "output": const(2_000_000)}]
+    with pytest.raises(ScenarioError) as err:
+        blis_simpy.run(tenants_scenario([{"id": "t", "archetypes": {"big": 1}}],
+                                        archetypes=big))
+    assert err.value.path == "workload.tenants[0].prompt"
