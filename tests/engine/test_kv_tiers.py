@@ -15,7 +15,7 @@ from blis_simpy.core.tier_records import TierLog
 from blis_simpy.engine.kv.cache import KVCache
 from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.kv.tiered import TieredKVCache
-from blis_simpy.engine.kv.tiers import Link
+from blis_simpy.engine.kv.tiers import LFU, LRU, Link, LowerTier
 from blis_simpy.sim.build import build
 from tests.conftest import trace_run_scenario, write_trace
 
@@ -181,6 +181,38 @@ def test_fifo_eviction_ignores_reuse_and_lru_keeps_the_reused_block():
         assert (request(0, a).hashes[0] in kv.cpu) is kept, policy
 
 
+def test_lazy_offload_copies_a_block_only_when_the_gpu_evicts_it():
+    """Seed 001 §6 OffloadPolicy "lazy": nothing is copied while the GPU keeps a block (mirror
+    copies at once); every cached block the GPU evicts is copied, whatever the GPU's use."""
+    kv, _ = pool(gpu=4, cpu=16, offload="lazy")
+    a = list(range(100, 116))
+    serve(kv, request(0, a))
+    assert kv.cpu.used == 0 and kv.log.offloads == 0
+    serve(kv, request(1, list(range(200, 216))))  # evicts a's 4 blocks (GPU use 0 then)
+    assert kv.log.evictions == 4 and kv.cpu.used == 4
+    assert kv.lookup(request(2, a), 16).blocks == [-1] * 4
+
+
+def test_lfu_eviction_drops_the_least_used_block_least_recent_among_equals():
+    """Seed 001 §6 EvictionPolicy "lfu": a full tier drops the block used (stored or
+    reloaded) the fewest times; among equals the least recently used. LRU drops another."""
+    def fill(policy):
+        tier = LowerTier(3, policy)
+        for h in (1, 2, 3):
+            tier.store(h)
+        for h in (1, 1, 2, 3):  # uses: 1 -> 3, 2 -> 2, 3 -> 2; recency: 1, 2, 3
+            tier.touch(h)
+        return tier
+    assert fill(LRU()).store(4) == 1
+    lfu = fill(LFU())
+    assert lfu.store(4) == 2  # 2 and 3 are used twice; 2 less recently
+    assert lfu.store(5) == 4  # the newcomer, used once
+    assert lfu.policy.tracks(lfu.entries) and set(lfu.entries) == {1, 3, 5}
+    lfu.remove(5)
+    lfu.clear()
+    assert lfu.used == 0 and lfu.policy.tracks(lfu.entries)
+
+
 # -- against recomputation and the GPU, in a run ------------------------------------------------
 
 def ttft_of_third(tmp_path, kv_blocks: int, cpu_blocks: int) -> int:
@@ -250,13 +282,13 @@ prompts = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 60)), min_size=1,
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prompts, st.integers(4, 12), st.integers(1, 12), st.integers(0, 8),
-       st.sampled_from(["mirror", "threshold"]))
-def test_invariants_hold_under_random_pressure(ops, gpu, cpu, storage, offload):
+       st.sampled_from(["mirror", "threshold", "lazy"]), st.sampled_from(["lru", "fifo", "lfu"]))
+def test_invariants_hold_under_random_pressure(ops, gpu, cpu, storage, offload, eviction):
     """Every operation is followed by the pool's checks (used + free = total on the GPU and on
     every lower tier; one lower-tier copy per hash). Every admitted prefix is exactly the
     request's own content (no token of it is prefilled again), and every load is bounded."""
     kv, clock = pool(gpu=gpu, cpu=cpu, storage=storage if cpu else 0, offload=offload,
-                     threshold=0.5)
+                     threshold=0.5, eviction=eviction)
     running: list[Request] = []
     for i, (family, length) in enumerate(ops):
         clock.now += 1000
@@ -285,16 +317,18 @@ def test_invariants_hold_under_random_pressure(ops, gpu, cpu, storage, offload):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(20, 400), st.integers(1, 30)),
                 min_size=2, max_size=20),
-       st.integers(30, 80), st.sampled_from(["mirror", "threshold"]))
+       st.integers(30, 80), st.sampled_from(["mirror", "threshold", "lazy"]),
+       st.sampled_from(["lru", "lfu"]))
 def test_runs_with_tiers_finish_every_request_with_checks_on(tmp_path_factory, rows, gpu,
-                                                            offload):
+                                                            offload, eviction):
     """Heavy KV pressure, preemptions and reloads in a whole run: nothing deadlocks (every
     request completes) and the checks run after every block operation."""
     trace = [(0.01 * i, [family * 100_000 + t for t in range(n)], out)
              for i, (family, n, out) in enumerate(rows)]
     path = write_trace(tmp_path_factory.mktemp("t") / "t.csv", trace)
     engine = {"kv_blocks": gpu, "kv_tiers": {"cpu_blocks": 50, "storage_blocks": 50,
-                                             "offload": offload, "threshold": 0.5}}
+                                             "offload": offload, "threshold": 0.5,
+                                             "eviction": eviction}}
     sim = build(resolve(trace_run_scenario(path, engine=engine)), checks=True)
     sim.run()
     assert all(r.state is State.COMPLETED for r in sim.recorder.requests)

@@ -10,9 +10,11 @@ misses or drops content, so an instance without tiers keeps the plain cache and 
   room while GPU use is at or above the threshold. Either way the copy keeps the GPU block (it
   is not wiped, unlike the reference) and its time runs on the offload link beside the step
   (stores are asynchronous in vLLM); it is not charged to any step.
-- A full CPU tier drops a block by its eviction policy (LRU by default); with a storage tier the
-  dropped block moves there (over the storage link), and a full storage tier drops its own.
-  A hash is in at most one lower tier, once: the invariant `check()` keeps.
+- `lazy` (seed 001 §6 OffloadPolicy "lazy"): a cached block is copied only when the GPU evicts
+  it, whatever the GPU's use: offload on eviction pressure, never ahead of it.
+- A full CPU tier drops a block by its eviction policy (LRU by default, FIFO, or LFU); with a
+  storage tier the dropped block moves there (over the storage link), and a full storage tier
+  drops its own. A hash is in at most one lower tier, once: the invariant `check()` keeps.
 - Reload: at admission the cached prefix is looked up block by block, GPU first, then CPU,
   then storage, and stops at the first block no tier has. The lower-tier blocks of that prefix
   (only those) get fresh GPU blocks, which belong to the request at once, so nothing can evict
@@ -78,7 +80,8 @@ class TieredKVCache(KVCache):
             self.storage_up, self.storage_down = link(tiers.storage_link), \
                 link(tiers.storage_link)
         self.mirror = tiers.offload == "mirror"
-        self.threshold = tiers.threshold * total_blocks  # threshold offload: used blocks
+        # threshold offload: used blocks; lazy offload keeps every evicted block (0)
+        self.threshold = 0 if tiers.offload == "lazy" else tiers.threshold * total_blocks
         self.window = us(tiers.thrash_window_s)
         self.clock = clock
         self.log = log
@@ -92,9 +95,9 @@ class TieredKVCache(KVCache):
         """The node's host memory and disk go with the instance: the lower tiers too, and
         the transfers under way on its links."""
         super().wipe()
-        self.cpu.entries.clear()
+        self.cpu.clear()
         if self.storage is not None:
-            self.storage.entries.clear()
+            self.storage.clear()
         for each in (self.cpu_up, self.cpu_down, self.storage_up, self.storage_down):
             if each is not None:
                 each.free_at = 0
@@ -293,6 +296,9 @@ class TieredKVCache(KVCache):
             if tier.used + tier.free != tier.total or not 0 <= tier.used <= tier.total:
                 raise InvariantError(f"lower KV tier not conserved: {tier.used} used of "
                                      f"{tier.total}")
+            if not tier.policy.tracks(tier.entries):
+                raise InvariantError("a lower KV tier's eviction order lost track of its "
+                                     "blocks")
         if self.storage is not None and not self.cpu.entries.keys().isdisjoint(
                 self.storage.entries):
             raise InvariantError("a KV block hash is on both the CPU and the storage tier")

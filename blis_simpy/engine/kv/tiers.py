@@ -43,10 +43,30 @@ class Link:
 
 
 class EvictionPolicy(Protocol):
-    """Which hash a full tier drops, as an order kept on the tier's entries (oldest first)."""
+    """Which hash a full tier drops. LRU and FIFO keep it as the order of the tier's entries
+    (oldest first); others keep what they need beside it."""
 
     def touch(self, entries: OrderedDict[int, None], block_hash: int) -> None:
         """A stored block was used again (reloaded, or stored again)."""
+        ...
+
+    def stored(self, block_hash: int) -> None:
+        """A block was stored (it is the newest entry)."""
+        ...
+
+    def removed(self, block_hash: int) -> None:
+        """A block left the tier (dropped, or moved back up)."""
+        ...
+
+    def victim(self, entries: OrderedDict[int, None]) -> int:
+        """The hash to drop from a full tier."""
+        ...
+
+    def clear(self) -> None:
+        ...
+
+    def tracks(self, entries: OrderedDict[int, None]) -> bool:
+        """Whether what it keeps beside the entries is exactly about them (the checks)."""
         ...
 
 
@@ -56,15 +76,79 @@ class LRU:
     def touch(self, entries: OrderedDict[int, None], block_hash: int) -> None:
         entries.move_to_end(block_hash)
 
+    def stored(self, block_hash: int) -> None:
+        return None
 
-class FIFO:
+    def removed(self, block_hash: int) -> None:
+        return None
+
+    def victim(self, entries: OrderedDict[int, None]) -> int:
+        return next(iter(entries))
+
+    def clear(self) -> None:
+        return None
+
+    def tracks(self, entries: OrderedDict[int, None]) -> bool:
+        return True
+
+
+class FIFO(LRU):
     """First stored first, whatever happened since."""
 
     def touch(self, entries: OrderedDict[int, None], block_hash: int) -> None:
         return None
 
 
-EVICTION: dict[str, type[EvictionPolicy]] = {"lru": LRU, "fifo": FIFO}
+class LFU(LRU):
+    """Least frequently used first (seed 001 §6 EvictionPolicy "lfu"): the block stored or
+    reloaded the fewest times since it entered the tier; among equals the least recently used.
+    Blocks sit in one LRU-ordered bucket per use count, so a drop costs O(1)."""
+
+    def __init__(self) -> None:
+        self.uses: dict[int, int] = {}
+        self.buckets: dict[int, OrderedDict[int, None]] = {}
+        self.least = 1  # no bucket below it holds a block
+
+    def _put(self, block_hash: int, uses: int) -> None:
+        self.uses[block_hash] = uses
+        self.buckets.setdefault(uses, OrderedDict())[block_hash] = None
+
+    def _take(self, block_hash: int) -> int:
+        uses = self.uses.pop(block_hash)
+        bucket = self.buckets[uses]
+        del bucket[block_hash]
+        if not bucket:
+            del self.buckets[uses]
+        return uses
+
+    def touch(self, entries: OrderedDict[int, None], block_hash: int) -> None:
+        entries.move_to_end(block_hash)
+        self._put(block_hash, self._take(block_hash) + 1)
+
+    def stored(self, block_hash: int) -> None:
+        self._put(block_hash, 1)
+        self.least = 1
+
+    def removed(self, block_hash: int) -> None:
+        self._take(block_hash)
+
+    def victim(self, entries: OrderedDict[int, None]) -> int:
+        while self.least not in self.buckets:
+            self.least += 1
+        return next(iter(self.buckets[self.least]))
+
+    def clear(self) -> None:
+        self.uses.clear()
+        self.buckets.clear()
+        self.least = 1
+
+    def tracks(self, entries: OrderedDict[int, None]) -> bool:
+        return (self.uses.keys() == entries.keys()
+                and sum(len(b) for b in self.buckets.values()) == len(entries)
+                and all(self.least <= uses for uses in self.uses.values()))
+
+
+EVICTION: dict[str, type[EvictionPolicy]] = {"lru": LRU, "fifo": FIFO, "lfu": LFU}
 
 
 class LowerTier:
@@ -96,9 +180,16 @@ class LowerTier:
         room, if any."""
         dropped = None
         if len(self.entries) >= self.total:
-            dropped, _ = self.entries.popitem(last=False)
+            dropped = self.policy.victim(self.entries)
+            self.remove(dropped)
         self.entries[block_hash] = None
+        self.policy.stored(block_hash)
         return dropped
 
     def remove(self, block_hash: int) -> None:
         del self.entries[block_hash]
+        self.policy.removed(block_hash)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.policy.clear()
