@@ -49,10 +49,11 @@ class KVTiersConfig:
         "cached block is copied when the GPU evicts it, whatever its use")
     threshold: float = spec(0.9, help="threshold offload: GPU blocks used / total at which "
                             "evicted blocks are kept on the CPU", ge=0, le=1)
-    eviction: Literal["lru", "fifo", "lfu"] = spec(
+    eviction: Literal["lru", "fifo", "lfu", "priority"] = spec(
         "lru", help="which block a full lower tier drops: lru (least recently stored or "
-        "reloaded), fifo (first stored) or lfu (stored or reloaded the fewest times since it "
-        "came, the least recent among equals)")
+        "reloaded), fifo (first stored), lfu (stored or reloaded the fewest times since it "
+        "came) or priority (its last user, the request that released it on the GPU or "
+        "reloaded it, had the lowest priority); ties go to the least recently used")
     cpu_link: KVLinkConfig = spec(factory=KVLinkConfig, help="GPU <-> CPU link")
     storage_link: KVLinkConfig = spec(
         factory=lambda: KVLinkConfig(gb_per_s=5.0, base_latency_us=100),

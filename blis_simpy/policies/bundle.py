@@ -100,8 +100,8 @@ class OffloadParams:
 
     threshold: float = spec(0.9, help="threshold offload: GPU use at which evicted blocks are "
                             "kept", gt=0, le=1)
-    eviction: Literal["lru", "fifo", "lfu"] = spec("lru", help="which block a full lower "
-                                                   "tier drops")
+    eviction: Literal["lru", "fifo", "lfu", "priority"] = spec(
+        "lru", help="which block a full lower tier drops")
 
 
 OFFLOAD_TYPES = ("mirror", "threshold", "lazy")
