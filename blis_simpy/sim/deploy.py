@@ -25,7 +25,7 @@ from blis_simpy.config.deployment import (
 )
 from blis_simpy.config.node_pools import NodePool
 from blis_simpy.config.pd import Disaggregation
-from blis_simpy.config.resolve import config_scenario, kv_block_bytes, pool_config
+from blis_simpy.config.resolve import config_scenario, kv_block_bytes, kv_layers, pool_config
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
@@ -72,7 +72,7 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
             prefill = pool_scenario(scenario, model, config, pd, "prefill")
             handoff = PDHandoff(env, config.id, pd, gateway, Fleet(), Fleet(), recorder,
                                 kv_block_bytes(prefill), prefill.engine.block_size, routing(),
-                                checks)
+                                checks, kv_layers(prefill))
             choice.by_fleet[id(homes[-1])] = handoff
             pools += disaggregated(scenario, model, config, pd, env, homes, gateway,
                                    make, numbers, actuation, delays, log, handoff,
