@@ -52,6 +52,10 @@ def test_simulation_key_has_workload_sim_and_jitter_seeds_defaulting_to_seed():
     pinned = run(seed=9, seeds={"workload": 7})
     assert pinned.requests.arrival_s.equals(base.requests.arrival_s)
     assert crashes(pinned, base) != crashes(base, pinned)
+    # the key's policy and workload parts name what a search pairs runs on (the same requests)
+    assert pinned.evaluation.workload_id == base.evaluation.workload_id
+    assert other_requests.evaluation.workload_id != base.evaluation.workload_id
+    assert pinned.evaluation.policy_id == base.evaluation.policy_id
 
 
 def test_simulation_key_jitter_seed_moves_only_provisioning_delays():
