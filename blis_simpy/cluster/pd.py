@@ -18,7 +18,13 @@ prefill instances put into):
 2. transfer: over its link (one per prefill instance, or one shared), a SimPy Resource of
    capacity 1 (`TransferLink`): transfers sharing a link queue for it, first come first
    served, and each holds it for the base latency plus the prompt's blocks times the bytes
-   per block (model config, prefill TP) over the bandwidth.
+   per block (model config, prefill TP) over the bandwidth; sent in chunks or block by block
+   (`link.granularity`), each unit pays the base latency. With `link.pipeline` (layer-wise,
+   seed 001 §6 PipelineMode) the handoff starts when the prefill step starts: layer i's KV
+   can leave once the step has computed i+1 of the model's L layers, so the transfer ends at
+   max(max(t, S + c/L) + d, E + d/L) for a step from S to E (c = E - S) and a link taken at
+   t for a transfer of d: the later of the link's own time from the first layer on and the
+   last layer's share after the step.
 3. ownership moves in one step: the prefill instance frees its copy, the reserved blocks
    become the request's, and the decode instance receives it through its inbox. Until then
    the prefill instance owns the KV (and counts the request in flight), so every block has one
@@ -67,12 +73,14 @@ class Move:
     """One prefilled request on its way to a decode instance."""
 
     __slots__ = ("asked", "decode", "event", "prefill", "req", "reservation", "reserved",
-                 "start")
+                 "start", "step")
 
-    def __init__(self, req: Request, prefill: PrefillInstance, asked: int) -> None:
+    def __init__(self, req: Request, prefill: PrefillInstance, asked: int,
+                 step: tuple[int, int]) -> None:
         self.req = req
         self.prefill = prefill
-        self.asked = asked
+        self.asked = asked  # when the handoff began: the prefill step's end (its start when
+        self.step = step  # layer-wise), and that step's (start, end)
         self.decode: DecodeInstance | None = None
         self.reservation: Request | None = None
         self.reserved = self.start = -1
@@ -93,7 +101,8 @@ class PDHandoff:
 
     def __init__(self, env: Environment, config: str, pd: Disaggregation, gateway: Gateway,
                  prefill: Fleet, decode: Fleet, recorder: Recorder, block_bytes: int,
-                 block_size: int, routing: RoutingPolicy, checks: bool = False) -> None:
+                 block_size: int, routing: RoutingPolicy, checks: bool = False,
+                 layers: int = 1) -> None:
         self.env = env
         self.config = config
         self.pd = pd
@@ -105,6 +114,7 @@ class PDHandoff:
         self.block_size = block_size
         self.routing = routing  # the decode pool's own instance of the routing policy
         self.checks = checks
+        self.layers = layers
         self.timeout_us = round(pd.handoff_timeout_s * US_PER_S)
         link = pd.link
         self.base_us = round(link.base_latency_ms * US_PER_MS)
@@ -144,8 +154,14 @@ class PDHandoff:
     # -- the instances' reports (engine/pd.Handoff) ----------------------------------------
 
     def prefilled(self, instance: PrefillInstance, req: Request, ready: int) -> None:
-        move = Move(req, instance, ready)
+        """`req`'s prefill step has started (now) and ends at `ready`."""
+        now = self.env.now
+        pipeline = self.pd.link.pipeline  # layer-wise: the handoff starts with the step
+        move = Move(req, instance, now if pipeline else ready, (now, ready))
         self.moving[req.name] = move
+        if pipeline:
+            self.store.put(move)
+            return
         self.env.timeout(ready - self.env.now, move).callbacks.append(self._ready)
 
     def _ready(self, event: simpy.Event) -> None:
@@ -243,9 +259,24 @@ class PDHandoff:
         with link.request() as turn:  # (a transfer dropped meanwhile still takes its turn)
             yield turn
             move.start = env.now
-            yield env.timeout(link.duration(len(move.req.blocks)))
+            yield env.timeout(self._transfer_us(move, link, env.now))
         if self._current(move):
             self._move(move, env.now)
+
+    def _transfer_us(self, move: Move, link: TransferLink, now: int) -> int:
+        """How long the transfer holds the link from `now`: its units' base latencies plus
+        its bytes, and with layer-wise pipelining what the prefill step still computes."""
+        blocks = len(move.req.blocks)
+        link_pd = self.pd.link
+        units = (1 if link_pd.granularity == "request" else blocks
+                 if link_pd.granularity == "block" else -(-blocks // link_pd.chunk_blocks))
+        took = link.duration(blocks) + max(units - 1, 0) * self.base_us
+        if not link_pd.pipeline:
+            return took
+        (start, end), layers = move.step, self.layers
+        first = start + -(-(end - start) // layers)  # the first layer's KV is computed
+        last = -(-took // layers)  # the last layer's share, sent after the step
+        return max(max(now, first) + took, end + last) - now
 
     def _current(self, move: Move) -> bool:
         """The move still under way: not ended early (a request lost with an instance and

@@ -42,15 +42,18 @@ class KVTiersConfig:
                            ge=0, le=MAX_KV_BLOCKS)
     storage_blocks: int = spec(0, help="storage tier below the CPU (what the CPU tier evicts "
                                "goes there), in blocks; 0 = none", ge=0, le=MAX_KV_BLOCKS)
-    offload: Literal["mirror", "threshold"] = spec(
-        "mirror", help="mirror: every full hashed block is copied to the CPU tier as it is "
-        "computed (vLLM v1 OffloadingConnector / LMCache); threshold: a cached block is copied "
-        "when the GPU evicts it while GPU use is at or above `threshold`")
+    offload: Literal["mirror", "threshold", "lazy"] = spec(
+        "mirror", help="mirror (eager): every full hashed block is copied to the CPU tier as it "
+        "is computed (vLLM v1 OffloadingConnector / LMCache); threshold: a cached block is "
+        "copied when the GPU evicts it while GPU use is at or above `threshold`; lazy: a "
+        "cached block is copied when the GPU evicts it, whatever its use")
     threshold: float = spec(0.9, help="threshold offload: GPU blocks used / total at which "
                             "evicted blocks are kept on the CPU", ge=0, le=1)
-    eviction: Literal["lru", "fifo"] = spec(
+    eviction: Literal["lru", "fifo", "lfu", "priority"] = spec(
         "lru", help="which block a full lower tier drops: lru (least recently stored or "
-        "reloaded) or fifo (first stored)")
+        "reloaded), fifo (first stored), lfu (stored or reloaded the fewest times since it "
+        "came) or priority (its last user, the request that released it on the GPU or "
+        "reloaded it, had the lowest priority); ties go to the least recently used")
     cpu_link: KVLinkConfig = spec(factory=KVLinkConfig, help="GPU <-> CPU link")
     storage_link: KVLinkConfig = spec(
         factory=lambda: KVLinkConfig(gb_per_s=5.0, base_latency_us=100),

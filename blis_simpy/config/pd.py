@@ -54,6 +54,23 @@ class TransferLink:
                                   le=MAX_SIM_S * 1000)
     shared: bool = spec(False, help="false: one link per prefill instance (its NIC); true: "
                         "one link for the whole deployment config")
+    granularity: Literal["request", "chunk", "block"] = spec(
+        "request", help="the units a transfer is sent in, each paying base_latency_ms: "
+        "request (the prompt's KV as one transfer), chunk (chunk_blocks blocks each) or block "
+        "(one KV block each)", omit_default=True)
+    chunk_blocks: int = spec(16, help="granularity chunk: KV blocks per chunk", ge=1,
+                             le=MAX_INT, omit_default=True)
+    pipeline: bool = spec(
+        False, help="layer-wise transfer (seed 001 §6 PipelineMode): each layer's KV is sent "
+        "as soon as the prefill step has computed it, so the transfer overlaps the prefill "
+        "instead of starting after it (the decode room is reserved, and the link taken, at "
+        "the step's start)", omit_default=True)
+
+    def validate(self, path: str) -> None:
+        if self.granularity != "chunk" and self.chunk_blocks != 16:
+            raise ScenarioError(join(path, "chunk_blocks"), f"is only read by granularity "
+                                f"chunk, not {self.granularity!r}",
+                                "leave it out, or granularity: chunk")
 
 
 @dataclass(frozen=True, slots=True)

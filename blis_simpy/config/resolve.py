@@ -187,6 +187,16 @@ def kv_block_bytes(scenario: Scenario) -> int:
     return size or 0
 
 
+def kv_layers(scenario: Scenario) -> int:
+    """The model's layers (each holds its own slice of a KV block); 1 if the config is
+    unknown."""
+    config = model_config_of(scenario.model, scenario.latency) or {}
+    text = config.get("text_config")
+    layers = ({**config, **text} if isinstance(text, dict) else config).get("num_hidden_layers")
+    return layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 \
+        else 1
+
+
 def memory_blocks(model: Any, latency: Any, block_size: int) -> int | None:
     """The KV blocks that fit in the GPUs' memory beside the weights (config/memory.py);
     None when that cannot be worked out, including an unreadable model or hardware config,
@@ -275,9 +285,6 @@ def resolve_pools(scenario: Scenario, model: ModelDeployment, config: Deployment
             own[role] = resolve(config_scenario(scenario, model, pool_config(config, pool)))
         except ScenarioError as exc:
             raise ScenarioError(f"{path}.pd.{role}", exc.text) from None
-        if own[role].engine.kv_tiers.enabled:
-            raise ScenarioError(f"{path}.pd.{role}.engine.kv_tiers", "KV tiers and P/D "
-                                "disaggregation do not combine yet", "no kv_tiers")
         pools[role] = dataclasses.replace(pool, gpu=own[role].model.gpu, tp=own[role].model.tp,
                                           latency=to_plain(own[role].latency),
                                           engine=to_plain(own[role].engine))

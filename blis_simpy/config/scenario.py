@@ -46,11 +46,13 @@ from blis_simpy.core.yamlio import dump_yaml, load_yaml
 if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentSection
     from blis_simpy.config.faults import FaultsConfig
+    from blis_simpy.config.seeds import SeedsConfig
 
-# Most scenarios have no deployment or faults section: their classes load when one does
+# Most scenarios have no deployment, faults or seeds section: their classes load when one does
 # (core/schema.py: FieldTypes), not with every scenario.
 LAZY_TYPES = {"DeploymentSection": "blis_simpy.config.deployment",
-              "FaultsConfig": "blis_simpy.config.faults"}
+              "FaultsConfig": "blis_simpy.config.faults",
+              "SeedsConfig": "blis_simpy.config.seeds"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +315,9 @@ class Scenario:
     name: str = spec("scenario", help="short name, used for the default output folder "
                      "out/<name>; default: the YAML file's name without .yaml")
     seed: int = spec(42, help="master seed; every random stream derives from it")
+    seeds: SeedsConfig | None = spec(
+        None, help="the seed's parts (001 §13's SimulationKey): workload, sim and jitter "
+        "seeds, each defaulting to seed", omit_default=True)
     compat: Literal["none", "blis"] = spec(
         "none", help="blis: reproduce the reference BLIS's reported numbers "
         "(docs/reference/compat.md)"
@@ -335,6 +340,24 @@ class Scenario:
         None, help="instance crashes (at given times, or by MTBF/MTTR), pools lost, slowed "
         "instances, and what becomes of the requests a failed instance held (native mode)",
         omit_default=True)
+
+    @property
+    def workload_seed(self) -> int:
+        """The seed of every workload stream (seeds.workload, else seed)."""
+        part = self.seeds.workload if self.seeds is not None else None
+        return self.seed if part is None else part
+
+    @property
+    def sim_seed(self) -> int:
+        """The seed of the simulation's chance events (seeds.sim, else seed)."""
+        part = self.seeds.sim if self.seeds is not None else None
+        return self.seed if part is None else part
+
+    @property
+    def jitter_seed(self) -> int:
+        """The seed of timing noise (seeds.jitter, else seed)."""
+        part = self.seeds.jitter if self.seeds is not None else None
+        return self.seed if part is None else part
 
     @property
     def horizon_us(self) -> int | None:

@@ -8,13 +8,22 @@ closed-loop users and behaviours). The sources that generate the requests are
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from blis_simpy.config.arrivals import ArrivalProcess, LoadProfile, PoissonProcess
 from blis_simpy.config.distributions import Constant, Distribution, Exponential, Gaussian
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
-from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, us
+from blis_simpy.core.units import MAX_FLOAT, MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, us
+
+if TYPE_CHECKING:
+    from blis_simpy.config.sessions import Archetype, SessionModel
+
+# Archetypes and session models load when a scenario has them (core/schema.py: FieldTypes).
+LAZY_TYPES = {"Archetype": "blis_simpy.config.sessions",
+              "SessionModel": "blis_simpy.config.sessions"}
+
+MAX_SHARE = MAX_FLOAT
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +48,12 @@ class PrefixUse:
                                     ge=0, le=1)
 
 
+# The length shapes whose quantile function a correlated draw needs (workload/copula.py).
+CORRELATABLE = ("gaussian", "constant", "uniform", "exponential", "lognormal", "empirical")
+CORRELATION_HELP = ("Gaussian-copula correlation between a request's prompt and output lengths "
+                    "(-1..1; each keeps its own distribution; 0: independent draws)")
+
+
 @dataclass(frozen=True, slots=True)
 class ChatConfig:
     turns: Distribution = spec(factory=lambda: Constant(value=4.0),
@@ -51,6 +66,16 @@ class ChatConfig:
         "max_context_tokens")
     max_context_tokens: int = spec(8192, help="bounded growth: longest carried history", ge=1,
                                    le=MAX_TOKENS)
+    session: SessionModel | None = spec(
+        None, help="a Markov model of the session: each turn's state sets its lengths and "
+        "think time, and the transitions decide the next state and when the session ends "
+        "(then turns is not used)", omit_default=True)
+
+    def validate(self, path: str) -> None:
+        if self.session is not None and self.turns != Constant(value=4.0):
+            raise ScenarioError(join(path, "turns"), "is not used: with a session model its "
+                                "transitions decide when a session ends",
+                                "leave turns out, or drop session")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +138,12 @@ class TenantSpec:
     chat: ChatConfig = spec(factory=ChatConfig, help="request_type chat: session shape")
     agentic: AgenticConfig = spec(factory=AgenticConfig, help="request_type agentic")
     reasoning: ReasoningConfig = spec(factory=ReasoningConfig, help="request_type reasoning")
+    length_correlation: float = spec(0.0, help=CORRELATION_HELP, ge=-1, le=1,
+                                     omit_default=True)
+    archetypes: dict[str, float] = spec(
+        factory=dict, help="mix of the workload's archetypes by share of this tenant's arrivals "
+        "(so of its rate); each arrival (a whole session) is one archetype's; empty: the "
+        "tenant's own shape", omit_default=True)
     closed_loop: ClosedLoop | None = spec(None, help="fixed users instead of an arrival process")
     behavior: Behavior = spec(factory=Behavior, help="misbehaviour, for robustness studies")
     timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
@@ -131,6 +162,8 @@ class TenantsWorkload:
                                     le=MAX_REQUESTS)
     load_profile: LoadProfile | None = spec(None, help="time-varying rate multiplier")
     prefix_groups: list[PrefixGroup] = spec(factory=list, help="shared system prompts")
+    archetypes: list[Archetype] = spec(factory=list, help="named user archetypes (request "
+                                       "shapes) that tenants mix", omit_default=True)
     timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
                                    "which a request is abandoned wherever it is (gateway, "
                                    "queue or batch; terminal state timed_out); tenants may "
@@ -158,15 +191,72 @@ class TenantsWorkload:
             if tenant.prefix and not groups:
                 raise ScenarioError(join(path, f"tenants[{i}].prefix"),
                                     "needs workload.prefix_groups")
+        self.check_shapes(path)
         if sum(t.rate_fraction for t in self.tenants if t.closed_loop is None) <= 0 and all(
                 t.closed_loop is None for t in self.tenants):
             raise ScenarioError(join(path, "tenants"), "every rate_fraction is 0")
+
+    def check_shapes(self, path: str) -> None:
+        """Archetype mixes name defined archetypes with a positive total share; a correlated
+        length pair has quantile functions (every shape but pareto-lognormal)."""
+        names = [a.id for a in self.archetypes]
+        for i, archetype in enumerate(self.archetypes):
+            if archetype.id in names[:i]:
+                raise ScenarioError(join(path, f"archetypes[{i}].id"),
+                                    f"duplicate {archetype.id!r}")
+        for i, tenant in enumerate(self.tenants):
+            where = join(path, f"tenants[{i}]")
+            for name, share in tenant.archetypes.items():
+                if name not in names:
+                    raise ScenarioError(join(where, f"archetypes.{name}"), f"unknown archetype "
+                                        f"{name!r}", ", ".join(names) or "define "
+                                        "workload.archetypes")
+                if not 0 <= share <= MAX_SHARE:
+                    raise ScenarioError(join(where, f"archetypes.{name}"), f"share {share!r} "
+                                        "is not a finite number >= 0", f"0..{MAX_SHARE:g}")
+            if tenant.archetypes and sum(tenant.archetypes.values()) <= 0:
+                raise ScenarioError(join(where, "archetypes"), "every share is 0",
+                                    "a positive share for at least one archetype")
+            for shape, key in self.shapes(tenant):
+                if shape.correlation != 0:
+                    for kind, dist in (("prompt", shape.prompt), ("output", shape.output)):
+                        if dist.type not in CORRELATABLE:
+                            raise ScenarioError(join(where, key), f"correlates the {kind} "
+                                                f"length, whose {dist.type} distribution has "
+                                                "no quantile function", ", ".join(CORRELATABLE))
+
+    def shapes(self, tenant: TenantSpec) -> list[tuple[Shape, str]]:
+        """The request shapes a tenant's arrivals draw from (its own, or its archetypes'),
+        each with the key that sets its correlation."""
+        if not tenant.archetypes:
+            return [(Shape(tenant.prompt, tenant.output, tenant.length_correlation),
+                     "length_correlation")]
+        by_id = {a.id: a for a in self.archetypes}
+        return [(Shape.of(tenant, by_id[name]), f"archetypes.{name}")
+                for name in tenant.archetypes]
 
     @property
     def open_fraction_total(self) -> float:
         """Sum of the open-loop tenants' rate fractions; each tenant's rate is its fraction of
         rate_per_s divided by this (warned about when it is not 1)."""
         return sum(t.rate_fraction for t in self.tenants if t.closed_loop is None)
+
+
+class Shape:
+    """One request shape: its prompt and output length distributions and their correlation.
+    (A plain class: every run imports this module, and a dataclass costs start-up.)"""
+
+    __slots__ = ("correlation", "output", "prompt")
+
+    def __init__(self, prompt: Distribution, output: Distribution, correlation: float) -> None:
+        self.prompt, self.output, self.correlation = prompt, output, correlation
+
+    @classmethod
+    def of(cls, tenant: TenantSpec, archetype: Archetype) -> Shape:
+        """An archetype's shape, the tenant's where the archetype leaves a part unset."""
+        return cls(archetype.prompt or tenant.prompt, archetype.output or tenant.output,
+                   tenant.length_correlation if archetype.length_correlation is None
+                   else archetype.length_correlation)
 
 
 @dataclass(frozen=True, slots=True)

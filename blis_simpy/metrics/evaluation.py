@@ -133,8 +133,10 @@ def policy_id(scenario: Scenario) -> str:
 
 
 def workload_id(scenario: Scenario) -> str:
+    """The requests a run served: the workload section and the seed they were drawn with
+    (`seeds.workload`, else `seed`: the SimulationKey's workload seed, 001 §13)."""
     plain = scenario.to_dict()
-    return f"{scenario.name}:{plain['workload']['type']}:seed={scenario.seed}#" \
+    return f"{scenario.name}:{plain['workload']['type']}:seed={scenario.workload_seed}#" \
         f"{digest(plain['workload'])}"
 
 

@@ -8,7 +8,7 @@ only `params` changes those parameters of the scenario's template and keeps the 
 Axes: the gateway's and engines' (`admission`, `priority`, `routing`, `scheduler`), the
 autoscaler's policy (`autoscale`, for a scenario with `deployment.autoscaler`), the P/D
 decider (`pd`: `always | never | prefix-threshold`, for every disaggregated config) and the
-KV tiers' offload (`kv_tiers`: `mirror | threshold`, params `threshold` and `eviction`, for a
+KV tiers' offload (`kv_tiers`: `mirror | threshold | lazy`, params `threshold` and `eviction`, for a
 scenario with `engine.kv_tiers`). Where an axis lands depends on the scenario, so
 `overrides(scenario)` takes it.
 
@@ -100,10 +100,11 @@ class OffloadParams:
 
     threshold: float = spec(0.9, help="threshold offload: GPU use at which evicted blocks are "
                             "kept", gt=0, le=1)
-    eviction: Literal["lru", "fifo"] = spec("lru", help="which block a full lower tier drops")
+    eviction: Literal["lru", "fifo", "lfu", "priority"] = spec(
+        "lru", help="which block a full lower tier drops")
 
 
-OFFLOAD_TYPES = ("mirror", "threshold")
+OFFLOAD_TYPES = ("mirror", "threshold", "lazy")
 PD_TYPES = ("always", "never", "prefix-threshold")
 
 

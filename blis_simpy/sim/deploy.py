@@ -25,7 +25,7 @@ from blis_simpy.config.deployment import (
 )
 from blis_simpy.config.node_pools import NodePool
 from blis_simpy.config.pd import Disaggregation
-from blis_simpy.config.resolve import config_scenario, kv_block_bytes, pool_config
+from blis_simpy.config.resolve import config_scenario, kv_block_bytes, kv_layers, pool_config
 from blis_simpy.config.scenario import EngineConfig, Scenario
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
@@ -55,13 +55,13 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
     assert section is not None
     autoscaler = section.autoscaler
     actuation = autoscaler.actuation if autoscaler is not None else Actuation()
-    delays = actuation_delays(actuation, scenario.seed)
+    delays = actuation_delays(actuation, scenario.jitter_seed)
     several = len(section.models) > 1
     numbers = itertools.count()
     pools: list[DeploymentPool] = []
     fleets: dict[str, Fleet] = {}
     choice = PoolChoice()
-    placement = Placement(env, section.node_pools, log, node_provisioning(scenario.seed)) \
+    placement = Placement(env, section.node_pools, log, node_provisioning(scenario.jitter_seed)) \
         if section.node_pools else None
     for model, config in section.configs():
         fleets.setdefault(model.name, Fleet() if several else fleet)
@@ -72,7 +72,7 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
             prefill = pool_scenario(scenario, model, config, pd, "prefill")
             handoff = PDHandoff(env, config.id, pd, gateway, Fleet(), Fleet(), recorder,
                                 kv_block_bytes(prefill), prefill.engine.block_size, routing(),
-                                checks)
+                                checks, kv_layers(prefill))
             choice.by_fleet[id(homes[-1])] = handoff
             pools += disaggregated(scenario, model, config, pd, env, homes, gateway,
                                    make, numbers, actuation, delays, log, handoff,

@@ -19,7 +19,7 @@ from blis_simpy.workload.sampling import sample_seconds
 def inject(scenario: Scenario, env: Environment, fleet: Fleet, pools: Sequence[Pool],
            recorder: Recorder) -> FaultInjector:
     assert scenario.faults is not None
-    rng = stream(scenario.seed, "faults")
+    rng = stream(scenario.sim_seed, "faults")
 
     def draw(dist: Distribution) -> float:
         """One duration, at most MAX_SIM_S (a long tail never overflows the clock)."""

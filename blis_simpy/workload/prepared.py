@@ -41,7 +41,7 @@ def workload_key(scenario: Scenario) -> str:
     against them)."""
     plain = scenario.to_dict()
     models = plain.get("deployment") and [m["name"] for m in plain["deployment"]["models"]]
-    return json.dumps([plain["workload"], plain["seed"], plain["horizon_s"],
+    return json.dumps([plain["workload"], scenario.workload_seed, plain["horizon_s"],
                        plain["engine"]["block_size"], plain["compat"], models],
                       sort_keys=True, default=str)
 

@@ -70,7 +70,7 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
         return Source((), list(prepared.notes), len(prepared.requests))
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
-        TenantWorkload(env, workload, scenario.seed, deliver,
+        TenantWorkload(env, workload, scenario.workload_seed, deliver,
                        None if keep_tokens else scenario.engine.block_size)
         return Source((), [], workload.max_requests)
     source = requests_of(scenario, reference_draws=reference_draws, prehash=not keep_tokens)
@@ -88,11 +88,11 @@ def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = Tr
     timed = False
     if isinstance(workload, DistributionWorkload):
         make = compat_requests if reference_draws else native_requests
-        requests = make(workload, scenario.seed, horizon)
+        requests = make(workload, scenario.workload_seed, horizon)
         expected = workload.num_requests
     else:
         assert isinstance(workload, TraceWorkload)
-        trace = load_trace(workload, seed=scenario.seed, horizon=horizon,
+        trace = load_trace(workload, seed=scenario.workload_seed, horizon=horizon,
                            truncate=reference_draws)
         served_models(scenario, trace)
         requests, notes, expected = trace.requests(), trace.notes, len(trace)

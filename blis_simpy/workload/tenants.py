@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
 from blis_simpy.config.arrivals import ConstantProfile
 from blis_simpy.config.distributions import Distribution
-from blis_simpy.config.workload import TenantSpec, TenantsWorkload
+from blis_simpy.config.workload import Shape, TenantSpec, TenantsWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.hashing import block_hashes
 from blis_simpy.core.loop import NamedProcess
@@ -35,6 +36,9 @@ from blis_simpy.workload.sampling import (
     one_token_count,
 )
 
+if TYPE_CHECKING:  # imported where used: every run imports this module, few use them
+    from blis_simpy.workload.session_walk import SessionWalk
+
 Process = Generator[simpy.Event, object, None]
 
 
@@ -49,6 +53,16 @@ class TenantStreams:
 
     def count(self, dist: Distribution, factor: float = 1.0) -> int:
         return max(1, round(one_token_count(dist, self.lengths) * factor))
+
+    def counts(self, prompt: Distribution, output: Distribution, rho: float,
+               factors: tuple[float, float]) -> tuple[int, int]:
+        """A request's (prompt, output) token counts: independent draws, or correlated by a
+        Gaussian copula with coefficient `rho` (workload/copula.py)."""
+        if rho == 0:
+            return self.count(prompt, factors[0]), self.count(output, factors[1])
+        from blis_simpy.workload.copula import correlated_counts
+        p, o = correlated_counts(prompt, output, rho, self.lengths)
+        return max(1, round(p * factors[0])), max(1, round(o * factors[1]))
 
     def seconds(self, dist: Distribution) -> float:
         return one_duration(dist, self.lengths)
@@ -91,6 +105,13 @@ class TenantWorkload:
                 names = list(tenant.prefix.groups or sorted(self.prefix_tokens))
                 pick = WeightedPick.of([popularity[n] for n in names])
                 self.prefix_choice[tenant.id] = (names, pick)
+        # Each tenant's request shapes (its own, or its archetypes') and the pick among them.
+        self.shapes: dict[str, tuple[list[Shape], WeightedPick | None]] = {}
+        for tenant in workload.tenants:
+            shapes = [shape for shape, _ in workload.shapes(tenant)]
+            mix = (WeightedPick.of(list(tenant.archetypes.values())) if tenant.archetypes
+                   else None)
+            self.shapes[tenant.id] = (shapes, mix)
         open_total = workload.open_fraction_total
         for tenant in workload.tenants:
             streams = TenantStreams(seed, tenant.id)
@@ -137,13 +158,26 @@ class TenantWorkload:
         name = names[pick.pick(streams.choices)]
         return self.prefix_tokens[name], self.prefix_hashes[name]
 
-    def _prompt(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
-        factor = tenant.behavior.prompt_multiplier if tenant.behavior.type == "abusive" else 1
-        return streams.ids(streams.count(tenant.prompt, factor))
+    def _shape(self, tenant: TenantSpec, streams: TenantStreams) -> Shape:
+        """The shape of one arrival's requests: the tenant's, or an archetype's by its share."""
+        shapes, mix = self.shapes[tenant.id]
+        return shapes[0] if mix is None else shapes[mix.pick(streams.choices)]
 
-    def _output(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
+    def _counts(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams,
+                walk: SessionWalk | None = None) -> tuple[int, int]:
+        """One request's (prompt, output) token counts; a session state's lengths, if set,
+        stand in for the shape's."""
+        abusive = tenant.behavior.type == "abusive"
+        factors = ((tenant.behavior.prompt_multiplier, tenant.behavior.output_multiplier)
+                   if abusive else (1.0, 1.0))
+        prompt, output = shape.prompt, shape.output
+        if walk is not None:
+            prompt, output = walk.lengths(prompt, output)
+        return streams.counts(prompt, output, shape.correlation, factors)
+
+    def _output(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams) -> np.ndarray:
         factor = tenant.behavior.output_multiplier if tenant.behavior.type == "abusive" else 1
-        return streams.ids(streams.count(tenant.output, factor))
+        return streams.ids(streams.count(shape.output, factor))
 
     # -- processes ----------------------------------------------------------------------------
 
@@ -163,14 +197,16 @@ class TenantWorkload:
     def _start(self, tenant: TenantSpec, streams: TenantStreams) -> simpy.Process | Request:
         """One arrival: a single request, or a session process."""
         kind = tenant.request_type
+        shape = self._shape(tenant, streams)
         if kind in ("chat", "agentic"):
             self.sessions += 1
             session = f"{tenant.id}-s{self.sessions}"
             run = self._chat if kind == "chat" else self._agentic
-            return NamedProcess(self.env, run(tenant, streams, session), session)
+            return NamedProcess(self.env, run(tenant, shape, streams, session), session)
         prefix, known = self._prefix(tenant, streams)
-        prompt = np.concatenate((prefix, self._prompt(tenant, streams)))
-        output = self._output(tenant, streams)
+        prompt_n, output_n = self._counts(tenant, shape, streams)
+        prompt = np.concatenate((prefix, streams.ids(prompt_n)))
+        output = streams.ids(output_n)
         if kind == "reasoning":
             steps = streams.count(tenant.reasoning.chain_length)
             thinking = sum(streams.count(tenant.reasoning.tokens_per_step) for _ in range(steps))
@@ -192,34 +228,58 @@ class TenantWorkload:
             yield self.env.timeout(end - self.env.now)
         return delivered
 
-    def _chat(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
+    def _chat(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams, session: str
+              ) -> Process:
+        """A chat session: a fixed number of turns, or a walk of the session model's states."""
         chat = tenant.chat
         prefix, known = self._prefix(tenant, streams)
+        walk: SessionWalk | None = None
+        if chat.session is not None:
+            from blis_simpy.workload.session_walk import SessionWalk
+            walk = SessionWalk(chat.session, streams.choices)
+        turns = streams.count(chat.turns) if walk is None else walk.max_turns
         exchanges: list[np.ndarray] = []
-        for turn in range(streams.count(chat.turns)):
+        for turn in range(turns):
             if self.exhausted:
                 return
-            message = self._prompt(tenant, streams)
+            message_n, output_n = self._counts(tenant, shape, streams, walk)
+            message = streams.ids(message_n)
             prompt = np.concatenate([prefix, *carried(exchanges, chat.context_growth,
                                                       chat.max_context_tokens, turn), message])
-            output = self._output(tenant, streams)
+            output = streams.ids(output_n)
             req, hashes = self._issue(tenant, prompt, output, "chat", known, session, turn)
             if not (yield from self._respond(req)):
                 return
             if chat.context_growth == "linear":  # the next prompt starts with this exchange
                 known = hashes
             exchanges.append(np.concatenate((message, output)))
+            think = chat.think_time_s
+            if walk is not None:
+                think = walk.think(think)
+                if not walk.advance():
+                    return
             yield from self._wait_until(self.env.now + round(
-                streams.seconds(chat.think_time_s) * US_PER_S))
+                streams.seconds(think) * US_PER_S))
 
-    def _agentic(self, tenant: TenantSpec, streams: TenantStreams, session: str) -> Process:
+    def _agentic(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams, session: str
+                 ) -> Process:
+        """An agentic task; a length correlation pairs the task's prompt with the first step's
+        output (a later step's output is drawn alone)."""
         agent = tenant.agentic
         prefix, known = self._prefix(tenant, streams)
-        context = np.concatenate((prefix, self._prompt(tenant, streams)))
+        first = 0
+        if shape.correlation == 0:
+            factor = tenant.behavior.prompt_multiplier if tenant.behavior.type == "abusive" \
+                else 1
+            prompt_n = streams.count(shape.prompt, factor)
+        else:
+            prompt_n, first = self._counts(tenant, shape, streams)
+        context = np.concatenate((prefix, streams.ids(prompt_n)))
         calls_left = streams.count(agent.max_tool_calls)
         step = 0
         while not self.exhausted:
-            output = self._output(tenant, streams)
+            output = streams.ids(first) if first else self._output(tenant, shape, streams)
+            first = 0
             req, known = self._issue(tenant, context, output, "agentic", known, session, step)
             delivered = yield from self._respond(req)
             if (not delivered or calls_left <= 0 or self.exhausted

@@ -30,6 +30,7 @@ import numpy as np
 from blis_simpy.config.distributions import Distribution, mean_of
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import (
+    ChatConfig,
     DistributionWorkload,
     TenantSpec,
     TenantsWorkload,
@@ -173,8 +174,11 @@ def per_arrival(workload: TenantsWorkload, tenant: TenantSpec, where: str, what:
                 arrivals: list[Factor]) -> Source:
     """What one arrival of `tenant` starts: its requests, their tokens, the largest one."""
     abusive = tenant.behavior.type == "abusive"
-    message = count(tenant.prompt) * (tenant.behavior.prompt_multiplier if abusive else 1)
-    answer = count(tenant.output) * (tenant.behavior.output_multiplier if abusive else 1)
+    shapes = [shape for shape, _ in workload.shapes(tenant)]  # the longest archetype's
+    message = max(count(s.prompt) for s in shapes) * (
+        tenant.behavior.prompt_multiplier if abusive else 1)
+    answer = max(count(s.output) for s in shapes) * (
+        tenant.behavior.output_multiplier if abusive else 1)
     prefix = prefix_tokens(workload, tenant)
     kind = tenant.request_type
     base = prefix + message + answer
@@ -200,6 +204,8 @@ def chat_source(tenant: TenantSpec, where: str, what: str, arrivals: list[Factor
     """A session of n turns; turn k carries the history of the k before it (all of it, the
     last ceil(sqrt(k)) exchanges, or at most max_context_tokens)."""
     chat = tenant.chat
+    if chat.session is not None:
+        return session_source(chat, where, what, arrivals, prefix, message, answer)
     turns = count(chat.turns)
     exchange = message + answer
     if chat.context_growth == "linear":
@@ -215,6 +221,46 @@ def chat_source(tenant: TenantSpec, where: str, what: str, arrivals: list[Factor
     return Source(what, arrivals, Factor(f"{where}.chat.turns", turns, "turns"), tokens,
                   prefix + last + exchange, f"{where}.chat.turns",
                   f"the last of {turns:,.4g} turns carries about {last:,.4g} tokens of history")
+
+
+def session_source(chat: ChatConfig, where: str, what: str, arrivals: list[Factor],
+                   prefix: float, message: float, answer: float) -> Source:
+    """A session Markov model's session: turn k happens with the probability the walk has not
+    ended before it (the start state's row of the transition matrix raised to k), so the
+    expected turns and carried history are sums over k; lengths are the longest state's."""
+    model = chat.session
+    assert model is not None
+    ids = {state.id: i for i, state in enumerate(model.states)}
+    moves = np.zeros((len(ids), len(ids)))
+    for state in model.states:
+        for target, p in state.next.items():
+            moves[ids[state.id], ids[target]] += p
+    message = max([message, *(count(st.prompt) for st in model.states if st.prompt)])
+    answer = max([answer, *(count(st.output) for st in model.states if st.output)])
+    exchange = message + answer
+    at = np.zeros(len(ids))
+    at[ids[model.start]] = 1.0
+    turns = carried = 0.0
+    last = 0.0
+    for k in range(model.max_turns):
+        happens = float(at.sum())
+        if happens <= 0:
+            break
+        if chat.context_growth == "linear":
+            history = exchange * k
+        elif chat.context_growth == "sublinear":
+            history = exchange * math.ceil(math.sqrt(k))
+        else:
+            history = min(exchange * k, chat.max_context_tokens)
+        turns += happens
+        carried += happens * history
+        last = history
+        at = at @ moves
+    tokens = turns * (prefix + exchange) + carried
+    return Source(what, arrivals, Factor(f"{where}.chat.session", turns, "turns"), tokens,
+                  prefix + last + exchange, f"{where}.chat.session.max_turns",
+                  f"the session's last possible turn carries about {last:,.4g} tokens of "
+                  "history")
 
 
 def agentic_source(tenant: TenantSpec, where: str, what: str, arrivals: list[Factor],

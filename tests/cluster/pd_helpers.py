@@ -20,7 +20,8 @@ def pd_scenario(*, prefill: int = 1, decode: int = 1, rate: float = 20.0, reques
                 prompt: int = 1024, output: int = 32, kv_blocks: int = 2048,
                 decode_kv_blocks: int | None = None, seed: int = 7,
                 pd: dict[str, Any] | None = None, timeout_s: float | None = None,
-                max_running: int = 16) -> dict[str, Any]:
+                max_running: int = 16, kv_tiers: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
     """One model served by one disaggregated config of `prefill` and `decode` fixed replicas;
     a distribution workload of `requests` requests around `prompt` and `output` tokens."""
     section: dict[str, Any] = {
@@ -38,11 +39,16 @@ def pd_scenario(*, prefill: int = 1, decode: int = 1, rate: float = 20.0, reques
         "output": {"mean": output, "stdev": output // 2, "min": 1, "max": 4 * output}}
     if timeout_s is not None:
         workload["timeout_s"] = timeout_s
+    if kv_tiers is not None and decode_kv_blocks is not None:
+        section["decode"]["engine"]["kv_tiers"] = kv_tiers
+    engine: dict[str, Any] = {"max_running_requests": max_running, "kv_blocks": kv_blocks}
+    if kv_tiers is not None:
+        engine["kv_tiers"] = kv_tiers
     return {
         "version": 1, "name": "pd-test", "seed": seed,
         "model": {"name": MODEL, "gpu": "H100", "tp": 1},
         "latency": {"type": "blackbox"},  # the catalog's coefficients: what these tests pin
-        "engine": {"max_running_requests": max_running, "kv_blocks": kv_blocks},
+        "engine": engine,
         "workload": workload,
         "deployment": {"models": [{"name": MODEL, "configs": [{
             "id": "pd", "architecture": "disaggregated_pd", "pd": section}]}]},

@@ -46,6 +46,68 @@ def test_transfer_time_is_base_latency_plus_kv_bytes_over_bandwidth():
     assert round((row.end_s - row.start_s) * 1e6) == 8_389 + 50
 
 
+def transfer_of(link: dict[str, Any], prompt: int = 1600) -> Any:
+    data = pd_scenario(requests=1, prompt=prompt, output=8, pd={"link": link})
+    data["workload"]["prompt"] = const(prompt)
+    result, _ = run_pd(data)
+    return result.transfers.iloc[0], result
+
+
+def test_pd_transfer_granularity_pays_the_base_latency_per_unit():
+    """Seed 001 §6 TransferGranularity: a transfer sent in chunks, or block by block, pays the
+    link's base latency for each unit; the bytes take as long as ever. 100 blocks (see above):
+    request 8,389 + 50 µs; chunks of 16 blocks: 7 units; blocks: 100 units."""
+    for link, units in (({}, 1), ({"granularity": "chunk", "chunk_blocks": 16}, 7),
+                        ({"granularity": "block"}, 100)):
+        row, _ = transfer_of(link)
+        assert row.blocks == 100
+        assert round((row.end_s - row.start_s) * 1e6) == 8_389 + 50 * units, link
+
+
+def test_pd_pipelined_layer_wise_transfer_overlaps_the_prefill_step():
+    """Seed 001 §6 PipelineMode (layer-wise): the handoff starts with the prefill step, and
+    layer i's KV leaves once the step has computed it, so the KV is on the decode instance
+    max(S + c/L + d, E + d/L) after a step from S to E (c = E - S; L = 32 layers of
+    Llama-3.1-8B; d the transfer) instead of E + d; the second token comes sooner."""
+    plain, plain_result = transfer_of({"bandwidth_gb_s": 5.0})
+    piped, piped_result = transfer_of({"bandwidth_gb_s": 5.0, "pipeline": True})
+    d = round((plain.end_s - plain.start_s) * 1e6)
+    start, end = round(piped.asked_s * 1e6), round(plain.asked_s * 1e6)  # the step: S, E
+    assert start < end and piped.reserved_s <= piped.start_s == piped.asked_s
+    c = end - start
+    expected = max(start + -(-c // 32) + d, end + -(-d // 32))
+    assert round(piped.end_s * 1e6) == expected < round(plain.end_s * 1e6)
+    assert piped_result.requests.completion_s.iloc[0] < plain_result.requests.completion_s.iloc[0]
+
+
+def test_pd_with_kv_tiers_keeps_single_ownership_and_offloads_on_both_pools():
+    """Seed 001 §6: KV tiers combined with P/D. Each pool's instances have their own tiers;
+    a prefill instance's lower tiers keep copies by content hash (never blocks another
+    instance owns), so single ownership holds at every check while both pools offload."""
+    tiers = {"cpu_blocks": 300, "storage_blocks": 50, "offload": "lazy", "eviction": "lfu",
+             "cpu_link": {"blocks_per_s": 20_000}, "storage_link": {"blocks_per_s": 5_000}}
+    data = pd_scenario(requests=40, rate=200, prompt=600, output=48, kv_blocks=200,
+                       decode_kv_blocks=200, kv_tiers=tiers)
+    data["workload"]["prefix_tokens"] = 512
+    result, sim = run_pd(data, watch=True)
+    assert result.summary["completed_requests"] == 40
+    assert result.summary["kv_tiers"]["offloaded_blocks"] > 0
+    offloading = {inst.id for inst in sim.fleet if inst.kv.log.offloads}
+    assert {str(inst.role) for inst in sim.fleet if inst.id in offloading} == {
+        "prefill", "decode"}
+
+
+def test_pd_link_keys_are_validated():
+    """Seed 001 §6: chunk_blocks is read by chunk granularity only; bad values name the key."""
+    for link, key in (({"chunk_blocks": 4}, "chunk_blocks"), ({"granularity": "layer"},
+                                                              "granularity"),
+                      ({"granularity": "chunk", "chunk_blocks": 0}, "chunk_blocks"),
+                      ({"pipeline": "yes"}, "pipeline")):
+        with pytest.raises(ScenarioError) as err:
+            Scenario.from_dict(pd_scenario(pd={"link": link}))
+        assert err.value.path.endswith(f"pd.link.{key}"), (link, err.value.path)
+
+
 def test_a_shared_link_queues_concurrent_transfers():
     data = pd_scenario(prefill=2, decode=1, requests=2, rate=1e6, prompt=1600, output=4,
                        pd={"link": {"shared": True, "bandwidth_gb_s": 1}})
@@ -166,7 +228,15 @@ def pd_cases(draw: st.DrawFn) -> dict:
             "decider": draw(st.sampled_from([{"type": "always"}, {"type": "never"}, {
                 "type": "prefix-threshold", "threshold": 400}])),
             "link": {"shared": draw(st.booleans()),
-                     "bandwidth_gb_s": draw(st.sampled_from([1.0, 25.0]))}})
+                     "bandwidth_gb_s": draw(st.sampled_from([1.0, 25.0])),
+                     "pipeline": draw(st.booleans()), **draw(st.sampled_from([
+                         {}, {"granularity": "block"},
+                         {"granularity": "chunk", "chunk_blocks": 4}]))}},
+        kv_tiers=draw(st.sampled_from([None, {
+            "cpu_blocks": 150, "storage_blocks": 40,
+            "offload": draw(st.sampled_from(["mirror", "threshold", "lazy"])),
+            "eviction": draw(st.sampled_from(["lru", "lfu", "priority"])),
+            "cpu_link": {"blocks_per_s": 20_000}, "storage_link": {"blocks_per_s": 5_000}}])))
 
 
 # 40 examples in `make test`; `make test-long` (BLIS_TEST_PROFILE=long) gives its count

@@ -36,7 +36,7 @@ def test_resolve_writes_the_links_blocks_per_second():
     ({"cpu_blocks": 0, "storage_blocks": 5}, "engine.kv_tiers.storage_blocks"),
     ({"cpu_blocks": 5, "threshold": 1.5}, "engine.kv_tiers.threshold"),
     ({"cpu_blocks": 5, "offload": "eager"}, "engine.kv_tiers.offload"),
-    ({"cpu_blocks": 5, "eviction": "lfu"}, "engine.kv_tiers.eviction"),
+    ({"cpu_blocks": 5, "eviction": "mru"}, "engine.kv_tiers.eviction"),
     ({"cpu_blocks": 5, "cpu_link": {"blocks_per_s": 0}}, "engine.kv_tiers.cpu_link.blocks_per_s"),
     ({"cpu_blocks": 5, "thrash_anomaly_count": 1}, "engine.kv_tiers.thrash_anomaly_count"),
 ])

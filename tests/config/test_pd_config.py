@@ -98,10 +98,13 @@ def test_a_disaggregated_config_serves_its_model_alone():
     assert err.value.path == f"{CONFIG}.architecture"
 
 
-def test_kv_tiers_and_pd_are_refused_before_the_run():
+def test_kv_tiers_combine_with_pd_and_are_resolved_per_pool():
+    """Seed 001 §6: tiers below either pool's GPU (issue 34 item 8); each pool's links are
+    resolved with its own block bytes."""
     data = changed("pd.decode.engine", {"kv_blocks": 512, "kv_tiers": {"cpu_blocks": 100}})
-    with pytest.raises(ScenarioError, match="kv_tiers"):
-        prepare(Scenario.from_dict(data))
+    sim = prepare(Scenario.from_dict(data))
+    decode = [inst for inst in sim.fleet if str(inst.role) == "decode"]
+    assert decode and all(inst.kv.cpu.total == 100 for inst in decode)
 
 
 def test_resolve_writes_each_pool_explicitly():

@@ -26,6 +26,24 @@ from tests.conftest import BASE, merge
 
 TENANT = {"prompt": {"type": "gaussian", "mean": 200, "stdev": 50, "min": 8, "max": 800},
           "output": {"type": "exponential", "mean": 20, "min": 1, "max": 100}}
+# issue 34 items 7, 9: correlated lengths, archetypes, a session Markov model, seed parts
+CORRELATED: dict[str, Any] = {**{k: v for k, v in BASE.items() if k != "workload"},
+    "seeds": {"workload": 3, "sim": 4, "jitter": 5},
+    "workload": {"type": "tenants", "rate_per_s": 8, "duration_s": 1,
+                 "archetypes": [{"id": "small", "prompt": {"type": "constant", "value": 20},
+                                 "length_correlation": -0.5},
+                                {"id": "big", "output": {"type": "uniform", "low": 5,
+                                                         "high": 60}}],
+                 "tenants": [{"id": "a", "length_correlation": 0.7,
+                              "archetypes": {"small": 2, "big": 1}, **TENANT},
+                             {"id": "b", "request_type": "chat", **TENANT,
+                              "chat": {"think_time_s": {"type": "constant", "value": 0.05},
+                                       "session": {"start": "q", "max_turns": 4, "states": [
+                                           {"id": "q", "next": {"f": 0.6, "q": 0.2},
+                                            "output": {"type": "constant", "value": 9}},
+                                           {"id": "f", "next": {"q": 0.5},
+                                            "think_time_s": {"type": "exponential",
+                                                             "mean": 0.02}}]}}}]}}
 BASES: list[dict[str, Any]] = [
     merge(BASE, {"workload": {"num_requests": 8}}),
     merge(BASE, {"cluster": {"instances": 2},
@@ -62,6 +80,7 @@ BASES: list[dict[str, Any]] = [
                   "tenants": [{"id": "a", "slo_class": "gold", **TENANT},
                               {"id": "b", "slo_class": "batch", "timeout_s": 0.3,
                                **TENANT}]}},
+    CORRELATED,
     # issue 35: replicas placed on node pools that may grow
     {**{k: v for k, v in BASE.items() if k != "workload"},
      "deployment": {
@@ -154,3 +173,11 @@ def test_an_unknown_key_anywhere_names_its_path(base, keys, value):
         node = node.setdefault(key, {}) if isinstance(node.get(key), dict | None) else node
     node[keys[-1]] = value
     check(data, (keys[0],))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(leaves(CORRELATED)), HOSTILE)
+def test_correlation_archetype_session_and_seed_keys_fuzzed(path, value):
+    """Seed 001 §7 and §13's keys (length_correlation, archetypes, chat.session, seeds) under
+    the same contract as every section: a clear error naming the key, or a bounded run."""
+    check(replaced(CORRELATED, path, value), path)

@@ -14,8 +14,8 @@ from blis_simpy.core.request import Request, State
 from blis_simpy.core.tier_records import TierLog
 from blis_simpy.engine.kv.cache import KVCache
 from blis_simpy.engine.kv.checked import checked
-from blis_simpy.engine.kv.tiered import TieredKVCache
-from blis_simpy.engine.kv.tiers import Link
+from blis_simpy.engine.kv.tiered import TieredKVCache, pool_class
+from blis_simpy.engine.kv.tiers import LFU, LRU, Link, LowerTier, PriorityAware
 from blis_simpy.sim.build import build
 from tests.conftest import trace_run_scenario, write_trace
 
@@ -37,8 +37,8 @@ class Clock:
 
 def pool(gpu: int, cpu: int, storage: int = 0, **changes) -> tuple[TieredKVCache, Clock]:
     clock = Clock()
-    kv = checked(TieredKVCache)(gpu, BS, tiers(cpu, storage, **changes), clock,
-                                TierLog(cpu, storage, 0))
+    config = tiers(cpu, storage, **changes)
+    kv = checked(pool_class(config))(gpu, BS, config, clock, TierLog(cpu, storage, 0))
     return kv, clock
 
 
@@ -181,6 +181,71 @@ def test_fifo_eviction_ignores_reuse_and_lru_keeps_the_reused_block():
         assert (request(0, a).hashes[0] in kv.cpu) is kept, policy
 
 
+def test_lazy_offload_copies_a_block_only_when_the_gpu_evicts_it():
+    """Seed 001 §6 OffloadPolicy "lazy": nothing is copied while the GPU keeps a block (mirror
+    copies at once); every cached block the GPU evicts is copied, whatever the GPU's use."""
+    kv, _ = pool(gpu=4, cpu=16, offload="lazy")
+    a = list(range(100, 116))
+    serve(kv, request(0, a))
+    assert kv.cpu.used == 0 and kv.log.offloads == 0
+    serve(kv, request(1, list(range(200, 216))))  # evicts a's 4 blocks (GPU use 0 then)
+    assert kv.log.evictions == 4 and kv.cpu.used == 4
+    assert kv.lookup(request(2, a), 16).blocks == [-1] * 4
+
+
+def test_lfu_eviction_drops_the_least_used_block_least_recent_among_equals():
+    """Seed 001 §6 EvictionPolicy "lfu": a full tier drops the block used (stored or
+    reloaded) the fewest times; among equals the least recently used. LRU drops another."""
+    def fill(policy):
+        tier = LowerTier(3, policy)
+        for h in (1, 2, 3):
+            tier.store(h)
+        for h in (1, 1, 2, 3):  # uses: 1 -> 3, 2 -> 2, 3 -> 2; recency: 1, 2, 3
+            tier.touch(h)
+        return tier
+    assert fill(LRU()).store(4) == 1
+    lfu = fill(LFU())
+    assert lfu.store(4) == 2  # 2 and 3 are used twice; 2 less recently
+    assert lfu.store(5) == 4  # the newcomer, used once
+    assert lfu.policy.tracks(lfu.entries) and set(lfu.entries) == {1, 3, 5}
+    lfu.remove(5)
+    lfu.clear()
+    assert lfu.used == 0 and lfu.policy.tracks(lfu.entries)
+
+
+def test_priority_eviction_drops_the_lowest_priority_block_least_recent_among_equals():
+    """Seed 001 §6 EvictionPolicy "priority": a full tier drops the block whose last user had
+    the lowest priority (higher = more urgent); among equals the least recently used; a
+    reload by a request re-marks the block with its priority."""
+    tier = LowerTier(3, PriorityAware())
+    tier.store(1, 5.0)
+    tier.store(2, 1.0)
+    tier.store(3, 1.0)
+    assert tier.store(4, 0.0) == 2 and tier.dropped_priority == 1.0
+    tier.touch(3, 9.0)
+    assert tier.store(5, 2.0) == 4
+    assert tier.store(6, 2.0) == 5 and set(tier.entries) == {1, 3, 6}
+    assert tier.policy.tracks(tier.entries)
+
+
+def test_priority_eviction_keeps_a_high_priority_prefix_that_lru_would_drop():
+    """Seed 001 §6: under lazy offload a block carries down the priority of the request that
+    released it; a low-priority request's blocks then churn in the full CPU tier while the
+    high-priority prefix stays (LRU drops the prefix, the oldest)."""
+    a, b = list(range(100, 116)), list(range(200, 220))
+    for eviction, kept in (("priority", True), ("lru", False)):
+        kv, _ = pool(gpu=5, cpu=5, offload="lazy", eviction=eviction)
+        first = request(0, a)
+        first.priority = 5.0
+        serve(kv, first)
+        low = request(1, b)
+        low.priority = 1.0
+        serve(kv, low)  # evicts a's 4 blocks to the CPU tier
+        serve(kv, request(2, list(range(300, 320))))  # evicts b's 5 blocks
+        assert all((h in kv.cpu) is kept for h in first.hashes), eviction
+        assert kv.cpu.used == 5
+
+
 # -- against recomputation and the GPU, in a run ------------------------------------------------
 
 def ttft_of_third(tmp_path, kv_blocks: int, cpu_blocks: int) -> int:
@@ -250,17 +315,19 @@ prompts = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 60)), min_size=1,
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prompts, st.integers(4, 12), st.integers(1, 12), st.integers(0, 8),
-       st.sampled_from(["mirror", "threshold"]))
-def test_invariants_hold_under_random_pressure(ops, gpu, cpu, storage, offload):
+       st.sampled_from(["mirror", "threshold", "lazy"]),
+       st.sampled_from(["lru", "fifo", "lfu", "priority"]))
+def test_invariants_hold_under_random_pressure(ops, gpu, cpu, storage, offload, eviction):
     """Every operation is followed by the pool's checks (used + free = total on the GPU and on
     every lower tier; one lower-tier copy per hash). Every admitted prefix is exactly the
     request's own content (no token of it is prefilled again), and every load is bounded."""
     kv, clock = pool(gpu=gpu, cpu=cpu, storage=storage if cpu else 0, offload=offload,
-                     threshold=0.5)
+                     threshold=0.5, eviction=eviction)
     running: list[Request] = []
     for i, (family, length) in enumerate(ops):
         clock.now += 1000
         req = request(i, [family * 1000 + t for t in range(length)])
+        req.priority = float(length % 4)  # what priority eviction reads
         hit = kv.lookup(req, req.input_len)
         start = len(hit.blocks) * BS
         while not kv.admit(req, hit, start, req.input_len - start):
@@ -285,16 +352,18 @@ def test_invariants_hold_under_random_pressure(ops, gpu, cpu, storage, offload):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(20, 400), st.integers(1, 30)),
                 min_size=2, max_size=20),
-       st.integers(30, 80), st.sampled_from(["mirror", "threshold"]))
+       st.integers(30, 80), st.sampled_from(["mirror", "threshold", "lazy"]),
+       st.sampled_from(["lru", "lfu", "priority"]))
 def test_runs_with_tiers_finish_every_request_with_checks_on(tmp_path_factory, rows, gpu,
-                                                            offload):
+                                                            offload, eviction):
     """Heavy KV pressure, preemptions and reloads in a whole run: nothing deadlocks (every
     request completes) and the checks run after every block operation."""
     trace = [(0.01 * i, [family * 100_000 + t for t in range(n)], out)
              for i, (family, n, out) in enumerate(rows)]
     path = write_trace(tmp_path_factory.mktemp("t") / "t.csv", trace)
     engine = {"kv_blocks": gpu, "kv_tiers": {"cpu_blocks": 50, "storage_blocks": 50,
-                                             "offload": offload, "threshold": 0.5}}
+                                             "offload": offload, "threshold": 0.5,
+                                             "eviction": eviction}}
     sim = build(resolve(trace_run_scenario(path, engine=engine)), checks=True)
     sim.run()
     assert all(r.state is State.COMPLETED for r in sim.recorder.requests)

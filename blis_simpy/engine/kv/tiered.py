@@ -10,9 +10,11 @@ misses or drops content, so an instance without tiers keeps the plain cache and 
   room while GPU use is at or above the threshold. Either way the copy keeps the GPU block (it
   is not wiped, unlike the reference) and its time runs on the offload link beside the step
   (stores are asynchronous in vLLM); it is not charged to any step.
-- A full CPU tier drops a block by its eviction policy (LRU by default); with a storage tier the
-  dropped block moves there (over the storage link), and a full storage tier drops its own.
-  A hash is in at most one lower tier, once: the invariant `check()` keeps.
+- `lazy` (seed 001 §6 OffloadPolicy "lazy"): a cached block is copied only when the GPU evicts
+  it, whatever the GPU's use: offload on eviction pressure, never ahead of it.
+- A full CPU tier drops a block by its eviction policy (LRU by default, FIFO, or LFU); with a
+  storage tier the dropped block moves there (over the storage link), and a full storage tier
+  drops its own. A hash is in at most one lower tier, once: the invariant `check()` keeps.
 - Reload: at admission the cached prefix is looked up block by block, GPU first, then CPU,
   then storage, and stops at the first block no tier has. The lower-tier blocks of that prefix
   (only those) get fresh GPU blocks, which belong to the request at once, so nothing can evict
@@ -53,17 +55,24 @@ def tiered_pool(engine: EngineConfig, clock: Callable[[], int], block_bytes: int
                 checks: bool) -> TieredKVCache:
     """One instance's tiered pool; `block_bytes` (0 if unknown) only labels the records."""
     tiers = engine.kv_tiers
-    pool_type = checked(TieredKVCache) if checks else TieredKVCache
+    kind = pool_class(tiers)
+    pool_type = checked(kind) if checks else kind
     log = TierLog(tiers.cpu_blocks, tiers.storage_blocks, block_bytes)
     pool = pool_type(engine.kv_blocks or 0, engine.block_size, tiers, clock, log)
     return pool
+
+
+def pool_class(tiers: KVTiersConfig) -> type[TieredKVCache]:
+    """The tiered pool for these tiers' eviction policy."""
+    return PriorityTieredKVCache if tiers.eviction == "priority" else TieredKVCache
 
 
 class TieredKVCache(KVCache):
     """`KVCache` plus lower tiers. `used + free == total` holds on every tier."""
 
     __slots__ = ("charged_until", "clock", "cpu", "cpu_down", "cpu_up", "evicted_at", "log",
-                 "mirror", "storage", "storage_down", "storage_up", "threshold", "window")
+                 "mirror", "priorities", "storage", "storage_down", "storage_up", "threshold",
+                 "window")
 
     def __init__(self, total_blocks: int, block_size: int, tiers: KVTiersConfig,
                  clock: Callable[[], int], log: TierLog) -> None:
@@ -78,11 +87,15 @@ class TieredKVCache(KVCache):
             self.storage_up, self.storage_down = link(tiers.storage_link), \
                 link(tiers.storage_link)
         self.mirror = tiers.offload == "mirror"
-        self.threshold = tiers.threshold * total_blocks  # threshold offload: used blocks
+        # threshold offload: used blocks; lazy offload keeps every evicted block (0)
+        self.threshold = 0 if tiers.offload == "lazy" else tiers.threshold * total_blocks
         self.window = us(tiers.thrash_window_s)
         self.clock = clock
         self.log = log
         self.evicted_at: dict[int, int] = {}  # hash with a lower-tier copy -> GPU eviction time
+        # priority eviction: a cached GPU block's hash -> the priority of the request that
+        # released it last (what the block carries down when it is offloaded); else None
+        self.priorities: dict[int, float] | None = {} if tiers.eviction == "priority" else None
         self.charged_until = 0  # reload time up to here is already charged to the step
 
     def cpu_utilization(self) -> float:
@@ -92,14 +105,16 @@ class TieredKVCache(KVCache):
         """The node's host memory and disk go with the instance: the lower tiers too, and
         the transfers under way on its links."""
         super().wipe()
-        self.cpu.entries.clear()
+        self.cpu.clear()
         if self.storage is not None:
-            self.storage.entries.clear()
+            self.storage.clear()
         for each in (self.cpu_up, self.cpu_down, self.storage_up, self.storage_down):
             if each is not None:
                 each.free_at = 0
         self.evicted_at = {}
         self.charged_until = 0
+        if self.priorities is not None:
+            self.priorities = {}
 
     # -- lookup and reload ------------------------------------------------------------------
 
@@ -151,13 +166,14 @@ class TieredKVCache(KVCache):
         return True
 
     def _touch(self, req: Request, found: list[int]) -> None:
-        """The lower-tier blocks about to be reloaded are used: their tier's order learns it."""
-        storage = self.storage
+        """The lower-tier blocks about to be reloaded are used (by `req`): their tier's order
+        learns it."""
+        storage, priority = self.storage, req.priority
         for h, where in zip(req.hashes, found, strict=False):
             if where == ON_CPU:
-                self.cpu.touch(h)
+                self.cpu.touch(h, priority)
             elif where == ON_STORAGE and storage is not None:
-                storage.touch(h)
+                storage.touch(h, priority)
 
     def _fill(self, block: int, block_hash: int) -> None:
         """A fresh GPU block receives a reloaded block's content (and its hash)."""
@@ -196,13 +212,13 @@ class TieredKVCache(KVCache):
     def _register(self, req: Request, first: int, last: int) -> None:
         super()._register(req, first, last)
         if self.mirror:
-            self._offload(req.hashes[first:last])
+            self._offload(req.hashes[first:last], req.priority)
 
     def publish(self, req: Request, position: int) -> None:
         super().publish(req, position)
         i = position // self.block_size
         if self.mirror and i < len(req.hashes):
-            self._offload(req.hashes[i:i + 1])
+            self._offload(req.hashes[i:i + 1], req.priority)
 
     def open_block(self, req: Request) -> bool:
         """As the plain cache, with the eviction of the block's old content seen."""
@@ -240,43 +256,52 @@ class TieredKVCache(KVCache):
         copies them first; the ones a lower tier holds are timed for thrash detection."""
         now = self.clock()
         self.log.evictions += len(hashes)
+        priorities = self.priorities
+        carried = None if priorities is None else [priorities.pop(h, 0.0) for h in hashes]
         if not self.mirror and used >= self.threshold:
-            self._offload(hashes)
+            self._offload(hashes, carried)
         cpu, storage, evicted_at = self.cpu.entries, self.storage, self.evicted_at
         for h in hashes:
             if h in cpu or (storage is not None and h in storage):
                 evicted_at[h] = now
 
-    def _offload(self, hashes: list[int]) -> None:
+    def _offload(self, hashes: list[int], priority: float | list[float] | None = None
+                 ) -> None:
         """Copy these GPU blocks to the CPU tier (those it lacks), pushing what it drops down
-        to storage or out."""
+        to storage or out. `priority`: their last user's (one for all, or one each), which
+        priority eviction keeps with them."""
         cpu, storage = self.cpu, self.storage
         new = [h for h in hashes if h not in cpu.entries]
         if not new:
             return
+        of: dict[int, float] = {}
+        if self.priorities is not None and priority is not None:  # priority eviction
+            each = priority if isinstance(priority, list) else [priority] * len(hashes)
+            of = dict(zip(hashes, each, strict=True))
         now, log = self.clock(), self.log
-        demoted = []
+        demoted: list[tuple[int, float]] = []
         for h in new:
             if storage is not None and h in storage.entries:
                 storage.remove(h)  # back up a tier: one lower-tier copy per hash
-            dropped = cpu.store(h)
+            dropped = cpu.store(h, of.get(h, 0.0))
             if dropped is not None:
-                demoted.append(dropped)
+                demoted.append((dropped, cpu.dropped_priority))
         log.offload_us += self.cpu_down.send(now, len(new))
         log.offloads += len(new)
         if demoted:
             self._demote(demoted, now)
         log.level(now, cpu.used, 0 if storage is None else storage.used)
 
-    def _demote(self, hashes: list[int], now: int) -> None:
-        """Blocks the CPU tier dropped: into storage when there is one, else gone."""
+    def _demote(self, hashes: list[tuple[int, float]], now: int) -> None:
+        """Blocks the CPU tier dropped (with their priorities): into storage when there is
+        one, else gone."""
         storage, evicted_at = self.storage, self.evicted_at
         if storage is None or self.storage_down is None:
-            for h in hashes:
+            for h, _ in hashes:
                 evicted_at.pop(h, None)
             return
-        for h in hashes:
-            dropped = storage.store(h)
+        for h, priority in hashes:
+            dropped = storage.store(h, priority)
             if dropped is not None:
                 evicted_at.pop(dropped, None)
         self.log.offloads += len(hashes)
@@ -293,6 +318,36 @@ class TieredKVCache(KVCache):
             if tier.used + tier.free != tier.total or not 0 <= tier.used <= tier.total:
                 raise InvariantError(f"lower KV tier not conserved: {tier.used} used of "
                                      f"{tier.total}")
+            if not tier.policy.tracks(tier.entries):
+                raise InvariantError("a lower KV tier's eviction order lost track of its "
+                                     "blocks")
         if self.storage is not None and not self.cpu.entries.keys().isdisjoint(
                 self.storage.entries):
             raise InvariantError("a KV block hash is on both the CPU and the storage tier")
+
+
+class PriorityTieredKVCache(TieredKVCache):
+    """Tiers under priority eviction: the GPU cache notes the priority of the request that
+    releases each cached block, which the block carries down if it is offloaded (a subclass,
+    so the other policies' releases stay the compiled cache's own)."""
+
+    __slots__ = ()
+
+    def release(self, req: Request) -> None:
+        priorities = self.priorities
+        assert priorities is not None
+        block_hash, priority = self.block_hash, req.priority
+        for block in req.blocks:
+            h = block_hash[block]
+            if h is not None:
+                priorities[h] = priority
+        super().release(req)
+
+    def check(self) -> None:
+        """The tiered checks, plus: only blocks cached on the GPU carry a noted priority (the
+        notes cannot outgrow the GPU cache)."""
+        super().check()
+        assert self.priorities is not None
+        cached = {h for h in self.block_hash if h is not None}
+        if not cached.issuperset(self.priorities):
+            raise InvariantError("a KV priority is noted for a block the GPU does not hold")
