@@ -42,11 +42,25 @@ def test_the_deployment_and_faults_section_types_are_imported_when_read():
     from blis_simpy.config.deployment import DeploymentSection
     from blis_simpy.config.faults import FaultsConfig
     from blis_simpy.config.scenario import LAZY_TYPES, Scenario
+    from blis_simpy.config.seeds import SeedsConfig
 
     assert LAZY_TYPES == {"DeploymentSection": "blis_simpy.config.deployment",
-                          "FaultsConfig": "blis_simpy.config.faults"}
+                          "FaultsConfig": "blis_simpy.config.faults",
+                          "SeedsConfig": "blis_simpy.config.seeds"}
     assert field_types(Scenario)["deployment"] == DeploymentSection | None
     assert field_types(Scenario)["faults"] == FaultsConfig | None
+    assert field_types(Scenario)["seeds"] == SeedsConfig | None
+
+
+def test_the_archetype_and_session_model_types_are_imported_when_read():
+    """Issue 34 item 7's classes load only with a scenario that has them."""
+    from blis_simpy.config.sessions import Archetype, SessionModel
+    from blis_simpy.config.workload import LAZY_TYPES, ChatConfig, TenantsWorkload
+
+    assert LAZY_TYPES == {"Archetype": "blis_simpy.config.sessions",
+                          "SessionModel": "blis_simpy.config.sessions"}
+    assert field_types(TenantsWorkload)["archetypes"] == list[Archetype]
+    assert field_types(ChatConfig)["session"] == SessionModel | None
 
 
 Number, Shadowed = int, float  # module names the classes below use
