@@ -247,6 +247,13 @@ TABLES = {
     "anomalies": "one row per anomaly",
     "decisions": "with `cluster.trace_level` decisions or full: every admission, priority "
                  "and routing decision",
+    "preemptions": "one row per preemption, with the tokens it had computed and lost",
+}
+# tables only some runs write: (the run's overrides of the quickstart, what the table holds)
+OPTIONAL_TABLES = {
+    "kv_transfers": ({"engine.kv_tiers.cpu_blocks": 4000},
+                     "with `engine.kv_tiers`: one row per transfer between tiers (latency: "
+                     "until it ends, waiting for the link included)"),
 }
 
 
@@ -255,12 +262,16 @@ def column_rows() -> list[str]:
     import blis_simpy
     from blis_simpy.config.scenario import Scenario
 
-    scenario = Scenario.from_yaml(ROOT / "scenarios" / "quickstart.yaml", {
-        "cluster.instances": 2, "cluster.trace_level": "decisions", "workload.num_requests": 20})
-    result = blis_simpy.run(scenario)
+    small = {"cluster.instances": 2, "cluster.trace_level": "decisions",
+             "workload.num_requests": 20}
+    path = ROOT / "scenarios" / "quickstart.yaml"
+    result = blis_simpy.run(Scenario.from_yaml(path, small))
     rows = ["| table | columns |", "|---|---|"]
-    for name, what in TABLES.items():
-        columns = ", ".join(f"`{c}`" for c in getattr(result, name).columns)
+    tables = [(name, what, result) for name, what in TABLES.items()]
+    tables += [(name, what, blis_simpy.run(Scenario.from_yaml(path, {**small, **changes})))
+               for name, (changes, what) in OPTIONAL_TABLES.items()]
+    for name, what, run in tables:
+        columns = ", ".join(f"`{c}`" for c in getattr(run, name).columns)
         rows.append(f"| `{name}.csv` / `.parquet` | {what}: {columns} |")
     return rows
 

@@ -24,7 +24,7 @@ from tests.conftest import BASE, merge, write_trace
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = CliRunner()
 NATIVE_FILES = {"summary.json", "scenario.yaml", "requests.csv", "steps.csv", "metrics.json",
-                "evaluation.json", "anomalies.csv", "instances.csv"}
+                "evaluation.json", "anomalies.csv", "instances.csv", "preemptions.csv"}
 SMALL = {"workload": {"num_requests": 20}, "outputs": {"tables": "csv"}}
 
 

@@ -48,7 +48,8 @@ def requests(**changes):
 def test_native_runs_save_byte_identical_files(tmp_path):
     runs = save_runs(scenario(workload={"prefix_tokens": 32}), 20, tmp_path)
     assert set(runs[0]) == {"summary.json", "scenario.yaml", "requests.csv", "steps.csv",
-                            "metrics.json", "evaluation.json", "anomalies.csv", "instances.csv"}
+                            "metrics.json", "evaluation.json", "anomalies.csv", "instances.csv",
+                            "preemptions.csv"}
     assert_all_identical(runs)
 
 

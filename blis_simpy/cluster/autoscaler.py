@@ -18,6 +18,7 @@ arrived and ended), so an autoscaled run ends as a fixed one does.
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import Callable, Generator
 
 import simpy
@@ -25,15 +26,17 @@ import simpy
 from blis_simpy.cluster.actuation import STARTING, DeploymentPool
 from blis_simpy.cluster.gateway import Gateway
 from blis_simpy.config.deployment import AutoscalerConfig
+from blis_simpy.config.workload import SLOLookup, met
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError, PolicyError
 from blis_simpy.core.ordering import SCALE_CHECK, Background, StageEvent, only_background_left
 from blis_simpy.core.records import Recorder
-from blis_simpy.core.request import Request
+from blis_simpy.core.request import Request, State
 from blis_simpy.core.scale_log import ScaleEvent, ScaleLog
-from blis_simpy.core.units import US_PER_S
+from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.engine.step import InstanceObserver
 from blis_simpy.policies.autoscale import (
+    SIGNAL_HISTORY,
     AutoscalePolicy,
     DeploymentSignals,
     ScaleContext,
@@ -60,12 +63,14 @@ class ConfigScaler:
         self.seen_requests = 0  # recorder.requests already counted for the request rate
         self.seen_tokens: dict[str, int] = {}  # instance -> output tokens already counted
         self.seen_at = 0
+        self.judged = self.good = 0  # completions with SLO targets since the last look
+        self.history: deque[DeploymentSignals] = deque(maxlen=SIGNAL_HISTORY)
 
 
 class Autoscaler:
     def __init__(self, env: Environment, config: AutoscalerConfig, scalers: list[ConfigScaler],
                  gateway: Gateway, recorder: Recorder, log: ScaleLog, policy_path: str,
-                 one_model: bool) -> None:
+                 one_model: bool, slo: SLOLookup) -> None:
         self.env = env
         self.config = config
         self.scalers = scalers
@@ -75,16 +80,15 @@ class Autoscaler:
         self.policy_path = policy_path
         self.one_model = one_model
         self.interval = round(config.interval_s * US_PER_S)
+        self.slo = slo
         for scaler in scalers:
             scaler.process = env.process(self._poll(scaler))
-            triggers = config.triggers
-            if triggers.queue_depth is not None or triggers.recent_ttft_ms is not None:
-                scaler.pool.watch(self._trigger_for(scaler))
+            scaler.pool.watch(self._watch_for(scaler))
 
-    def _trigger_for(self, scaler: ConfigScaler
-                     ) -> Callable[[InstanceObserver], InstanceObserver]:
+    def _watch_for(self, scaler: ConfigScaler
+                   ) -> Callable[[InstanceObserver], InstanceObserver]:
         def wrap(inner: InstanceObserver) -> InstanceObserver:
-            return TriggerWatch(self, scaler, inner)
+            return ScalerWatch(self, scaler, inner)
         return wrap
 
     def _poll(self, scaler: ConfigScaler) -> Generator[simpy.Event, object, None]:
@@ -113,9 +117,11 @@ class Autoscaler:
         bounds = pool.bounds
         before = pool.replicas
         last = scaler.last_action
+        signals = self.signals(scaler)
         ctx = ScaleContext(pool.config, pool.model, before, bounds.min, bounds.max, now,
                            now - (last.time if last is not None else 0), trigger,
-                           self.signals(scaler))
+                           signals, tuple(scaler.history))
+        scaler.history.append(signals)
         decision = self._decide(scaler, ctx)
         if before < bounds.min and (decision.action != "up" or decision.target < bounds.min):
             decision = ScaleDecision("up", bounds.min, f"replace failed replicas: {before} "
@@ -176,6 +182,7 @@ class Autoscaler:
             tokens += inst.output_tokens - scaler.seen_tokens.get(inst.id, 0)
             scaler.seen_tokens[inst.id] = inst.output_tokens
         scaler.seen_requests, scaler.seen_at = len(arrived), now
+        judged, scaler.judged, good, scaler.good = scaler.judged, 0, scaler.good, 0
         return DeploymentSignals(
             ready_replicas=n,
             starting_replicas=len(starting),
@@ -192,11 +199,33 @@ class Autoscaler:
             recent_ttft_ms=sum(inst.recent_ttft_ms() for inst in ready) / n if n else 0.0,
             recent_tpot_ms=sum(inst.recent_tpot_ms() for inst in ready) / n if n else 0.0,
             output_tokens_per_s=tokens / (elapsed / US_PER_S) if elapsed > 0 else 0.0,
+            slo_attainment=good / judged if judged else None,
+            ttft_p99_ms=p99([t for inst in ready for t in inst.recent_ttft]) / US_PER_MS,
         )
+
+    def judge(self, scaler: ConfigScaler, req: Request) -> None:
+        """A request the config's replicas completed, against its SLO targets (if any)."""
+        target = self.slo.of(req.tenant_id, req.slo_class)
+        if target is None or not target.any_set:
+            return
+        scaler.judged += 1
+        first, done = req.first_token_at, req.completed_at
+        tpot = (done - first) / (req.output_len - 1) if req.output_len > 1 else 0.0
+        if met(target, (first - req.arrival) / US_PER_MS, tpot / US_PER_MS,
+               (done - req.arrival) / US_PER_MS):
+            scaler.good += 1
 
     def _serves(self, pool: DeploymentPool, req: Request) -> bool:
         models = self.gateway.models
         return models is None or models.model_of(req) == pool.model.lower()
+
+
+def p99(values: list[int]) -> float:
+    """The nearest-rank 99th percentile (0 without values)."""
+    if not values:
+        return 0.0
+    values.sort()
+    return float(values[-(-99 * len(values) // 100) - 1])
 
 
 def shown(signals: DeploymentSignals) -> str:
@@ -206,12 +235,13 @@ def shown(signals: DeploymentSignals) -> str:
                                         for f in DeploymentSignals.__dataclass_fields__))
 
 
-class TriggerWatch:
-    """An instance observer (wrapping the gateway) that fires its config's evaluation when
-    the config's waiting requests reach `triggers.queue_depth`, or when a request finishes
-    while the mean recent TTFT of the config's routable replicas is above
-    `triggers.recent_ttft_ms` (latency, hence SLO attainment, degrading). Installed only when
-    a trigger is on, so it costs nothing otherwise."""
+class ScalerWatch:
+    """An instance observer (wrapping the gateway) that judges each request its config's
+    replicas complete against its SLO targets (the `slo_attainment` signal), and fires the
+    config's evaluation when the config's waiting requests reach `triggers.queue_depth`, or
+    when a request finishes while the mean recent TTFT of the config's routable replicas is
+    above `triggers.recent_ttft_ms` (latency, hence SLO attainment, degrading). Installed only
+    with an autoscaler, so a fixed cluster pays nothing."""
 
     def __init__(self, autoscaler: Autoscaler, scaler: ConfigScaler,
                  inner: InstanceObserver) -> None:
@@ -238,6 +268,8 @@ class TriggerWatch:
 
     def finished(self, instance: str, req: Request) -> None:
         self.inner.finished(instance, req)
+        if req.state is State.COMPLETED:
+            self.autoscaler.judge(self.scaler, req)
         if self.ttft_ms is not None:
             ready = [inst for inst in self.scaler.pool.members if inst.routable]
             if ready and sum(inst.recent_ttft_ms() for inst in ready) / len(ready) \

@@ -380,6 +380,8 @@ class Gateway:
     def finished(self, instance: str, req: Request) -> None:
         if self._uncount(instance, req):
             self.state.on_finish(req.tenant_id)
+            if req.state is State.COMPLETED:
+                self.state.on_complete(self.env.now)
             settle(req)
 
     def lost(self, instance: str, req: Request) -> None:

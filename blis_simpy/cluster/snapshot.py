@@ -6,6 +6,10 @@ TPOT) are immediate, periodic or on demand; on-demand fields change only when a 
 `Snapshots.refresh()`. Free KV blocks, in-flight and pending counts and the estimated wait are
 always read fresh (seed G.2).
 
+The cache hit rate is recent (`HitWindow`): hits over lookups in the last second, counted from
+the instance's running totals as the provider reads them, so the KV cache pays nothing for it.
+Values without a named field go in the snapshot's `extended` mapping (`extended_of`).
+
 Every field is read when the snapshot is taken, not when a policy first reads the field: a
 snapshot is a value a policy or the decision trace may keep (later changes to the instance
 must not reach it), and a periodic field's refresh times are the times snapshots are taken.
@@ -14,23 +18,78 @@ must not reach it), and a periodic field's refresh times are the times snapshots
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 
 from blis_simpy.cluster.cache_signal import CacheSignal
 from blis_simpy.config.scenario import ObservabilityConfig, Refresh
-from blis_simpy.core.snapshot import InstanceSnapshot
+from blis_simpy.core.snapshot import NO_EXTENDED, InstanceSnapshot
+from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.engine.instance import Instance
+from blis_simpy.engine.kv.tiered import TieredKVCache
 
-# field -> how to read its live value from an instance
-FIELDS: dict[str, Callable[[Instance], float]] = {
-    "queue_depth": lambda inst: inst.queue_depth,
-    "batch_size": lambda inst: len(inst.running),
-    "kv_utilization": lambda inst: inst.kv.used / inst.kv.total,
-    "cache_hit_rate": lambda inst: inst.kv.hits / (inst.kv.hits + inst.kv.misses)
-    if inst.kv.hits + inst.kv.misses else 0.0,
-    "recent_ttft": lambda inst: inst.recent_ttft_ms(),
-    "recent_tpot": lambda inst: inst.recent_tpot_ms(),
+HIT_RATE_WINDOW_US = US_PER_S  # `cache_hit_rate` counts the lookups of the last second
+HIT_RATE_STEP_US = 10 * US_PER_MS  # ... from running totals kept at most this often
+
+Reader = Callable[[Instance, int], float]  # (instance, clock) -> a field's live value
+
+# field -> how to read its live value from an instance (the cache hit rate: `HitWindow`)
+FIELDS: dict[str, Reader] = {
+    "queue_depth": lambda inst, clock: inst.queue_depth,
+    "batch_size": lambda inst, clock: len(inst.running),
+    "kv_utilization": lambda inst, clock: inst.kv.used / inst.kv.total,
+    "cache_hit_rate": lambda inst, clock: 0.0,
+    "recent_ttft": lambda inst, clock: inst.recent_ttft_ms(),
+    "recent_tpot": lambda inst, clock: inst.recent_tpot_ms(),
 }
+
+
+class HitWindow:
+    """One instance's recent prefix-cache hit rate: hits over lookups since the newest kept
+    reading of its running totals that is at least `HIT_RATE_WINDOW_US` old. Readings are kept
+    at most every `HIT_RATE_STEP_US`, so the window is one second plus up to 10 ms (plus the
+    time between reads, when reads are sparser). An instance observed for less than a window
+    counts from its start (or from its last crash, which resets its totals)."""
+
+    __slots__ = ("readings",)
+
+    def __init__(self) -> None:
+        self.readings: deque[tuple[int, int, int]] = deque()  # (clock, hits, lookups)
+
+    def rate(self, hits: int, lookups: int, clock: int) -> float:
+        readings = self.readings
+        if readings:
+            last = readings[-1]
+            if hits < last[1] or lookups < last[2]:  # totals reset: start again
+                readings.clear()
+        if not readings or clock - readings[-1][0] >= HIT_RATE_STEP_US:
+            readings.append((clock, hits, lookups))
+        cut = clock - HIT_RATE_WINDOW_US
+        while len(readings) > 1 and readings[1][0] <= cut:
+            readings.popleft()
+        base_hits = base_lookups = 0
+        first = readings[0]
+        if first[0] <= cut:
+            base_hits, base_lookups = first[1], first[2]
+        lookups -= base_lookups
+        return (hits - base_hits) / lookups if lookups else 0.0
+
+
+def extended_of(instance: Instance, clock: int) -> Mapping[str, float]:
+    """The snapshot's `extended` values (seed G.2): the KV tiers' below the CPU utilization
+    (a named field); nothing (a shared empty mapping) for an instance without tiers."""
+    kv = instance.kv
+    if not isinstance(kv, TieredKVCache):
+        return NO_EXTENDED
+    storage = kv.storage
+    reload_free = kv.cpu_up.free_at if kv.storage_up is None else \
+        max(kv.cpu_up.free_at, kv.storage_up.free_at)
+    return MappingProxyType({
+        "kv_storage_utilization": storage.used / storage.total if storage is not None else 0.0,
+        "offload_backlog_ms": max(0, kv.cpu_down.free_at - clock) / US_PER_MS,
+        "reload_backlog_ms": max(0, reload_free - clock) / US_PER_MS,
+    })
 
 
 class SnapshotProvider:
@@ -44,28 +103,38 @@ class SnapshotProvider:
     def __init__(self, config: ObservabilityConfig, pending: Mapping[str, int],
                  in_flight: Mapping[str, int]) -> None:
         rules: list[tuple[str, Refresh]] = [(f, getattr(config, f)) for f in FIELDS]
-        self.immediate: list[tuple[str, Callable[[Instance], float]]] = [
-            (f, FIELDS[f]) for f, rule in rules if rule.mode == "immediate"]
-        self.periodic: list[tuple[str, Callable[[Instance], float], int]] = [
-            (f, FIELDS[f], rule.interval_us) for f, rule in rules if rule.mode == "periodic"]
+        self.readers: dict[str, Reader] = {**FIELDS, "cache_hit_rate": self._hit_rate}
+        self.immediate: list[tuple[str, Reader]] = [
+            (f, self.readers[f]) for f, rule in rules if rule.mode == "immediate"]
+        self.periodic: list[tuple[str, Reader, int]] = [
+            (f, self.readers[f], rule.interval_us) for f, rule in rules
+            if rule.mode == "periodic"]
+        self.hit_windows: dict[str, HitWindow] = {}
         self.pending = pending
         self.in_flight = in_flight
         self.values: dict[str, dict[str, float]] = {}
         self.last: dict[str, dict[str, float]] = {}
         self.cache_signal: CacheSignal | None = None  # refreshed with the fields
 
+    def _hit_rate(self, instance: Instance, clock: int) -> float:
+        window = self.hit_windows.get(instance.id)
+        if window is None:
+            window = self.hit_windows[instance.id] = HitWindow()
+        kv = instance.kv
+        return window.rate(kv.hits, kv.hits + kv.misses, clock)
+
     def snapshot(self, instance: Instance, clock: int) -> InstanceSnapshot:
         values = self.values.get(instance.id)
         if values is None:  # first sight of this instance: every field is read
-            values = self.values[instance.id] = {f: read(instance) for f, read in
-                                                 FIELDS.items()}
+            values = self.values[instance.id] = {f: read(instance, clock) for f, read in
+                                                 self.readers.items()}
             self.last[instance.id] = dict.fromkeys(FIELDS, -math.inf)
         for name, read in self.immediate:
-            values[name] = read(instance)
+            values[name] = read(instance, clock)
         last = self.last[instance.id]
         for name, read, interval in self.periodic:
             if clock - last[name] >= interval:
-                values[name] = read(instance)
+                values[name] = read(instance, clock)
                 last[name] = clock
         kv = instance.kv
         # Positional, in the dataclass's field order: matching 14 keywords costs more than
@@ -76,13 +145,14 @@ class SnapshotProvider:
             values["kv_utilization"], kv.free_blocks,
             self.pending.get(instance.id, 0), self.in_flight.get(instance.id, 0),
             values["cache_hit_rate"], values["recent_ttft"], values["recent_tpot"],
-            instance.estimated_wait_ms(), kv.cpu_utilization(),
+            instance.estimated_wait_ms(), kv.cpu_utilization(), extended_of(instance, clock),
         )
 
     def refresh_all(self, instances: Sequence[Instance], clock: int) -> None:
         """Re-read every field of every instance (what an on-demand field waits for)."""
         for instance in instances:
-            self.values[instance.id] = {f: read(instance) for f, read in FIELDS.items()}
+            self.values[instance.id] = {f: read(instance, clock) for f, read in
+                                        self.readers.items()}
             self.last[instance.id] = dict.fromkeys(FIELDS, clock)
         if self.cache_signal is not None:
             self.cache_signal.refresh()

@@ -24,6 +24,7 @@ from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
     DistributionWorkload,
+    SLOLookup,
     SLOTargets,
     TenantsWorkload,
     TraceWorkload,
@@ -417,6 +418,16 @@ class Scenario:
         if isinstance(self.workload, TenantsWorkload):
             goals += [t.slo for t in self.workload.tenants if t.slo is not None]
         return any(v is not None for g in goals for v in (g.ttft_ms, g.tpot_ms, g.e2e_ms))
+
+    def slo_targets(self) -> SLOLookup:
+        """Each request's SLO targets by (tenant, SLO class): its tenant's own, else its
+        class's ("default" and the unnamed class are one); None without any."""
+        by_tenant: dict[str, SLOTargets] = {}
+        if isinstance(self.workload, TenantsWorkload):
+            by_tenant = {t.id: t.slo for t in self.workload.tenants
+                         if t.slo is not None and t.slo.any_set}
+        return SLOLookup(by_tenant, {"" if cls == "default" else cls: t
+                                     for cls, t in self.evaluation.slo_targets.items()})
 
     def check_deployment(self, path: str) -> None:
         """The deployment section against the rest: native mode only, the default model among

@@ -32,6 +32,27 @@ class SLOTargets:
     tpot_ms: float | None = spec(None, help="time-per-output-token target (ms)", gt=0)
     e2e_ms: float | None = spec(None, help="end-to-end latency target (ms)", gt=0)
 
+    @property
+    def any_set(self) -> bool:
+        return self.ttft_ms is not None or self.tpot_ms is not None or self.e2e_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class SLOLookup:
+    """A scenario's SLO targets by tenant and by class (`Scenario.slo_targets`)."""
+
+    by_tenant: dict[str, SLOTargets]
+    by_class: dict[str, SLOTargets]
+
+    def of(self, tenant: str, slo_class: str) -> SLOTargets | None:
+        return self.by_tenant.get(tenant) or self.by_class.get(slo_class)
+
+
+def met(target: SLOTargets, ttft_ms: float, tpot_ms: float, e2e_ms: float) -> bool:
+    """Whether a completed request's latencies are within every target set."""
+    return all(goal is None or value <= goal for goal, value in (
+        (target.ttft_ms, ttft_ms), (target.tpot_ms, tpot_ms), (target.e2e_ms, e2e_ms)))
+
 
 @dataclass(frozen=True, slots=True)
 class PrefixGroup:

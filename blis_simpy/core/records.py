@@ -12,7 +12,8 @@ Channels:
 * steps: one row per engine step and instance (`STEP_FIELDS`), its fields appended one after
   another to a flat list of ints, packed into one growing int64 array a chunk at a time (a
   long run has millions);
-* preemptions and rejections: (time, instance id, request id) per occurrence;
+* preemptions: (time, instance id, request id, tokens computed and discarded) per occurrence
+  (seed 001 §10's `PreemptionRecord`); rejections: (time, instance id, request id);
 * anomalies detected while running (`Anomaly`: an instant or an episode);
 * decisions (optional, trace level `decisions` or `full`): one row per admission, priority and
   routing decision, routing rows with every candidate;
@@ -236,7 +237,7 @@ class Recorder:
         self.settled = 0  # how many of the oldest requests have finished for good
         self.instances: list[InstanceLog] = []
         self.anomalies: list[Anomaly] = []
-        self.preemptions: list[tuple[int, str, str]] = []
+        self.preemptions: list[tuple[int, str, str, int]] = []
         self.rejections: list[tuple[int, str, str]] = []
         self.decisions: list[Decision] | None = [] if decisions else None
         self.events: list[tuple[int, str, str, str]] | None = [] if events else None
@@ -489,7 +490,7 @@ class Records:
     requests: RequestColumns
     instances: tuple[InstanceRecord, ...]
     anomalies: tuple[Anomaly, ...]
-    preemptions: tuple[tuple[int, str, str], ...]
+    preemptions: tuple[tuple[int, str, str, int], ...]
     rejections: tuple[tuple[int, str, str], ...]
     decisions: tuple[Decision, ...] | None
     events: tuple[tuple[int, str, str, str], ...] | None

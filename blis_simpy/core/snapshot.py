@@ -7,8 +7,12 @@ reach it. Routing policies get one per routable instance and key any state they 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import NamedTuple
+
+NO_EXTENDED: Mapping[str, float] = MappingProxyType({})  # shared by every snapshot without any
 
 
 class Role(StrEnum):
@@ -55,6 +59,7 @@ class InstanceSnapshot(NamedTuple):
     recent_tpot_ms: float
     estimated_wait_ms: float
     kv_cpu_utilization: float = 0.0  # the CPU KV tier's blocks used / total (0: no tier)
+    extended: Mapping[str, float] = NO_EXTENDED  # read-only
 
     @property
     def effective_load(self) -> int:

@@ -11,7 +11,7 @@ class TierLog:
 
     __slots__ = ("block_bytes", "cpu_hits", "cpu_total", "evictions", "levels", "offload_us",
                  "offloads", "reload_us", "reloads", "storage_hits", "storage_total",
-                 "thrashes")
+                 "thrashes", "transfers")
 
     def __init__(self, cpu_total: int, storage_total: int, block_bytes: int) -> None:
         self.cpu_total = cpu_total
@@ -26,6 +26,12 @@ class TierLog:
         self.evictions = 0  # hashed blocks the GPU dropped to make room
         self.thrashes: list[int] = []  # times of reloads of blocks evicted within the window
         self.levels: list[tuple[int, int, int]] = [(0, 0, 0)]  # (time, cpu used, storage used)
+        # seed 001 §10's KVTransferRecord, one per transfer queued on a link: (time, from tier,
+        # to tier, blocks, latency µs: until it ends, waiting for the link included)
+        self.transfers: list[tuple[int, str, str, int, int]] = []
+
+    def transfer(self, now: int, source: str, target: str, blocks: int, end: int) -> None:
+        self.transfers.append((now, source, target, blocks, end - now))
 
     def level(self, now: int, cpu: int, storage: int) -> None:
         """The tiers' use changed at `now` (the last change at one time wins)."""
@@ -50,9 +56,11 @@ class TierRecord:
     evictions: int
     thrashes: tuple[int, ...]
     levels: tuple[tuple[int, int, int], ...]
+    transfers: tuple[tuple[int, str, str, int, int], ...]
 
     @classmethod
     def of(cls, log: TierLog) -> TierRecord:
         return cls(log.cpu_total, log.storage_total, log.block_bytes, log.cpu_hits,
                    log.storage_hits, log.offloads, log.reloads, log.offload_us, log.reload_us,
-                   log.evictions, tuple(log.thrashes), tuple(log.levels))
+                   log.evictions, tuple(log.thrashes), tuple(log.levels),
+                   tuple(log.transfers))

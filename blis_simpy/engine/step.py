@@ -520,6 +520,7 @@ class Stepper:
         """vLLM recompute preemption: free the blocks, go back to the head of the queue, and
         later re-prefill the prompt plus every token already streamed."""
         now = self.now
+        discarded = req.progress
         self._preempted = True
         self.kv.release(req)
         self.preemptions += 1
@@ -530,7 +531,7 @@ class Stepper:
         self.queued_tokens += req.prefill_target
         self.wait_queue.appendleft(req)
         self.watch.queued(req)
-        self.recorder.preemptions.append((now, self.id, req.name))
+        self.recorder.preemptions.append((now, self.id, req.name, discarded))
         if self.events is not None:
             self.events.append((now, "preempted", req.name, self.id))
 

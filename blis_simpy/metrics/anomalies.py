@@ -10,6 +10,7 @@ Head-of-line blockings, storms and bursts are episodes with a start and an end; 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,19 +25,19 @@ from blis_simpy.metrics.faults import failure_anomalies
 from blis_simpy.metrics.raw import violated
 
 
-def bursts(events: Sequence[tuple[int, str, str]], count: int, window_us: int
+def bursts(events: Sequence[tuple[Any, ...]], count: int, window_us: int
            ) -> list[tuple[int, int, list[str]]]:
-    """Clusters of at least `count` events within `window_us`: (start, end, requests), each
-    event in at most one cluster (scanning forward, greedy)."""
+    """Clusters of at least `count` events (time, where, request, ...) within `window_us`:
+    (start, end, requests), each event in at most one cluster (scanning forward, greedy)."""
     found = []
-    times = [t for t, _, _ in events]
+    times = [e[0] for e in events]
     i = 0
     while i + count <= len(events):
         if times[i + count - 1] - times[i] < window_us:
             j = i + count
             while j < len(events) and times[j] - times[i] < window_us:
                 j += 1
-            found.append((times[i], times[j - 1], [r for _, _, r in events[i:j]]))
+            found.append((times[i], times[j - 1], [e[2] for e in events[i:j]]))
             i = j
         else:
             i += 1
@@ -82,7 +83,7 @@ def episodes(records: Records, config: EvaluationConfig, tiers: KVTiersConfig | 
     """Preemption storms, rejection bursts, (with KV tiers) KV thrashing and (with
     failures) instance failures."""
     found = []
-    by_instance: dict[str, list[tuple[int, str, str]]] = {}
+    by_instance: dict[str, list[tuple[int, str, str, int]]] = {}
     for event in records.preemptions:
         by_instance.setdefault(event[1], []).append(event)
     storm, burst = config.preemption_storm, config.rejection_burst

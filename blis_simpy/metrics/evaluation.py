@@ -37,18 +37,13 @@ from blis_simpy.metrics.window import Window
 
 
 def has_targets(target: SLOTargets | None) -> bool:
-    return target is not None and any(
-        v is not None for v in (target.ttft_ms, target.tpot_ms, target.e2e_ms))
+    return target is not None and target.any_set
 
 
 def request_targets(scenario: Scenario, requests: Table) -> list[SLOTargets | None]:
     """Each request's SLO targets: its tenant's own, else its SLO class's."""
-    by_tenant: dict[str, SLOTargets] = {}
-    if isinstance(scenario.workload, TenantsWorkload):
-        by_tenant = {t.id: t.slo for t in scenario.workload.tenants if has_targets(t.slo)}
-    by_class = {"" if cls == "default" else cls: t
-                for cls, t in scenario.evaluation.slo_targets.items()}
-    return [by_tenant.get(tenant) or by_class.get(cls)
+    lookup = scenario.slo_targets()
+    return [lookup.of(tenant, cls)
             for tenant, cls in zip(requests["tenant"], requests["slo_class"], strict=True)]
 
 
@@ -104,6 +99,7 @@ def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, A
                                                         strict=True) if keep])
     if shadow_kv is not None:
         metrics["shadow_kv"] = shadow_kv
+    metrics.update(scale_and_tail(metrics, summary))
     weights = scenario.fitness.weights
     values = objectives(metrics, weights)
     completion = metrics["completion_rate"]
@@ -118,6 +114,23 @@ def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, A
         metrics=metrics, summary=summary, policy_id=policy_id(scenario),
         workload_id=workload_id(scenario), simulated_s=seconds, wall_s=wall_s)
     return metrics, result, anomalies
+
+
+def scale_and_tail(metrics: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """Seed 001 §9's `ScaleEfficiency` (SLO attainment per replica: the attainment over the
+    average replica count, the deployment's over the run, a fixed cluster's instances; null
+    without SLO targets) and `TailLatencyBlowup` (E2E p99 over E2E p50: 1 when the tail is
+    the median, null without completions), from the metrics already computed from records."""
+    attainment = metrics["slo_attainment"]
+    deployment = summary.get("deployment")
+    replicas = deployment["avg_replicas"] if deployment is not None else \
+        len(metrics["instances"])
+    p50, p99 = metrics["e2e_p50_ms"], metrics["e2e_p99_ms"]
+    return {
+        "scale_efficiency": attainment / replicas if attainment is not None and replicas > 0
+        else None,
+        "tail_latency_blowup": p99 / p50 if p50 and p99 is not None else None,
+    }
 
 
 def digest(data: Any) -> str:

@@ -9,6 +9,7 @@ the replica taking traffic.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -165,9 +166,33 @@ def peak(spans: Sequence[Life]) -> int:
     return best
 
 
+def actuation(log: ScaleLog) -> list[tuple[float, float]]:
+    """Per scale action, seed 001 §10's actuation fields from the lifecycle records: the
+    provisioning delay (s) until the last replica it started began loading its model, and
+    the time (s) that replica reached steady state (active, warm-up over); NaN for a
+    scale-down, and for an action none of whose replicas got that far (cancelled by a
+    scale-down, or the run ended first). An action's replicas are those of its config that
+    entered provisioning at its time."""
+    started: dict[tuple[int, str], list[str]] = {}
+    entered: dict[tuple[str, str], int] = {}  # (instance, state) -> first time
+    for time, instance, config, state in log.lifecycle:
+        if state == "provisioning":
+            started.setdefault((time, config), []).append(instance)
+        entered.setdefault((instance, state), time)
+    out = []
+    for e in log.events:
+        mine = started.get((e.time, e.config), []) if e.action == "up" else []
+        loading = [entered[(i, "loading")] for i in mine if (i, "loading") in entered]
+        active = [entered[(i, "active")] for i in mine if (i, "active") in entered]
+        out.append(((max(loading) - e.time) / US_PER_S if loading else math.nan,
+                    max(active) / US_PER_S if active else math.nan))
+    return out
+
+
 def scale_event_table(log: ScaleLog) -> Table:
     """One row per scale action (scale_events.csv)."""
     events = log.events
+    actuated = actuation(log)
     return Table({
         "time_s": np.array([e.time / US_PER_S for e in events], dtype=float),
         "config": [e.config for e in events],
@@ -177,6 +202,8 @@ def scale_event_table(log: ScaleLog) -> Table:
         "trigger": [e.trigger for e in events],
         "reason": [e.reason for e in events],
         "signals": [e.signals for e in events],
+        "provisioning_delay_s": np.array([a[0] for a in actuated], dtype=float),
+        "warmup_end_s": np.array([a[1] for a in actuated], dtype=float),
     })
 
 

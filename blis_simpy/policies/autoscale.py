@@ -1,9 +1,11 @@
 """Autoscale policies (seed G.1 `AutoScalePolicy`): from one deployment config's context to a
 decision {none, up, down} with a target replica count and a reason.
 
-A policy sees aggregate signals only (seed D.7): counts and averages over the config's ready
-replicas, never one instance or one request. The autoscaler clamps every target into the
-pool's [min, max] (invariant scale_bounds), so a policy may ask for more than it can get.
+A policy sees aggregate signals only (seed D.7): counts, averages, the recent TTFT's p99 and
+the SLO attainment of what completed since the last look over the config's ready replicas,
+never one instance or one request, and its previous evaluations' signals (recent load
+samples). The autoscaler clamps every target into the pool's [min, max] (invariant
+scale_bounds), so a policy may ask for more than it can get.
 
 Templates: threshold (thresholds with hysteresis and a cooldown), target-utilization (the
 Kubernetes HPA rule), queue-depth, kv-demand (the later reference's KV supply/demand analyzer)
@@ -22,6 +24,7 @@ from blis_simpy.core.units import US_PER_S
 from blis_simpy.policies.registry import Registry
 
 Action = Literal["none", "up", "down"]
+SIGNAL_HISTORY = 10  # evaluations a ScaleContext's history keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,10 @@ class DeploymentSignals:
     recent_ttft_ms: float  # mean over ready replicas of their recent TTFT
     recent_tpot_ms: float  # ... and of their recent TPOT (per completed request)
     output_tokens_per_s: float  # emitted by the config's replicas since the last look
+    # of the requests the config's replicas completed since the last look that have SLO
+    # targets, the share within every target (None: none such)
+    slo_attainment: float | None = None
+    ttft_p99_ms: float = 0.0  # p99 (nearest rank) of the ready replicas' recent TTFTs (32 each)
 
     @property
     def queue_depth(self) -> float:
@@ -65,6 +72,8 @@ class ScaleContext:
     since_last_scale_us: int  # since this config's last up or down (the run's start if none)
     trigger: str  # periodic | queue_depth | recent_ttft
     signals: DeploymentSignals
+    # the signals of this config's previous evaluations, oldest first (the last SIGNAL_HISTORY)
+    history: tuple[DeploymentSignals, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

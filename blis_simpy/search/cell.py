@@ -240,6 +240,17 @@ class Snapshots(list):  # type: ignore[type-arg]
         self[:] = [wire.snapshot_in(f) for f in self.ask("refresh")]
 
 
+class FleetView:
+    """What an admission candidate's `state.instance_snapshots()` reads: the snapshots, asked of
+    the evaluator when the candidate calls it (an admission that never looks costs nothing)."""
+
+    def __init__(self, ask: Callable[..., Any]) -> None:
+        self.ask = ask
+
+    def admission_snapshots(self, clock: int) -> list[Any]:
+        return [wire.snapshot_in(f) for f in self.ask("instance_snapshots")]
+
+
 class ShadowView:
     """The router's shadow KV model, read through the evaluator: the current request's
     expected hits on every routable instance come with the call, anything else is asked."""
@@ -269,6 +280,7 @@ class Server:
         self.objects: list[Any] = []
         self.views = wire.ViewMirror()
         self.state = wire.StateMirror()
+        self.state.state.fleet_view = FleetView(self.ask)
         self.shadow: ShadowView | None = None
         self.reader: BinaryIO | None = None
 

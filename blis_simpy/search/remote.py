@@ -90,7 +90,8 @@ class RemoteAdmission(Remote, AdmissionPolicy):
     def decide(self, req: RequestView, state: RouterState, clock: int) -> AdmissionDecision:
         session = self.session
         reply = session.call(["decide", self.handle, session.views.out(req),
-                              session.state.delta(state), clock])
+                              session.state.delta(state), clock],
+                             lambda ask: answer_admission(ask, state))
         if reply[0] == "bad":
             return Unsendable(str(reply[1]))  # type: ignore[return-value]
         action, reason, delay = payload(reply, 3)
@@ -105,7 +106,8 @@ class RemotePriority(Remote, PriorityPolicy):
     def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
         session = self.session
         delta = None if state is None else session.state.delta(state)
-        reply = session.call(["compute", self.handle, session.views.out(req), delta, clock])
+        reply = session.call(["compute", self.handle, session.views.out(req), delta, clock],
+                             None if state is None else lambda ask: answer_admission(ask, state))
         return value(reply)  # type: ignore[no-any-return]
 
 
@@ -136,6 +138,15 @@ class RemoteRouting(Remote, RoutingPolicy):
                          for k, v in breakdown.items()}
         scores, filtered = tupled(scores), tupled(filtered)  # what they hold: the guard checks
         return RoutingDecision(target, text(reason, "reason"), scores, breakdown, filtered)
+
+
+def answer_admission(ask: list[Any], state: RouterState) -> Any:
+    """An admission (or priority) candidate's question: the snapshots of the instances the
+    request could go to (`RouterState.instance_snapshots`, seed G.2), taken when it asks."""
+    if ask[1:] == ["instance_snapshots"]:
+        return [wire.snapshot_out(s) for s in state.instance_snapshots()]
+    raise ContainedFailure(f"the candidate asked {wire.line(ask)[:120]!r}, which is not a "
+                           "question an admission or priority policy may ask")
 
 
 def answer_routing(ask: list[Any], snapshots: Sequence[InstanceSnapshot],

@@ -20,10 +20,11 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from itertools import islice
+from types import MappingProxyType
 from typing import Any
 
 from blis_simpy.core.request import RequestView
-from blis_simpy.core.router_state import RouterState
+from blis_simpy.core.router_state import LoadSample, RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 
 MAX_LINE = 1 << 20  # bytes in one message from a candidate
@@ -54,14 +55,21 @@ SNAPSHOT = struct.Struct("<qqqdqqqddddd")
 
 
 def snapshot_out(s: InstanceSnapshot) -> list[Any]:
-    return [s.id, s.role.value, SNAPSHOT.pack(
+    """`[id, role, numbers]`, and the `extended` values as a fourth item when there are any."""
+    out: list[Any] = [s.id, s.role.value, SNAPSHOT.pack(
         s.timestamp, s.queue_depth, s.batch_size, s.kv_utilization, s.free_kv_blocks,
         s.pending_requests, s.in_flight_requests, s.cache_hit_rate, s.recent_ttft_ms,
         s.recent_tpot_ms, s.estimated_wait_ms, s.kv_cpu_utilization).hex()]
+    if s.extended:
+        out.append(dict(s.extended))
+    return out
 
 
 def snapshot_in(f: Sequence[Any]) -> InstanceSnapshot:
-    return InstanceSnapshot(f[0], ROLES[f[1]], *SNAPSHOT.unpack(bytes.fromhex(f[2])))
+    snap = InstanceSnapshot(f[0], ROLES[f[1]], *SNAPSHOT.unpack(bytes.fromhex(f[2])))
+    if len(f) > 3:
+        snap = snap._replace(extended=MappingProxyType(dict(f[3])))
+    return snap
 
 
 def hashes_out(hashes: tuple[int, ...]) -> str | tuple[int, ...]:
@@ -116,8 +124,10 @@ def remember(cache: dict[str, RequestView], key: str, view: RequestView) -> None
 
 class StateSender:
     """What changed in the gateway's router state since the last call of this candidate:
-    `[clock, in_flight, instances or None, [[tenant, requests, active, rejected, window
-    length, new arrival times], ...], arrivals window length, new arrival times]`.
+    `[clock, in_flight, instances or None, [[tenant, requests, active, rejected, first
+    arrival, window length, new arrival times], ...], arrivals window length, new arrival
+    times, first arrival, completions so far, completions window length, new completion
+    times, new load samples]`.
 
     A tenant's arrival window only gains entries when it counts a request, so its new times
     are its last (requests - requests sent) entries; the window length lets the mirror drop
@@ -127,6 +137,8 @@ class StateSender:
         self.tenants: dict[str, tuple[int, int, int]] = {}
         self.instances: tuple[str, ...] | None = None
         self.requests = 0
+        self.completed = 0
+        self.sampled = -1  # the clock of the last load sample sent
 
     def delta(self, state: RouterState) -> list[Any]:
         changed = []
@@ -137,13 +149,21 @@ class StateSender:
             before = self.tenants.get(tenant_id)
             if before != counts:
                 new = counts[0] - (before[0] if before else 0)
-                changed.append([tenant_id, *counts, *window(tenant.recent, new)])
+                changed.append([tenant_id, *counts, tenant.first_arrival,
+                                *window(tenant.recent, new)])
                 self.tenants[tenant_id] = counts
         instances = None
         if state.instances != self.instances:
             instances = self.instances = state.instances
         new, self.requests = total - self.requests, total
-        return [state.clock, state.in_flight, instances, changed, *window(state.arrivals, new)]
+        done, self.completed = state.completed - self.completed, state.completed
+        fresh = [s for s in state.history if s.clock > self.sampled]
+        if fresh:
+            self.sampled = fresh[-1].clock
+        samples = [list(s) for s in fresh]
+        return [state.clock, state.in_flight, instances, changed, *window(state.arrivals, new),
+                state.first_arrival, state.completed, *window(state.completions, done),
+                samples]
 
 
 def window(times: deque[int] | None, new: int) -> tuple[int, list[int]]:
@@ -168,17 +188,23 @@ class StateMirror:
 
     def apply(self, delta: list[Any]) -> StateMirror:
         state = self.state
-        clock, in_flight, instances, changed, length, arrivals = delta
+        (clock, in_flight, instances, changed, length, arrivals, first, completed,
+         completions_length, completions, samples) = delta
         state.clock, state.in_flight = clock, in_flight
         if instances is not None:
             state.instances = tuple(instances)
-        for tenant_id, requests, active, rejected, tenant_length, times in changed:
+        for tenant_id, requests, active, rejected, tenant_first, tenant_length, times \
+                in changed:
             tenant = state.tenant(tenant_id)
             tenant.request_count, tenant.active_requests = requests, active
-            tenant.rejected = rejected
+            tenant.rejected, tenant.first_arrival = rejected, tenant_first
             assert tenant.recent is not None
             refill(tenant.recent, times, tenant_length)
         refill(state.arrivals, arrivals, length)
+        state.requests = sum(t.request_count for t in state.tenants.values())
+        state.first_arrival, state.completed = first, completed
+        refill(state.completions, completions, completions_length)
+        state.history.extend(LoadSample(*s) for s in samples)
         return self
 
 

@@ -98,7 +98,7 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
             log.windows[pool.config] = oscillation_window(autoscaler, policy)
             scalers.append(ConfigScaler(pool, policy))
         Autoscaler(env, autoscaler, scalers, gateway, recorder, log,
-                   "deployment.autoscaler.policy", not several)
+                   "deployment.autoscaler.policy", not several, scenario.slo_targets())
     return pools, scalers
 
 

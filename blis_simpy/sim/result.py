@@ -54,6 +54,8 @@ class Result:
     transfer_queue_table: Table | None = None  # P/D: handoffs waiting for the link over time
     fault_table: Table | None = None  # with failures: crashes, repairs, lost and retried requests
     placement_table: Table | None = None  # node pools: one row per replica placed
+    preemption_table: Table | None = None  # one row per preemption
+    kv_transfer_table: Table | None = None  # with KV tiers: one row per transfer between tiers
     # A streaming run's folder, which holds its requests, steps and instances tables
     # (sim/stream.py); request_table and step_table are then empty.
     streamed: OutputFolder | None = None
@@ -68,6 +70,16 @@ class Result:
     def transfers(self) -> pd.DataFrame | None:
         """P/D: one row per KV handoff (transfers.csv)."""
         return None if self.transfer_table is None else self.transfer_table.frame()
+
+    @cached_property
+    def preemptions(self) -> pd.DataFrame | None:
+        """One row per preemption (preemptions.csv)."""
+        return None if self.preemption_table is None else self.preemption_table.frame()
+
+    @cached_property
+    def kv_transfers(self) -> pd.DataFrame | None:
+        """With KV tiers: one row per transfer between tiers (kv_transfers.csv)."""
+        return None if self.kv_transfer_table is None else self.kv_transfer_table.frame()
 
     @cached_property
     def placements(self) -> pd.DataFrame | None:
@@ -206,7 +218,8 @@ class Result:
             ("decisions", self.decision_table), ("scale_events", self.scale_event_table),
             ("replicas", self.replica_table), ("transfers", self.transfer_table),
             ("transfer_queue", self.transfer_queue_table), ("faults", self.fault_table),
-            ("placements", self.placement_table))
+            ("placements", self.placement_table), ("preemptions", self.preemption_table),
+            ("kv_transfers", self.kv_transfer_table))
             if table is not None and name not in streamed]
         write_tables(tables)
 

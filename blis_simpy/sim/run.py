@@ -17,6 +17,7 @@ from blis_simpy.core.records import Recorder, Records
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.conventions import step_durations
 from blis_simpy.metrics.evaluation import evaluate
+from blis_simpy.metrics.event_records import kv_transfer_table, preemption_table
 from blis_simpy.metrics.faults import computed_tokens, fault_summary, fault_table
 from blis_simpy.metrics.pd import disaggregated, pd_summary, queue_depth_table, transfer_table
 from blis_simpy.metrics.saturation import run_saturation
@@ -211,6 +212,8 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         transfer_queue_table=None if pd_tables is None else pd_tables[1],
         fault_table=faults,
         placement_table=placements,
+        preemption_table=preemption_table(records),
+        kv_transfer_table=kv_transfer_table(records),
     )
 
 

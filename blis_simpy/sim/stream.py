@@ -13,6 +13,7 @@ from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.metrics.anomalies import anomaly_table
 from blis_simpy.metrics.columns import Table
+from blis_simpy.metrics.event_records import kv_transfer_table, preemption_table
 from blis_simpy.metrics.faults import fault_summary, fault_table
 from blis_simpy.metrics.stream import StreamingRecords
 from blis_simpy.sim.build import Progress, Simulation
@@ -91,4 +92,5 @@ def simulate_streaming(sim: Simulation, folder: OutputFolder,
     return Result(scenario=sim.scenario, summary=summary, request_table=Table({}),
                   step_table=Table({}), wall_time_s=wall, metrics=metrics,
                   evaluation=evaluation, anomaly_table=anomaly_table(anomalies),
-                  fault_table=faults, streamed=folder)
+                  fault_table=faults, preemption_table=preemption_table(records),
+                  kv_transfer_table=kv_transfer_table(records), streamed=folder)

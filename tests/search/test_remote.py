@@ -87,6 +87,21 @@ class Policy(InstanceScheduler):
         lowest = min(priorities)
         return max(i for i, p in enumerate(priorities) if p == lowest)
 """
+OBSERVING = """
+class Policy(AdmissionPolicy):
+    def decide(self, req, state, clock):
+        snaps = state.instance_snapshots()
+        queued = sum(s.queue_depth for s in snaps)
+        hits = sum(s.cache_hit_rate for s in snaps) + sum(
+            v for s in snaps for v in s.extended.values())
+        history = state.load_history()
+        busy = state.burst_detected() or state.tenant(req.tenant_id).burst_detected(clock)
+        if req.slo_class == "batch" and (queued > 6 or busy and state.throughput() < 30
+                                         or hits > 1.5 and len(history) > 0
+                                         and history[-1].in_flight > 12):
+            return AdmissionDecision("reject", f"queued {queued} hits {hits:.3f}")
+        return ADMIT
+"""
 AXES = {"admission": ADMISSION, "priority": PRIORITY, "routing": ROUTING,
         "scheduler": SCHEDULER}
 IN_PROCESS = itertools.count()
@@ -139,6 +154,21 @@ def test_sandboxed_candidate_runs_as_the_same_policy_in_process(axis):
     assert list(sandboxed.error) == ["", ""] and list(local.error) == ["", ""]
     for column in COMPARED:
         assert list(sandboxed[column]) == list(local[column]), column
+
+
+def test_sandboxed_admission_sees_snapshots_and_router_state():
+    """Seed G.2 / 001 §3: an admission candidate in the sandbox reads the instances'
+    snapshots (asked of the evaluator when it calls `state.instance_snapshots()`), the
+    router state's burst detection, throughput and load history (mirrored), and decides
+    exactly as the same source does in process; and those reads decide something."""
+    code = CodePolicy("admission", OBSERVING)
+    check(code)
+    sandboxed = run_many(pressed(), {"sandboxed": code}, [1, 2], workers=1)
+    local = run_many(in_process("admission", code.source), None, [1, 2], workers=1)
+    assert list(sandboxed.error) == ["", ""] and list(local.error) == ["", ""]
+    for column in COMPARED:
+        assert list(sandboxed[column]) == list(local[column]), column
+    assert (sandboxed.rejected_requests > 0).all()
 
 
 def test_every_axis_decides_something():

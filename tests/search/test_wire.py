@@ -14,7 +14,8 @@ from blis_simpy.core.snapshot import InstanceSnapshot, Role
 from blis_simpy.search import wire
 
 OPERATIONS = st.lists(st.tuples(
-    st.sampled_from(["arrival", "admit", "reject", "finish", "instances", "send"]),
+    st.sampled_from(["arrival", "admit", "reject", "finish", "complete", "instances",
+                     "send"]),
     st.sampled_from(["a", "b", "c"]), st.integers(0, 400_000)), max_size=120)
 
 
@@ -23,16 +24,20 @@ def observed(state: RouterState | wire.StateMirror) -> dict[str, object]:
     return {"clock": state.clock, "in_flight": state.in_flight,
             "instances": state.instance_ids(), "tenants": state.tenant_ids(),
             "rate": state.request_rate(), "arrivals": list(state.arrivals),
+            "throughput": state.throughput(), "burst": state.burst_detected(),
+            "history": state.load_history(), "completed": state.completed,
             **{t: (s.request_count, s.active_requests, s.rejected, list(s.recent or ()),
-                   s.recent_rate(state.clock)) for t, s in state.tenants.items()}}
+                   s.recent_rate(state.clock), s.burst_detected(state.clock))
+               for t, s in state.tenants.items()}}
 
 
 @settings(max_examples=200, deadline=None)
 @given(OPERATIONS)
 def test_the_mirror_equals_the_gateways_router_state_after_every_delta(operations):
     """Whatever the gateway did between two calls (arrivals, admissions, rejections,
-    finishes, fleet changes, with windows sliding), the delta brings the mirror to the same
-    observable state, through a JSON round trip."""
+    finishes, completions, fleet changes, with windows sliding), the delta brings the mirror
+    to the same observable state (bursts, throughput and load history included), through a
+    JSON round trip."""
     state, sender, mirror = RouterState(), wire.StateSender(), wire.StateMirror()
     clock = 0
     for kind, tenant, step in operations:
@@ -46,6 +51,9 @@ def test_the_mirror_equals_the_gateways_router_state_after_every_delta(operation
             state.on_reject(tenant)
         elif kind == "finish" and state.tenant(tenant).active_requests > 0:
             state.on_finish(tenant)
+        elif kind == "complete" and state.tenant(tenant).active_requests > 0:
+            state.on_finish(tenant)
+            state.on_complete(clock)
         elif kind == "instances":
             state.instances = tuple(f"instance_{i}" for i in range(step % 4))
         else:
@@ -91,6 +99,15 @@ def test_snapshots_cross_exactly(timestamp, count, rate, anything, role):
                                 count, count, anything, rate, anything, rate, anything)
     back = wire.snapshot_in(json.loads(wire.line(wire.snapshot_out(snapshot))))
     assert repr(back) == repr(snapshot)
+
+
+def test_snapshot_extended_values_cross():
+    """Seed G.2's `Extended` goes as a mapping after the numbers, only when it has values."""
+    plain = InstanceSnapshot("i", Role.MONOLITHIC, 1, 2, 3, 0.5, 4, 5, 6, 0.25, 1.0, 2.0, 3.0)
+    assert len(wire.snapshot_out(plain)) == 3
+    rich = plain._replace(extended={"offload_backlog_ms": 1.5, "kv_storage_utilization": 0.1})
+    back = wire.snapshot_in(json.loads(wire.line(wire.snapshot_out(rich))))
+    assert dict(back.extended) == dict(rich.extended) and back[:-1] == rich[:-1]
 
 
 def test_hashes_beyond_64_bits_still_cross():

@@ -191,10 +191,13 @@ class TieredKVCache(KVCache):
         if from_cpu:
             end = self.cpu_up.transfer(now, len(from_cpu))
             log.cpu_hits += len(from_cpu)
+            log.transfer(now, "cpu", "gpu", len(from_cpu), end)
         if from_storage:
             assert self.storage is not None and self.storage_up is not None
-            end = max(end, self.storage_up.transfer(now, len(from_storage)))
+            done = self.storage_up.transfer(now, len(from_storage))
+            end = max(end, done)
             log.storage_hits += len(from_storage)
+            log.transfer(now, "storage", "gpu", len(from_storage), done)
         log.reloads += len(from_cpu) + len(from_storage)
         evicted_at, window = self.evicted_at, self.window
         for h in from_cpu + from_storage:
@@ -288,6 +291,7 @@ class TieredKVCache(KVCache):
                 demoted.append((dropped, cpu.dropped_priority))
         log.offload_us += self.cpu_down.send(now, len(new))
         log.offloads += len(new)
+        log.transfer(now, "gpu", "cpu", len(new), self.cpu_down.free_at)
         if demoted:
             self._demote(demoted, now)
         log.level(now, cpu.used, 0 if storage is None else storage.used)
@@ -306,6 +310,7 @@ class TieredKVCache(KVCache):
                 evicted_at.pop(dropped, None)
         self.log.offloads += len(hashes)
         self.log.offload_us += self.storage_down.send(now, len(hashes))
+        self.log.transfer(now, "cpu", "storage", len(hashes), self.storage_down.free_at)
 
     # -- checks -------------------------------------------------------------------------------
 
