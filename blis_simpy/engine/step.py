@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Final, Protocol
 
 from librt.vecs import append, vec
 from mypy_extensions import i64, mypyc_attr
@@ -48,7 +48,12 @@ RECENT = 32  # completions behind the recent TTFT / TPOT signals
 # What a step under way leaves to its end (`Stepper.end_step`): nothing, its decode tokens only
 # (a quiet step), its batch's progress (the exact path), or its explicit requests' and
 # due implicit decoders' progress (the steady path).
-NO_STEP, QUIET, EXACT, STEADY = range(4)
+# (Final: compiled, each is a constant, not a lookup in the module's globals.)
+NO_STEP: Final = 0
+QUIET: Final = 1
+EXACT: Final = 2
+STEADY: Final = 3
+NO_REQUESTS: Final[list[Request]] = []  # never changed: an empty pending list, not allocated
 
 
 class InstanceObserver(Protocol):
@@ -144,8 +149,8 @@ class Stepper:
         # requests it advances (exact: its batch; steady: its explicit ones), the implicit
         # decoders with an event in it, its index, end and decode tokens.
         self.under_way = NO_STEP
-        self.pending_batch: list[Request] = []
-        self.pending_due: list[Request] = []
+        self.pending_batch: list[Request] = NO_REQUESTS
+        self.pending_due: list[Request] = NO_REQUESTS
         self.pending_index = 0
         self.pending_end = 0
         self.pending_decodes = 0
@@ -309,7 +314,7 @@ class Stepper:
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
         self._record(now, duration, 0, decodes, decodes, kv.used, 0)
-        self._pend(STEADY, [], due, index, now + duration)
+        self._pend(STEADY, NO_REQUESTS, due, index, now + duration)
         return duration
 
     @staticmethod
@@ -333,7 +338,7 @@ class Stepper:
         duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
         self._record(now, duration, new_tokens, decodes, len(batch), self.kv.used,
                      len(self.wait_queue))
-        self._pend(EXACT, batch, [], index, now + duration)
+        self._pend(EXACT, batch, NO_REQUESTS, index, now + duration)
         return duration
 
     def _steady_step(self, now: int, index: int) -> int | None:
@@ -408,15 +413,12 @@ class Stepper:
         if kind == QUIET:
             return
         self.now = now
-        batch = self.pending_batch
-        self.pending_batch = []
         if kind == EXACT:
-            self._execute(batch, self.pending_index, self.pending_end)
+            self._execute(self.pending_batch, self.pending_index, self.pending_end)
             self.explicit = list(self.running)
         else:
-            due = self.pending_due
-            self.pending_due = []
-            self._advance_steady(batch, due, self.pending_index, self.pending_end)
+            self._advance_steady(self.pending_batch, self.pending_due, self.pending_index,
+                                 self.pending_end)
 
     def _leave_step(self, req: Request) -> None:
         """`req` leaves the batch while a step that advances it is under way: the others'
@@ -433,7 +435,7 @@ class Stepper:
             steady.clear()
             self.under_way = EXACT
             self.pending_batch = list(self.running)
-            self.pending_due = []
+            self.pending_due = NO_REQUESTS
         batch = self.pending_batch
         if batch is not self.running and req in batch:
             batch.remove(req)
@@ -443,9 +445,7 @@ class Stepper:
         the implicit decoders' state is that of the step's start."""
         if self.under_way == NO_STEP:
             return
-        if self.under_way != QUIET:
-            self.pending_batch = []
-            self.pending_due = []
+        self.pending_batch = self.pending_due = NO_REQUESTS
         if self.steady is not None:
             self._materialize(self.pending_index)
         self.under_way = NO_STEP

@@ -8,10 +8,7 @@ arrives at 0 and runs in the steps at 0, 10 and 20 ms, finishing at 30 ms.
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Generator
-from itertools import count
 from typing import Any
 
 import blis_simpy
@@ -19,23 +16,14 @@ from blis_simpy.policies.admission import ADMIT, AdmissionPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 from blis_simpy.sim.run import prepare, simulate
 from tests.conftest import trace_run_scenario, write_trace
+from tests.policies.test_policy_code_fuzz import install
 
 STEP_US = 10_000
 TEN_MS_STEPS = {"latency": {"alpha": [0, 0, 0], "beta": [STEP_US, 0, 0]}}
-_modules = count()
 
 
 def prompt(n: int, start: int) -> list[int]:
     return list(range(start, start + n))
-
-
-def install(cls: type) -> str:
-    """`cls` in a fresh importable module; its `module:Class` name."""
-    name = f"observation_timing_policies_{next(_modules)}"
-    module = types.ModuleType(name)
-    setattr(module, cls.__name__, cls)
-    sys.modules[name] = module
-    return f"{name}:{cls.__name__}"
 
 
 def logging_router(seen: list[tuple[int, str, Any]]) -> str:
