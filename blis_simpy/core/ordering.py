@@ -1,10 +1,12 @@
 """Same-time event order, made explicit (BC-4, seed E.3).
 
 SimPy orders its event queue by (time, priority, insertion id). Its own events use priority 0
-(process start, URGENT) and 1 (everything else, NORMAL): every instance event. Gateway stages
-use negative priorities, so at one timestamp all cluster arrivals run first, then all admission
-decisions, then all routing decisions, then any instance event, and last the autoscaler's
-evaluations (SCALE_CHECK); within one type, events run in the order they were scheduled (ties
+(process start, URGENT) and 1 (everything else, NORMAL): every instance event, but for the end
+of a request's queueing delay, which is URGENT so that a request queued at the tick a step
+starts joins that step (instance arrivals before steps). Gateway stages use negative
+priorities, so at one timestamp all cluster arrivals run first, then all admission decisions,
+then all routing decisions, then any instance event, and last the autoscaler's evaluations
+(SCALE_CHECK); within one type, events run in the order they were scheduled (ties
 follow event order, seed E.3).
 """
 

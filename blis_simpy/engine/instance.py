@@ -1,10 +1,13 @@
 """One inference instance: a SimPy process (`instance.process`) running its step loop, an inbox
 (a SimPy Store) and the step logic it drives (`step.py`).
 
-A routed request waits out its queueing delay (a timeout), joins the wait queue's accounting
-and is put into the inbox; the loop takes everything delivered at the start of every step, so
-every request that arrived by then is seen before the batch is formed, and waits on the inbox
-when it has nothing to do. Each step's duration is a timeout the loop waits out. Work is never
+A routed request waits out its queueing delay (an URGENT timeout, so one ending at the tick a
+step starts runs before it: seed E.3), joins the wait queue's accounting and is put into the
+inbox; the loop takes everything delivered at the start of every step, so every request that
+arrived by then is seen before the batch is formed, and waits on the inbox when it has nothing
+to do. Each step's duration is a timeout the loop waits out; the step's progress (tokens,
+completions) is applied when it ends (`end_step`), so until then every observer sees the
+batch as it runs (seed D.5.2). Work is never
 left stranded: the loop keeps stepping while anything is running or waiting. The loop is one
 generator (`run`), compiled with the rest of the module; its step timeouts are scheduled by a
 `core.loop.Clock`, as `env.timeout` would schedule them.
@@ -31,7 +34,7 @@ from typing import Literal, Protocol, cast
 
 import simpy
 from mypy_extensions import mypyc_attr
-from simpy.events import Timeout
+from simpy.events import URGENT, Timeout
 from simpy.exceptions import Interrupt
 from simpy.resources.store import StoreGet
 
@@ -39,7 +42,7 @@ from blis_simpy.config.scenario import EngineConfig
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.failure import Failure
 from blis_simpy.core.loop import Clock, Inbox, NamedProcess
-from blis_simpy.core.ordering import Background
+from blis_simpy.core.ordering import Background, StageEvent
 from blis_simpy.core.records import Recorder
 from blis_simpy.core.request import Request, State
 from blis_simpy.core.snapshot import Lifecycle, Role
@@ -113,9 +116,10 @@ class Instance(Stepper):
         if self.order is not None:
             self.order.arrive(req)
             return
-        delay = self.env.timeout(self.latency.queue_delay(req.input_len), req)
-        delay.callbacks.append(self._arrive)
-        self.arriving[req] = delay
+        # URGENT: a request whose delay ends at the tick a step starts joins that step (seed
+        # E.3: instance arrivals before steps at one timestamp).
+        self.arriving[req] = StageEvent(self.env, self.latency.queue_delay(req.input_len),
+                                        URGENT, req, self._arrive)
 
     def _arrive(self, event: simpy.Event) -> None:
         req = cast(Request, event.value)
@@ -154,7 +158,8 @@ class Instance(Stepper):
                     continue
                 timer = clock.after(now, duration, timer)
                 yield timer
-                self.last_event = clock.now()
+                self.last_event = end = clock.now()
+                self.end_step(end)
             except Interrupt as interrupt:
                 timer = None  # (if it was waiting for it, it is still pending)
                 if not (yield from self._down(interrupt.cause, get)):

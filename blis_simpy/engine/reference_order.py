@@ -129,6 +129,7 @@ class ReferenceEventOrder:
         self.step_queued = False
         before = (instance.preemptions, instance.admissions, instance.completions)
         duration = instance.step(now)
+        instance.end_step(now)  # the reference applies a step's progress at its start
         if duration is None:
             # Nothing ran: a preemption emptied the batch or barred admissions this step.
             # Retry now while anything runs or waits, or the waiting would be stranded.

@@ -10,7 +10,12 @@ steady and decode-only paths touch only the requests with an event this step.
 
 Nothing here knows about SimPy. What drives the steps is elsewhere: an instance's step loop,
 one SimPy process (`instance.py: Instance.run`), or in compat mode the reference's event heap
-(`reference_order.py`). Both call `step(now)` and wait out the time it returns.
+(`reference_order.py`). Both call `step(now)`, which forms the batch, takes its KV blocks and
+charges its time, and `end_step(t)`, which applies its progress: tokens, first tokens,
+completions (their KV freed, the observer told). The step loop calls `end_step` when the step
+ends, so what the step does is seen only from then on (seed D.5.2: an observer sees the
+process's state as it is); compat mode calls it at once, as the reference applies a step's
+progress at its start.
 
 What the steps do is written to the recorder: one row per step, preemptions, rejections,
 anomalies, and (when asked) ordered lifecycle events; the counters when the run ends.
@@ -21,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Final, Protocol
 
 from librt.vecs import append, vec
 from mypy_extensions import i64, mypyc_attr
@@ -40,6 +45,15 @@ from blis_simpy.policies.scheduler import InstanceScheduler
 
 DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
 RECENT = 32  # completions behind the recent TTFT / TPOT signals
+# What a step under way leaves to its end (`Stepper.end_step`): nothing, its decode tokens only
+# (a quiet step), its batch's progress (the exact path), or its explicit requests' and
+# due implicit decoders' progress (the steady path).
+# (Final: compiled, each is a constant, not a lookup in the module's globals.)
+NO_STEP: Final = 0
+QUIET: Final = 1
+EXACT: Final = 2
+STEADY: Final = 3
+NO_REQUESTS: Final[list[Request]] = []  # never changed: an empty pending list, not allocated
 
 
 class InstanceObserver(Protocol):
@@ -131,6 +145,15 @@ class Stepper:
         self._load_us = 0  # KV load time of the prefix hits admitted this step
         self.preemptions = self.admissions = self.completions = 0
         self.output_tokens = 0  # emitted so far: the autoscaler's token-throughput signal
+        # The step under way, applied by `end_step`: its kind (NO_STEP when none), the
+        # requests it advances (exact: its batch; steady: its explicit ones), the implicit
+        # decoders with an event in it, its index, end and decode tokens.
+        self.under_way = NO_STEP
+        self.pending_batch: list[Request] = NO_REQUESTS
+        self.pending_due: list[Request] = NO_REQUESTS
+        self.pending_index = 0
+        self.pending_end = 0
+        self.pending_decodes = 0
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -190,7 +213,9 @@ class Stepper:
                 self.wait_queue.remove(req)
             self.queued_tokens -= req.prefill_target
         elif state is State.RUNNING:
-            if req.lazy_base >= 0:  # an implicit decoder: write every decoder's state back
+            if self.under_way >= EXACT:
+                self._leave_step(req)
+            elif req.lazy_base >= 0:  # an implicit decoder: write every decoder's state back
                 self._materialize(self.step_index())
             self.kv.release(req)
             self.running.remove(req)
@@ -224,7 +249,7 @@ class Stepper:
         steps = append(steps, kv_used)
         steps = append(steps, queue_depth)
         self.steps_taken += 1
-        self.output_tokens += decodes
+        self.pending_decodes = decodes
         if len(steps) == STEP_VALUES:
             self.log.pack(steps)
             steps = vec[i64](capacity=STEP_VALUES)
@@ -274,6 +299,7 @@ class Stepper:
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
         self._record(now, duration, 0, decodes, decodes, self.kv.used, 0)
+        self.under_way = QUIET
         return duration
 
     def _decode_step(self, now: int, due: list[Request]) -> int | None:
@@ -288,7 +314,7 @@ class Stepper:
         decodes = len(self.running)
         duration = self.latency.step_time(0, decodes, (), 0)
         self._record(now, duration, 0, decodes, decodes, kv.used, 0)
-        self._advance_steady([], due, index, now + duration)
+        self._pend(STEADY, NO_REQUESTS, due, index, now + duration)
         return duration
 
     @staticmethod
@@ -312,8 +338,7 @@ class Stepper:
         duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
         self._record(now, duration, new_tokens, decodes, len(batch), self.kv.used,
                      len(self.wait_queue))
-        self._execute(batch, index, now + duration)
-        self.explicit = list(self.running)
+        self._pend(EXACT, batch, NO_REQUESTS, index, now + duration)
         return duration
 
     def _steady_step(self, now: int, index: int) -> int | None:
@@ -364,9 +389,66 @@ class Stepper:
         duration = self.latency.step_time(new_tokens, decodes, (), self._load_us)
         self._record(now, duration, new_tokens, decodes, len(running), kv.used,
                      len(self.wait_queue))
-        self._advance_steady(explicit + running[len(running) - admitted:] if admitted
-                             else explicit, due, index, now + duration)
+        self._pend(STEADY, explicit + running[len(running) - admitted:] if admitted
+                   else explicit, due, index, now + duration)
         return duration
+
+    def _pend(self, kind: int, batch: list[Request], due: list[Request], index: int,
+              end: int) -> None:
+        """Leave the step's progress to its end."""
+        self.under_way = kind
+        self.pending_batch = batch
+        self.pending_due = due
+        self.pending_index = index
+        self.pending_end = end
+
+    def end_step(self, now: int) -> None:
+        """The step under way ends (`now`: when its progress is seen; compat mode passes the
+        step's start): its tokens are emitted and requests that finished leave."""
+        kind = self.under_way
+        if kind == NO_STEP:
+            return
+        self.under_way = NO_STEP
+        self.output_tokens += self.pending_decodes
+        if kind == QUIET:
+            return
+        self.now = now
+        if kind == EXACT:
+            self._execute(self.pending_batch, self.pending_index, self.pending_end)
+            self.explicit = list(self.running)
+        else:
+            self._advance_steady(self.pending_batch, self.pending_due, self.pending_index,
+                                 self.pending_end)
+
+    def _leave_step(self, req: Request) -> None:
+        """`req` leaves the batch while a step that advances it is under way: the others'
+        progress still comes at the step's end. The steady path's implicit decoders are
+        written back as of the step's start and the step's progress becomes the exact
+        path's (every running request is in a steady step)."""
+        steady = self.steady
+        if self.under_way == STEADY and steady is not None:
+            index = self.pending_index
+            for other in self.running:
+                if other.lazy_base >= 0:
+                    steady.materialize(other, index)
+                    other.chunk = DECODE
+            steady.clear()
+            self.under_way = EXACT
+            self.pending_batch = list(self.running)
+            self.pending_due = NO_REQUESTS
+        batch = self.pending_batch
+        if batch is not self.running and req in batch:
+            batch.remove(req)
+
+    def _drop_step(self) -> None:
+        """The step under way never ends (the instance failed): its progress is not applied;
+        the implicit decoders' state is that of the step's start."""
+        if self.under_way == NO_STEP:
+            return
+        self.pending_batch = self.pending_due = NO_REQUESTS
+        if self.steady is not None:
+            self._materialize(self.pending_index)
+        self.under_way = NO_STEP
 
     def _block_events(self, due: list[Request], index: int) -> tuple[list[Request], int]:
         """The implicit decoders whose token this step opens a KV block (slot 0) or fills
@@ -461,7 +543,9 @@ class Stepper:
 
     def finish(self) -> None:
         """The run is over: write back implicit state, end the anomaly episodes still open
-        and close this instance's records."""
+        and close this instance's records. A step under way when the run ends is applied,
+        as if it had ended."""
+        self.end_step(self.now)
         if self.steady is not None:
             self._materialize(self.step_index())
         self.watch.finish(self.last_event)
@@ -637,7 +721,9 @@ class Stepper:
 
     def empty(self, now: int) -> list[Request]:
         """The replica failed at `now`: every request leaves it (returned in queue, then batch
-        order) and its KV cache is lost, cached prefixes included."""
+        order) and its KV cache is lost, cached prefixes included. A step under way is lost
+        with them."""
+        self._drop_step()
         if self.steady is not None:
             self._materialize(self.step_index())
         lost = [*self.wait_queue, *self.delivered, *self.running]

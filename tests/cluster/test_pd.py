@@ -307,7 +307,11 @@ def test_no_double_counting(data):
     decodes = int(steps.decode_requests.sum())
     emitted = int(requests.generated_tokens.sum())
     first = int((requests.generated_tokens > 0).sum())  # first tokens come from prefills
-    assert emitted - first - int(requests.preemptions.sum()) <= decodes <= emitted - first
+    # A request whose client leaves while a step computing its next token is under way
+    # never receives that token (seed D.5.2: it is emitted at the step's end): one at most
+    # per request that timed out.
+    left = int((requests.final_state == "timed_out").sum())
+    assert emitted - first - int(requests.preemptions.sum()) <= decodes <= emitted - first + left
 
 
 def test_same_seed_same_pd_run():

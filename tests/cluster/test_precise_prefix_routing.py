@@ -17,4 +17,7 @@ def test_routing_on_real_caches_crowds_replicas_less_than_routing_on_the_shadow_
     assert abs(precise["cache_hit_rate"] - shadow["cache_hit_rate"]) < 0.03
     # ... but the shadow keeps sending prompts to replicas that evicted their prefix
     assert precise["preemption_count"] * 1.5 < shadow["preemption_count"]
-    assert precise["ttft_p99_ms"] * 2 < shadow["ttft_p99_ms"]
+    # (the tail: 86 against 132 ms since a step's completions are seen at its end; 85
+    # against 268 ms when they were seen at its start)
+    assert precise["ttft_p99_ms"] * 1.4 < shadow["ttft_p99_ms"]
+    assert precise["ttft_mean_ms"] < shadow["ttft_mean_ms"]

@@ -338,7 +338,10 @@ def test_no_token_is_counted_twice(scenario):
     decodes = int(steps.decode_requests.sum())
     prefills_done = int(generated.sum()) - decodes
     preemptions = int(req.preemptions.sum())
-    assert len(started) <= prefills_done <= len(started) + preemptions
+    # Natively a token is emitted when its step ends (seed D.5.2): a request that times out
+    # while a step computing its next token is under way never receives it, one decode each.
+    left = 0 if run.compat else int((req.final_state == "timed_out").sum())
+    assert len(started) - left <= prefills_done <= len(started) + preemptions
     scheduled = req[req.scheduled_s.notna()]
     assert (scheduled.cached_tokens % scenario.engine.block_size == 0).all()  # whole blocks
     assert (scheduled.cached_tokens < scheduled.input_tokens).all()  # one token computed
@@ -346,7 +349,7 @@ def test_no_token_is_counted_twice(scenario):
     prefill = int(steps.prefill_tokens.sum())
     if preemptions == 0:
         if not run.cut:
-            assert prefills_done == len(started)
+            assert len(started) - left <= prefills_done <= len(started)
         assert uncached[req.generated_tokens > 0].sum() <= prefill
         assert prefill <= uncached[req.scheduled_s.notna()].sum()
     else:
