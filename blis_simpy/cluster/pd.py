@@ -115,6 +115,7 @@ class PDHandoff:
         self.routing = routing  # the decode pool's own instance of the routing policy
         self.checks = checks
         self.layers = layers
+        self.pipelined = pd.link.pipeline
         self.timeout_us = round(pd.handoff_timeout_s * US_PER_S)
         link = pd.link
         self.base_us = round(link.base_latency_ms * US_PER_MS)

@@ -39,6 +39,8 @@ from blis_simpy.engine.instance import Instance
 class Handoff(Protocol):
     """What the instances of a disaggregated config report to its handoff."""
 
+    pipelined: bool  # layer-wise transfers: a prompt's KV streams out while its step runs
+
     def prefilled(self, instance: PrefillInstance, req: Request, ready: int) -> None:
         """The request's prompt and first token are computed by the step ending at `ready`;
         its KV is held there."""
@@ -83,6 +85,17 @@ class PrefillInstance(Instance):
         self.blocked_at = -1  # start of the current backpressure episode, -1 if none
         self.blocked_queue: tuple[str, ...] = ()
         self.wake: simpy.Event | None = None
+
+    def step(self, now: int) -> int | None:
+        """With layer-wise pipelined transfers a prefill step's progress is applied as it
+        starts: the KV of the prompts it completes streams out while the step computes it,
+        so their handoffs start with it (seed 001 §6 PipelineMode). Otherwise at its end, as
+        on every instance (seed D.5.2)."""
+        duration = super().step(now)
+        handoff = self.handoff
+        if duration is not None and handoff is not None and handoff.pipelined:
+            self.end_step(now)
+        return duration
 
     def stalled(self) -> simpy.Event | None:
         """Held KV (or the bound) keeps a step from running: wait for a let-go."""
