@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from blis_simpy.cluster.fleet import Fleet
@@ -127,6 +128,8 @@ class Simulation:
                 count += ran
         for instance in self.fleet:
             instance.finish()
+        if recorder.events:  # a step under way at the horizon logs its progress as it ends
+            recorder.events.sort(key=itemgetter(0))  # (at its start): back in time order
         if self.checks:
             self.check_counts()
         if progress is not None:
