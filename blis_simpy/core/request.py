@@ -28,6 +28,7 @@ class RequestView:
     tenant_id: str
     slo_class: str
     prefix_hashes: tuple[int, ...]  # chained hashes of the prompt's full KV blocks
+    adapter: str = ""  # the LoRA adapter it names ("": the base model)
 
 
 # What a request's view is until the gateway observes it at cluster arrival; no policy ever
@@ -76,6 +77,7 @@ class Request:
     """One inference request. Plain slotted class: the step loop touches it every step."""
 
     __slots__ = (
+        "adapter",
         "admitted_at",
         "arrival",
         "blocks",
@@ -143,6 +145,7 @@ class Request:
         self.routed_at = -1
         self.view = UNOBSERVED  # what policies see; made at cluster arrival
         self.request_type = "completion"
+        self.adapter = ""  # the LoRA adapter it names ("": the base model)
         self.session_id = ""
         self.turn = 0
         self.model = ""  # the model a trace row names (informational: one model is served)
@@ -210,6 +213,7 @@ class Request:
         twin.session_id = self.session_id
         twin.turn = self.turn
         twin.model = self.model
+        twin.adapter = self.adapter
         twin.input_len = self.input_len
         twin.output_len = self.output_len
         twin.prefill_target = self.input_len
@@ -223,7 +227,8 @@ class Request:
         """Make the view policies get: at cluster arrival, once its block hashes exist."""
         self.hash_blocks(block_size, keep_tokens)
         self.view = RequestView(self.name, self.arrival, self.input_len, self.tenant_id,
-                                self.slo_class, tuple(self.hashes[: self.input_len // block_size]))
+                                self.slo_class, tuple(self.hashes[: self.input_len // block_size]),
+                                self.adapter)
         return self.view
 
     def forget_hashes(self) -> None:
@@ -233,7 +238,7 @@ class Request:
         view = self.view
         if view.prefix_hashes:  # `replace` would spend ~5 µs finding the fields
             self.view = RequestView(view.id, view.arrival_us, view.input_tokens,
-                                    view.tenant_id, view.slo_class, ())
+                                    view.tenant_id, view.slo_class, (), view.adapter)
 
     def __repr__(self) -> str:
         return (

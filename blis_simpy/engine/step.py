@@ -31,6 +31,7 @@ from blis_simpy.core.records import DURATION, STEP_FIELDS, STEP_VALUES, Instance
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS
+from blis_simpy.engine.adapters import AdapterSlots
 from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
@@ -131,6 +132,7 @@ class Stepper:
         self._load_us = 0  # KV load time of the prefix hits admitted this step
         self.preemptions = self.admissions = self.completions = 0
         self.output_tokens = 0  # emitted so far: the autoscaler's token-throughput signal
+        self.adapters: AdapterSlots | None = None  # LoRA adapter slots (engine.lora), if any
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -196,6 +198,8 @@ class Stepper:
             self.running.remove(req)
             if req in self.explicit:
                 self.explicit.remove(req)
+            if self.adapters is not None and req.adapter:
+                self.adapters.release(req.adapter)
 
     @property
     def queue_depth(self) -> int:
@@ -522,6 +526,8 @@ class Stepper:
         now = self.now
         self._preempted = True
         self.kv.release(req)
+        if self.adapters is not None and req.adapter:
+            self.adapters.release(req.adapter)
         self.preemptions += 1
         req.state = State.QUEUED
         req.progress = 0
@@ -544,11 +550,17 @@ class Stepper:
         return admitted, tokens
 
     def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
-        queue, kv = self.wait_queue, self.kv
+        queue, kv, adapters = self.wait_queue, self.kv, self.adapters
         block_size, threshold, now = kv.block_size, self.threshold, self.now
         admitted = tokens = 0
+        passed: list[Request] | None = None  # waiting for an adapter slot: passed over
         while queue and budget > 0 and len(running) < self.max_running:
             req = queue[0]
+            if adapters is not None and req.adapter and not adapters.can_take(req.adapter):
+                if passed is None:
+                    passed = []
+                passed.append(queue.popleft())
+                continue
             req.hash_blocks(block_size)
             hit = kv.lookup(req, req.prefill_target)
             start = len(hit.blocks) * block_size
@@ -559,6 +571,8 @@ class Stepper:
             queue.popleft()
             self.queued_tokens -= req.prefill_target
             self._load_us += hit.load_us
+            if adapters is not None and req.adapter:
+                self._load_us += adapters.hold(req.adapter, now)
             if req.cached_tokens < 0:
                 req.cached_tokens = start
                 req.first_scheduled = now
@@ -572,6 +586,8 @@ class Stepper:
             admitted += 1
             tokens += n
             budget -= n
+        if passed is not None:
+            queue.extendleft(reversed(passed))
         if admitted:
             self.watch.admitted(now, running[len(running) - admitted:], queue)
         return admitted, tokens
@@ -619,8 +635,11 @@ class Stepper:
     def _complete(self, done: list[Request], at: int) -> None:
         observer, events = self.observer, self.events
         self.completions += len(done)
+        adapters = self.adapters
         for req in done:
             self.kv.complete(req)
+            if adapters is not None and req.adapter:
+                adapters.release(req.adapter)
             req.state = State.COMPLETED
             req.completed_at = at
             if req.output_len > 1:
@@ -649,6 +668,8 @@ class Stepper:
         self.explicit = []
         self.queued_tokens = 0
         kv.wipe()
+        if self.adapters is not None:
+            self.adapters.wipe()
         self.watch.emptied(now)
         return lost
 

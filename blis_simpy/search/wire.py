@@ -89,8 +89,11 @@ class ViewSender:
         if self.sent.get(view.id) is view:
             return view.id
         remember(self.sent, view.id, view)
-        return [view.id, view.arrival_us, view.input_tokens, view.tenant_id, view.slo_class,
+        item: list[Any] = [view.id, view.arrival_us, view.input_tokens, view.tenant_id, view.slo_class,
                 hashes_out(view.prefix_hashes)]
+        if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
+            item.append(view.adapter)
+        return item
 
 
 class ViewMirror:
@@ -102,7 +105,8 @@ class ViewMirror:
     def into(self, item: str | list[Any]) -> RequestView:
         if isinstance(item, str):
             return self.views[item]
-        view = RequestView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]))
+        view = RequestView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
+                           item[6] if len(item) > 6 else "")
         remember(self.views, view.id, view)
         return view
 

@@ -167,6 +167,13 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
 
         stats["gateway_queue"] = gateway_queue_summary(records, requests, flow,
                                                        scenario.cluster.routing_latency_us)
+    adapter_loads = None
+    if scenario.engine.lora is not None:  # LoRA adapters (metrics imported only then)
+        from blis_simpy.metrics.adapters import adapter_load_table, adapter_summary
+
+        requests.columns["adapter"] = records.requests.adapter
+        stats["adapters"] = adapter_summary(records, requests)
+        adapter_loads = adapter_load_table(records.adapter_loads)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)
@@ -211,6 +218,7 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         transfer_queue_table=None if pd_tables is None else pd_tables[1],
         fault_table=faults,
         placement_table=placements,
+        adapter_load_table=adapter_loads,
     )
 
 

@@ -91,6 +91,13 @@ class TenantWorkload:
                 names = list(tenant.prefix.groups or sorted(self.prefix_tokens))
                 pick = WeightedPick.of([popularity[n] for n in names])
                 self.prefix_choice[tenant.id] = (names, pick)
+        # LoRA: each tenant's adapters and its pick among them, with its own stream (drawn
+        # only by tenants that name adapters, so no other draw moves)
+        self.adapter_choice: dict[str, tuple[list[str], WeightedPick, np.random.Generator]] = {
+            tenant.id: (tenant.adapters.names(tenant.id),
+                        WeightedPick.of(tenant.adapters.weights()),
+                        stream(seed, f"tenant:{tenant.id}:adapters"))
+            for tenant in workload.tenants if tenant.adapters is not None}
         open_total = workload.open_fraction_total
         for tenant in workload.tenants:
             streams = TenantStreams(seed, tenant.id)
@@ -123,6 +130,8 @@ class TenantWorkload:
         req.request_type = kind
         req.session_id = session
         req.turn = turn
+        if tenant.adapters is not None:
+            req.adapter = self._adapter(tenant)
         self.issued += 1
         hashes = hash_request(req, self.block_size, known) if self.block_size else []
         self.deliver(req)
@@ -136,6 +145,16 @@ class TenantWorkload:
         names, pick = self.prefix_choice[tenant.id]
         name = names[pick.pick(streams.choices)]
         return self.prefix_tokens[name], self.prefix_hashes[name]
+
+    def _adapter(self, tenant: TenantSpec) -> str:
+        """The LoRA adapter a request names, by popularity; "" (the base model) for the
+        tenant's share of requests that name none."""
+        use = tenant.adapters
+        assert use is not None
+        names, pick, rng = self.adapter_choice[tenant.id]
+        if use.fraction < 1 and rng.random() >= use.fraction:
+            return ""
+        return names[pick.pick(rng)]
 
     def _prompt(self, tenant: TenantSpec, streams: TenantStreams) -> np.ndarray:
         factor = tenant.behavior.prompt_multiplier if tenant.behavior.type == "abusive" else 1
