@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from blis_simpy.config.arrivals import ArrivalProcess, LoadProfile, PoissonProcess
-from blis_simpy.config.lora import AdapterUse
 from blis_simpy.config.distributions import Constant, Distribution, Exponential, Gaussian
+from blis_simpy.config.lora import AdapterUse
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
 from blis_simpy.core.units import MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, us

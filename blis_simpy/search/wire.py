@@ -89,8 +89,8 @@ class ViewSender:
         if self.sent.get(view.id) is view:
             return view.id
         remember(self.sent, view.id, view)
-        item: list[Any] = [view.id, view.arrival_us, view.input_tokens, view.tenant_id, view.slo_class,
-                hashes_out(view.prefix_hashes)]
+        item: list[Any] = [view.id, view.arrival_us, view.input_tokens, view.tenant_id,
+                           view.slo_class, hashes_out(view.prefix_hashes)]
         if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
             item.append(view.adapter)
         return item
