@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from itertools import islice
 from typing import Any
 
-from blis_simpy.core.request import RequestView
+from blis_simpy.core.request import LoraView, RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 
@@ -105,8 +105,10 @@ class ViewMirror:
     def into(self, item: str | list[Any]) -> RequestView:
         if isinstance(item, str):
             return self.views[item]
-        view = RequestView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
-                           item[6] if len(item) > 6 else "")
+        view = (LoraView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
+                         item[6]) if len(item) > 6
+                else RequestView(item[0], item[1], item[2], item[3], item[4],
+                                 hashes_in(item[5])))
         remember(self.views, view.id, view)
         return view
 

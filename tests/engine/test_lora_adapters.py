@@ -18,7 +18,7 @@ import blis_simpy
 from blis_simpy.config.lora import LoraConfig
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.ordering import Background
-from blis_simpy.core.request import RequestView, State
+from blis_simpy.core.request import LoraView, RequestView, State
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.engine.adapters import AdapterSlots
 from blis_simpy.policies.scorers import LoraAffinity
@@ -218,7 +218,8 @@ class Held:
 def affinity(adapter: str, where: dict[str, set[str]]) -> list[float]:
     state = RouterState()
     state.adapter_signal = Held(where)
-    view = RequestView("r", 0, 10, "t", "", (), adapter)
+    view = (LoraView("r", 0, 10, "t", "", (), adapter) if adapter
+            else RequestView("r", 0, 10, "t", "", ()))
     return LoraAffinity().scores(view, [snap(i) for i in range(3)], state)
 
 
