@@ -62,6 +62,12 @@ class Fleet:
     def get(self, instance_id: str) -> Instance | None:
         return self.by_id.get(instance_id)
 
+    def holds_adapter(self, instance_id: str, adapter: str) -> bool:
+        """Whether the instance has this LoRA adapter in a slot now (engine.lora)."""
+        instance = self.by_id.get(instance_id)
+        return (instance is not None and instance.adapters is not None
+                and adapter in instance.adapters.resident)
+
 
 class ModelFleets:
     """With several models, each its own fleet: a request goes to the model its trace row

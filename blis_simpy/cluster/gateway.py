@@ -101,6 +101,7 @@ class Gateway:
         signal = CacheSignal(fleet, config.observability.cached_blocks)
         self.state.cache_signal = self.snapshots.cache_signal = signal
         self.state.fleet_view = self
+        self.state.adapter_signal = fleet
         self.deciding: Request | None = None  # the request admission is deciding on
         self.flow: Queue | None = None  # the gateway queue (cluster.flow_control)
         self.keep_tokens = False  # set to export the requests' token ids

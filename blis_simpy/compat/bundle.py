@@ -36,8 +36,8 @@ POLICY_NAMES = {
     "scheduler": ("fcfs", "priority-fcfs", "reverse-priority", "sjf"),
 }
 SCORER_NAMES = ("active-requests", "kv-utilization", "load-aware", "load-balance",
-                "no-hit-lru", "precise-prefix-cache", "prefix-affinity", "queue-depth",
-                "running-requests", "vllm-dp")
+                "lora-affinity", "no-hit-lru", "precise-prefix-cache", "prefix-affinity",
+                "queue-depth", "running-requests", "vllm-dp")
 
 # The policy flags a bundle can stand in for: flag -> its key in the PolicyBundle YAML.
 BUNDLE_KEYS = {
@@ -82,9 +82,6 @@ def check_policy_name(axis: str, name: str, where: str) -> None:
 
 def check_scorer_name(name: str, seen: Collection[str], where: str) -> None:
     """A scorer the reference knows, not named before in the same list."""
-    if name == "lora-affinity":
-        raise ScenarioError(where, "the reference head's lora-affinity scorer: LoRA adapters "
-                            "are not modelled yet", ", ".join(SCORER_NAMES))
     if name not in SCORER_NAMES:
         raise ScenarioError(where, f"unknown scorer {name!r}", ", ".join(SCORER_NAMES))
     if name in seen:

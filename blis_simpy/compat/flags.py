@@ -184,6 +184,12 @@ FLAGS: dict[str, Flag] = {
     "dispatch-tick-interval": Flag(INT, 1000, "cluster.flow_control.dispatch_tick_s"),
     "detectors": Flag(STR, "", None),  # blis-simpy's detector always runs (compat/head.py)
     "saturation-final-window": Flag(STR, "", "evaluation.saturation.window_s"),
+    # LoRA adapters (compat/head.py: lora); defaults are the head's defaults.yaml
+    "lora-adapter-capacity": Flag(INT, 0, "engine.lora.slots"),
+    "lora-load-base-latency-us": Flag(FLOAT, 1500.0, "engine.lora.load_ms"),
+    "lora-load-bandwidth-bytes-us": Flag(FLOAT, 2.0e6, None),
+    "lora-footprint-bytes-per-rank": Flag(FLOAT, 2.0e6, "engine.lora.load_ms_per_rank"),
+    "lora-scorer-weight": Flag(FLOAT, 0.0, None),
 }
 # The head's new names of older flags.
 ALIASES = {"max-num-seqs": "max-num-running-reqs",
@@ -191,8 +197,6 @@ ALIASES = {"max-num-seqs": "max-num-running-reqs",
 PD_ADVICE = ("is the reference head's P/D disaggregation flag; write a deployment config with "
              "architecture disaggregated_pd instead (its prefill and decode pools, decider and "
              "link: docs/guides/pd.md)")
-LORA_ADVICE = ("is the reference head's LoRA adapter flag; adapters are not modelled yet, so a "
-               "command using them cannot be converted")
 PARALLEL_ADVICE = ("is the reference head's data / expert parallelism flag; DP replicas inside "
                    "an instance and MoE all-to-all are not modelled yet: model DP ranks as "
                    "separate instances (--num-instances)")
@@ -228,9 +232,10 @@ REFUSED = {
                      "with closed_loop: {users, think_time_s} instead (docs/guides/workloads.md)",
     "trace-output": "exports the generated workload; use `blis-simpy workload sample` "
                     "(docs/traces.md)",
-    **{name: LORA_ADVICE for name in (
-        "lora-config", "lora-adapter-capacity", "lora-load-base-latency-us",
-        "lora-load-bandwidth-bytes-us", "lora-footprint-bytes-per-rank", "lora-scorer-weight")},
+    "lora-config": "is the reference head's LoRA registry file (adapter ids and ranks, step "
+                   "overhead tiers), which is not converted: write engine.lora (slots, load "
+                   "time) and each tenant's adapters (count, zipf, rank) instead "
+                   "(docs/guides/lora.md), or the --lora-* flags",
     **{name: PARALLEL_ADVICE for name in ("dp", "enable-expert-parallel", "moe-comm-backend")},
     **{name: DETECTOR_ADVICE for name in ("saturation-config", "saturation-report")},
 }

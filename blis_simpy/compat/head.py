@@ -24,8 +24,8 @@ SATURATION = ("never", "utilization", "concurrency")
 DISPATCH = ("fifo", "priority", "slo-deadline")
 FAIRNESS = ("global-strict", "round-robin")
 PREEMPTION = {"fcfs": "lifo", "priority": "lowest-priority"}
-HEAD_SCORERS = ("active-requests", "load-aware", "no-hit-lru", "precise-prefix-cache",
-                "running-requests", "vllm-dp")
+HEAD_SCORERS = ("active-requests", "load-aware", "lora-affinity", "no-hit-lru",
+                "precise-prefix-cache", "running-requests", "vllm-dp")
 HEAD_ADMISSION = ("gaie-legacy", "tier-shed")
 DETECTORS = ("composite", "backlog-drift", "threshold")
 
@@ -38,6 +38,7 @@ def apply_head_flags(args: Args, data: dict[str, Any]) -> None:
     slo_targets(args, data)
     flow_control(args, data)
     detectors(args, data)
+    lora(args, data)
 
 
 def head_features(data: dict[str, Any]) -> list[str]:
@@ -46,6 +47,8 @@ def head_features(data: dict[str, Any]) -> list[str]:
     used = []
     if "flow_control" in data["cluster"]:
         used.append("--flow-control")
+    if "lora" in data["engine"]:
+        used.append("--lora-adapter-capacity")
     scheduler = data["policies"]["scheduler"]
     if scheduler.get("params", {}).get("preemption") == "lowest-priority":
         used.append("--preemption-policy priority")
@@ -226,6 +229,53 @@ def detectors(args: Args, data: dict[str, Any]) -> None:
     if final:
         window_s = go_duration_ms(final, "--saturation-final-window") / 1000
         data.setdefault("evaluation", {})["saturation"] = {"window_s": window_s}
+
+
+LORA_COST_FLAGS = ("lora-load-base-latency-us", "lora-load-bandwidth-bytes-us",
+                   "lora-footprint-bytes-per-rank")
+
+
+def lora(args: Args, data: dict[str, Any]) -> None:
+    """--lora-adapter-capacity and the load cost: engine.lora (a load of rank r takes base +
+    footprint x r / bandwidth µs, the head's formula less its rounding up to a whole µs);
+    --lora-scorer-weight: the lora-affinity scorer in the weighted router's profile. The
+    adapters themselves come from the workload (each tenant's `adapters`)."""
+    base = args["lora-load-base-latency-us"]
+    bandwidth = args["lora-load-bandwidth-bytes-us"]
+    footprint = args["lora-footprint-bytes-per-rank"]
+    for flag, value, low in (("lora-load-base-latency-us", base, 0.0),
+                             ("lora-load-bandwidth-bytes-us", bandwidth, None),
+                             ("lora-footprint-bytes-per-rank", footprint, None)):
+        if not math.isfinite(value) or (value < low if low is not None else value <= 0):
+            raise ScenarioError(f"--{flag}", f"must be a finite value "
+                                f"{'>= 0' if low is not None else '> 0'}, got {value}")
+    capacity = args["lora-adapter-capacity"]
+    if "lora-adapter-capacity" in args.given:
+        if capacity <= 0:
+            raise ScenarioError("--lora-adapter-capacity", f"must be >= 1, got {capacity}",
+                                "adapter slots per instance; leave it out for no adapters")
+        data["engine"]["lora"] = {"slots": capacity, "load_ms": base / 1000,
+                                  "load_ms_per_rank": footprint / bandwidth / 1000}
+    elif any(flag in args.given for flag in LORA_COST_FLAGS):
+        raise ScenarioError(f"--{next(f for f in LORA_COST_FLAGS if f in args.given)}",
+                            "sets an adapter load cost, but no instance has adapter slots",
+                            "--lora-adapter-capacity N as well")
+    if "lora-scorer-weight" in args.given:
+        weight = args["lora-scorer-weight"]
+        if not (math.isfinite(weight) and weight > 0):
+            raise ScenarioError("--lora-scorer-weight", f"must be a finite value > 0, got "
+                                f"{weight}")
+        routing = data["policies"]["routing"]
+        if routing["type"] != "weighted":
+            raise ScenarioError("--lora-scorer-weight", f"has no effect with routing policy "
+                                f"{routing['type']!r} (the head ignores it with a warning)",
+                                "--routing-policy weighted, or leave it out")
+        scorers = routing["params"]["scorers"]
+        if "lora-affinity" in scorers:
+            raise ScenarioError("--lora-scorer-weight", "lora-affinity is already in the "
+                                "scorer profile", "its weight in --routing-scorers, or this "
+                                "flag, not both")
+        scorers["lora-affinity"] = weight
 
 
 HEAD_NOTE = """\

@@ -18,7 +18,7 @@ SPEC_KEYS = ("version", "seed", "category", "aggregate_rate", "horizon", "num_re
              "servegen_data", "clients")
 CLIENT_KEYS = ("id", "tenant_id", "slo_class", "rate_fraction", "streaming", "arrival",
                "input_distribution", "output_distribution", "prefix_group", "prefix_length",
-               "network", "lifecycle", "multimodal", "reasoning")
+               "network", "lifecycle", "multimodal", "reasoning", "adapter")
 SPEC_DIST_PARAMS: dict[str, tuple[str, ...] | None] = {
     "gaussian": ("mean", "std_dev", "min", "max"),
     "exponential": ("mean",),
@@ -182,6 +182,10 @@ def spec_tenant(reader: Reader, client: dict[str, Any], key: str, tenant_id: str
 def check_unsupported(reader: Reader, client: dict[str, Any], key: str,
                       notes: list[str]) -> None:
     """Parts with no blis-simpy equivalent fail; parts the reference ignores are dropped."""
+    if client.get("adapter"):
+        raise reader.error(join(key, "adapter"), "a client's LoRA adapter (the head's registry "
+                           "id) is not converted", "give the tenant adapters: {count, zipf, "
+                           "rank} and engine.lora its slots (docs/guides/lora.md)")
     if client.get("multimodal") is not None:
         raise reader.error(join(key, "multimodal"), "multimodal clients are not supported "
                            "(blis-simpy requests are text token sequences)")

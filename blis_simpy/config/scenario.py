@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.flow_control import FlowControlConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
+from blis_simpy.config.lora import LoraConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
     DistributionWorkload,
@@ -111,6 +112,12 @@ class LatencyConfig:
                         "of it could be negative or unbounded", f"a number in [0, {MAX_FLOAT:g}]")
 
 
+# Adapters live on the cluster's instances; a deployment's pools (autoscaled, P/D) build theirs
+# elsewhere and do not track them.
+LORA_POOLS = ("LoRA adapters are modelled on the cluster's instances (cluster.instances), not "
+              "on a deployment's replica pools")
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     max_running_requests: int = spec(256, help="max requests in the running batch", ge=1)
@@ -132,6 +139,9 @@ class EngineConfig:
     kv_tiers: KVTiersConfig = spec(factory=KVTiersConfig, help="CPU / storage KV tiers below "
                                    "the GPU cache, offload and reload (native mode)",
                                    omit_default=True)
+    lora: LoraConfig | None = spec(None, help="LoRA adapter slots per instance and their load "
+                                   "time (docs/guides/lora.md, native mode); null: requests "
+                                   "name no adapters", omit_default=True)
 
 
 
@@ -395,11 +405,31 @@ class Scenario:
             raise ScenarioError(join(path, "evaluation.window"), "the reference BLIS reports "
                                 "whole runs; compat: blis cannot reproduce a window",
                                 "no window, or compat: none")
+        self.check_adapters(path)
         if self.compat == "blis" and self.engine.kv_tiers.enabled:
             raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
                                 "only (the reference's tiers have defects: "
                                 "docs/guides/kv-tiers.md)",
                                 "0, or compat: none")
+
+    def check_adapters(self, path: str) -> None:
+        """LoRA: tenants that name adapters need instances with adapter slots; native mode on
+        the cluster's own instances only."""
+        lora = self.engine.lora
+        tenants = self.workload.tenants if isinstance(self.workload, TenantsWorkload) else []
+        named = [i for i, t in enumerate(tenants) if t.adapters is not None]
+        if lora is None:
+            if named:
+                raise ScenarioError(join(path, f"workload.tenants[{named[0]}].adapters"),
+                                    "names LoRA adapters, but engine.lora gives the instances "
+                                    "no adapter slots", "engine.lora: {slots: N}, or no adapters")
+            return
+        if self.compat == "blis":
+            raise ScenarioError(join(path, "engine.lora"), "the reference BLIS this mode "
+                                "reproduces has no LoRA adapters", "null, or compat: none")
+        if self.deployment is not None:
+            raise ScenarioError(join(path, "engine.lora"), LORA_POOLS,
+                                "no deployment section, or no engine.lora")
 
     def check_targets(self, path: str) -> None:
         """A fitness weight on an SLO figure needs a target to attain: without one the figure
@@ -458,7 +488,9 @@ class Scenario:
                 if config.latency is not None:
                     load(LatencyConfig, config.latency, join(where, "latency"))
                 if config.engine is not None:
-                    load(EngineConfig, config.engine, join(where, "engine"))
+                    engine = load(EngineConfig, config.engine, join(where, "engine"))
+                    if engine.lora is not None:
+                        raise ScenarioError(join(where, "engine.lora"), LORA_POOLS, "null")
 
     def check_faults(self, path: str) -> None:
         """The faults section against the rest: native mode only, and every instance or

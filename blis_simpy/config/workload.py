@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from blis_simpy.config.arrivals import ArrivalProcess, LoadProfile, PoissonProcess
 from blis_simpy.config.distributions import Constant, Distribution, Exponential, Gaussian
+from blis_simpy.config.lora import AdapterUse
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
 from blis_simpy.core.units import MAX_FLOAT, MAX_REQUESTS, MAX_SIM_S, MAX_TOKENS, us
@@ -170,6 +171,9 @@ class TenantSpec:
     timeout_s: float | None = spec(None, help="client timeout: seconds after its arrival at "
                                    "which a request is abandoned wherever it is; default: "
                                    "the workload's timeout_s", gt=0, le=MAX_SIM_S)
+    adapters: AdapterUse | None = spec(None, help="LoRA adapters this tenant's requests name, "
+                                       "drawn by Zipf-like popularity (needs engine.lora)",
+                                       omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)

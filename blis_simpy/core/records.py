@@ -243,6 +243,10 @@ class Recorder:
         self.events: list[tuple[int, str, str, str]] | None = [] if events else None
         self.transfers: list[TransferRow] = []  # P/D handoffs (TRANSFER_FIELDS)
         self.faults: list[FaultRow] = []  # failures and what they did (FAULT_FIELDS)
+        # LoRA (engine.lora): one row per adapter load (engine/adapters.py: AdapterLoad), and
+        # per adapter the admissions that found it resident
+        self.adapter_loads: list[tuple[int, str, str, str]] = []
+        self.adapter_hits: dict[str, int] = {}
 
     def instance(self, instance_id: str, role: Role, kv_total: int) -> InstanceLog:
         log = InstanceLog(instance_id, role, kv_total, len(self.instances))
@@ -327,6 +331,8 @@ class Recorder:
             ended_at=ended_at,
             transfers=tuple(self.transfers),
             faults=tuple(self.faults),
+            adapter_loads=tuple(self.adapter_loads),
+            adapter_hits=dict(sorted(self.adapter_hits.items())),
         )
 
 
@@ -448,6 +454,7 @@ class RequestColumns:
     gap_request: np.ndarray
     gap_before: np.ndarray
     gap_after: np.ndarray
+    adapter: list[str] = field(default_factory=list)  # its LoRA adapter, "" for the base model
 
     def __len__(self) -> int:
         return len(self.id)
@@ -476,6 +483,7 @@ class RequestColumns:
             gap_request=gap_cols[:, 0].copy(),
             gap_before=gap_cols[:, 1].copy(),
             gap_after=gap_cols[:, 2].copy(),
+            adapter=[r.adapter for r in requests],
         )
 
     def in_state(self, state: State) -> np.ndarray:
@@ -497,3 +505,6 @@ class Records:
     ended_at: int  # time of the last event that ran, capped at the horizon
     transfers: tuple[TransferRow, ...] = ()  # P/D handoffs (TRANSFER_FIELDS)
     faults: tuple[FaultRow, ...] = ()  # failures and what they did (FAULT_FIELDS)
+    # LoRA: adapter loads (time, instance, adapter, evicted) and admissions that hit, by adapter
+    adapter_loads: tuple[tuple[int, str, str, str], ...] = ()
+    adapter_hits: dict[str, int] = field(default_factory=dict)

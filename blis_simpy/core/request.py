@@ -29,6 +29,24 @@ class RequestView:
     slo_class: str
     prefix_hashes: tuple[int, ...]  # chained hashes of the prompt's full KV blocks
 
+    @property
+    def adapter(self) -> str:
+        """The LoRA adapter it names: "" (the base model); a LoraView's own."""
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class LoraView(RequestView):
+    """The view of a request that names a LoRA adapter. A subclass, not a field of every
+    view: the dataclass `__init__` sets each field through `object.__setattr__` (~1,300
+    instructions), paid twice per request by runs that name no adapter."""
+
+    lora: str = ""
+
+    @property
+    def adapter(self) -> str:
+        return self.lora
+
 
 # What a request's view is until the gateway observes it at cluster arrival; no policy ever
 # sees it.
@@ -76,6 +94,7 @@ class Request:
     """One inference request. Plain slotted class: the step loop touches it every step."""
 
     __slots__ = (
+        "adapter",
         "admitted_at",
         "arrival",
         "blocks",
@@ -143,6 +162,7 @@ class Request:
         self.routed_at = -1
         self.view = UNOBSERVED  # what policies see; made at cluster arrival
         self.request_type = "completion"
+        self.adapter = ""  # the LoRA adapter it names ("": the base model)
         self.session_id = ""
         self.turn = 0
         self.model = ""  # the model a trace row names (informational: one model is served)
@@ -210,6 +230,7 @@ class Request:
         twin.session_id = self.session_id
         twin.turn = self.turn
         twin.model = self.model
+        twin.adapter = self.adapter
         twin.input_len = self.input_len
         twin.output_len = self.output_len
         twin.prefill_target = self.input_len
@@ -222,8 +243,13 @@ class Request:
     def observe(self, block_size: int, keep_tokens: bool = False) -> RequestView:
         """Make the view policies get: at cluster arrival, once its block hashes exist."""
         self.hash_blocks(block_size, keep_tokens)
-        self.view = RequestView(self.name, self.arrival, self.input_len, self.tenant_id,
-                                self.slo_class, tuple(self.hashes[: self.input_len // block_size]))
+        hashes = tuple(self.hashes[: self.input_len // block_size])
+        if self.adapter:
+            self.view = LoraView(self.name, self.arrival, self.input_len, self.tenant_id,
+                                 self.slo_class, hashes, self.adapter)
+        else:
+            self.view = RequestView(self.name, self.arrival, self.input_len, self.tenant_id,
+                                    self.slo_class, hashes)
         return self.view
 
     def forget_hashes(self) -> None:
@@ -232,8 +258,12 @@ class Request:
         self.hashes = []
         view = self.view
         if view.prefix_hashes:  # `replace` would spend ~5 µs finding the fields
-            self.view = RequestView(view.id, view.arrival_us, view.input_tokens,
-                                    view.tenant_id, view.slo_class, ())
+            if view.adapter:
+                self.view = LoraView(view.id, view.arrival_us, view.input_tokens,
+                                     view.tenant_id, view.slo_class, (), view.adapter)
+            else:
+                self.view = RequestView(view.id, view.arrival_us, view.input_tokens,
+                                        view.tenant_id, view.slo_class, ())
 
     def __repr__(self) -> str:
         return (

@@ -87,6 +87,12 @@ class CacheSignal(Protocol):
         ...
 
 
+class AdapterSignal(Protocol):
+    """Which LoRA adapters the instances hold in their slots (engine.lora)."""
+
+    def holds_adapter(self, instance_id: str, adapter: str) -> bool: ...
+
+
 class FleetView(Protocol):
     """The routable instances as an admission policy may see them (snapshots taken when
     read, by the same freshness rules as routing's)."""
@@ -114,6 +120,7 @@ class RouterState:
         self.shadow_kv: ShadowKV | None = None
         self.cache_signal: CacheSignal | None = None  # set by the gateway
         self.fleet_view: FleetView | None = None  # set by the gateway
+        self.adapter_signal: AdapterSignal | None = None  # set by the gateway
 
     def instance_snapshots(self) -> Sequence[InstanceSnapshot]:
         """The snapshots of the instances the request being decided on could go to (its
@@ -130,6 +137,13 @@ class RouterState:
         if signal is None or not hashes:
             return 0
         return signal.cached_blocks(instance_id, hashes, self.clock)
+
+    def holds_adapter(self, instance_id: str, adapter: str) -> bool:
+        """Whether the instance has the LoRA adapter resident now (read when asked, as the
+        reference head's default immediate snapshot does); False with no signal (a policy
+        called outside a run)."""
+        signal = self.adapter_signal
+        return signal is not None and signal.holds_adapter(instance_id, adapter)
 
     def instance_ids(self) -> tuple[str, ...]:
         """The routable instances' ids, in fleet order (routing ties go to the first)."""

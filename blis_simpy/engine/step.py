@@ -36,6 +36,7 @@ from blis_simpy.core.records import DURATION, STEP_FIELDS, STEP_VALUES, Instance
 from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS
+from blis_simpy.engine.adapters import AdapterSlots
 from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
@@ -154,6 +155,7 @@ class Stepper:
         self.pending_index = 0
         self.pending_end = 0
         self.pending_decodes = 0
+        self.adapters: AdapterSlots | None = None  # LoRA adapter slots (engine.lora), if any
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -221,6 +223,8 @@ class Stepper:
             self.running.remove(req)
             if req in self.explicit:
                 self.explicit.remove(req)
+            if self.adapters is not None and req.adapter:
+                self.adapters.release(req.adapter)
 
     @property
     def queue_depth(self) -> int:
@@ -607,6 +611,8 @@ class Stepper:
         discarded = req.progress
         self._preempted = True
         self.kv.release(req)
+        if self.adapters is not None and req.adapter:
+            self.adapters.release(req.adapter)
         self.preemptions += 1
         req.state = State.QUEUED
         req.progress = 0
@@ -629,11 +635,17 @@ class Stepper:
         return admitted, tokens
 
     def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
-        queue, kv = self.wait_queue, self.kv
+        queue, kv, adapters = self.wait_queue, self.kv, self.adapters
         block_size, threshold, now = kv.block_size, self.threshold, self.now
         admitted = tokens = 0
+        passed: list[Request] | None = None  # waiting for an adapter slot: passed over
         while queue and budget > 0 and len(running) < self.max_running:
             req = queue[0]
+            if adapters is not None and req.adapter and not adapters.can_take(req.adapter):
+                if passed is None:
+                    passed = []
+                passed.append(queue.popleft())
+                continue
             req.hash_blocks(block_size)
             hit = kv.lookup(req, req.prefill_target)
             start = len(hit.blocks) * block_size
@@ -644,6 +656,8 @@ class Stepper:
             queue.popleft()
             self.queued_tokens -= req.prefill_target
             self._load_us += hit.load_us
+            if adapters is not None and req.adapter:
+                self._load_us += adapters.hold(req.adapter, now)
             if req.cached_tokens < 0:
                 req.cached_tokens = start
                 req.first_scheduled = now
@@ -657,6 +671,8 @@ class Stepper:
             admitted += 1
             tokens += n
             budget -= n
+        if passed is not None:
+            queue.extendleft(reversed(passed))
         if admitted:
             self.watch.admitted(now, running[len(running) - admitted:], queue)
         return admitted, tokens
@@ -704,8 +720,11 @@ class Stepper:
     def _complete(self, done: list[Request], at: int) -> None:
         observer, events = self.observer, self.events
         self.completions += len(done)
+        adapters = self.adapters
         for req in done:
             self.kv.complete(req)
+            if adapters is not None and req.adapter:
+                adapters.release(req.adapter)
             req.state = State.COMPLETED
             req.completed_at = at
             if req.output_len > 1:
@@ -736,6 +755,8 @@ class Stepper:
         self.explicit = []
         self.queued_tokens = 0
         kv.wipe()
+        if self.adapters is not None:
+            self.adapters.wipe()
         self.watch.emptied(now)
         return lost
 

@@ -218,6 +218,21 @@ class NoHitLRU(Scorer):
             self.cold_requests += 1
 
 
+# -- LoRA -------------------------------------------------------------------------------------
+
+class LoraAffinity(Scorer):
+    """1 where the request's LoRA adapter is resident, 0 where it would have to be loaded;
+    all 1 (no preference) for a base-model request, or when every instance or none holds it
+    (the reference head's lora-affinity scorer, min-max normalised as llm-d's)."""
+
+    def scores(self, req: RequestView, snaps: Sequence[InstanceSnapshot],
+               state: RouterState) -> list[float]:
+        adapter = req.adapter
+        if not adapter:
+            return [1.0] * len(snaps)
+        return min_max([1.0 if state.holds_adapter(s.id, adapter) else 0.0 for s in snaps])
+
+
 # name -> a new scorer (one per policy that uses it: a stateful scorer's memory is its
 # policy's own)
 SCORERS: dict[str, Callable[[], Scorer]] = {
@@ -231,4 +246,5 @@ SCORERS: dict[str, Callable[[], Scorer]] = {
     "prefix-affinity": PrefixAffinity,
     "precise-prefix-cache": PrecisePrefixCache,
     "no-hit-lru": NoHitLRU,
+    "lora-affinity": LoraAffinity,
 }

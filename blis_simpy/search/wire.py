@@ -23,7 +23,7 @@ from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
-from blis_simpy.core.request import RequestView
+from blis_simpy.core.request import LoraView, RequestView
 from blis_simpy.core.router_state import LoadSample, RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 
@@ -97,8 +97,11 @@ class ViewSender:
         if self.sent.get(view.id) is view:
             return view.id
         remember(self.sent, view.id, view)
-        return [view.id, view.arrival_us, view.input_tokens, view.tenant_id, view.slo_class,
-                hashes_out(view.prefix_hashes)]
+        item: list[Any] = [view.id, view.arrival_us, view.input_tokens, view.tenant_id,
+                           view.slo_class, hashes_out(view.prefix_hashes)]
+        if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
+            item.append(view.adapter)
+        return item
 
 
 class ViewMirror:
@@ -110,7 +113,10 @@ class ViewMirror:
     def into(self, item: str | list[Any]) -> RequestView:
         if isinstance(item, str):
             return self.views[item]
-        view = RequestView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]))
+        view = (LoraView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
+                         item[6]) if len(item) > 6
+                else RequestView(item[0], item[1], item[2], item[3], item[4],
+                                 hashes_in(item[5])))
         remember(self.views, view.id, view)
         return view
 

@@ -34,6 +34,7 @@ from blis_simpy.core.records import Recorder, Records
 from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_S
+from blis_simpy.engine.adapters import AdapterSlots, ranks_of
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
 from blis_simpy.engine.kv.tiered import TieredKVCache, tiered_pool
@@ -244,6 +245,7 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
                                    ttft_targets(scenario))
     # one GPU's bytes per KV block, read once when a pool has tiers (the default model's)
     tier_bytes = functools.cache(lambda: kv_block_bytes(scenario))
+    adapter_ranks = ranks_of(scenario.workload)  # LoRA: each adapter's rank, by name
 
     def make(name: str, latency: LatencyModel, engine: EngineConfig,
              role: Role = Role.MONOLITHIC) -> Instance:
@@ -257,6 +259,9 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
             class_ranks=ranks, reference_order=mode.reference_order)
         if isinstance(pool, TieredKVCache):
             instance.log.tiers = pool.log
+        if engine.lora is not None:
+            instance.adapters = AdapterSlots(name, engine.lora, adapter_ranks,
+                                             recorder.adapter_loads, recorder.adapter_hits)
         instance.observer = gateway
         return instance
 

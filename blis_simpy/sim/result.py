@@ -56,6 +56,7 @@ class Result:
     placement_table: Table | None = None  # node pools: one row per replica placed
     preemption_table: Table | None = None  # one row per preemption
     kv_transfer_table: Table | None = None  # with KV tiers: one row per transfer between tiers
+    adapter_load_table: Table | None = None  # LoRA: one row per adapter load
     # A streaming run's folder, which holds its requests, steps and instances tables
     # (sim/stream.py); request_table and step_table are then empty.
     streamed: OutputFolder | None = None
@@ -85,6 +86,11 @@ class Result:
     def placements(self) -> pd.DataFrame | None:
         """Node pools: one row per replica placed (placements.csv)."""
         return None if self.placement_table is None else self.placement_table.frame()
+
+    @cached_property
+    def adapter_loads(self) -> pd.DataFrame | None:
+        """LoRA: one row per adapter load, and the adapter it evicted (adapter_loads.csv)."""
+        return None if self.adapter_load_table is None else self.adapter_load_table.frame()
 
     @cached_property
     def scale_events(self) -> pd.DataFrame | None:
@@ -219,7 +225,7 @@ class Result:
             ("replicas", self.replica_table), ("transfers", self.transfer_table),
             ("transfer_queue", self.transfer_queue_table), ("faults", self.fault_table),
             ("placements", self.placement_table), ("preemptions", self.preemption_table),
-            ("kv_transfers", self.kv_transfer_table))
+            ("kv_transfers", self.kv_transfer_table), ("adapter_loads", self.adapter_load_table))
             if table is not None and name not in streamed]
         write_tables(tables)
 

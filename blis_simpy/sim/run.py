@@ -168,6 +168,13 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
 
         stats["gateway_queue"] = gateway_queue_summary(records, requests, flow,
                                                        scenario.cluster.routing_latency_us)
+    adapter_loads = None
+    if scenario.engine.lora is not None:  # LoRA adapters (metrics imported only then)
+        from blis_simpy.metrics.adapters import adapter_load_table, adapter_summary
+
+        requests.columns["adapter"] = records.requests.adapter
+        stats["adapters"] = adapter_summary(records, requests)
+        adapter_loads = adapter_load_table(records.adapter_loads)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)
@@ -214,6 +221,7 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         placement_table=placements,
         preemption_table=preemption_table(records),
         kv_transfer_table=kv_transfer_table(records),
+        adapter_load_table=adapter_loads,
     )
 
 

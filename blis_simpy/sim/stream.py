@@ -36,6 +36,8 @@ def unstreamable(sim: Simulation) -> str | None:
         return "a deployment section (replica pools, autoscaling, P/D) reads every request"
     if scenario.engine.kv_tiers.enabled:
         return "KV tiers keep a record per tier operation"
+    if scenario.engine.lora is not None:
+        return "the per-adapter metrics (engine.lora) read every request"
     if scenario.cluster.flow_control is not None:
         return "the gateway queue's summary (cluster.flow_control) reads every request"
     return None

@@ -112,6 +112,13 @@ class TenantWorkload:
             mix = (WeightedPick.of(list(tenant.archetypes.values())) if tenant.archetypes
                    else None)
             self.shapes[tenant.id] = (shapes, mix)
+        # LoRA: each tenant's adapters and its pick among them, with its own stream (drawn
+        # only by tenants that name adapters, so no other draw moves)
+        self.adapter_choice: dict[str, tuple[list[str], WeightedPick, np.random.Generator]] = {
+            tenant.id: (tenant.adapters.names(tenant.id),
+                        WeightedPick.of(tenant.adapters.weights()),
+                        stream(seed, f"tenant:{tenant.id}:adapters"))
+            for tenant in workload.tenants if tenant.adapters is not None}
         open_total = workload.open_fraction_total
         for tenant in workload.tenants:
             streams = TenantStreams(seed, tenant.id)
@@ -144,6 +151,8 @@ class TenantWorkload:
         req.request_type = kind
         req.session_id = session
         req.turn = turn
+        if tenant.adapters is not None:
+            req.adapter = self._adapter(tenant)
         self.issued += 1
         hashes = hash_request(req, self.block_size, known) if self.block_size else []
         self.deliver(req)
@@ -162,6 +171,16 @@ class TenantWorkload:
         """The shape of one arrival's requests: the tenant's, or an archetype's by its share."""
         shapes, mix = self.shapes[tenant.id]
         return shapes[0] if mix is None else shapes[mix.pick(streams.choices)]
+
+    def _adapter(self, tenant: TenantSpec) -> str:
+        """The LoRA adapter a request names, by popularity; "" (the base model) for the
+        tenant's share of requests that name none."""
+        use = tenant.adapters
+        assert use is not None
+        names, pick, rng = self.adapter_choice[tenant.id]
+        if use.fraction < 1 and rng.random() >= use.fraction:
+            return ""
+        return names[pick.pick(rng)]
 
     def _counts(self, tenant: TenantSpec, shape: Shape, streams: TenantStreams,
                 walk: SessionWalk | None = None) -> tuple[int, int]:

@@ -145,6 +145,27 @@ MAPPED: dict[str, tuple[list[str], Any]] = {
     "dispatch-tick-interval": (["--flow-control", "--dispatch-tick-interval", "0"],
                                lambda d: d["cluster"]["flow_control"]["dispatch_tick_s"]
                                == 0.001),
+    # issue 35 item 1: LoRA adapters (the head's defaults.yaml costs: 1500 µs + 1 µs per rank)
+    "lora-adapter-capacity": (["--lora-adapter-capacity", "4"],
+                              lambda d: d["engine"]["lora"] == {
+                                  "slots": 4, "load_ms": 1.5, "load_ms_per_rank": 0.001}
+                              and d["compat"] == "none"),
+    "lora-load-base-latency-us": (["--lora-adapter-capacity", "2",
+                                   "--lora-load-base-latency-us", "20000"],
+                                  lambda d: d["engine"]["lora"]["load_ms"] == 20.0),
+    "lora-load-bandwidth-bytes-us": (["--lora-adapter-capacity", "2",
+                                      "--lora-load-bandwidth-bytes-us", "25000"],
+                                     lambda d: d["engine"]["lora"]["load_ms_per_rank"]
+                                     == pytest.approx(2e6 / 25000 / 1000)),
+    "lora-footprint-bytes-per-rank": (["--lora-adapter-capacity", "2",
+                                       "--lora-footprint-bytes-per-rank", "4e6"],
+                                      lambda d: d["engine"]["lora"]["load_ms_per_rank"]
+                                      == pytest.approx(0.002)),
+    "lora-scorer-weight": (["--routing-policy", "weighted", "--routing-scorers",
+                            "queue-depth:1", "--lora-scorer-weight", "2"],
+                           lambda d: d["policies"]["routing"]["params"]["scorers"]
+                           == {"queue-depth": 1.0, "lora-affinity": 2.0}
+                           and d["compat"] == "none"),
 }
 
 
@@ -224,6 +245,18 @@ def test_a_head_admission_policy_converts_natively(policy):
     (["--queue-depth-threshold", "nan"], "--queue-depth-threshold"),
     (["--latency-model", "trained-physics"], "--latency-model"),
     (["--max-num-seqs", "x"], "--max-num-seqs"),
+    (["--lora-adapter-capacity", "0"], "--lora-adapter-capacity"),
+    (["--lora-adapter-capacity", "2", "--lora-load-bandwidth-bytes-us", "0"],
+     "--lora-load-bandwidth-bytes-us"),
+    (["--lora-adapter-capacity", "2", "--lora-footprint-bytes-per-rank", "inf"],
+     "--lora-footprint-bytes-per-rank"),
+    (["--lora-adapter-capacity", "2", "--lora-load-base-latency-us", "-1"],
+     "--lora-load-base-latency-us"),
+    (["--lora-load-base-latency-us", "100"], "--lora-load-base-latency-us"),
+    (["--routing-policy", "weighted", "--lora-scorer-weight", "-1"], "--lora-scorer-weight"),
+    (["--routing-policy", "round-robin", "--lora-scorer-weight", "1"], "--lora-scorer-weight"),
+    (["--routing-policy", "weighted", "--routing-scorers", "lora-affinity:1",
+      "--lora-scorer-weight", "1"], "--lora-scorer-weight"),
 ])
 def test_a_bad_head_flag_value_is_an_error_naming_it(flags, flag):
     with pytest.raises(ScenarioError) as err:
@@ -255,11 +288,22 @@ def test_a_command_without_head_features_keeps_compat_mode():
     assert "compat: blis reproduces" in to_yaml(data)
 
 
-def test_the_lora_affinity_scorer_is_refused_with_its_reason():
-    with pytest.raises(ScenarioError) as err:
-        blis_command([*RUN, "--routing-policy", "weighted", "--routing-scorers",
-                      "lora-affinity:1"])
-    assert "LoRA adapters are not modelled yet" in str(err.value)
+def test_the_lora_affinity_scorer_converts_to_a_native_weighted_router():
+    data = converted("--routing-policy", "weighted", "--routing-scorers",
+                     "lora-affinity:1,queue-depth:1")
+    assert data["policies"]["routing"]["params"]["scorers"] == {"lora-affinity": 1.0,
+                                                                "queue-depth": 1.0}
+    assert data["compat"] == "none"
+
+
+def test_a_converted_lora_command_runs_with_adapter_slots():
+    """Issue 35 item 8 for item 1: the head's LoRA flags give the instances adapter slots (the
+    adapters come from the workload: none here, so the section counts none)."""
+    data = converted("--lora-adapter-capacity", "4", "--routing-policy", "weighted",
+                     "--lora-scorer-weight", "1")
+    result = blis_simpy.run(Scenario.from_dict(data))
+    assert result.summary["completed_requests"] == 20
+    assert result.summary["adapters"]["requests"] == 0
 
 
 def test_a_converted_flow_control_command_runs_and_queues_at_the_gateway():
@@ -273,9 +317,9 @@ def test_a_converted_flow_control_command_runs_and_queues_at_the_gateway():
 
 def test_cli_refuses_a_head_flag_naming_it_and_exits_2():
     result = CliRunner().invoke(app, ["convert", "blis-command", "--", *RUN,
-                                      "--lora-adapter-capacity", "4"])
+                                      "--lora-config", "lora.yaml"])
     assert result.exit_code == 2
-    assert "--lora-adapter-capacity" in result.output
+    assert "--lora-config" in result.output
     assert "LoRA" in result.output and "Traceback" not in result.output
 
 

@@ -133,6 +133,8 @@ SPEC_ERRORS = {
     "servegen data": ({**SPEC, "clients": [], "servegen_data": {"path": "d"}}, "servegen_data"),
     "no clients": ({**SPEC, "clients": []}, "clients"),
     "multimodal": (client(multimodal={"text_distribution": {}}), "clients[0].multimodal"),
+    # issue 35 item 8 for item 1: a client's LoRA adapter id is refused with what to write
+    "lora adapter": (client(adapter="sql-lora"), "clients[0].adapter"),
     "lifecycle windows": (client(lifecycle={"windows": [{"start_us": 0, "end_us": 5}]}),
                           "clients[0].lifecycle.windows"),
     "distribution file": (client(input_distribution={"type": "empirical", "file": "x.csv"}),

@@ -93,6 +93,17 @@ BASES: list[dict[str, Any]] = [
                                                        "params": {"up_per_replica": 1}}}},
      "workload": {"type": "tenants", "rate_per_s": 16, "duration_s": 1,
                   "tenants": [{"id": "a", **TENANT}]}},
+    # issue 35 item 1: LoRA adapter slots, tenants drawing adapters, the affinity scorer
+    {**{k: v for k, v in BASE.items() if k not in ("workload", "engine")},
+     "engine": {"kv_blocks": 2000,
+                "lora": {"slots": 2, "load_ms": 5, "load_ms_per_rank": 0.5}},
+     "cluster": {"instances": 2},
+     "policies": {"routing": {"type": "weighted", "params": {"scorers": {
+         "lora-affinity": 2, "queue-depth": 1}}}},
+     "workload": {"type": "tenants", "rate_per_s": 16, "duration_s": 1,
+                  "tenants": [{"id": "a", "adapters": {"count": 4, "zipf": 1.2, "rank": 8,
+                                                       "fraction": 0.8}, **TENANT},
+                              {"id": "b", "adapters": {"count": 3}, **TENANT}]}},
 ]
 
 HOSTILE = st.sampled_from([

@@ -184,8 +184,8 @@ def test_weighted_bad_scorers_name_their_path(scorers, path):
         routing("weighted", scorers=scorers)
     assert err.value.path == path
     if "bogus" in path:
-        assert "kv-utilization, load-aware, load-balance, no-hit-lru, precise-prefix-cache, " \
-            "prefix-affinity, queue-depth" in str(err.value)
+        assert "kv-utilization, load-aware, load-balance, lora-affinity, no-hit-lru, " \
+            "precise-prefix-cache, prefix-affinity, queue-depth" in str(err.value)
 
 
 # -- prefix-affinity ------------------------------------------------------------------------
