@@ -2,11 +2,47 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
+import blis_simpy
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.policies.routing import RoundRobin, RoutingPolicy
 from tests.conftest import BASE, merge
+
+PACKAGE = str(Path(blis_simpy.__file__).resolve().parent).encode()
+
+
+def processes_with(marker: str) -> set[int]:
+    """Every process whose command line holds `marker`, less those that belong to another
+    checkout's sandbox (an ancestor binds another blis_simpy folder into it): another test run
+    on the same machine. An orphan that outlived its sandbox has no such ancestor and counts."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() \
+                    and not foreign(int(pid)):
+                found.add(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def foreign(pid: int) -> bool:
+    """Is `pid` inside a sandbox that another checkout of blis_simpy started?"""
+    while pid > 1:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        bound = {argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == b"--ro-bind"}
+        packages = {path for path in bound if path.endswith(b"/blis_simpy")}
+        if packages:
+            return PACKAGE not in packages
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent, after the command's name
+    return False
 
 
 def prefix_scenario(**changes: Any) -> Scenario:

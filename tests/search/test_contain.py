@@ -21,7 +21,7 @@ from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.contain import SHARED, SandboxUnavailable, sandbox
 from blis_simpy.search.gepa_adapter import BlisAdapter
 from blis_simpy.search.sweep import run_many
-from tests.search.helpers import prefix_scenario
+from tests.search.helpers import prefix_scenario, processes_with
 from tests.search.test_code import LEAST_LOADED
 
 CODE = CodePolicy("routing", LEAST_LOADED, id="code")
@@ -88,15 +88,8 @@ def test_the_search_entry_points_refuse_rather_than_score_zero(no_bwrap, tmp_pat
 
 
 def sandbox_processes() -> set[int]:
-    """Every process running the sandbox's template or a candidate (their command line)."""
-    found = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if b"blis_simpy.search.cell" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.add(int(pid))
-        except OSError:
-            continue
-    return found
+    """Every process running this checkout's sandbox template or a candidate."""
+    return processes_with("blis_simpy.search.cell")
 
 
 def test_pool_workers_templates_end_with_the_pool():

@@ -30,7 +30,7 @@ from blis_simpy.search.code import CodePolicy, check
 from blis_simpy.search.contain import SHARED, Limits, sandbox
 from blis_simpy.search.sweep import run_many
 from tests.search import escapes
-from tests.search.helpers import prefix_scenario
+from tests.search.helpers import prefix_scenario, processes_with
 from tests.search.test_code import LEAST_LOADED
 
 ROUTES = ("match", "typing")
@@ -127,17 +127,6 @@ def test_escaped_candidate_cannot_reach_the_network(route):
     assert "network: PermissionError" in row.log
 
 
-def processes_with(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (through /proc's children lists)."""
     found, queue = [], [pid]
@@ -163,7 +152,7 @@ def test_escaped_candidate_leaves_no_process_behind(route):
     row = evaluate(escapes.escaping(escapes.spawn(marker), route)).iloc[0]
     assert "fork: PermissionError" in row.log and "spawn: PermissionError" in row.log
     assert "subprocess: " in row.log and "subprocess: reached" not in row.log
-    assert processes_with(marker) == []
+    assert processes_with(marker) == set()
     template = sandbox().process.pid
     assert len(descendants(template)) == 2  # bwrap's init in the sandbox, and the template
 
@@ -332,7 +321,7 @@ def test_escape_suite_through_the_command_line(tmp_path, workload, command, forg
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)  # stdout is the report, uncorrupted
     assert SECRET not in done.stdout + done.stderr
-    assert processes_with(marker) == []
+    assert processes_with(marker) == set()
     assert processes_with("blis_simpy.search.cell") == sandboxes  # the command's sandbox too
     assert not (tmp_path / "unpickled").exists()
     assert (tmp_path / "api-key.txt").read_text() == SECRET
