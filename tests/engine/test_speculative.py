@@ -13,16 +13,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import blis_simpy
 from blis_simpy.config.library import LIBRARY
+from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.speculation import SpeculativeConfig
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.ordering import Background
 from tests.conftest import BASE, merge
 from tests.engine.test_invariants import build_trace, engines, request_rows
+from tests.sim.test_cluster_invariants import clusters, simulated
 
 TENANT = {"prompt": {"type": "gaussian", "mean": 200, "stdev": 50, "min": 8, "max": 800},
           "output": {"type": "gaussian", "mean": 60, "stdev": 20, "min": 1, "max": 150}}
@@ -160,3 +162,38 @@ def test_a_bad_speculative_key_exits_2_naming_it_and_what_is_valid(tmp_path):
     out = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "o")])
     assert out.exit_code == 2 and "engine.speculative.method" in out.output
     assert "ngram" in out.output and "Traceback" not in out.output
+
+
+@st.composite
+def speculative_clusters(draw: st.DrawFn) -> Scenario:
+    """tests/sim's random clusters (every policy template, tenants, sessions, closed loops,
+    timeouts, horizons, small KV caches), native ones, with speculation on."""
+    scenario = draw(clusters())
+    assume(scenario.compat == "none")
+    return Scenario.from_dict(merge(scenario.to_dict(), {"engine": {"speculative": {
+        "draft_tokens": draw(st.integers(1, 6)),
+        "acceptance_rate": draw(st.sampled_from([0.0, 0.5, 0.9, 1.0]))}}}))
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(scenario=speculative_clusters())
+def test_at_cluster_scale_kv_is_conserved_and_no_request_gets_more_than_its_output(scenario):
+    """With the debug checks on (KV conservation after every block operation, a monotone
+    clock), every request ends in one state with no more tokens than its output length (a
+    completed one with exactly that many), no step exceeds its engine's limits, and the
+    summary counts each token once."""
+    run = simulated(scenario)
+    req, steps, summary = run.result.requests, run.result.steps, run.result.summary
+    assert set(req.final_state) <= {"completed", "rejected", "timed_out", "arriving", "queued",
+                                    "running"}
+    assert (req.generated_tokens <= req.output_tokens).all()
+    done = req[req.final_state == "completed"]
+    assert (done.generated_tokens == done.output_tokens).all()
+    assert summary["total_output_tokens"] == int(req.generated_tokens.sum())
+    engine = run.sim.scenario.engine
+    assert (steps.kv_blocks_used <= engine.kv_blocks).all()
+    assert (steps.batch_size <= engine.max_running_requests).all()
+    spec = summary["speculation"]
+    assert 0 <= spec["accepted_tokens"] <= spec["drafted_tokens"]
