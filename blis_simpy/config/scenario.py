@@ -22,7 +22,6 @@ from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.flow_control import FlowControlConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.lora import LoraConfig
-from blis_simpy.config.speculation import SpeculativeConfig
 from blis_simpy.config.workload import (
     ClientTimeouts,
     DistributionWorkload,
@@ -50,12 +49,14 @@ if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentSection
     from blis_simpy.config.faults import FaultsConfig
     from blis_simpy.config.seeds import SeedsConfig
+    from blis_simpy.config.speculation import SpeculativeConfig
 
-# Most scenarios have no deployment, faults or seeds section: their classes load when one does
-# (core/schema.py: FieldTypes), not with every scenario.
+# Most scenarios have no deployment, faults, seeds or speculative section: their classes load
+# when one does (core/schema.py: FieldTypes), not with every scenario.
 LAZY_TYPES = {"DeploymentSection": "blis_simpy.config.deployment",
               "FaultsConfig": "blis_simpy.config.faults",
-              "SeedsConfig": "blis_simpy.config.seeds"}
+              "SeedsConfig": "blis_simpy.config.seeds",
+              "SpeculativeConfig": "blis_simpy.config.speculation"}
 
 
 @dataclass(frozen=True, slots=True)
