@@ -49,12 +49,14 @@ if TYPE_CHECKING:
     from blis_simpy.config.deployment import DeploymentSection
     from blis_simpy.config.faults import FaultsConfig
     from blis_simpy.config.seeds import SeedsConfig
+    from blis_simpy.config.speculation import SpeculativeConfig
 
-# Most scenarios have no deployment, faults or seeds section: their classes load when one does
-# (core/schema.py: FieldTypes), not with every scenario.
+# Most scenarios have no deployment, faults, seeds or speculative section: their classes load
+# when one does (core/schema.py: FieldTypes), not with every scenario.
 LAZY_TYPES = {"DeploymentSection": "blis_simpy.config.deployment",
               "FaultsConfig": "blis_simpy.config.faults",
-              "SeedsConfig": "blis_simpy.config.seeds"}
+              "SeedsConfig": "blis_simpy.config.seeds",
+              "SpeculativeConfig": "blis_simpy.config.speculation"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,8 @@ class LatencyConfig:
 # elsewhere and do not track them.
 LORA_POOLS = ("LoRA adapters are modelled on the cluster's instances (cluster.instances), not "
               "on a deployment's replica pools")
+SPECULATIVE_POOLS = ("speculative decoding is modelled on the cluster's instances "
+                     "(cluster.instances), not on a deployment's replica pools")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,10 @@ class EngineConfig:
     lora: LoraConfig | None = spec(None, help="LoRA adapter slots per instance and their load "
                                    "time (docs/guides/lora.md, native mode); null: requests "
                                    "name no adapters", omit_default=True)
+    speculative: SpeculativeConfig | None = spec(
+        None, help="speculative decoding: tokens drafted per decode step and their acceptance "
+        "rate (docs/guides/speculative.md, native mode); null: one token per decode step",
+        omit_default=True)
 
 
 
@@ -406,6 +414,7 @@ class Scenario:
                                 "whole runs; compat: blis cannot reproduce a window",
                                 "no window, or compat: none")
         self.check_adapters(path)
+        self.check_speculative(path)
         if self.compat == "blis" and self.engine.kv_tiers.enabled:
             raise ScenarioError(join(path, "engine.kv_tiers.cpu_blocks"), "KV tiers are native "
                                 "only (the reference's tiers have defects: "
@@ -430,6 +439,17 @@ class Scenario:
         if self.deployment is not None:
             raise ScenarioError(join(path, "engine.lora"), LORA_POOLS,
                                 "no deployment section, or no engine.lora")
+
+    def check_speculative(self, path: str) -> None:
+        """Speculative decoding: native mode, on the cluster's own instances."""
+        if self.engine.speculative is None:
+            return
+        if self.compat == "blis":
+            raise ScenarioError(join(path, "engine.speculative"), "the reference BLIS this mode "
+                                "reproduces has no speculative decoding", "null, or compat: none")
+        if self.deployment is not None:
+            raise ScenarioError(join(path, "engine.speculative"), SPECULATIVE_POOLS,
+                                "no deployment section, or no engine.speculative")
 
     def check_targets(self, path: str) -> None:
         """A fitness weight on an SLO figure needs a target to attain: without one the figure
@@ -491,6 +511,9 @@ class Scenario:
                     engine = load(EngineConfig, config.engine, join(where, "engine"))
                     if engine.lora is not None:
                         raise ScenarioError(join(where, "engine.lora"), LORA_POOLS, "null")
+                    if engine.speculative is not None:
+                        raise ScenarioError(join(where, "engine.speculative"), SPECULATIVE_POOLS,
+                                            "null")
 
     def check_faults(self, path: str) -> None:
         """The faults section against the rest: native mode only, and every instance or

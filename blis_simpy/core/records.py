@@ -247,6 +247,9 @@ class Recorder:
         # per adapter the admissions that found it resident
         self.adapter_loads: list[tuple[int, str, str, str]] = []
         self.adapter_hits: dict[str, int] = {}
+        # Speculative decoding (engine.speculative): tokens drafted, accepted, and the
+        # requests' verify steps, over every instance
+        self.speculation: list[int] = [0, 0, 0]
 
     def instance(self, instance_id: str, role: Role, kv_total: int) -> InstanceLog:
         log = InstanceLog(instance_id, role, kv_total, len(self.instances))
@@ -333,6 +336,7 @@ class Recorder:
             faults=tuple(self.faults),
             adapter_loads=tuple(self.adapter_loads),
             adapter_hits=dict(sorted(self.adapter_hits.items())),
+            speculation=(self.speculation[0], self.speculation[1], self.speculation[2]),
         )
 
 
@@ -508,3 +512,5 @@ class Records:
     # LoRA: adapter loads (time, instance, adapter, evicted) and admissions that hit, by adapter
     adapter_loads: tuple[tuple[int, str, str, str], ...] = ()
     adapter_hits: dict[str, int] = field(default_factory=dict)
+    # speculative decoding: tokens drafted, accepted, and verify steps (one per request step)
+    speculation: tuple[int, int, int] = (0, 0, 0)

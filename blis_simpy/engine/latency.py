@@ -103,7 +103,8 @@ class NativeRooflineLatency(Alpha):
 
     def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
                   extra_us: int) -> int:
-        requests = [(req.progress, 1 if req.chunk < 0 else req.chunk) for req in batch]
+        requests = [(req.progress, -req.chunk if req.chunk < 0 else req.chunk)
+                    for req in batch]  # a decode verifies 1 (+ drafted) positions
         return self.model.step_time(requests) + extra_us
 
 

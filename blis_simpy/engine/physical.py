@@ -97,10 +97,15 @@ class StepShape:
         for req in batch:
             chunk = req.chunk
             done = float(req.progress)
-            if chunk < 0:  # a decode: one token over its whole context
+            if chunk == -1:  # a decode: one token over its whole context
                 tokens += 1.0
                 kv_tokens += done + 1.0
                 pairs += done + 1.0
+            elif chunk < 0:  # a speculative decode: verifies -chunk positions (1 + drafted)
+                n = float(-chunk)
+                tokens += n
+                kv_tokens += done + n
+                pairs += n * (done + (n + 1.0) / 2.0)
             else:
                 n = float(chunk)
                 tokens += n

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from librt.vecs import append, vec
 from mypy_extensions import i64, mypyc_attr
@@ -156,6 +156,14 @@ class Stepper:
         self.pending_end = 0
         self.pending_decodes = 0
         self.adapters: AdapterSlots | None = None  # LoRA adapter slots (engine.lora), if any
+        # Speculative decoding (engine.speculative; `speculate`): tokens drafted per decode
+        # step (0: off), the acceptance rate, the draws' own stream, the positions drafted
+        # this step, and the totals drafted, accepted and verified (request decode steps).
+        self.draft_tokens = 0
+        self.acceptance = 0.0
+        self.spec_rng: Any = None
+        self.drafted = 0
+        self.spec_totals = [0, 0, 0]
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -339,7 +347,8 @@ class Stepper:
             return None
         batch = running[:scheduled] + running[kept:] if scheduled < kept else running
         new_tokens += admitted_tokens
-        duration = self.latency.step_time(new_tokens, decodes, batch, self._load_us)
+        duration = self.latency.step_time(new_tokens + self.drafted, decodes, batch,
+                                          self._load_us)
         self._record(now, duration, new_tokens, decodes, len(batch), self.kv.used,
                      len(self.wait_queue))
         self._pend(EXACT, batch, NO_REQUESTS, index, now + duration)
@@ -556,6 +565,10 @@ class Stepper:
         self.log.pack(self.steps)
         self.steps = vec[i64]()
         self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
+        if self.draft_tokens:
+            totals = self.recorder.speculation
+            for i, n in enumerate(self.spec_totals):
+                totals[i] += n
 
     def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
         """Running requests in order: a prefill chunk or one decode token each, while budget
@@ -564,7 +577,8 @@ class Stepper:
         threshold = self.threshold
         last_slot = self.kv.block_size - 1
         block_size = self.kv.block_size
-        new_tokens = decodes = 0
+        new_tokens = decodes = drafted = 0
+        draft = self.draft_tokens
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -577,6 +591,16 @@ class Stepper:
                 req.chunk = n
                 new_tokens += n
                 budget -= n
+            elif draft:
+                # Speculation: verify 1 + d positions, d drafted (never past the output length
+                # nor the budget); KV room for all of them, each step.
+                d = min(draft, req.max_tokens - req.emitted - 1, budget - 1)
+                if not self._reserve(req, i, progress, 1 + d):
+                    break
+                req.chunk = DECODE - d
+                drafted += d
+                decodes += 1
+                budget -= 1 + d
             else:
                 # A decode token touches the KV cache only when it opens a block or fills one.
                 slot = (progress - req.kv_phase) % block_size
@@ -586,6 +610,8 @@ class Stepper:
                 decodes += 1
                 budget -= 1
             i += 1
+        if draft:
+            self.drafted = drafted
         return i, new_tokens, decodes, budget
 
     def _reserve(self, req: Request, position: int, start: int, tokens: int) -> bool:
@@ -699,6 +725,8 @@ class Stepper:
         chunk = req.chunk
         if chunk == DECODE:
             req.progress += 1
+        elif chunk < 0:
+            self._verify(req, DECODE - chunk)
         else:
             req.progress += chunk
             if req.progress < req.prefill_target:
@@ -716,6 +744,32 @@ class Stepper:
             req.gaps.append((req.last_emit_step, step))
         req.last_emit_step = step
         return emitted >= req.max_tokens
+
+    def speculate(self, draft_tokens: int, acceptance_rate: float, rng: Any) -> None:
+        """Speculative decoding from now on: `draft_tokens` drafted per decode step, each
+        accepted with `acceptance_rate` given the ones before it, drawn from `rng` (a stream
+        of its own). Decodes are explicit: the steady path assumes one token per step."""
+        self.draft_tokens = draft_tokens
+        self.acceptance = acceptance_rate
+        self.spec_rng = rng
+        self.steady = None
+
+    def _verify(self, req: Request, drafted: int) -> None:
+        """A speculative decode step's progress: the target model's token plus the accepted
+        prefix of the `drafted` tokens, min(drafted, G - 1) with G geometric (success
+        1 - acceptance), so P(at least i accepted) = acceptance^i."""
+        accepted = 0
+        if drafted:
+            a = self.acceptance
+            accepted = drafted if a >= 1.0 else min(drafted,
+                                                      int(self.spec_rng.geometric(1.0 - a)) - 1)
+        totals = self.spec_totals
+        totals[0] += drafted
+        totals[1] += accepted
+        totals[2] += 1
+        req.progress += 1 + accepted
+        req.emitted += accepted
+        self.output_tokens += accepted
 
     def _complete(self, done: list[Request], at: int) -> None:
         observer, events = self.observer, self.events

@@ -47,6 +47,7 @@ from blis_simpy.policies.priority import PRIORITY
 from blis_simpy.policies.registry import P, PolicySpec, Registry
 from blis_simpy.policies.routing import ROUTING
 from blis_simpy.policies.scheduler import SCHEDULER
+from blis_simpy.rng.streams import stream
 from blis_simpy.sim.modes import Mode, mode_of
 from blis_simpy.workload import source
 from blis_simpy.workload.source import PreparedRequests
@@ -262,6 +263,10 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
         if engine.lora is not None:
             instance.adapters = AdapterSlots(name, engine.lora, adapter_ranks,
                                              recorder.adapter_loads, recorder.adapter_hits)
+        if engine.speculative is not None:  # a stream per instance: no other draws move
+            instance.speculate(engine.speculative.draft_tokens,
+                               engine.speculative.acceptance_rate,
+                               stream(scenario.sim_seed, f"speculation:{name}"))
         instance.observer = gateway
         return instance
 

@@ -175,6 +175,10 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         requests.columns["adapter"] = records.requests.adapter
         stats["adapters"] = adapter_summary(records, requests)
         adapter_loads = adapter_load_table(records.adapter_loads)
+    if scenario.engine.speculative is not None:  # speculative decoding's counts
+        from blis_simpy.metrics.speculation import speculation_summary
+
+        stats["speculation"] = speculation_summary(records, scenario.engine.speculative)
     pd_tables = None
     if disaggregated(records):
         stats["pd"] = pd_summary(records, requests)

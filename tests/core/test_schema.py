@@ -41,15 +41,18 @@ def test_field_types_are_get_type_hints_field_by_field(cls):
 def test_the_deployment_and_faults_section_types_are_imported_when_read():
     from blis_simpy.config.deployment import DeploymentSection
     from blis_simpy.config.faults import FaultsConfig
-    from blis_simpy.config.scenario import LAZY_TYPES, Scenario
+    from blis_simpy.config.scenario import LAZY_TYPES, EngineConfig, Scenario
     from blis_simpy.config.seeds import SeedsConfig
+    from blis_simpy.config.speculation import SpeculativeConfig
 
     assert LAZY_TYPES == {"DeploymentSection": "blis_simpy.config.deployment",
                           "FaultsConfig": "blis_simpy.config.faults",
-                          "SeedsConfig": "blis_simpy.config.seeds"}
+                          "SeedsConfig": "blis_simpy.config.seeds",
+                          "SpeculativeConfig": "blis_simpy.config.speculation"}
     assert field_types(Scenario)["deployment"] == DeploymentSection | None
     assert field_types(Scenario)["faults"] == FaultsConfig | None
     assert field_types(Scenario)["seeds"] == SeedsConfig | None
+    assert field_types(EngineConfig)["speculative"] == SpeculativeConfig | None
 
 
 def test_the_archetype_and_session_model_types_are_imported_when_read():
