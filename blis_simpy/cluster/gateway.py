@@ -54,7 +54,7 @@ from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.engine.instance import Instance
 from blis_simpy.policies.admission import AdmissionPolicy
-from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 
 
@@ -215,7 +215,11 @@ class Gateway:
         if decision.action == "admit":
             self.state.on_admit(req.tenant_id)
             req.admitted_at = now
-            req.priority = self.priority.compute(req.view, self.state, now)
+            scored = self.priority.compute(req.view, self.state, now)
+            if isinstance(scored, PriorityDecision):  # a score with hints (seed G.1)
+                req.priority, req.priority_hints = scored.score, scored.hints
+            else:
+                req.priority = scored
             if self.decisions is not None:
                 self.decisions.append(Decision(now, req.name, "priority", "score", "",
                                                self.priority.name, priority=req.priority,

@@ -41,7 +41,7 @@ from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
 from blis_simpy.engine.steady import SteadyDecoders
-from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
 
 DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
@@ -326,7 +326,11 @@ class Stepper:
         """Current priorities under an aging policy."""
         compute = policy.compute
         for req in requests:
-            req.priority = compute(req.view, None, now)
+            scored = compute(req.view, None, now)
+            if isinstance(scored, PriorityDecision):  # a score with hints (seed G.1)
+                req.priority, req.priority_hints = scored.score, scored.hints
+            else:
+                req.priority = scored
 
     def _exact_step(self, now: int, index: int) -> int | None:
         """The step, request by request in batch order: budget, KV and preemption exact."""

@@ -12,14 +12,15 @@ import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from blis_simpy.core.errors import PolicyError
-from blis_simpy.core.request import RequestView
+from blis_simpy.core.request import NO_HINTS, RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.admission import AdmissionDecision, AdmissionPolicy
-from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
 
@@ -70,6 +71,32 @@ def real(value: object) -> bool:
         return False
 
 
+MAX_HINTS = 32  # entries in a PriorityDecision's hints
+MAX_HINT_TEXT = 200  # characters in a hint's key or string value
+
+
+def plain_hints(hints: object) -> Mapping[str, object] | None:
+    """A read-only copy of a PriorityDecision's hints if they are plain data (string keys;
+    strings, finite numbers, booleans or None), else None. The copy is taken first, so a
+    policy that keeps the dict it returned cannot change what was checked."""
+    if not isinstance(hints, Mapping) or len(hints) > MAX_HINTS:
+        return None
+    copy = dict(hints)
+    for key, value in copy.items():
+        if type(key) is not str or len(key) > MAX_HINT_TEXT:
+            return None
+        if value is None or type(value) is bool:
+            continue
+        if type(value) is str:
+            if len(value) > MAX_HINT_TEXT:
+                return None
+        elif real(value):  # numpy scalars become Python numbers
+            copy[key] = int(value) if whole(value) else float(value)  # type: ignore[call-overload]
+        else:
+            return None
+    return MappingProxyType(copy) if copy else NO_HINTS
+
+
 def whole(value: object) -> bool:
     """An integer, Python's or numpy's (bool is not one here)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -99,10 +126,19 @@ class GuardedPriority(PriorityPolicy):
         self.inner, self.caller = inner, caller
         self.name, self.ages = inner.name, inner.ages
 
-    def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
+    def compute(self, req: RequestView, state: RouterState | None,
+                clock: int) -> float | PriorityDecision:
         out = self.caller.call("compute", req.id, self.inner.compute, req, state, clock)
+        if isinstance(out, PriorityDecision):
+            hints = plain_hints(out.hints)
+            if not real(out.score) or hints is None:
+                raise self.caller.bad("compute", req.id, out, "a PriorityDecision with a "
+                                      f"finite score and hints: at most {MAX_HINTS} string "
+                                      "keys to strings, finite numbers, booleans or None")
+            return PriorityDecision(float(out.score), hints)
         if not real(out):
-            raise self.caller.bad("compute", req.id, out, "a finite number")
+            raise self.caller.bad("compute", req.id, out, "a finite number or a "
+                                  "PriorityDecision")
         return float(out)
 
 

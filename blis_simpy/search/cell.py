@@ -38,7 +38,8 @@ from blis_simpy.search import jail, wire
 AXIS_NAMES: dict[str, dict[str, Any]] = {
     "admission": {"AdmissionPolicy": admission.AdmissionPolicy,
                   "AdmissionDecision": admission.AdmissionDecision, "ADMIT": admission.ADMIT},
-    "priority": {"PriorityPolicy": priority.PriorityPolicy},
+    "priority": {"PriorityPolicy": priority.PriorityPolicy,
+                 "PriorityDecision": priority.PriorityDecision},
     "routing": {"RoutingPolicy": routing.RoutingPolicy,
                 "RoutingDecision": routing.RoutingDecision, "argmax": routing.argmax},
     "scheduler": {"InstanceScheduler": scheduler.InstanceScheduler},
@@ -367,6 +368,10 @@ class Server:
     def compute(self, obj: Any, view: Any, delta: list[Any] | None, clock: int) -> bytes:
         state = None if delta is None else self.state.apply(delta)
         out = obj.compute(self.views.into(view), state, clock)
+        if isinstance(out, priority.PriorityDecision):  # the score and its hints (seed G.1)
+            hints = out.hints
+            return plain(["ok", out.score, dict(hints) if isinstance(hints, Mapping)
+                          else hints], out)
         return plain(["ok", out], out)
 
     def route(self, obj: Any, view: Any, priority_: float, snapshots: list[Any],

@@ -24,7 +24,7 @@ from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.admission import AdmissionDecision, AdmissionPolicy
-from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
 from blis_simpy.search import wire
@@ -103,11 +103,14 @@ class RemotePriority(Remote, PriorityPolicy):
         super().__init__(params)
         self.ages = bool(self.connect(params).get("ages", True))
 
-    def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
+    def compute(self, req: RequestView, state: RouterState | None,
+                clock: int) -> float | PriorityDecision:
         session = self.session
         delta = None if state is None else session.state.delta(state)
         reply = session.call(["compute", self.handle, session.views.out(req), delta, clock],
                              None if state is None else lambda ask: answer_admission(ask, state))
+        if reply[0] == "ok" and len(reply) == 3:  # a PriorityDecision: the guard checks it
+            return PriorityDecision(*reply[1:])
         return value(reply)  # type: ignore[no-any-return]
 
 
