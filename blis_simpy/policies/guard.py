@@ -146,7 +146,7 @@ class GuardedRouting(RoutingPolicy):
     def __init__(self, inner: RoutingPolicy, caller: Caller) -> None:
         super().__init__(inner.params)
         self.inner, self.caller, self.name = inner, caller, inner.name
-        self.reads_shadow_kv = inner.reads_shadow_kv
+        self.reads_shadow_kv, self.routes_pd = inner.reads_shadow_kv, inner.routes_pd
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
@@ -168,6 +168,11 @@ class GuardedRouting(RoutingPolicy):
         if not (isinstance(out.filtered, tuple) and all(i in routable for i in out.filtered)):
             raise self.caller.bad("route", req.id, out, "filtered: a tuple of routable "
                                   "instance ids")
+        if (out.prefill or out.decode) and not (
+                type(out.prefill) is str and type(out.decode) is str
+                and out.prefill in ("", *routable) and out.decode in ("", *routable)):
+            raise self.caller.bad("route", req.id, out, "prefill and decode: \"\" or a "
+                                  "routable instance id")
         return out
 
 

@@ -352,6 +352,7 @@ class Server:
             self.state.shadow_kv = self.shadow
         attributes = {"name": str(getattr(obj, "name", "custom"))[:wire.MAX_TEXT],
                       "reads_shadow_kv": reads_shadow,
+                      "routes_pd": bool(getattr(obj, "routes_pd", False)),
                       "ages": bool(getattr(obj, "ages", True)),
                       "uses_priority": bool(getattr(obj, "uses_priority", False)),
                       "order_key": getattr(obj, "order_key", None) is not None}
@@ -387,7 +388,8 @@ class Server:
             return wire.line(bad(out))
         breakdown = None if out.breakdown is None else (
             dict(out.breakdown) if isinstance(out.breakdown, Mapping) else out.breakdown)
-        return plain(["ok", out.target, out.reason, out.scores, breakdown, out.filtered], out)
+        return plain(["ok", out.target, out.reason, out.scores, breakdown, out.filtered,
+                      out.prefill, out.decode], out)
 
     def order_key(self, obj: Any, view: Any, priority_: float) -> bytes:
         out = obj.order_key(self.views.into(view), priority_)

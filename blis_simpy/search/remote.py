@@ -117,7 +117,9 @@ class RemotePriority(Remote, PriorityPolicy):
 class RemoteRouting(Remote, RoutingPolicy):
     def __init__(self, params: object = None) -> None:
         super().__init__(params)
-        self.reads_shadow_kv = bool(self.connect(params).get("reads_shadow_kv"))
+        attributes = self.connect(params)
+        self.reads_shadow_kv = bool(attributes.get("reads_shadow_kv"))
+        self.routes_pd = bool(attributes.get("routes_pd"))
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
@@ -135,12 +137,13 @@ class RemoteRouting(Remote, RoutingPolicy):
                               session.state.delta(state), clock, hits], answer)
         if reply[0] == "bad":
             return Unsendable(str(reply[1]))  # type: ignore[return-value]
-        target, reason, scores, breakdown, filtered = payload(reply, 5)
+        target, reason, scores, breakdown, filtered, prefill, decode = payload(reply, 7)
         if isinstance(breakdown, dict):
             breakdown = {k: tuple(v) if isinstance(v, list) else v
                          for k, v in breakdown.items()}
         scores, filtered = tupled(scores), tupled(filtered)  # what they hold: the guard checks
-        return RoutingDecision(target, text(reason, "reason"), scores, breakdown, filtered)
+        return RoutingDecision(target, text(reason, "reason"), scores, breakdown, filtered,
+                               prefill, decode)
 
 
 def answer_admission(ask: list[Any], state: RouterState) -> Any:

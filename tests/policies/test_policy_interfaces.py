@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import ClassVar
+
 import numpy as np
 import pytest
 
+from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import PolicyError
 from blis_simpy.core.request import NO_HINTS, Request, RequestView
+from blis_simpy.core.snapshot import Role
 from blis_simpy.engine.step import Stepper
 from blis_simpy.policies.guard import guarded
 from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
+from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
+from blis_simpy.search.cell import AXIS_NAMES
 from blis_simpy.search.code import CodePolicy, check
 from blis_simpy.search.sweep import run_many
+from tests.cluster.pd_helpers import pd_scenario, run_pd
 from tests.search.test_remote import COMPARED, PRIORITY, in_process, pressed
 
 HINTED = PRIORITY.replace(
@@ -64,3 +73,82 @@ def test_g1_priority_decision_carries_hints():
     assert list(hinted.error) == [""] and list(local.error) == [""]
     for column in COMPARED:
         assert list(hinted[column]) == list(plain[column]) == list(local[column]), column
+
+
+class JointRouting(RoutingPolicy):
+    """Chooses the prefill and the decode instance in one call: the last of each role."""
+
+    routes_pd = True
+    calls: ClassVar[list[tuple[str, ...]]] = []
+    decode_field = True
+
+    def route(self, req, priority, snapshots, state, clock):
+        JointRouting.calls.append(tuple(s.role.value for s in snapshots))
+        prefill = [s.id for s in snapshots if s.role is not Role.DECODE] \
+            or [s.id for s in snapshots]  # the decode pool's own call
+        decode = [s.id for s in snapshots if s.role is Role.DECODE]
+        scores = tuple(0.0 for _ in snapshots)
+        return RoutingDecision(prefill[-1], "joint", scores, prefill=prefill[-1],
+                               decode=decode[-1] if decode and self.decode_field else "")
+
+
+class PrefillOnly(JointRouting):
+    decode_field = False
+
+
+@pytest.mark.parametrize("choice", ["routing", "handoff"])
+def test_g1_routing_decision_carries_prefill_and_decode(choice):
+    """Seed 000 G.1 (RoutingDecision{PrefillInstance, DecodeInstance}): a routing policy that
+    sets `routes_pd` sees both pools' instances for a disaggregated request and chooses its
+    prefill and decode instances in one call (no second routing call for the decode pool);
+    one that leaves `decode` empty gets the decode pool's own call at the handoff, as
+    before. Policies without `routes_pd` are routed as before (the P/D tests, byte-identical
+    outputs)."""
+    JointRouting.calls.clear()
+    data = pd_scenario(prefill=2, decode=3, requests=30, rate=50, pd={"decode_choice": choice})
+    data["policies"] = {"routing": {"type": f"{__name__}:JointRouting"}}
+    result, sim = run_pd(data)
+    assert set(result.requests.final_state) == {"completed"}
+    assert len(result.transfers) > 0 and result.transfers.decode.nunique() == 1
+    # one call per request, each seeing both pools (2 prefill + 3 decode instances)
+    assert JointRouting.calls == [("prefill",) * 2 + ("decode",) * 3] * 30
+    # decode left empty: the decode pool's own call chooses it at the handoff
+    JointRouting.calls.clear()
+    data["policies"] = {"routing": {"type": f"{__name__}:PrefillOnly"}}
+    result, _ = run_pd(data)
+    assert set(result.requests.final_state) == {"completed"}
+    decode_calls = [c for c in JointRouting.calls if set(c) == {"decode"}]
+    assert len(JointRouting.calls) == 30 + len(decode_calls) and len(decode_calls) > 0
+
+
+JOINT = """
+class Policy(RoutingPolicy):
+    routes_pd = True
+
+    def route(self, req, priority, snapshots, state, clock):
+        decode = [s.id for s in snapshots if str(s.role) == "decode"]
+        prefill = [s.id for s in snapshots if str(s.role) != "decode"] or decode
+        loads = tuple(-float(s.queue_depth + s.batch_size) for s in snapshots)
+        best = max(prefill, key=lambda i: loads[[s.id for s in snapshots].index(i)])
+        return RoutingDecision(best, "joint", loads, decode=decode[len(req.id) % len(decode)]
+                               if decode and len(prefill) < len(snapshots) else "")
+"""
+
+
+def test_g1_sandboxed_routing_decision_carries_prefill_and_decode():
+    """Seed 000 G.1: the P/D fields and `routes_pd` cross the sandbox's wire; a sandboxed
+    candidate decides exactly as the same source in process."""
+    code = CodePolicy("routing", JOINT)
+    check(code)
+    scenario = Scenario.from_dict(pd_scenario(prefill=2, decode=3, requests=30, rate=50))
+    sandboxed = run_many(scenario, {"joint": code}, [1], workers=1)
+    module = types.ModuleType("joint_in_process")
+    module.__dict__.update(AXIS_NAMES["routing"])
+    sys.modules["joint_in_process"] = module
+    exec(compile(JOINT, "joint_in_process", "exec"), module.__dict__)
+    data = scenario.to_dict()
+    data["policies"]["routing"] = {"type": "joint_in_process:Policy"}
+    local = run_many(Scenario.from_dict(data), None, [1], workers=1)
+    assert list(sandboxed.error) == [""] and list(local.error) == [""]
+    for column in COMPARED[1:]:  # fitness is relative to the scenario's own policies
+        assert list(sandboxed[column]) == list(local[column]), column
