@@ -22,7 +22,7 @@ from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.admission import AdmissionDecision, AdmissionPolicy
 from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
-from blis_simpy.policies.scheduler import InstanceScheduler
+from blis_simpy.policies.scheduler import BatchDecision, InstanceScheduler, SchedulerContext
 
 T = TypeVar("T")
 ACTIONS = ("admit", "reject", "delay")
@@ -192,6 +192,8 @@ class GuardedScheduler(InstanceScheduler):
         self.params, self.name = inner.params, inner.name
         self.uses_priority = inner.uses_priority
         self.order_key = None if inner.order_key is None else self.checked_key
+        self.make_batch = None if inner.make_batch is None else self.checked_batch
+        self.on_request_arrival = None if inner.on_request_arrival is None else self.told
         self.key_shape: Shape | None = None  # every key seen so far, merged
 
     def checked_key(self, view: RequestView, priority: float) -> Any:
@@ -210,6 +212,29 @@ class GuardedScheduler(InstanceScheduler):
                                   "and a string do not compare)")
         self.key_shape = merged
         return out
+
+    def checked_batch(self, ctx: SchedulerContext) -> BatchDecision:
+        make = self.inner.make_batch
+        assert make is not None
+        who = ctx.wait_queue[0].id if ctx.wait_queue else ""
+        out = self.caller.call("make_batch", who, make, ctx)
+        size = len(ctx.wait_queue)
+        if not (isinstance(out, BatchDecision) and isinstance(out.to_schedule, tuple | list)
+                and all(whole(i) and 0 <= i < size for i in out.to_schedule)
+                and len(set(out.to_schedule)) == len(out.to_schedule)
+                and isinstance(out.chunk_sizes, Mapping)
+                and all(whole(i) and 0 <= i < size and whole(n) and n >= 1
+                        for i, n in out.chunk_sizes.items())):
+            raise self.caller.bad("make_batch", who, out, "a BatchDecision: distinct "
+                                  f"positions in 0..{size - 1} to schedule, and chunk sizes "
+                                  "(position -> tokens >= 1)")
+        return BatchDecision(tuple(int(i) for i in out.to_schedule),
+                             {int(i): int(n) for i, n in out.chunk_sizes.items()})
+
+    def told(self, view: RequestView, ctx: SchedulerContext) -> None:
+        hook = self.inner.on_request_arrival
+        assert hook is not None
+        self.caller.call("on_request_arrival", view.id, hook, view, ctx)
 
     def victim(self, candidates: Sequence[RequestView], priorities: Sequence[float]) -> int:
         who = candidates[-1].id if candidates else ""

@@ -17,10 +17,12 @@ from blis_simpy.engine.step import Stepper
 from blis_simpy.policies.guard import guarded
 from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
+from blis_simpy.policies.scheduler import BatchDecision, InstanceScheduler, SchedulerContext
 from blis_simpy.search.cell import AXIS_NAMES
 from blis_simpy.search.code import CodePolicy, check
 from blis_simpy.search.sweep import run_many
 from tests.cluster.pd_helpers import pd_scenario, run_pd
+from tests.policies.test_behaviour import policies, queued_behind_a_long_request, run
 from tests.search.test_remote import COMPARED, PRIORITY, in_process, pressed
 
 HINTED = PRIORITY.replace(
@@ -107,7 +109,7 @@ def test_g1_routing_decision_carries_prefill_and_decode(choice):
     JointRouting.calls.clear()
     data = pd_scenario(prefill=2, decode=3, requests=30, rate=50, pd={"decode_choice": choice})
     data["policies"] = {"routing": {"type": f"{__name__}:JointRouting"}}
-    result, sim = run_pd(data)
+    result, _ = run_pd(data)
     assert set(result.requests.final_state) == {"completed"}
     assert len(result.transfers) > 0 and result.transfers.decode.nunique() == 1
     # one call per request, each seeing both pools (2 prefill + 3 decode instances)
@@ -152,3 +154,55 @@ def test_g1_sandboxed_routing_decision_carries_prefill_and_decode():
     assert list(sandboxed.error) == [""] and list(local.error) == [""]
     for column in COMPARED[1:]:  # fitness is relative to the scenario's own policies
         assert list(sandboxed[column]) == list(local[column]), column
+
+
+class NewestFirst(InstanceScheduler):
+    """Admits the newest waiting request only (make_batch), counting arrivals."""
+
+    arrivals: ClassVar[list[str]] = []
+    chunk = 0
+
+    def make_batch(self, ctx: SchedulerContext) -> BatchDecision:
+        if not ctx.wait_queue:
+            return BatchDecision(())
+        last = len(ctx.wait_queue) - 1
+        return BatchDecision((last,), {last: self.chunk} if self.chunk else {})
+
+    def on_request_arrival(self, view: RequestView, ctx: SchedulerContext) -> None:
+        NewestFirst.arrivals.append(view.id)
+
+
+class OldestChunked(NewestFirst):
+    chunk = 32
+
+    def make_batch(self, ctx: SchedulerContext) -> BatchDecision:
+        return BatchDecision((0,), {0: self.chunk}) if ctx.wait_queue else BatchDecision(())
+
+
+class OutOfRange(NewestFirst):
+    def make_batch(self, ctx: SchedulerContext) -> BatchDecision:
+        return BatchDecision((len(ctx.wait_queue),))
+
+
+def test_g1_scheduler_make_batch_chunk_sizes_and_on_request_arrival(tmp_path):
+    """Seed 000 G.1 (InstanceScheduler{MakeBatch, OnRequestArrival}, BatchDecision{ToSchedule,
+    ChunkSizes}): a scheduler that defines `make_batch` chooses which waiting requests are
+    admitted (here the newest first) and caps their prefill chunks; `on_request_arrival` is
+    told of every request joining the queue; a decision out of range is a PolicyError.
+    Schedulers without the hooks keep the order-key path (byte-identical outputs)."""
+    rows = queued_behind_a_long_request()
+    engine = {"max_running_requests": 1}
+    NewestFirst.arrivals.clear()
+    result = run(tmp_path, rows, engine=engine,
+                 policies=policies(scheduler=f"{__name__}:NewestFirst"))
+    reqs = result.requests
+    assert (reqs.final_state == "completed").all()
+    assert list(reqs.scheduled_s[1:].sort_values().index) == [3, 2, 1]
+    assert len(NewestFirst.arrivals) == len(set(NewestFirst.arrivals)) == 4  # each told once
+    fcfs = run(tmp_path, rows, engine=engine, policies=policies(scheduler="fcfs")).requests
+    chunked = run(tmp_path, rows, engine=engine,
+                  policies=policies(scheduler=f"{__name__}:OldestChunked")).requests
+    assert list(chunked.scheduled_s[1:].sort_values().index) == [1, 2, 3]
+    assert chunked.ttft_ms[1] > fcfs.ttft_ms[1]  # 300 tokens in 32-token chunks
+    with pytest.raises(PolicyError, match="make_batch"):
+        run(tmp_path, rows, engine=engine, policies=policies(scheduler=f"{__name__}:OutOfRange"))
