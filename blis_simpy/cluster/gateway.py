@@ -54,7 +54,7 @@ from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.engine.instance import Instance
 from blis_simpy.policies.admission import AdmissionPolicy
-from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 
 
@@ -112,6 +112,8 @@ class Gateway:
         self.models: ModelFleets | None = None  # several models: each request to its own
         # P/D: the pool of its model's fleet a request is routed in (cluster/pd.py)
         self.pools: Callable[[Request, Fleet], Fleet] | None = None
+        # P/D with a policy that `routes_pd`: the decode pool `pools` names for this request
+        self.joint: Fleet | None = None
 
     def hand_back(self, instance: str, req: Request) -> None:
         """A draining instance gives back a request it has queued or started (it has already
@@ -215,7 +217,11 @@ class Gateway:
         if decision.action == "admit":
             self.state.on_admit(req.tenant_id)
             req.admitted_at = now
-            req.priority = self.priority.compute(req.view, self.state, now)
+            scored = self.priority.compute(req.view, self.state, now)
+            if isinstance(scored, PriorityDecision):  # a score with hints (seed G.1)
+                req.priority, req.priority_hints = scored.score, scored.hints
+            else:
+                req.priority = scored
             if self.decisions is not None:
                 self.decisions.append(Decision(now, req.name, "priority", "score", "",
                                                self.priority.name, priority=req.priority,
@@ -275,12 +281,17 @@ class Gateway:
         state = self.state
         state.clock = now
         fleet = self.fleet if self.models is None else self.models.fleet_of(req)
+        joint = None
         if self.pools is not None:  # P/D: the pool the request goes to first
             fleet = self.pools(req, fleet)
+            joint, self.joint = self.joint, None
         if not fleet.routable:  # every instance it could go to has failed
             self._retry_or_fail(req, "", "no routable instance")
             return
-        target, decision, snapshots = self.choose(req, fleet, now)
+        if joint is not None:  # seed G.1: prefill and decode chosen in one call
+            target, decision, snapshots, fleet = self._choose_both(req, fleet, joint, now)
+        else:
+            target, decision, snapshots = self.choose(req, fleet, now)
         if self.events is not None:
             self.events.append((now, "routing", req.name, target.id))
         if self.decisions is not None:
@@ -307,6 +318,30 @@ class Gateway:
                              f"{decision.target!r}; routable: "
                              + ", ".join(i.id for i in routable))
         return target, decision, snapshots
+
+    def _choose_both(self, req: Request, prefill: Fleet, decode: Fleet, now: int
+                     ) -> tuple[Instance, RoutingDecision, Snapshots, Fleet]:
+        """A `routes_pd` policy's one call for a disaggregated request: it sees both pools'
+        routable instances (prefill first) and names the prefill instance (`prefill`, else
+        `target`) and the decode one (`decode`; "" leaves it to the decode pool's call at
+        the handoff). Returns the pools together as the fleet the decision was made in."""
+        both = Fleet()
+        for inst in (*prefill, *decode):
+            both.add(inst)
+        self.state.instances = both.routable_ids
+        snapshots = Snapshots(self.snapshots, both.routable, now)
+        decision = self.routing.route(req.view, req.priority, snapshots, self.state, now)
+        target = prefill.get(decision.prefill or decision.target)
+        chosen = decode.get(decision.decode) if decision.decode else None
+        if target is None or not target.routable or (
+                decision.decode and (chosen is None or not chosen.routable)):
+            raise ValueError(
+                f"routing policy {self.routing.name!r} chose prefill instance "
+                f"{decision.prefill or decision.target!r} and decode instance "
+                f"{decision.decode!r}; routable: prefill "
+                + ", ".join(prefill.routable_ids) + "; decode " + ", ".join(decode.routable_ids))
+        req.decode_target = decision.decode
+        return target, decision, snapshots, both
 
     def _routing_record(self, req: Request, decision: RoutingDecision, snapshots: Snapshots,
                         fleet: Fleet, now: int) -> Decision:

@@ -133,11 +133,14 @@ class PDHandoff:
     def pool_of(self, req: Request) -> Fleet:
         """The pool the request is routed in; a disaggregated one runs to its first token."""
         req.decode_target = ""
+        self.gateway.joint = None
         if not self.disaggregate(req):
             req.max_tokens = max(req.output_len, 1)
             return self.decode
         req.max_tokens = 1
-        if self.pd.decode_choice == "routing" and self.decode.routable:
+        if self.gateway.routing.routes_pd and self.decode.routable:  # one call, both pools
+            self.gateway.joint = self.decode
+        elif self.pd.decode_choice == "routing" and self.decode.routable:
             req.decode_target = self.gateway.choose(req, self.decode, self.env.now,
                                                     self.routing)[0].id
         return self.prefill

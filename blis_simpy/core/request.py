@@ -9,8 +9,10 @@ system cannot know in advance (the output length, the token ids).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -52,6 +54,7 @@ class LoraView(RequestView):
 # sees it.
 UNOBSERVED = RequestView("", -1, 0, "", "", ())
 NO_TOKENS = np.zeros(0, dtype=np.int64)  # what `clone` builds a copy from
+NO_HINTS: Mapping[str, object] = MappingProxyType({})  # a request's hints when it has none
 
 
 class State(StrEnum):
@@ -125,6 +128,7 @@ class Request:
         "preemptions",
         "prefill_target",
         "priority",
+        "priority_hints",
         "progress",
         "queued_at",
         "reject_code",
@@ -181,6 +185,7 @@ class Request:
         self.counted = ""  # the instance the gateway counts it in flight at, if any
         self.retries = 0  # times the gateway sent it again after an instance failed with it
         self.priority = 0.0
+        self.priority_hints: Mapping[str, object] = NO_HINTS  # PriorityDecision.hints
         # progress: tokens whose KV is computed. emitted: output tokens streamed so far.
         self.progress = 0
         self.emitted = 0

@@ -177,6 +177,8 @@ class Instance(Stepper):
 
     def woken(self, req: Request) -> None:
         """The idle loop's inbox get brought `req`."""
+        if self.scheduler.on_request_arrival is not None:  # seed G.1's hook
+            self._told((req,), self.clock.now())
         self.wait_queue.append(req)
 
     def stalled(self) -> simpy.Event | None:

@@ -211,7 +211,7 @@ class DecodeInstance(Instance):
 
     def woken(self, req: Request) -> None:
         if req.state is not State.TRANSFERRING:  # a handed-over one is in `arrived`
-            self.wait_queue.append(req)
+            super().woken(req)
 
     def step(self, now: int) -> int | None:
         if self.arrived:

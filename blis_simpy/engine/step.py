@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Protocol
 
 from librt.vecs import append, vec
@@ -41,8 +41,8 @@ from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
 from blis_simpy.engine.steady import SteadyDecoders
-from blis_simpy.policies.priority import PriorityPolicy
-from blis_simpy.policies.scheduler import InstanceScheduler
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
+from blis_simpy.policies.scheduler import InstanceScheduler, SchedulerContext
 
 DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
 RECENT = 32  # completions behind the recent TTFT / TPOT signals
@@ -126,6 +126,7 @@ class Stepper:
         # start (an instance's inbox Store holds this very list).
         self.delivered: list[Request] = []
         self.wait_queue: deque[Request] = deque()
+        self._chunks: dict[Request, int] | None = None  # make_batch's chunk sizes, meanwhile
         self.running: list[Request] = []  # the batch, in admission order (Request.seq)
         # Running requests handled one by one each step; the rest decode implicitly (steady.py)
         # when the step time depends only on token counts.
@@ -286,6 +287,8 @@ class Stepper:
         queue = self.wait_queue
         arrived = self.delivered
         if arrived:
+            if self.scheduler.on_request_arrival is not None:  # seed G.1's hook
+                self._told(arrived, now)
             queue.extend(arrived)
             arrived.clear()
         if self.events is not None:
@@ -334,7 +337,11 @@ class Stepper:
         """Current priorities under an aging policy."""
         compute = policy.compute
         for req in requests:
-            req.priority = compute(req.view, None, now)
+            scored = compute(req.view, None, now)
+            if isinstance(scored, PriorityDecision):  # a score with hints (seed G.1)
+                req.priority, req.priority_hints = scored.score, scored.hints
+            else:
+                req.priority = scored
 
     def _exact_step(self, now: int, index: int) -> int | None:
         """The step, request by request in batch order: budget, KV and preemption exact."""
@@ -654,10 +661,50 @@ class Stepper:
     def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
         """Admit from the queue head while slots, budget and KV allow; strict head-of-line
         order, and nothing new is admitted in a step that preempted."""
-        admitted, tokens = (0, 0) if self._preempted else self._admit(running, budget)
+        if self._preempted:
+            admitted, tokens = 0, 0
+        elif self.scheduler.make_batch is not None:  # seed G.1: the scheduler chooses
+            admitted, tokens = self._admit_chosen(running, budget)
+        else:
+            admitted, tokens = self._admit(running, budget)
         watch, queue = self.watch, self.wait_queue
         if watch.kv_head is not None:
             watch.head_is(self.now, queue[0] if queue else None)
+        return admitted, tokens
+
+    def _context(self, queue: Sequence[Request], running: list[Request], budget: int
+                 ) -> SchedulerContext:
+        return SchedulerContext(
+            tuple(r.view for r in queue), tuple(r.priority for r in queue),
+            tuple(r.priority_hints for r in queue), tuple(r.view for r in running),
+            self.kv.free_blocks, self.now, self.max_running - len(running), budget)
+
+    def _told(self, arrived: Sequence[Request], now: int) -> None:
+        """The scheduler's `on_request_arrival`, for each request joining the queue."""
+        hook = self.scheduler.on_request_arrival
+        assert hook is not None
+        ctx = self._context(self.wait_queue, self.running, self.token_budget)
+        for req in arrived:
+            hook(req.view, ctx)
+
+    def _admit_chosen(self, running: list[Request], budget: int) -> tuple[int, int]:
+        """The scheduler's `make_batch`: the requests it names are tried in its order (its
+        chunk sizes capping their prefill chunks), the rest keep their queue order."""
+        make = self.scheduler.make_batch
+        assert make is not None
+        queue = list(self.wait_queue)
+        decision = make(self._context(queue, running, budget))
+        chosen = [queue[i] for i in decision.to_schedule]
+        picked = set(decision.to_schedule)
+        self._chunks = {queue[i]: n for i, n in decision.chunk_sizes.items()}
+        self.wait_queue = deque(chosen)
+        try:
+            admitted, tokens = self._admit(running, budget)
+        finally:
+            self._chunks = None
+            left = self.wait_queue
+            self.wait_queue = deque([r for i, r in enumerate(queue)
+                                     if i not in picked or r in left])
         return admitted, tokens
 
     def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
@@ -676,6 +723,8 @@ class Stepper:
             hit = kv.lookup(req, req.prefill_target)
             start = len(hit.blocks) * block_size
             n = prefill_chunk(req.prefill_target - start, threshold, budget)
+            if self._chunks is not None and req in self._chunks:  # make_batch's cap
+                n = min(n, self._chunks[req])
             if not kv.admit(req, hit, start, n):
                 self._check_kv_blocking(req, budget)
                 break

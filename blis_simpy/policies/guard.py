@@ -12,16 +12,17 @@ import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from blis_simpy.core.errors import PolicyError
-from blis_simpy.core.request import RequestView
+from blis_simpy.core.request import NO_HINTS, RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.admission import AdmissionDecision, AdmissionPolicy
-from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
-from blis_simpy.policies.scheduler import InstanceScheduler
+from blis_simpy.policies.scheduler import BatchDecision, InstanceScheduler, SchedulerContext
 
 T = TypeVar("T")
 ACTIONS = ("admit", "reject", "delay")
@@ -70,6 +71,32 @@ def real(value: object) -> bool:
         return False
 
 
+MAX_HINTS = 32  # entries in a PriorityDecision's hints
+MAX_HINT_TEXT = 200  # characters in a hint's key or string value
+
+
+def plain_hints(hints: object) -> Mapping[str, object] | None:
+    """A read-only copy of a PriorityDecision's hints if they are plain data (string keys;
+    strings, finite numbers, booleans or None), else None. The copy is taken first, so a
+    policy that keeps the dict it returned cannot change what was checked."""
+    if not isinstance(hints, Mapping) or len(hints) > MAX_HINTS:
+        return None
+    copy = dict(hints)
+    for key, value in copy.items():
+        if type(key) is not str or len(key) > MAX_HINT_TEXT:
+            return None
+        if value is None or type(value) is bool:
+            continue
+        if type(value) is str:
+            if len(value) > MAX_HINT_TEXT:
+                return None
+        elif real(value):  # numpy scalars become Python numbers
+            copy[key] = int(value) if whole(value) else float(value)  # type: ignore[call-overload]
+        else:
+            return None
+    return MappingProxyType(copy) if copy else NO_HINTS
+
+
 def whole(value: object) -> bool:
     """An integer, Python's or numpy's (bool is not one here)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -99,10 +126,19 @@ class GuardedPriority(PriorityPolicy):
         self.inner, self.caller = inner, caller
         self.name, self.ages = inner.name, inner.ages
 
-    def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
+    def compute(self, req: RequestView, state: RouterState | None,
+                clock: int) -> float | PriorityDecision:
         out = self.caller.call("compute", req.id, self.inner.compute, req, state, clock)
+        if isinstance(out, PriorityDecision):
+            hints = plain_hints(out.hints)
+            if not real(out.score) or hints is None:
+                raise self.caller.bad("compute", req.id, out, "a PriorityDecision with a "
+                                      f"finite score and hints: at most {MAX_HINTS} string "
+                                      "keys to strings, finite numbers, booleans or None")
+            return PriorityDecision(float(out.score), hints)
         if not real(out):
-            raise self.caller.bad("compute", req.id, out, "a finite number")
+            raise self.caller.bad("compute", req.id, out, "a finite number or a "
+                                  "PriorityDecision")
         return float(out)
 
 
@@ -110,7 +146,7 @@ class GuardedRouting(RoutingPolicy):
     def __init__(self, inner: RoutingPolicy, caller: Caller) -> None:
         super().__init__(inner.params)
         self.inner, self.caller, self.name = inner, caller, inner.name
-        self.reads_shadow_kv = inner.reads_shadow_kv
+        self.reads_shadow_kv, self.routes_pd = inner.reads_shadow_kv, inner.routes_pd
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
@@ -132,6 +168,11 @@ class GuardedRouting(RoutingPolicy):
         if not (isinstance(out.filtered, tuple) and all(i in routable for i in out.filtered)):
             raise self.caller.bad("route", req.id, out, "filtered: a tuple of routable "
                                   "instance ids")
+        if (out.prefill or out.decode) and not (
+                type(out.prefill) is str and type(out.decode) is str
+                and out.prefill in ("", *routable) and out.decode in ("", *routable)):
+            raise self.caller.bad("route", req.id, out, "prefill and decode: \"\" or a "
+                                  "routable instance id")
         return out
 
 
@@ -151,6 +192,8 @@ class GuardedScheduler(InstanceScheduler):
         self.params, self.name = inner.params, inner.name
         self.uses_priority = inner.uses_priority
         self.order_key = None if inner.order_key is None else self.checked_key
+        self.make_batch = None if inner.make_batch is None else self.checked_batch
+        self.on_request_arrival = None if inner.on_request_arrival is None else self.told
         self.key_shape: Shape | None = None  # every key seen so far, merged
 
     def checked_key(self, view: RequestView, priority: float) -> Any:
@@ -169,6 +212,29 @@ class GuardedScheduler(InstanceScheduler):
                                   "and a string do not compare)")
         self.key_shape = merged
         return out
+
+    def checked_batch(self, ctx: SchedulerContext) -> BatchDecision:
+        make = self.inner.make_batch
+        assert make is not None
+        who = ctx.wait_queue[0].id if ctx.wait_queue else ""
+        out = self.caller.call("make_batch", who, make, ctx)
+        size = len(ctx.wait_queue)
+        if not (isinstance(out, BatchDecision) and isinstance(out.to_schedule, tuple | list)
+                and all(whole(i) and 0 <= i < size for i in out.to_schedule)
+                and len(set(out.to_schedule)) == len(out.to_schedule)
+                and isinstance(out.chunk_sizes, Mapping)
+                and all(whole(i) and 0 <= i < size and whole(n) and n >= 1
+                        for i, n in out.chunk_sizes.items())):
+            raise self.caller.bad("make_batch", who, out, "a BatchDecision: distinct "
+                                  f"positions in 0..{size - 1} to schedule, and chunk sizes "
+                                  "(position -> tokens >= 1)")
+        return BatchDecision(tuple(int(i) for i in out.to_schedule),
+                             {int(i): int(n) for i, n in out.chunk_sizes.items()})
+
+    def told(self, view: RequestView, ctx: SchedulerContext) -> None:
+        hook = self.inner.on_request_arrival
+        assert hook is not None
+        self.caller.call("on_request_arrival", view.id, hook, view, ctx)
 
     def victim(self, candidates: Sequence[RequestView], priorities: Sequence[float]) -> int:
         who = candidates[-1].id if candidates else ""

@@ -8,18 +8,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.request import RequestView
+from blis_simpy.core.request import NO_HINTS, RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.schema import spec
 from blis_simpy.policies.registry import Registry
 
 
+@dataclass(frozen=True, slots=True)
+class PriorityDecision:
+    """A score with scheduling hints (seed G.1's PriorityDecision): what `compute` may return
+    instead of a bare float. The score is the request's priority, as a float return is; the
+    hints (string keys; strings, finite numbers, booleans or None) are kept on the request as
+    `priority_hints`, which schedulers read in `make_batch` (`SchedulerContext`). A float
+    return means the same as `PriorityDecision(score)`."""
+
+    score: float
+    hints: Mapping[str, object] = field(default_factory=lambda: NO_HINTS)
+
+
 class PriorityPolicy:
     """Score a request; `ages` says whether the score changes with time (then instances
-    recompute it every step for waiting requests)."""
+    recompute it every step for waiting requests). `compute` returns a float, or a
+    `PriorityDecision` to attach hints."""
 
     name = "custom"
     ages = True
@@ -27,7 +40,8 @@ class PriorityPolicy:
     def __init__(self, params: object = None) -> None:
         self.params = params
 
-    def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
+    def compute(self, req: RequestView, state: RouterState | None,
+                clock: int) -> float | PriorityDecision:
         raise NotImplementedError
 
 

@@ -32,6 +32,11 @@ class RoutingDecision(NamedTuple):
     scores: tuple[float, ...]  # one per snapshot, in the order given; higher = better
     breakdown: Mapping[str, tuple[float, ...]] | None = None  # scorer -> weighted share each
     filtered: tuple[str, ...] = ()  # routable instances the policy ruled out before scoring
+    # Seed G.1's P/D fields, read only from a policy that sets `routes_pd`, for a request the
+    # decider disaggregates: its prefill instance (default: `target`) and its decode instance
+    # ("" leaves the decode choice to the decode pool's own routing call, as without them).
+    prefill: str = ""
+    decode: str = ""
 
 
 class RoutingPolicy:
@@ -40,6 +45,10 @@ class RoutingPolicy:
 
     name = "custom"
     reads_shadow_kv = False
+    # P/D (seed G.1): a policy that sets this is shown both pools' instances for a request
+    # the decider disaggregates (snapshots carry their role) and chooses both in one call
+    # (`RoutingDecision.prefill` / `.decode`); otherwise the decode pool gets its own call.
+    routes_pd = False
 
     def __init__(self, params: object = None) -> None:
         self.params = params

@@ -9,8 +9,8 @@ Templates: fcfs, priority-fcfs, sjf, reverse-priority (pathological); preemption
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from blis_simpy.core.request import RequestView
@@ -25,13 +25,48 @@ class SchedulerParams:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulerContext:
+    """What `make_batch` and `on_request_arrival` see of their instance (seed G.1's
+    SchedulerContext): the wait queue (after `order_key`'s sort) with each request's priority
+    and hints, the running batch, the free KV blocks, the clock (µs), the slots left for new
+    requests and the step's token budget left after the running requests."""
+
+    wait_queue: tuple[RequestView, ...]
+    priorities: tuple[float, ...]
+    hints: tuple[Mapping[str, object], ...]
+    running: tuple[RequestView, ...]
+    free_kv_blocks: int
+    clock: int
+    max_batch_size: int
+    max_token_budget: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDecision:
+    """`make_batch`'s answer (seed G.1's BatchDecision): positions in `wait_queue` of the
+    requests to admit this step, in the order to try them (the engine still stops at the
+    first that the slots, the budget or the KV cache cannot take, as it does for the queue
+    head); `chunk_sizes` optionally caps a position's prefill chunk (tokens, at least 1).
+    The preemption victim stays `victim`'s choice."""
+
+    to_schedule: tuple[int, ...]
+    chunk_sizes: Mapping[int, int] = field(default_factory=dict)
+
+
 class InstanceScheduler:
     """`order_key(view, priority)` sorts the wait queue each step (None keeps arrival order);
-    `victim` picks the running request to preempt."""
+    `victim` picks the running request to preempt. Seed G.1's hooks, None unless a scheduler
+    defines them (then they cost nothing): `make_batch(ctx) -> BatchDecision` chooses which
+    waiting requests to admit and their prefill chunks (by default the engine admits from the
+    sorted queue's head); `on_request_arrival(view, ctx)` is told of each request that joins
+    the instance's queue, at the first step after it arrives."""
 
     name = "custom"
     Params = SchedulerParams
     order_key: Callable[[RequestView, float], Any] | None = None
+    make_batch: Callable[[SchedulerContext], BatchDecision] | None = None
+    on_request_arrival: Callable[[RequestView, SchedulerContext], None] | None = None
     uses_priority = False
 
     def __init__(self, params: SchedulerParams) -> None:

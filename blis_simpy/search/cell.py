@@ -38,7 +38,8 @@ from blis_simpy.search import jail, wire
 AXIS_NAMES: dict[str, dict[str, Any]] = {
     "admission": {"AdmissionPolicy": admission.AdmissionPolicy,
                   "AdmissionDecision": admission.AdmissionDecision, "ADMIT": admission.ADMIT},
-    "priority": {"PriorityPolicy": priority.PriorityPolicy},
+    "priority": {"PriorityPolicy": priority.PriorityPolicy,
+                 "PriorityDecision": priority.PriorityDecision},
     "routing": {"RoutingPolicy": routing.RoutingPolicy,
                 "RoutingDecision": routing.RoutingDecision, "argmax": routing.argmax},
     "scheduler": {"InstanceScheduler": scheduler.InstanceScheduler},
@@ -351,6 +352,7 @@ class Server:
             self.state.shadow_kv = self.shadow
         attributes = {"name": str(getattr(obj, "name", "custom"))[:wire.MAX_TEXT],
                       "reads_shadow_kv": reads_shadow,
+                      "routes_pd": bool(getattr(obj, "routes_pd", False)),
                       "ages": bool(getattr(obj, "ages", True)),
                       "uses_priority": bool(getattr(obj, "uses_priority", False)),
                       "order_key": getattr(obj, "order_key", None) is not None}
@@ -367,6 +369,10 @@ class Server:
     def compute(self, obj: Any, view: Any, delta: list[Any] | None, clock: int) -> bytes:
         state = None if delta is None else self.state.apply(delta)
         out = obj.compute(self.views.into(view), state, clock)
+        if isinstance(out, priority.PriorityDecision):  # the score and its hints (seed G.1)
+            hints = out.hints
+            return plain(["ok", out.score, dict(hints) if isinstance(hints, Mapping)
+                          else hints], out)
         return plain(["ok", out], out)
 
     def route(self, obj: Any, view: Any, priority_: float, snapshots: list[Any],
@@ -382,7 +388,8 @@ class Server:
             return wire.line(bad(out))
         breakdown = None if out.breakdown is None else (
             dict(out.breakdown) if isinstance(out.breakdown, Mapping) else out.breakdown)
-        return plain(["ok", out.target, out.reason, out.scores, breakdown, out.filtered], out)
+        return plain(["ok", out.target, out.reason, out.scores, breakdown, out.filtered,
+                      out.prefill, out.decode], out)
 
     def order_key(self, obj: Any, view: Any, priority_: float) -> bytes:
         out = obj.order_key(self.views.into(view), priority_)

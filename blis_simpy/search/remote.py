@@ -24,7 +24,7 @@ from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.admission import AdmissionDecision, AdmissionPolicy
-from blis_simpy.policies.priority import PriorityPolicy
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
 from blis_simpy.search import wire
@@ -103,18 +103,23 @@ class RemotePriority(Remote, PriorityPolicy):
         super().__init__(params)
         self.ages = bool(self.connect(params).get("ages", True))
 
-    def compute(self, req: RequestView, state: RouterState | None, clock: int) -> float:
+    def compute(self, req: RequestView, state: RouterState | None,
+                clock: int) -> float | PriorityDecision:
         session = self.session
         delta = None if state is None else session.state.delta(state)
         reply = session.call(["compute", self.handle, session.views.out(req), delta, clock],
                              None if state is None else lambda ask: answer_admission(ask, state))
+        if reply[0] == "ok" and len(reply) == 3:  # a PriorityDecision: the guard checks it
+            return PriorityDecision(*reply[1:])
         return value(reply)  # type: ignore[no-any-return]
 
 
 class RemoteRouting(Remote, RoutingPolicy):
     def __init__(self, params: object = None) -> None:
         super().__init__(params)
-        self.reads_shadow_kv = bool(self.connect(params).get("reads_shadow_kv"))
+        attributes = self.connect(params)
+        self.reads_shadow_kv = bool(attributes.get("reads_shadow_kv"))
+        self.routes_pd = bool(attributes.get("routes_pd"))
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
@@ -132,12 +137,13 @@ class RemoteRouting(Remote, RoutingPolicy):
                               session.state.delta(state), clock, hits], answer)
         if reply[0] == "bad":
             return Unsendable(str(reply[1]))  # type: ignore[return-value]
-        target, reason, scores, breakdown, filtered = payload(reply, 5)
+        target, reason, scores, breakdown, filtered, prefill, decode = payload(reply, 7)
         if isinstance(breakdown, dict):
             breakdown = {k: tuple(v) if isinstance(v, list) else v
                          for k, v in breakdown.items()}
         scores, filtered = tupled(scores), tupled(filtered)  # what they hold: the guard checks
-        return RoutingDecision(target, text(reason, "reason"), scores, breakdown, filtered)
+        return RoutingDecision(target, text(reason, "reason"), scores, breakdown, filtered,
+                               prefill, decode)
 
 
 def answer_admission(ask: list[Any], state: RouterState) -> Any:

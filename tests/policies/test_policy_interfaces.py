@@ -1,0 +1,208 @@
+"""Issue 34 item 5: the seed's policy interfaces (seed 000 G.1)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import PolicyError
+from blis_simpy.core.request import NO_HINTS, Request, RequestView
+from blis_simpy.core.snapshot import Role
+from blis_simpy.engine.step import Stepper
+from blis_simpy.policies.guard import guarded
+from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
+from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
+from blis_simpy.policies.scheduler import BatchDecision, InstanceScheduler, SchedulerContext
+from blis_simpy.search.cell import AXIS_NAMES
+from blis_simpy.search.code import CodePolicy, check
+from blis_simpy.search.sweep import run_many
+from tests.cluster.pd_helpers import pd_scenario, run_pd
+from tests.policies.test_behaviour import policies, queued_behind_a_long_request, run
+from tests.search.test_remote import COMPARED, PRIORITY, in_process, pressed
+
+HINTED = PRIORITY.replace(
+    "        return base - busy",
+    "        score = base - busy").rstrip() + """
+        return PriorityDecision(score, {"deadline_us": req.arrival_us + 50_000,
+                                        "tier": req.slo_class, "urgent": base > 0,
+                                        "note": None})
+"""
+
+
+class Hinted(PriorityPolicy):
+    def __init__(self, hints: object) -> None:
+        super().__init__()
+        self.hints = hints
+
+    def compute(self, req, state, clock):
+        return PriorityDecision(2.5, self.hints)  # type: ignore[arg-type]
+
+
+VIEW = RequestView("r0", 0, 10, "t", "interactive", ())
+
+
+def test_g1_priority_decision_carries_hints():
+    """Seed 000 G.1 (PriorityDecision{Score, Hints}): a priority policy may return a
+    PriorityDecision with hints instead of a float. The guard checks and copies the hints
+    (plain data only), the step's rescoring keeps them on the request, and a sandboxed
+    candidate returning one decides exactly as the float-returning source and as the same
+    source in process."""
+    guard = guarded(Hinted({"deadline_us": 5, "tier": "gold"}), PriorityPolicy, "p", "Hinted")
+    out = guard.compute(VIEW, None, 0)
+    assert isinstance(out, PriorityDecision) and out.score == 2.5
+    assert dict(out.hints) == {"deadline_us": 5, "tier": "gold"}
+    for bad in ({"nested": {"a": 1}}, {1: 2}, {"x": float("nan")}, [("a", 1)],
+                {f"k{i}": i for i in range(40)}):
+        with pytest.raises(PolicyError, match="PriorityDecision"):
+            guarded(Hinted(bad), PriorityPolicy, "p", "Hinted").compute(VIEW, None, 0)
+    # a float is still a priority, with no hints; the step's rescoring keeps a decision's
+    req = Request(0, 0, np.ones(10, dtype=np.int64), np.ones(4, dtype=np.int64))
+    assert req.priority_hints is NO_HINTS
+    Stepper._rescore([req], 0, guard)
+    assert req.priority == 2.5 and dict(req.priority_hints) == {"deadline_us": 5,
+                                                                "tier": "gold"}
+    # sandboxed: same decisions as the float source and as in process
+    code = CodePolicy("priority", HINTED)
+    check(code)
+    hinted = run_many(pressed(), {"hinted": code}, [1], workers=1)
+    plain = run_many(pressed(), {"plain": CodePolicy("priority", PRIORITY)}, [1], workers=1)
+    local = run_many(in_process("priority", HINTED), None, [1], workers=1)
+    assert list(hinted.error) == [""] and list(local.error) == [""]
+    for column in COMPARED:
+        assert list(hinted[column]) == list(plain[column]) == list(local[column]), column
+
+
+class JointRouting(RoutingPolicy):
+    """Chooses the prefill and the decode instance in one call: the last of each role."""
+
+    routes_pd = True
+    calls: ClassVar[list[tuple[str, ...]]] = []
+    decode_field = True
+
+    def route(self, req, priority, snapshots, state, clock):
+        JointRouting.calls.append(tuple(s.role.value for s in snapshots))
+        prefill = [s.id for s in snapshots if s.role is not Role.DECODE] \
+            or [s.id for s in snapshots]  # the decode pool's own call
+        decode = [s.id for s in snapshots if s.role is Role.DECODE]
+        scores = tuple(0.0 for _ in snapshots)
+        return RoutingDecision(prefill[-1], "joint", scores, prefill=prefill[-1],
+                               decode=decode[-1] if decode and self.decode_field else "")
+
+
+class PrefillOnly(JointRouting):
+    decode_field = False
+
+
+@pytest.mark.parametrize("choice", ["routing", "handoff"])
+def test_g1_routing_decision_carries_prefill_and_decode(choice):
+    """Seed 000 G.1 (RoutingDecision{PrefillInstance, DecodeInstance}): a routing policy that
+    sets `routes_pd` sees both pools' instances for a disaggregated request and chooses its
+    prefill and decode instances in one call (no second routing call for the decode pool);
+    one that leaves `decode` empty gets the decode pool's own call at the handoff, as
+    before. Policies without `routes_pd` are routed as before (the P/D tests, byte-identical
+    outputs)."""
+    JointRouting.calls.clear()
+    data = pd_scenario(prefill=2, decode=3, requests=30, rate=50, pd={"decode_choice": choice})
+    data["policies"] = {"routing": {"type": f"{__name__}:JointRouting"}}
+    result, _ = run_pd(data)
+    assert set(result.requests.final_state) == {"completed"}
+    assert len(result.transfers) > 0 and result.transfers.decode.nunique() == 1
+    # one call per request, each seeing both pools (2 prefill + 3 decode instances)
+    assert JointRouting.calls == [("prefill",) * 2 + ("decode",) * 3] * 30
+    # decode left empty: the decode pool's own call chooses it at the handoff
+    JointRouting.calls.clear()
+    data["policies"] = {"routing": {"type": f"{__name__}:PrefillOnly"}}
+    result, _ = run_pd(data)
+    assert set(result.requests.final_state) == {"completed"}
+    decode_calls = [c for c in JointRouting.calls if set(c) == {"decode"}]
+    assert len(JointRouting.calls) == 30 + len(decode_calls) and len(decode_calls) > 0
+
+
+JOINT = """
+class Policy(RoutingPolicy):
+    routes_pd = True
+
+    def route(self, req, priority, snapshots, state, clock):
+        decode = [s.id for s in snapshots if str(s.role) == "decode"]
+        prefill = [s.id for s in snapshots if str(s.role) != "decode"] or decode
+        loads = tuple(-float(s.queue_depth + s.batch_size) for s in snapshots)
+        best = max(prefill, key=lambda i: loads[[s.id for s in snapshots].index(i)])
+        return RoutingDecision(best, "joint", loads, decode=decode[len(req.id) % len(decode)]
+                               if decode and len(prefill) < len(snapshots) else "")
+"""
+
+
+def test_g1_sandboxed_routing_decision_carries_prefill_and_decode():
+    """Seed 000 G.1: the P/D fields and `routes_pd` cross the sandbox's wire; a sandboxed
+    candidate decides exactly as the same source in process."""
+    code = CodePolicy("routing", JOINT)
+    check(code)
+    scenario = Scenario.from_dict(pd_scenario(prefill=2, decode=3, requests=30, rate=50))
+    sandboxed = run_many(scenario, {"joint": code}, [1], workers=1)
+    module = types.ModuleType("joint_in_process")
+    module.__dict__.update(AXIS_NAMES["routing"])
+    sys.modules["joint_in_process"] = module
+    exec(compile(JOINT, "joint_in_process", "exec"), module.__dict__)
+    data = scenario.to_dict()
+    data["policies"]["routing"] = {"type": "joint_in_process:Policy"}
+    local = run_many(Scenario.from_dict(data), None, [1], workers=1)
+    assert list(sandboxed.error) == [""] and list(local.error) == [""]
+    for column in COMPARED[1:]:  # fitness is relative to the scenario's own policies
+        assert list(sandboxed[column]) == list(local[column]), column
+
+
+class NewestFirst(InstanceScheduler):
+    """Admits the newest waiting request only (make_batch), counting arrivals."""
+
+    arrivals: ClassVar[list[str]] = []
+    chunk = 0
+
+    def make_batch(self, ctx: SchedulerContext) -> BatchDecision:
+        if not ctx.wait_queue:
+            return BatchDecision(())
+        last = len(ctx.wait_queue) - 1
+        return BatchDecision((last,), {last: self.chunk} if self.chunk else {})
+
+    def on_request_arrival(self, view: RequestView, ctx: SchedulerContext) -> None:
+        NewestFirst.arrivals.append(view.id)
+
+
+class OldestChunked(NewestFirst):
+    chunk = 32
+
+    def make_batch(self, ctx: SchedulerContext) -> BatchDecision:
+        return BatchDecision((0,), {0: self.chunk}) if ctx.wait_queue else BatchDecision(())
+
+
+class OutOfRange(NewestFirst):
+    def make_batch(self, ctx: SchedulerContext) -> BatchDecision:
+        return BatchDecision((len(ctx.wait_queue),))
+
+
+def test_g1_scheduler_make_batch_chunk_sizes_and_on_request_arrival(tmp_path):
+    """Seed 000 G.1 (InstanceScheduler{MakeBatch, OnRequestArrival}, BatchDecision{ToSchedule,
+    ChunkSizes}): a scheduler that defines `make_batch` chooses which waiting requests are
+    admitted (here the newest first) and caps their prefill chunks; `on_request_arrival` is
+    told of every request joining the queue; a decision out of range is a PolicyError.
+    Schedulers without the hooks keep the order-key path (byte-identical outputs)."""
+    rows = queued_behind_a_long_request()
+    engine = {"max_running_requests": 1}
+    NewestFirst.arrivals.clear()
+    result = run(tmp_path, rows, engine=engine,
+                 policies=policies(scheduler=f"{__name__}:NewestFirst"))
+    reqs = result.requests
+    assert (reqs.final_state == "completed").all()
+    assert list(reqs.scheduled_s[1:].sort_values().index) == [3, 2, 1]
+    assert len(NewestFirst.arrivals) == len(set(NewestFirst.arrivals)) == 4  # each told once
+    fcfs = run(tmp_path, rows, engine=engine, policies=policies(scheduler="fcfs")).requests
+    chunked = run(tmp_path, rows, engine=engine,
+                  policies=policies(scheduler=f"{__name__}:OldestChunked")).requests
+    assert list(chunked.scheduled_s[1:].sort_values().index) == [1, 2, 3]
+    assert chunked.ttft_ms[1] > fcfs.ttft_ms[1]  # 300 tokens in 32-token chunks
+    with pytest.raises(PolicyError, match="make_batch"):
+        run(tmp_path, rows, engine=engine, policies=policies(scheduler=f"{__name__}:OutOfRange"))
