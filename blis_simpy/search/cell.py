@@ -345,6 +345,12 @@ class Server:
         except Exception as exc:
             return ["error", f"{cls.__name__}({value!r:.120}) raised {type(exc).__name__}: "
                     f"{described(exc)}"]
+        hooks = [hook for hook in ("make_batch", "on_request_arrival")
+                 if getattr(obj, hook, None) is not None]
+        if hooks:  # not carried over the wire: refused, never silently ignored
+            return ["error", f"{cls.__name__} defines {' and '.join(hooks)}, which a sandboxed "
+                    "scheduler cannot use yet (order_key and victim only); run it in process, "
+                    "as trusted code, to use them"]
         self.objects.append(obj)
         reads_shadow = bool(getattr(obj, "reads_shadow_kv", False))
         if reads_shadow and self.shadow is None:

@@ -170,6 +170,21 @@ def test_code_policies_on_other_axes():
     assert none.rejected_requests == 0
 
 
+MAKES_BATCHES = """
+class Policy(InstanceScheduler):
+    def make_batch(self, ctx):
+        return None
+"""
+
+
+def test_a_sandboxed_scheduler_with_seed_hooks_is_refused_not_ignored():
+    """Seed G.1's scheduler hooks (make_batch, on_request_arrival) do not cross the sandbox's
+    wire yet: a candidate that defines one scores 0 with a message saying so."""
+    row = run_many(prefix_scenario(), {"hooks": CodePolicy("scheduler", MAKES_BATCHES)}, [1],
+                   workers=1).iloc[0]
+    assert row.fitness == 0.0 and "defines make_batch, which a sandboxed scheduler" in row.error
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([
     "class Policy(RoutingPolicy):\n", "    def route(self, req, *a):\n", "        x = 1\n",
