@@ -702,13 +702,13 @@ class Stepper:
             admitted, tokens = self._admit(running, budget)
         finally:
             self._chunks = None
-            left = self.wait_queue
+            left = set(self.wait_queue)
             self.wait_queue = deque([r for i, r in enumerate(queue)
                                      if i not in picked or r in left])
         return admitted, tokens
 
     def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:
-        queue, kv, adapters = self.wait_queue, self.kv, self.adapters
+        queue, kv, adapters, chunks = self.wait_queue, self.kv, self.adapters, self._chunks
         block_size, threshold, now = kv.block_size, self.threshold, self.now
         admitted = tokens = 0
         passed: list[Request] | None = None  # waiting for an adapter slot: passed over
@@ -723,8 +723,8 @@ class Stepper:
             hit = kv.lookup(req, req.prefill_target)
             start = len(hit.blocks) * block_size
             n = prefill_chunk(req.prefill_target - start, threshold, budget)
-            if self._chunks is not None and req in self._chunks:  # make_batch's cap
-                n = min(n, self._chunks[req])
+            if chunks is not None and req in chunks:  # make_batch's cap
+                n = min(n, chunks[req])
             if not kv.admit(req, hit, start, n):
                 self._check_kv_blocking(req, budget)
                 break
