@@ -30,8 +30,8 @@ compile: $(BUILT)  ## rebuild the compiled modules' extensions after editing the
 notebooks: $(BUILT)  ## execute the notebooks outside the repository and store their outputs
 	$(BIN)/python scripts/run_notebooks.py
 
-demo: $(BUILT)  ## run the quickstart scenario; results in out/quickstart/
-	$(BIN)/blis-simpy run scenarios/quickstart.yaml
+demo: $(BUILT)  ## run the quickstart scenario; results in out/quickstart/ (replaced on each run)
+	$(BIN)/blis-simpy run scenarios/quickstart.yaml --force
 
 test: $(BUILT) browser  ## lint, type-check, then the whole test suite (the docs build included)
 	$(BIN)/ruff check blis_simpy tests scripts notebooks setup.py
