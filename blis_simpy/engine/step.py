@@ -339,7 +339,8 @@ class Stepper:
         for req in requests:
             scored = compute(req.view, None, now)
             if isinstance(scored, PriorityDecision):  # a score with hints (seed G.1)
-                req.priority, req.priority_hints = scored.score, scored.hints
+                req.priority = scored.score
+                req.hint(scored.hints)
             else:
                 req.priority = scored
 
@@ -676,7 +677,7 @@ class Stepper:
                  ) -> SchedulerContext:
         return SchedulerContext(
             tuple(r.view for r in queue), tuple(r.priority for r in queue),
-            tuple(r.priority_hints for r in queue), tuple(r.view for r in running),
+            tuple(r.view.priority_hints for r in queue), tuple(r.view for r in running),
             self.kv.free_blocks, self.now, self.max_running - len(running), budget)
 
     def _told(self, arrived: Sequence[Request], now: int) -> None:

@@ -23,7 +23,7 @@ from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
-from blis_simpy.core.request import LoraView, RequestView
+from blis_simpy.core.request import HintedView, LoraView, RequestView
 from blis_simpy.core.router_state import LoadSample, RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 
@@ -99,8 +99,11 @@ class ViewSender:
         remember(self.sent, view.id, view)
         item: list[Any] = [view.id, view.arrival_us, view.input_tokens, view.tenant_id,
                            view.slo_class, hashes_out(view.prefix_hashes)]
-        if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
+        hints = view.priority_hints
+        if view.adapter or hints:  # (only when there is one: the usual wire)
             item.append(view.adapter)
+        if hints:  # a priority decision's hints (seed G.1): plain data, checked by the guard
+            item.append(dict(hints))
         return item
 
 
@@ -113,8 +116,10 @@ class ViewMirror:
     def into(self, item: str | list[Any]) -> RequestView:
         if isinstance(item, str):
             return self.views[item]
-        view = (LoraView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
-                         item[6]) if len(item) > 6
+        view = (HintedView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
+                           item[6], MappingProxyType(item[7])) if len(item) > 7
+                else LoraView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
+                              item[6]) if len(item) > 6
                 else RequestView(item[0], item[1], item[2], item[3], item[4],
                                  hashes_in(item[5])))
         remember(self.views, view.id, view)

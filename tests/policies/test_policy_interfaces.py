@@ -9,6 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+import blis_simpy
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import PolicyError
 from blis_simpy.core.request import NO_HINTS, Request, RequestView
@@ -62,10 +63,13 @@ def test_g1_priority_decision_carries_hints():
             guarded(Hinted(bad), PriorityPolicy, "p", "Hinted").compute(VIEW, None, 0)
     # a float is still a priority, with no hints; the step's rescoring keeps a decision's
     req = Request(0, 0, np.ones(10, dtype=np.int64), np.ones(4, dtype=np.int64))
-    assert req.priority_hints is NO_HINTS
+    assert req.view.priority_hints is NO_HINTS
     Stepper._rescore([req], 0, guard)
-    assert req.priority == 2.5 and dict(req.priority_hints) == {"deadline_us": 5,
-                                                                "tier": "gold"}
+    assert req.priority == 2.5 and dict(req.view.priority_hints) == {"deadline_us": 5,
+                                                                     "tier": "gold"}
+    seen = req.view
+    Stepper._rescore([req], 1, guard)  # the same hints again: the same view
+    assert req.view is seen
     # sandboxed: same decisions as the float source and as in process
     code = CodePolicy("priority", HINTED)
     check(code)
@@ -206,3 +210,88 @@ def test_g1_scheduler_make_batch_chunk_sizes_and_on_request_arrival(tmp_path):
     assert chunked.ttft_ms[1] > fcfs.ttft_ms[1]  # 300 tokens in 32-token chunks
     with pytest.raises(PolicyError, match="make_batch"):
         run(tmp_path, rows, engine=engine, policies=policies(scheduler=f"{__name__}:OutOfRange"))
+
+
+# -- priority hints reach routing (seed G.1: Route(req, priority PriorityDecision, ...)) --------
+
+LANES = """
+class Policy(PriorityPolicy):
+    ages = False
+
+    def compute(self, req, state, clock):
+        lane = "fast" if req.slo_class == "interactive" else "bulk"
+        return PriorityDecision(1.0 if lane == "fast" else 0.0, {"lane": lane})
+"""
+BY_LANE = """
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        lane = req.priority_hints.get("lane")
+        want = 0 if lane == "fast" else len(snapshots) - 1
+        scores = tuple(1.0 if i == want else 0.0 for i in range(len(snapshots)))
+        return RoutingDecision(snapshots[want].id, f"lane {lane}", scores)
+"""
+
+
+def module_of(axis: str, source: str, name: str) -> str:
+    """The source as an ordinary in-process user policy module; its `module:Class`."""
+    module = types.ModuleType(name)
+    module.__dict__.update(AXIS_NAMES[axis])
+    sys.modules[name] = module
+    exec(compile(source, name, "exec"), module.__dict__)
+    return f"{name}:Policy"
+
+
+def lanes_scenario(priority: str | None, routing: str | None) -> Scenario:
+    """`pressed()` (two tenants, interactive and batch, on two instances), with the given
+    in-process priority and routing policies (None: the scenario's own)."""
+    data = pressed().to_dict()
+    if priority is not None:
+        data["policies"]["priority"] = {"type": priority}
+    if routing is not None:
+        data["policies"]["routing"] = {"type": routing}
+    return Scenario.from_dict(data)
+
+
+def test_g1_routing_reads_the_hints_a_priority_policy_set():
+    """Seed 000 G.1: Route receives the whole PriorityDecision, so the hints a priority policy
+    gives are on the request's view when routing (and the scheduler) read it
+    (`req.priority_hints`): here a priority policy sets a lane per SLO class and a routing
+    policy sends each lane to its own instance. The same holds with either policy sandboxed
+    (the hints cross the wire both ways: back from a priority candidate, out with the view
+    to a routing candidate), deciding exactly as both in process."""
+    lanes = module_of("priority", LANES, "hints_lanes")
+    by_lane = module_of("routing", BY_LANE, "hints_by_lane")
+    result = blis_simpy.run(lanes_scenario(lanes, by_lane))
+    reqs = result.requests
+    assert len(reqs) > 20 and (reqs.final_state == "completed").all()
+    expected = np.where(reqs.slo_class == "interactive", "instance_0", "instance_1")
+    assert list(reqs.instance) == list(expected)
+    assert set(reqs.instance) == {"instance_0", "instance_1"}
+    local = run_many(lanes_scenario(lanes, by_lane), None, [1], workers=1)
+    priority_sandboxed = run_many(lanes_scenario(None, by_lane),
+                                  {"lanes": CodePolicy("priority", LANES)}, [1], workers=1)
+    routing_sandboxed = run_many(lanes_scenario(lanes, None),
+                                 {"by_lane": CodePolicy("routing", BY_LANE)}, [1], workers=1)
+    assert list(local.error) == list(priority_sandboxed.error) == [""]
+    assert list(routing_sandboxed.error) == [""]
+    for column in COMPARED[1:]:  # fitness is relative to the scenario's own policies
+        assert list(priority_sandboxed[column]) == list(local[column]), column
+        assert list(routing_sandboxed[column]) == list(local[column]), column
+
+
+def test_g1_scheduler_context_hints_are_the_views_hints():
+    """`SchedulerContext.hints` are the queue's views' `priority_hints`, position by
+    position; a request whose priority policy gives none has the empty mapping."""
+    seen: list[tuple[tuple[object, ...], tuple[object, ...]]] = []
+
+    class Watching(InstanceScheduler):
+        def make_batch(self, ctx):
+            seen.append((ctx.hints, tuple(v.priority_hints for v in ctx.wait_queue)))
+            return BatchDecision(tuple(range(len(ctx.wait_queue))))
+
+    sys.modules[__name__].Watching = Watching  # type: ignore[attr-defined]
+    data = lanes_scenario(module_of("priority", LANES, "hints_lanes_2"), None).to_dict()
+    data["policies"]["scheduler"] = {"type": f"{__name__}:Watching"}
+    blis_simpy.run(Scenario.from_dict(data))
+    assert seen and all(hints == views for hints, views in seen)
+    assert {h["lane"] for hints, _ in seen for h in hints} == {"fast", "bulk"}
