@@ -1,9 +1,10 @@
 """What crosses the boundary between the evaluator and a candidate's process: JSON lines of
 plain lists, numbers and strings, never pickle (docs/security.md, "The wire").
 
-Requests, snapshots and the router state go one way as positional lists (each side builds the
-same frozen types from them); decisions come back the other way and are checked field by field
-by the evaluator (`blis_simpy.search.remote`) before the policy guard checks what they mean.
+Requests, snapshots, the router state and a scheduler's context go one way as positional
+lists (each side builds the same frozen types from them); decisions come back the other way
+and are checked field by field by the evaluator (`blis_simpy.search.remote`) before the
+policy guard checks what they mean.
 Two things are sent as changes rather than whole: a request's view is sent once and then named
 by its id (both sides keep the same bounded cache), and the router state as what changed since
 the last call (`StateSender` in the evaluator, `StateMirror` in the sandbox), so a call costs
@@ -26,6 +27,7 @@ from typing import Any
 from blis_simpy.core.request import HintedView, LoraView, RequestView
 from blis_simpy.core.router_state import LoadSample, RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
+from blis_simpy.policies.scheduler import SchedulerContext
 
 MAX_LINE = 1 << 20  # bytes in one message from a candidate
 MAX_TEXT = 1000  # characters in a string a candidate returns (a reason, an id)
@@ -131,6 +133,21 @@ def remember(cache: dict[str, RequestView], key: str, view: RequestView) -> None
     cache[key] = view
     if len(cache) > VIEW_CACHE:
         del cache[next(iter(cache))]
+
+
+def context_out(ctx: SchedulerContext, views: ViewSender) -> list[Any]:
+    """A scheduler's context (seed G.1's SchedulerContext) for `make_batch` and
+    `on_request_arrival`: `[queue views, priorities, running views, free KV blocks, clock,
+    slots left, budget left]`; the hints go with their views."""
+    return [[views.out(v) for v in ctx.wait_queue], list(ctx.priorities),
+            [views.out(v) for v in ctx.running], ctx.free_kv_blocks, ctx.clock,
+            ctx.max_batch_size, ctx.max_token_budget]
+
+
+def context_in(item: list[Any], views: ViewMirror) -> SchedulerContext:
+    queue = tuple(views.into(v) for v in item[0])
+    return SchedulerContext(queue, tuple(item[1]), tuple(v.priority_hints for v in queue),
+                            tuple(views.into(v) for v in item[2]), *item[3:])
 
 
 class StateSender:

@@ -370,6 +370,48 @@ def test_g1_bad_victims_are_policy_errors(tmp_path):
                 policies=policies(scheduler=f"{__name__}:{cls.__name__}"))
 
 
+# -- the scheduler's hooks cross the sandbox's wire ---------------------------------------------
+
+HOOKS = """
+class Policy(InstanceScheduler):
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.crowd = {}
+
+    def on_request_arrival(self, req, ctx):
+        self.crowd[req.id] = len(ctx.wait_queue) + len(ctx.running)
+
+    def make_batch(self, ctx):
+        queue = ctx.wait_queue
+        order = sorted(range(len(queue)), key=lambda i: (-round(ctx.priorities[i]),
+                                                         self.crowd.get(queue[i].id, 0), i))
+        chunks = {i: 48 for i in order if queue[i].input_tokens > 200}
+        victims = ()
+        if ctx.free_kv_blocks < 20 and any(queue[i].slo_class == "interactive" for i in order):
+            batch = [i for i, v in enumerate(ctx.running) if v.slo_class == "batch"]
+            victims = tuple(batch[-1:])
+        return BatchDecision(tuple(order), chunks, victims)
+"""
+
+
+def test_g1_sandboxed_scheduler_hooks_cross_the_wire():
+    """Seed G.1's make_batch (with chunk sizes and preemption victims) and on_request_arrival
+    cross the sandbox's wire: a sandboxed candidate that defines them decides exactly as the
+    same source in process (every compared column, through run_many), and its decisions
+    matter (preemptions it names, another TTFT than the scenario's own scheduler)."""
+    code = CodePolicy("scheduler", HOOKS)
+    check(code)
+    sandboxed = run_many(pressed(), {"hooks": code, "none": None}, [1, 2], workers=1)
+    local = run_many(in_process("scheduler", HOOKS), None, [1, 2], workers=1)
+    hooks = sandboxed[sandboxed.policy == "hooks"]
+    own = sandboxed[sandboxed.policy == "none"]
+    assert list(hooks.error) == ["", ""] and list(local.error) == ["", ""]
+    for column in COMPARED:
+        assert list(hooks[column]) == list(local[column]), column
+    assert list(hooks.ttft_mean_ms) != list(own.ttft_mean_ms)
+    assert (hooks.preemption_count > 0).all()
+
+
 class RandomBatches(InstanceScheduler):
     """Random make_batch decisions (its own seeded generator: runs repeat): any order of the
     queue, chunk caps, and running requests preempted a third of the time."""
