@@ -219,7 +219,8 @@ class Gateway:
             req.admitted_at = now
             scored = self.priority.compute(req.view, self.state, now)
             if isinstance(scored, PriorityDecision):  # a score with hints (seed G.1)
-                req.priority, req.priority_hints = scored.score, scored.hints
+                req.priority = scored.score
+                req.hint(scored.hints)
             else:
                 req.priority = scored
             if self.decisions is not None:

@@ -10,7 +10,7 @@ system cannot know in advance (the output length, the token ids).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from blis_simpy.core.hashing import block_hashes
+
+NO_HINTS: Mapping[str, object] = MappingProxyType({})  # a request's hints when it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,12 @@ class RequestView:
         """The LoRA adapter it names: "" (the base model); a LoraView's own."""
         return ""
 
+    @property
+    def priority_hints(self) -> Mapping[str, object]:
+        """The hints of its priority decision (seed G.1's PriorityDecision.Hints), as of
+        its last scoring: none; a HintedView's own."""
+        return NO_HINTS
+
 
 @dataclass(frozen=True, slots=True)
 class LoraView(RequestView):
@@ -50,11 +58,23 @@ class LoraView(RequestView):
         return self.lora
 
 
+@dataclass(frozen=True, slots=True)
+class HintedView(LoraView):
+    """The view of a request whose priority policy gave hints (seed G.1: Route receives the
+    whole PriorityDecision, and the scheduler reads its hints): made when the hints change,
+    so views without hints cost what they did."""
+
+    hints: Mapping[str, object] = field(default_factory=lambda: NO_HINTS)
+
+    @property
+    def priority_hints(self) -> Mapping[str, object]:
+        return self.hints
+
+
 # What a request's view is until the gateway observes it at cluster arrival; no policy ever
 # sees it.
 UNOBSERVED = RequestView("", -1, 0, "", "", ())
 NO_TOKENS = np.zeros(0, dtype=np.int64)  # what `clone` builds a copy from
-NO_HINTS: Mapping[str, object] = MappingProxyType({})  # a request's hints when it has none
 
 
 class State(StrEnum):
@@ -128,7 +148,6 @@ class Request:
         "preemptions",
         "prefill_target",
         "priority",
-        "priority_hints",
         "progress",
         "queued_at",
         "reject_code",
@@ -184,8 +203,7 @@ class Request:
         self.instance = ""  # id of the instance it was routed to
         self.counted = ""  # the instance the gateway counts it in flight at, if any
         self.retries = 0  # times the gateway sent it again after an instance failed with it
-        self.priority = 0.0
-        self.priority_hints: Mapping[str, object] = NO_HINTS  # PriorityDecision.hints
+        self.priority = 0.0  # its hints, if any, are its view's (`hint`)
         # progress: tokens whose KV is computed. emitted: output tokens streamed so far.
         self.progress = 0
         self.emitted = 0
@@ -263,12 +281,26 @@ class Request:
         self.hashes = []
         view = self.view
         if view.prefix_hashes:  # `replace` would spend ~5 µs finding the fields
-            if view.adapter:
+            if view.priority_hints:
+                self.view = HintedView(view.id, view.arrival_us, view.input_tokens,
+                                       view.tenant_id, view.slo_class, (), view.adapter,
+                                       view.priority_hints)
+            elif view.adapter:
                 self.view = LoraView(view.id, view.arrival_us, view.input_tokens,
                                      view.tenant_id, view.slo_class, (), view.adapter)
             else:
                 self.view = RequestView(view.id, view.arrival_us, view.input_tokens,
                                         view.tenant_id, view.slo_class, ())
+
+    def hint(self, hints: Mapping[str, object]) -> None:
+        """Its priority decision's hints (seed G.1), on its view from now on: routing and
+        the scheduler read them there (`RequestView.priority_hints`). Unchanged hints keep
+        the view (an aging policy rescores every step)."""
+        view = self.view
+        if hints == view.priority_hints:
+            return
+        self.view = HintedView(view.id, view.arrival_us, view.input_tokens, view.tenant_id,
+                               view.slo_class, view.prefix_hashes, view.adapter, hints)
 
     def __repr__(self) -> str:
         return (

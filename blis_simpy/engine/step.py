@@ -42,7 +42,7 @@ from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import LatencyModel
 from blis_simpy.engine.steady import SteadyDecoders
 from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
-from blis_simpy.policies.scheduler import InstanceScheduler, SchedulerContext
+from blis_simpy.policies.scheduler import BatchDecision, InstanceScheduler, SchedulerContext
 
 DECODE = -1  # Request.chunk for a request scheduled for one decode token this step
 RECENT = 32  # completions behind the recent TTFT / TPOT signals
@@ -127,11 +127,16 @@ class Stepper:
         self.delivered: list[Request] = []
         self.wait_queue: deque[Request] = deque()
         self._chunks: dict[Request, int] | None = None  # make_batch's chunk sizes, meanwhile
+        # make_batch's decision this step, with the queue its positions index, until admission
+        self._decision: tuple[list[Request], BatchDecision] | None = None
         self.running: list[Request] = []  # the batch, in admission order (Request.seq)
         # Running requests handled one by one each step; the rest decode implicitly (steady.py)
         # when the step time depends only on token counts.
         self.explicit: list[Request] = []
-        self.steady = None if latency.per_request else SteadyDecoders(pool.block_size)
+        # (A scheduler with make_batch takes the exact path: its victims may be any running
+        # request, implicit decoders included.)
+        self.steady = None if latency.per_request or scheduler.make_batch is not None \
+            else SteadyDecoders(pool.block_size)
         self._seq = 0
         # One row per step (records.STEP_FIELDS), the newest ones' fields one after another
         # as native int64 (no Python int per field), handed to the log a chunk at a time.
@@ -339,7 +344,8 @@ class Stepper:
         for req in requests:
             scored = compute(req.view, None, now)
             if isinstance(scored, PriorityDecision):  # a score with hints (seed G.1)
-                req.priority, req.priority_hints = scored.score, scored.hints
+                req.priority = scored.score
+                req.hint(scored.hints)
             else:
                 req.priority = scored
 
@@ -347,6 +353,9 @@ class Stepper:
         """The step, request by request in batch order: budget, KV and preemption exact."""
         running = self.running
         scheduled, new_tokens, decodes, budget = self._schedule_running(running)
+        if self.scheduler.make_batch is not None and self.wait_queue and not self._preempted:
+            scheduled, new_tokens, decodes, budget = self._make_batch(scheduled, new_tokens,
+                                                                      decodes, budget)
         kept = len(running)
         admitted, admitted_tokens = self._admit_waiting(running, budget)
         if scheduled == 0 and admitted == 0:
@@ -661,10 +670,10 @@ class Stepper:
     def _admit_waiting(self, running: list[Request], budget: int) -> tuple[int, int]:
         """Admit from the queue head while slots, budget and KV allow; strict head-of-line
         order, and nothing new is admitted in a step that preempted."""
-        if self._preempted:
-            admitted, tokens = 0, 0
-        elif self.scheduler.make_batch is not None:  # seed G.1: the scheduler chooses
+        if self._decision is not None:  # seed G.1: the scheduler chose (`_make_batch`)
             admitted, tokens = self._admit_chosen(running, budget)
+        elif self._preempted:
+            admitted, tokens = 0, 0
         else:
             admitted, tokens = self._admit(running, budget)
         watch, queue = self.watch, self.wait_queue
@@ -676,7 +685,7 @@ class Stepper:
                  ) -> SchedulerContext:
         return SchedulerContext(
             tuple(r.view for r in queue), tuple(r.priority for r in queue),
-            tuple(r.priority_hints for r in queue), tuple(r.view for r in running),
+            tuple(r.view.priority_hints for r in queue), tuple(r.view for r in running),
             self.kv.free_blocks, self.now, self.max_running - len(running), budget)
 
     def _told(self, arrived: Sequence[Request], now: int) -> None:
@@ -687,24 +696,52 @@ class Stepper:
         for req in arrived:
             hook(req.view, ctx)
 
-    def _admit_chosen(self, running: list[Request], budget: int) -> tuple[int, int]:
-        """The scheduler's `make_batch`: the requests it names are tried in its order (its
-        chunk sizes capping their prefill chunks), the rest keep their queue order."""
+    def _make_batch(self, scheduled: int, new_tokens: int, decodes: int, budget: int
+                    ) -> tuple[int, int, int, int]:
+        """The scheduler's `make_batch` (seed G.1), shown the queue and the batch as this
+        step has scheduled it. Its preemption victims leave first, the last admitted first:
+        preempted as under KV pressure (their blocks freed, back at the queue's head, their
+        prompt and tokens computed again later), and a victim already scheduled this step
+        gives its tokens back to the step's budget (as vLLM's scheduler does when it preempts
+        a request it had scheduled). Returns the step's counts after that."""
         make = self.scheduler.make_batch
         assert make is not None
-        queue = list(self.wait_queue)
+        queue, running = list(self.wait_queue), self.running
         decision = make(self._context(queue, running, budget))
+        self._decision = (queue, decision)
+        for i in sorted(decision.victims, reverse=True):
+            victim = running.pop(i)
+            if i < scheduled:
+                scheduled -= 1
+                chunk = victim.chunk
+                if chunk > 0:
+                    new_tokens -= chunk
+                    budget += chunk
+                else:
+                    drafted = DECODE - chunk
+                    self.drafted -= drafted
+                    decodes -= 1
+                    budget += 1 + drafted
+            self._preempt(victim)
+        return scheduled, new_tokens, decodes, budget
+
+    def _admit_chosen(self, running: list[Request], budget: int) -> tuple[int, int]:
+        """Admission by `make_batch`'s decision: the requests it names are tried in its
+        order (its chunk sizes capping their prefill chunks); the rest keep their queue
+        order, behind its victims."""
+        assert self._decision is not None
+        queue, decision = self._decision
+        self._decision = None
         chosen = [queue[i] for i in decision.to_schedule]
-        picked = set(decision.to_schedule)
         self._chunks = {queue[i]: n for i, n in decision.chunk_sizes.items()}
+        waiting = self.wait_queue  # the victims, then `queue`
         self.wait_queue = deque(chosen)
         try:
             admitted, tokens = self._admit(running, budget)
         finally:
             self._chunks = None
-            left = set(self.wait_queue)
-            self.wait_queue = deque([r for i, r in enumerate(queue)
-                                     if i not in picked or r in left])
+            left, picked = set(self.wait_queue), set(chosen)
+            self.wait_queue = deque([r for r in waiting if r not in picked or r in left])
         return admitted, tokens
 
     def _admit(self, running: list[Request], budget: int) -> tuple[int, int]:

@@ -218,18 +218,23 @@ class GuardedScheduler(InstanceScheduler):
         assert make is not None
         who = ctx.wait_queue[0].id if ctx.wait_queue else ""
         out = self.caller.call("make_batch", who, make, ctx)
-        size = len(ctx.wait_queue)
-        if not (isinstance(out, BatchDecision) and isinstance(out.to_schedule, tuple | list)
-                and all(whole(i) and 0 <= i < size for i in out.to_schedule)
-                and len(set(out.to_schedule)) == len(out.to_schedule)
+        size, running = len(ctx.wait_queue), len(ctx.running)
+        if not (isinstance(out, BatchDecision) and positions(out.to_schedule, size)
                 and isinstance(out.chunk_sizes, Mapping)
                 and all(whole(i) and 0 <= i < size and whole(n) and n >= 1
-                        for i, n in out.chunk_sizes.items())):
+                        for i, n in out.chunk_sizes.items())
+                and positions(out.victims, running)):
             raise self.caller.bad("make_batch", who, out, "a BatchDecision: distinct "
-                                  f"positions in 0..{size - 1} to schedule, and chunk sizes "
-                                  "(position -> tokens >= 1)")
+                                  f"positions in 0..{size - 1} to schedule, chunk sizes "
+                                  "(position -> tokens >= 1) and distinct victims' positions "
+                                  f"in 0..{running - 1} (the running requests)")
+        if size and not out.to_schedule and len(out.victims) == running:
+            raise self.caller.bad("make_batch", who, out, "a BatchDecision that leaves "
+                                  "something to run: it schedules no waiting request and "
+                                  "nothing would be running, so the instance would stall")
         return BatchDecision(tuple(int(i) for i in out.to_schedule),
-                             {int(i): int(n) for i, n in out.chunk_sizes.items()})
+                             {int(i): int(n) for i, n in out.chunk_sizes.items()},
+                             tuple(int(i) for i in out.victims))
 
     def told(self, view: RequestView, ctx: SchedulerContext) -> None:
         hook = self.inner.on_request_arrival
@@ -242,6 +247,12 @@ class GuardedScheduler(InstanceScheduler):
         if not (whole(out) and 0 <= out < len(candidates)):
             raise self.caller.bad("victim", who, out, f"a position in 0..{len(candidates) - 1}")
         return int(out)
+
+
+def positions(items: object, size: int) -> bool:
+    """Distinct positions in 0..size-1, as a tuple or list."""
+    return isinstance(items, tuple | list) \
+        and all(whole(i) and 0 <= i < size for i in items) and len(set(items)) == len(items)
 
 
 Shape = str | tuple[Any, ...]  # "number", "str", or a tuple of shapes

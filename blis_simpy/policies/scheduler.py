@@ -47,20 +47,25 @@ class BatchDecision:
     """`make_batch`'s answer (seed G.1's BatchDecision): positions in `wait_queue` of the
     requests to admit this step, in the order to try them (the engine still stops at the
     first that the slots, the budget or the KV cache cannot take, as it does for the queue
-    head); `chunk_sizes` optionally caps a position's prefill chunk (tokens, at least 1).
-    The preemption victim stays `victim`'s choice."""
+    head); `chunk_sizes` optionally caps a position's prefill chunk (tokens, at least 1);
+    `victims`, positions in `running` of requests to preempt first (seed G.1's
+    PreemptionVictim, any number): their KV is freed, their share of this step's budget
+    comes back, and they wait at the queue's head to be computed again. Preemption under KV
+    pressure stays `victim`'s choice."""
 
     to_schedule: tuple[int, ...]
     chunk_sizes: Mapping[int, int] = field(default_factory=dict)
+    victims: tuple[int, ...] = ()
 
 
 class InstanceScheduler:
     """`order_key(view, priority)` sorts the wait queue each step (None keeps arrival order);
     `victim` picks the running request to preempt. Seed G.1's hooks, None unless a scheduler
-    defines them (then they cost nothing): `make_batch(ctx) -> BatchDecision` chooses which
-    waiting requests to admit and their prefill chunks (by default the engine admits from the
-    sorted queue's head); `on_request_arrival(view, ctx)` is told of each request that joins
-    the instance's queue, at the first step after it arrives."""
+    defines them (then they cost nothing): `make_batch(ctx) -> BatchDecision`, at each step
+    with requests waiting, chooses which of them to admit, their prefill chunks and which
+    running requests to preempt for them (by default the engine admits from the sorted
+    queue's head); `on_request_arrival(view, ctx)` is told of each request that joins the
+    instance's queue, at the first step after it arrives."""
 
     name = "custom"
     Params = SchedulerParams

@@ -42,7 +42,9 @@ AXIS_NAMES: dict[str, dict[str, Any]] = {
                  "PriorityDecision": priority.PriorityDecision},
     "routing": {"RoutingPolicy": routing.RoutingPolicy,
                 "RoutingDecision": routing.RoutingDecision, "argmax": routing.argmax},
-    "scheduler": {"InstanceScheduler": scheduler.InstanceScheduler},
+    "scheduler": {"InstanceScheduler": scheduler.InstanceScheduler,
+                  "BatchDecision": scheduler.BatchDecision,
+                  "SchedulerContext": scheduler.SchedulerContext},
 }
 BASES: dict[str, type] = {"admission": admission.AdmissionPolicy,
                           "priority": priority.PriorityPolicy,
@@ -345,12 +347,6 @@ class Server:
         except Exception as exc:
             return ["error", f"{cls.__name__}({value!r:.120}) raised {type(exc).__name__}: "
                     f"{described(exc)}"]
-        hooks = [hook for hook in ("make_batch", "on_request_arrival")
-                 if getattr(obj, hook, None) is not None]
-        if hooks:  # not carried over the wire: refused, never silently ignored
-            return ["error", f"{cls.__name__} defines {' and '.join(hooks)}, which a sandboxed "
-                    "scheduler cannot use yet (order_key and victim only); run it in process, "
-                    "as trusted code, to use them"]
         self.objects.append(obj)
         reads_shadow = bool(getattr(obj, "reads_shadow_kv", False))
         if reads_shadow and self.shadow is None:
@@ -361,7 +357,9 @@ class Server:
                       "routes_pd": bool(getattr(obj, "routes_pd", False)),
                       "ages": bool(getattr(obj, "ages", True)),
                       "uses_priority": bool(getattr(obj, "uses_priority", False)),
-                      "order_key": getattr(obj, "order_key", None) is not None}
+                      "order_key": getattr(obj, "order_key", None) is not None,
+                      "make_batch": getattr(obj, "make_batch", None) is not None,
+                      "on_request_arrival": getattr(obj, "on_request_arrival", None) is not None}
         return ["ok", len(self.objects) - 1, attributes]
 
     # -- the calls, one per policy method ---------------------------------------------------
@@ -405,10 +403,23 @@ class Server:
         out = obj.victim([self.views.into(v) for v in views], priorities)
         return plain(["ok", out], out)
 
+    def make_batch(self, obj: Any, ctx: list[Any]) -> bytes:
+        out = obj.make_batch(wire.context_in(ctx, self.views))
+        if not isinstance(out, scheduler.BatchDecision):
+            return wire.line(bad(out))
+        chunks = out.chunk_sizes  # (pairs: JSON keys are strings)
+        return plain(["ok", out.to_schedule, [[i, n] for i, n in chunks.items()]
+                      if isinstance(chunks, Mapping) else chunks, out.victims], out)
+
+    def on_request_arrival(self, obj: Any, view: Any, ctx: list[Any]) -> bytes:
+        obj.on_request_arrival(self.views.into(view), wire.context_in(ctx, self.views))
+        return wire.line(["ok"])
+
 
 HANDLERS: dict[str, Callable[..., bytes]] = {
     "decide": Server.decide, "compute": Server.compute, "route": Server.route,
-    "order_key": Server.order_key, "victim": Server.victim}
+    "order_key": Server.order_key, "victim": Server.victim, "make_batch": Server.make_batch,
+    "on_request_arrival": Server.on_request_arrival}
 
 
 def plain(reply: list[Any], out: object) -> bytes:

@@ -26,7 +26,7 @@ from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.admission import AdmissionDecision, AdmissionPolicy
 from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
-from blis_simpy.policies.scheduler import InstanceScheduler
+from blis_simpy.policies.scheduler import BatchDecision, InstanceScheduler, SchedulerContext
 from blis_simpy.search import wire
 from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.contain import ContainedFailure, Limits, Session, spawn
@@ -176,6 +176,9 @@ class RemoteScheduler(Remote, InstanceScheduler):  # type: ignore[misc]
         attributes = self.connect(params)
         self.uses_priority = bool(attributes.get("uses_priority"))
         self.order_key = self.key if attributes.get("order_key") else None  # type: ignore
+        self.make_batch = self.batch if attributes.get("make_batch") else None  # type: ignore
+        self.on_request_arrival = (  # type: ignore[assignment]
+            self.arrival if attributes.get("on_request_arrival") else None)
 
     def key(self, view: RequestView, priority: float) -> Any:
         session = self.session
@@ -188,6 +191,22 @@ class RemoteScheduler(Remote, InstanceScheduler):  # type: ignore[misc]
         reply = session.call(["victim", self.handle, [session.views.out(v) for v in candidates],
                               list(priorities)])
         return value(reply)  # type: ignore[no-any-return]
+
+    def batch(self, ctx: SchedulerContext) -> BatchDecision:
+        session = self.session
+        reply = session.call(["make_batch", self.handle, wire.context_out(ctx, session.views)])
+        if reply[0] == "bad":
+            return Unsendable(str(reply[1]))  # type: ignore[return-value]
+        to_schedule, chunks, victims = payload(reply, 3)
+        if isinstance(chunks, list) and all(isinstance(p, list) and len(p) == 2
+                                            and type(p[0]) is int for p in chunks):
+            chunks = dict(chunks)  # (anything else: the guard says what was wrong)
+        return BatchDecision(tupled(to_schedule), chunks, tupled(victims))
+
+    def arrival(self, view: RequestView, ctx: SchedulerContext) -> None:
+        session = self.session
+        payload(session.call(["on_request_arrival", self.handle, session.views.out(view),
+                              wire.context_out(ctx, session.views)]), 0)
 
 
 STAND_INS: dict[str, type[Remote]] = {"admission": RemoteAdmission,

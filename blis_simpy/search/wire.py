@@ -1,9 +1,10 @@
 """What crosses the boundary between the evaluator and a candidate's process: JSON lines of
 plain lists, numbers and strings, never pickle (docs/security.md, "The wire").
 
-Requests, snapshots and the router state go one way as positional lists (each side builds the
-same frozen types from them); decisions come back the other way and are checked field by field
-by the evaluator (`blis_simpy.search.remote`) before the policy guard checks what they mean.
+Requests, snapshots, the router state and a scheduler's context go one way as positional
+lists (each side builds the same frozen types from them); decisions come back the other way
+and are checked field by field by the evaluator (`blis_simpy.search.remote`) before the
+policy guard checks what they mean.
 Two things are sent as changes rather than whole: a request's view is sent once and then named
 by its id (both sides keep the same bounded cache), and the router state as what changed since
 the last call (`StateSender` in the evaluator, `StateMirror` in the sandbox), so a call costs
@@ -23,9 +24,10 @@ from itertools import islice
 from types import MappingProxyType
 from typing import Any
 
-from blis_simpy.core.request import LoraView, RequestView
+from blis_simpy.core.request import HintedView, LoraView, RequestView
 from blis_simpy.core.router_state import LoadSample, RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
+from blis_simpy.policies.scheduler import SchedulerContext
 
 MAX_LINE = 1 << 20  # bytes in one message from a candidate
 MAX_TEXT = 1000  # characters in a string a candidate returns (a reason, an id)
@@ -99,8 +101,11 @@ class ViewSender:
         remember(self.sent, view.id, view)
         item: list[Any] = [view.id, view.arrival_us, view.input_tokens, view.tenant_id,
                            view.slo_class, hashes_out(view.prefix_hashes)]
-        if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
+        hints = view.priority_hints
+        if view.adapter or hints:  # (only when there is one: the usual wire)
             item.append(view.adapter)
+        if hints:  # a priority decision's hints (seed G.1): plain data, checked by the guard
+            item.append(dict(hints))
         return item
 
 
@@ -113,8 +118,10 @@ class ViewMirror:
     def into(self, item: str | list[Any]) -> RequestView:
         if isinstance(item, str):
             return self.views[item]
-        view = (LoraView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
-                         item[6]) if len(item) > 6
+        view = (HintedView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
+                           item[6], MappingProxyType(item[7])) if len(item) > 7
+                else LoraView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
+                              item[6]) if len(item) > 6
                 else RequestView(item[0], item[1], item[2], item[3], item[4],
                                  hashes_in(item[5])))
         remember(self.views, view.id, view)
@@ -126,6 +133,21 @@ def remember(cache: dict[str, RequestView], key: str, view: RequestView) -> None
     cache[key] = view
     if len(cache) > VIEW_CACHE:
         del cache[next(iter(cache))]
+
+
+def context_out(ctx: SchedulerContext, views: ViewSender) -> list[Any]:
+    """A scheduler's context (seed G.1's SchedulerContext) for `make_batch` and
+    `on_request_arrival`: `[queue views, priorities, running views, free KV blocks, clock,
+    slots left, budget left]`; the hints go with their views."""
+    return [[views.out(v) for v in ctx.wait_queue], list(ctx.priorities),
+            [views.out(v) for v in ctx.running], ctx.free_kv_blocks, ctx.clock,
+            ctx.max_batch_size, ctx.max_token_budget]
+
+
+def context_in(item: list[Any], views: ViewMirror) -> SchedulerContext:
+    queue = tuple(views.into(v) for v in item[0])
+    return SchedulerContext(queue, tuple(item[1]), tuple(v.priority_hints for v in queue),
+                            tuple(views.into(v) for v in item[2]), *item[3:])
 
 
 class StateSender:

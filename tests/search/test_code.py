@@ -177,12 +177,14 @@ class Policy(InstanceScheduler):
 """
 
 
-def test_a_sandboxed_scheduler_with_seed_hooks_is_refused_not_ignored():
-    """Seed G.1's scheduler hooks (make_batch, on_request_arrival) do not cross the sandbox's
-    wire yet: a candidate that defines one scores 0 with a message saying so."""
+def test_a_sandboxed_make_batch_is_checked_like_an_in_process_one():
+    """Seed G.1's make_batch crosses the sandbox's wire and its answer meets the policy guard:
+    a candidate returning something else than a BatchDecision scores 0, and the message
+    says which call returned what."""
     row = run_many(prefix_scenario(), {"hooks": CodePolicy("scheduler", MAKES_BATCHES)}, [1],
                    workers=1).iloc[0]
-    assert row.fitness == 0.0 and "defines make_batch, which a sandboxed scheduler" in row.error
+    assert row.fitness == 0.0 and "Policy.make_batch" in row.error
+    assert "returned None; expected a BatchDecision" in row.error
 
 
 @settings(max_examples=200, deadline=None)

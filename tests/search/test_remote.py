@@ -6,6 +6,7 @@ preemption victims)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import types
@@ -266,5 +267,55 @@ def test_whatever_a_candidate_replies_is_a_decision_or_a_policy_error(axis, repl
             assert type(out) is float
         if axis == "scheduler":
             assert type(out[1]) is int and isinstance(out[0], tuple | int | float | str)
+    finally:
+        SESSION.reset(token)
+
+
+class Hooked(Scripted):
+    """A scripted session whose scheduler defines seed G.1's make_batch and
+    on_request_arrival."""
+
+    def call(self, message: list[Any], answer: Any = None) -> list[Any]:
+        if message[0] == "new":
+            return ["ok", 0, {"make_batch": True, "on_request_arrival": True}]
+        return self.reply
+
+
+POSITIONS = st.lists(st.integers(-1, 3), max_size=4)
+BATCH_REPLIES = st.one_of(
+    REPLIES,
+    st.tuples(st.one_of(POSITIONS, JSON),
+              st.one_of(st.lists(st.tuples(st.integers(-1, 3), st.integers(-1, 60)).map(list),
+                                 max_size=3), JSON),
+              st.one_of(POSITIONS, JSON)).map(lambda fields: ["ok", *fields]),
+    st.just(["ok"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(BATCH_REPLIES)
+def test_whatever_a_candidate_replies_to_the_scheduler_hooks_is_a_decision_or_an_error(reply):
+    """make_batch's reply is a BatchDecision the guard accepts (positions in range, chunk
+    sizes >= 1, distinct victims among the running) or a PolicyError; on_request_arrival's
+    is nothing or a PolicyError."""
+    from blis_simpy.policies.scheduler import BatchDecision, InstanceScheduler, SchedulerContext
+
+    token = SESSION.set(Hooked(reply))  # type: ignore[arg-type]
+    try:
+        policy = guarded(STAND_INS["scheduler"](None), InstanceScheduler, "policies.scheduler",
+                         "c:Policy")
+        views = tuple(RequestView(f"r{i}", i, 10, "t", "batch", (i,)) for i in range(4))
+        ctx = SchedulerContext(views[:3], (1.0, 2.0, 0.5), ({}, {}, {}), views[3:], 7, 100,
+                               2, 64)
+        try:
+            out = policy.make_batch(ctx)
+        except PolicyError:
+            out = None
+        if out is not None:
+            assert isinstance(out, BatchDecision)
+            assert all(type(i) is int and 0 <= i < 3 for i in out.to_schedule)
+            assert all(type(n) is int and n >= 1 for n in out.chunk_sizes.values())
+            assert out.victims in ((), (0,))
+        with contextlib.suppress(PolicyError):
+            assert policy.on_request_arrival(views[0], ctx) is None
     finally:
         SESSION.reset(token)
