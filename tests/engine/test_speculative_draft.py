@@ -28,6 +28,7 @@ from blis_simpy.core.request import Request
 from blis_simpy.engine.latency import latency_model
 from blis_simpy.engine.speculative import Drafted, draft_model, draft_passes
 from blis_simpy.sim.build import build
+from tests.config.test_scenario_fuzz import HOSTILE, check, leaves, replaced
 from tests.conftest import BASE, merge, trace_run_scenario, write_trace
 from tests.engine.test_invariants import engines, request_rows
 from tests.engine.test_speculative import TENANT, spec_data
@@ -36,6 +37,10 @@ PHYSICAL = {"type": "physical", "alpha": None, "beta": None}
 DRAFT = "qwen/qwen2.5-1.5b-instruct"
 H100_BYTES_PER_US = 3.35e12 * 0.85 / 1e6  # hardware_native.json: hbm_tbs x hbm_efficiency
 H100_FLOPS_PER_US = 989.4e12 * 0.5 / 1e6  # tflops_peak x mfu
+DRAFT_ENGINE = {"kv_blocks": 2000, "speculative": {
+    "method": "draft_model", "model": "qwen/qwen2.5-1.5b-instruct",
+    "model_config": None, "draft_tokens": 3, "acceptance_rate": 0.7,
+    "tenant_acceptance": {"t": 0.9}}}
 
 
 def draft_data(k: int = 4, rate: float = 0.7, **changes: Any) -> dict[str, Any]:
@@ -222,3 +227,15 @@ def test_the_draft_config_is_read_from_a_file(tmp_path):
 def test_expected_tokens_is_the_geometric_sum():
     assert SpeculativeConfig(draft_tokens=3, acceptance_rate=0.5).expected_tokens() == 1.875
     assert expected_tokens(1.0, 4) == 5.0
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(leaves(DRAFT_ENGINE)), HOSTILE)
+def test_hostile_values_in_the_draft_model_keys_are_clear_errors_or_bounded_runs(path, value):
+    """tests/config's fuzz on every leaf of a draft model's engine section (the draft, its
+    config file, the rates, a tenant's rate, the KV blocks): an error naming the section, or a
+    run that ends with finite figures."""
+    data = merge(draft_data(3, 0.7, engine={"kv_blocks": 2000}), {"workload": {
+        "duration_s": 1, "tenants": [{"id": "t", **TENANT}, {"id": "u", **TENANT}]}})
+    data["engine"] = replaced(DRAFT_ENGINE, path, value)
+    check(data, ("engine",))
