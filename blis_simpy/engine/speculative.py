@@ -46,29 +46,37 @@ class Speculation:
         self.rate = config.acceptance_rate
         self.rates = config.tenant_acceptance
         self.rng = rng
-        self.totals = [0, 0, 0]
+        self.drafted = 0
+        self.accepted = 0
+        self.steps = 0
         self.tenants: dict[str, list[int]] = {}
 
     def accept(self, req: Request, drafted: int) -> int:
         """Tokens of the `drafted` the target accepts at this verify step."""
         accepted = 0
         if drafted:
-            a = self.rates.get(req.tenant_id, self.rate) if self.rates else self.rate
+            a = self.rate
+            if self.rates:
+                a = self.rates.get(req.tenant_id, a)
             accepted = drafted if a >= 1.0 else min(drafted,
                                                     int(self.rng.geometric(1.0 - a)) - 1)
-        tenant = self.tenants.get(req.tenant_id)
-        if tenant is None:
-            tenant = self.tenants[req.tenant_id] = [0, 0, 0]
-        for counts in (self.totals, tenant):
-            counts[0] += drafted
-            counts[1] += accepted
-            counts[2] += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.steps += 1
+        counts = self.tenants.get(req.tenant_id)
+        if counts is None:
+            counts = self.tenants[req.tenant_id] = [0, 0, 0]
+        counts[0] += drafted
+        counts[1] += accepted
+        counts[2] += 1
         return accepted
 
     def flush(self, recorder: Recorder) -> None:
         """Add this instance's counts to the run's (at its end)."""
-        for i, n in enumerate(self.totals):
-            recorder.speculation[i] += n
+        totals = recorder.speculation
+        totals[0] += self.drafted
+        totals[1] += self.accepted
+        totals[2] += self.steps
         for name, counts in self.tenants.items():
             total = recorder.speculation_tenants.setdefault(name, [0, 0, 0])
             for i, n in enumerate(counts):
