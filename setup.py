@@ -33,6 +33,7 @@ COMPILED = [
     "blis_simpy/engine/latency.py",
     "blis_simpy/engine/physical.py",
     "blis_simpy/engine/reference_order.py",
+    "blis_simpy/engine/speculative.py",
     "blis_simpy/engine/steady.py",
     "blis_simpy/engine/step.py",
     "blis_simpy/cluster/gateway.py",

@@ -190,6 +190,8 @@ FLAGS: dict[str, Flag] = {
     "lora-load-bandwidth-bytes-us": Flag(FLOAT, 2.0e6, None),
     "lora-footprint-bytes-per-rank": Flag(FLOAT, 2.0e6, "engine.lora.load_ms_per_rank"),
     "lora-scorer-weight": Flag(FLOAT, 0.0, None),
+    # vLLM's speculative decoding config (compat/head.py: speculative), which no reference has
+    "speculative-config": Flag(STR, "", "engine.speculative"),
 }
 # The head's new names of older flags.
 ALIASES = {"max-num-seqs": "max-num-running-reqs",

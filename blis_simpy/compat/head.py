@@ -13,12 +13,15 @@ raised when the flag is read). `tests/compat/test_head_flags.py` has a case for 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
 
 from blis_simpy.compat.flags import Args
+from blis_simpy.config.speculation import SpeculativeConfig
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.schema import load
 
 SATURATION = ("never", "utilization", "concurrency")
 DISPATCH = ("fifo", "priority", "slo-deadline")
@@ -39,6 +42,7 @@ def apply_head_flags(args: Args, data: dict[str, Any]) -> None:
     flow_control(args, data)
     detectors(args, data)
     lora(args, data)
+    speculative(args, data)
 
 
 def head_features(data: dict[str, Any]) -> list[str]:
@@ -49,6 +53,8 @@ def head_features(data: dict[str, Any]) -> list[str]:
         used.append("--flow-control")
     if "lora" in data["engine"]:
         used.append("--lora-adapter-capacity")
+    if "speculative" in data["engine"]:
+        used.append("--speculative-config")
     scheduler = data["policies"]["scheduler"]
     if scheduler.get("params", {}).get("preemption") == "lowest-priority":
         used.append("--preemption-policy priority")
@@ -283,3 +289,54 @@ HEAD_NOTE = """\
 # runs in native mode (compat: none): compat mode reproduces the older reference (b88fdf6b),
 # which has none of them, and the head's numbers are its own (docs/reference/compat.md).
 """
+
+
+# vLLM's --speculative-config keys converted, and the scenario key each sets.
+SPECULATIVE_KEYS = {"method": "method", "model": "model", "num_speculative_tokens": "draft_tokens",
+                    "acceptance_rate": "acceptance_rate"}
+SPECULATIVE_METHODS = ("ngram", "draft_model")
+
+
+def speculative(args: Args, data: dict[str, Any]) -> None:
+    """--speculative-config (vLLM's serve flag, a JSON object; neither reference simulator
+    has speculation): engine.speculative. `method` ngram or draft_model (vLLM's default when
+    a `model` is named), `model` the draft, `num_speculative_tokens` k; vLLM measures how
+    often drafts are accepted, a simulation needs it given: `acceptance_rate`. vLLM's n-gram
+    window (`prompt_lookup_min`, `prompt_lookup_max`) shapes the acceptance rate only, and is
+    read as given by it."""
+    if "speculative-config" not in args.given:
+        return
+    flag = "--speculative-config"
+    try:
+        config = json.loads(args["speculative-config"])
+    except ValueError as exc:
+        raise ScenarioError(flag, f"is not JSON: {exc}", "a JSON object, e.g. "
+                            '{"method": "ngram", "num_speculative_tokens": 4, '
+                            '"acceptance_rate": 0.7}') from None
+    if not isinstance(config, dict):
+        raise ScenarioError(flag, "must be a JSON object", "{\"method\": ..., ...}")
+    known = {*SPECULATIVE_KEYS, "prompt_lookup_min", "prompt_lookup_max"}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ScenarioError(flag, f"key {unknown[0]!r} is not modelled", ", ".join(sorted(known)))
+    method = config.get("method", "draft_model" if "model" in config else None)
+    if method not in SPECULATIVE_METHODS:
+        raise ScenarioError(flag, f"method {method!r} is not modelled (EAGLE, Medusa and MTP "
+                            "heads are not)", ", ".join(SPECULATIVE_METHODS))
+    for key in ("num_speculative_tokens", "acceptance_rate"):
+        if key not in config:
+            raise ScenarioError(flag, f"needs {key!r}" + (
+                " (vLLM measures it; a simulation is given it)" if key == "acceptance_rate"
+                else ""), f'"{key}": a number')
+    section = {SPECULATIVE_KEYS[key]: value for key, value in {**config, "method": method}.items()
+               if key in SPECULATIVE_KEYS}
+    try:
+        load(SpeculativeConfig, section, "")
+    except ScenarioError as exc:  # named by vLLM's key
+        key = {ours: theirs for theirs, ours in SPECULATIVE_KEYS.items()}.get(exc.path, exc.path)
+        raise ScenarioError(flag, f"{key}: {exc.problem}", exc.valid) from None
+    data["engine"]["speculative"] = section
+    if method == "draft_model" and data["latency"].get("type") == "blackbox":
+        raise ScenarioError(flag, "a draft model is costed by a step model of its own "
+                            "config.json, and this command runs the blackbox model",
+                            "--latency-model roofline, or method ngram")

@@ -74,7 +74,14 @@ def resolve(scenario: Scenario) -> Scenario:
         latency = dataclasses.replace(latency,
                                       coefficients=latency.coefficients or DEFAULT_FAMILY)
         kv_blocks = kv_blocks or memory_blocks(model, latency, engine.block_size)
-    engine = dataclasses.replace(engine, kv_blocks=kv_blocks or DEFAULT_KV_BLOCKS)
+    kv_blocks = kv_blocks or DEFAULT_KV_BLOCKS
+    speculative = engine.speculative
+    if speculative is not None and speculative.method == "draft_model" and not engine.kv_blocks:
+        from blis_simpy.config.speculation import draft_model_config, kv_blocks_with_draft
+
+        kv_blocks = kv_blocks_with_draft(kv_blocks, model_config_of(model, latency),
+                                         draft_model_config(speculative), engine.block_size)
+    engine = dataclasses.replace(engine, kv_blocks=kv_blocks)
     if engine.kv_tiers.enabled:
         engine = dataclasses.replace(engine, kv_tiers=resolve_tiers(
             engine.kv_tiers, model_config_of(model, latency), model.tp or 1, engine.block_size,

@@ -450,6 +450,23 @@ class Scenario:
         if self.deployment is not None:
             raise ScenarioError(join(path, "engine.speculative"), SPECULATIVE_POOLS,
                                 "no deployment section, or no engine.speculative")
+        latency = self.latency
+        if self.engine.speculative.method == "draft_model" and (
+                latency.type == "blackbox" or (latency.type is None and (
+                    latency.alpha is not None or latency.beta is not None))):
+            raise ScenarioError(join(path, "engine.speculative.method"), "a draft model is "
+                                "costed by a step model of its own config.json; the blackbox "
+                                "model's coefficients are fitted to whole steps of one model",
+                                "latency.type physical or roofline, or method ngram")
+        workload = self.workload
+        if isinstance(workload, TraceWorkload):  # a trace's rows name their own tenants
+            return
+        ids = [t.id for t in workload.tenants] if isinstance(workload, TenantsWorkload) else []
+        for tenant in self.engine.speculative.tenant_acceptance:
+            if tenant not in ids:
+                raise ScenarioError(join(path, f"engine.speculative.tenant_acceptance.{tenant}"),
+                                    "names no tenant of the workload",
+                                    ", ".join(ids) or "a tenants or trace workload")
 
     def check_targets(self, path: str) -> None:
         """A fitness weight on an SLO figure needs a target to attain: without one the figure

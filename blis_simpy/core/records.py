@@ -250,6 +250,7 @@ class Recorder:
         # Speculative decoding (engine.speculative): tokens drafted, accepted, and the
         # requests' verify steps, over every instance
         self.speculation: list[int] = [0, 0, 0]
+        self.speculation_tenants: dict[str, list[int]] = {}  # the same by tenant id
 
     def instance(self, instance_id: str, role: Role, kv_total: int) -> InstanceLog:
         log = InstanceLog(instance_id, role, kv_total, len(self.instances))
@@ -337,6 +338,8 @@ class Recorder:
             adapter_loads=tuple(self.adapter_loads),
             adapter_hits=dict(sorted(self.adapter_hits.items())),
             speculation=(self.speculation[0], self.speculation[1], self.speculation[2]),
+            speculation_tenants={name: (c[0], c[1], c[2]) for name, c
+                                 in sorted(self.speculation_tenants.items())},
         )
 
 
@@ -514,3 +517,4 @@ class Records:
     adapter_hits: dict[str, int] = field(default_factory=dict)
     # speculative decoding: tokens drafted, accepted, and verify steps (one per request step)
     speculation: tuple[int, int, int] = (0, 0, 0)
+    speculation_tenants: dict[str, tuple[int, int, int]] = field(default_factory=dict)

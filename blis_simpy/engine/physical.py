@@ -111,7 +111,12 @@ class StepShape:
                 tokens += n
                 kv_tokens += done + n
                 pairs += n * (done + (n + 1.0) / 2.0)
-        requests = float(len(batch))
+        return self.totals(tokens, kv_tokens, pairs, float(len(batch)))
+
+    def totals(self, tokens: float, kv_tokens: float, pairs: float, requests: float
+               ) -> list[float]:
+        """The quantities of a step over `tokens` new tokens of `requests` requests, reading
+        or writing `kv_tokens` KV entries and attending over `pairs` (token, context) pairs."""
         return [1.0, requests, self.weights_us(tokens),
                 kv_tokens * self.kv_us_per_token,
                 tokens * self.gemm_us_per_token + requests * self.gemm_us_per_request,

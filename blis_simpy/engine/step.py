@@ -163,13 +163,11 @@ class Stepper:
         self.pending_decodes = 0
         self.adapters: AdapterSlots | None = None  # LoRA adapter slots (engine.lora), if any
         # Speculative decoding (engine.speculative; `speculate`): tokens drafted per decode
-        # step (0: off), the acceptance rate, the draws' own stream, the positions drafted
-        # this step, and the totals drafted, accepted and verified (request decode steps).
+        # step (0: off), the acceptance draws and counts (engine/speculative.py's
+        # Speculation, loaded only with speculation on), the positions drafted this step.
         self.draft_tokens = 0
-        self.acceptance = 0.0
-        self.spec_rng: Any = None
+        self.speculation: Any = None
         self.drafted = 0
-        self.spec_totals = [0, 0, 0]
 
     # -- arrivals ---------------------------------------------------------------------------
 
@@ -582,9 +580,7 @@ class Stepper:
         self.steps = vec[i64]()
         self.log.close(self.kv.hits, self.kv.misses, self.kv.failures, self.last_event)
         if self.draft_tokens:
-            totals = self.recorder.speculation
-            for i, n in enumerate(self.spec_totals):
-                totals[i] += n
+            self.speculation.flush(self.recorder)
 
     def _schedule_running(self, running: list[Request]) -> tuple[int, int, int, int]:
         """Running requests in order: a prefill chunk or one decode token each, while budget
@@ -831,28 +827,18 @@ class Stepper:
         req.last_emit_step = step
         return emitted >= req.max_tokens
 
-    def speculate(self, draft_tokens: int, acceptance_rate: float, rng: Any) -> None:
-        """Speculative decoding from now on: `draft_tokens` drafted per decode step, each
-        accepted with `acceptance_rate` given the ones before it, drawn from `rng` (a stream
-        of its own). Decodes are explicit: the steady path assumes one token per step."""
+    def speculate(self, draft_tokens: int, speculation: Any) -> None:
+        """Speculative decoding from now on: `draft_tokens` drafted per decode step, accepted
+        as `speculation` draws (engine/speculative.py). Decodes are explicit: the steady path
+        assumes one token per step."""
         self.draft_tokens = draft_tokens
-        self.acceptance = acceptance_rate
-        self.spec_rng = rng
+        self.speculation = speculation
         self.steady = None
 
     def _verify(self, req: Request, drafted: int) -> None:
         """A speculative decode step's progress: the target model's token plus the accepted
-        prefix of the `drafted` tokens, min(drafted, G - 1) with G geometric (success
-        1 - acceptance), so P(at least i accepted) = acceptance^i."""
-        accepted = 0
-        if drafted:
-            a = self.acceptance
-            accepted = drafted if a >= 1.0 else min(drafted,
-                                                      int(self.spec_rng.geometric(1.0 - a)) - 1)
-        totals = self.spec_totals
-        totals[0] += drafted
-        totals[1] += accepted
-        totals[2] += 1
+        prefix of the `drafted` tokens (Speculation.accept)."""
+        accepted: int = self.speculation.accept(req, drafted)
         req.progress += 1 + accepted
         req.emitted += accepted
         self.output_tokens += accepted

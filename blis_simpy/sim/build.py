@@ -231,6 +231,11 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
     admission = policy(ADMISSION, policies.admission, "policies.admission")
     routing = policy(ROUTING, policies.routing, "policies.routing")
     latency = latency_model(scenario)
+    draft = None
+    if engine.speculative is not None:  # imported only by scenarios that speculate
+        from blis_simpy.engine.speculative import draft_model, speculate
+
+        draft = draft_model(scenario, latency)
     pool_type = checked(mode.pool) if checks else mode.pool
     ranks = scenario.evaluation.ranks()
     fleet = Fleet()
@@ -264,9 +269,8 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
             instance.adapters = AdapterSlots(name, engine.lora, adapter_ranks,
                                              recorder.adapter_loads, recorder.adapter_hits)
         if engine.speculative is not None:  # a stream per instance: no other draws move
-            instance.speculate(engine.speculative.draft_tokens,
-                               engine.speculative.acceptance_rate,
-                               stream(scenario.sim_seed, f"speculation:{name}"))
+            speculate(instance, engine.speculative, draft,
+                      stream(scenario.sim_seed, f"speculation:{name}"))
         instance.observer = gateway
         return instance
 

@@ -89,6 +89,11 @@ def simulate_streaming(sim: Simulation, folder: OutputFolder,
             summary["faults"] = fault_summary(records, sim.scale_log.lifecycle,
                                               sums.new + sums.decodes)
             faults = fault_table(records.faults)
+        speculative = sim.scenario.engine.speculative
+        if speculative is not None:  # the instances' totals: the in-memory run's section
+            from blis_simpy.metrics.speculation import speculation_summary
+
+            summary["speculation"] = speculation_summary(records, speculative)
     finally:
         sink.close()
     return Result(scenario=sim.scenario, summary=summary, request_table=Table({}),

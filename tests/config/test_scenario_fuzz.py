@@ -104,6 +104,13 @@ BASES: list[dict[str, Any]] = [
                   "tenants": [{"id": "a", "adapters": {"count": 4, "zipf": 1.2, "rank": 8,
                                                        "fraction": 0.8}, **TENANT},
                               {"id": "b", "adapters": {"count": 3}, **TENANT}]}},
+    # issue 35 item 7: speculative decoding, a tenant's own acceptance rate
+    {**{k: v for k, v in BASE.items() if k not in ("workload", "engine")},
+     "engine": {"kv_blocks": 2000,
+                "speculative": {"method": "ngram", "draft_tokens": 3, "acceptance_rate": 0.7,
+                                "tenant_acceptance": {"a": 0.9}}},
+     "workload": {"type": "tenants", "rate_per_s": 16, "duration_s": 1,
+                  "tenants": [{"id": "a", **TENANT}, {"id": "b", **TENANT}]}},
 ]
 
 HOSTILE = st.sampled_from([
