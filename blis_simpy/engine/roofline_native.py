@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from blis_simpy.config.hardware import GpuSpec
+from blis_simpy.config.moe import moe_layout
 from blis_simpy.engine.roofline import ModelShape
 
-# MoE namings this model does not read: costing such a model as dense is wrong by a large factor.
-_UNREAD_MOE_FIELDS = ("n_routed_experts", "num_experts", "moe_intermediate_size",
-                      "n_shared_experts", "shared_expert_intermediate_size", "kv_lora_rank")
+# Attention the native models do not cost: multi-head latent attention (DeepSeek-V2/V3) caches
+# a compressed latent, not keys and values per head, so costing it as such is wrong.
+_UNREAD_FIELDS = ("kv_lora_rank",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,29 +52,41 @@ class NativeShape:
     bytes_per_param: int
     experts: int  # 1 for a dense model
     experts_per_token: int
+    moe_layers: int = 0  # layers whose FFN is the experts; the others are dense
+    shared_intermediate: int = 0  # the shared experts' FFN width (each MoE layer, every token)
+    dense_intermediate: int = 0  # the dense layers' FFN width in a MoE model
 
     @classmethod
     def from_hf_config(cls, config: dict) -> NativeShape:
-        """The reference's dimensions plus head_dim, vocabulary and the Mixtral-style MoE keys
-        (`num_local_experts`, `num_experts_per_tok`); ValueError names a field it cannot cost."""
+        """The reference's dimensions plus head_dim, vocabulary and the MoE layout in the
+        Mixtral, Qwen-MoE and DeepSeek namings (config/moe.py); ValueError names a field it
+        cannot cost."""
         base = ModelShape.from_hf_config(config)
         merged = _text_config(config)
-        unread = [key for key in _UNREAD_MOE_FIELDS if merged.get(key)]
+        unread = [key for key in _UNREAD_FIELDS if merged.get(key)]
         if unread:
             raise ValueError(
-                f"model config field {unread[0]!r} (mixture of experts or latent attention in a "
-                "naming the native roofline does not read; it reads num_local_experts and "
-                "num_experts_per_tok) would change the step cost; costing the model as dense "
-                "would be wrong: use latency.type: blackbox with fitted coefficients")
-        experts = _positive_int(merged, "num_local_experts", 1)
-        per_token = _positive_int(merged, "num_experts_per_tok", 1 if experts == 1 else 0)
-        if experts > 1 and not 1 <= per_token <= experts:
-            raise ValueError(f"model config key 'num_experts_per_tok' must be in 1..{experts} "
-                             f"for a model with {experts} experts, got {per_token}")
+                f"model config field {unread[0]!r} (multi-head latent attention, which caches "
+                "a compressed latent rather than keys and values per head) is not costed by the "
+                "native step models: use latency.type: blackbox with fitted coefficients")
+        moe = moe_layout(merged, base.layers, base.intermediate)
         head_dim = _positive_int(merged, "head_dim", base.hidden // base.heads)
+        if moe.experts == 1:
+            return cls(base.layers, base.hidden, base.heads, base.kv_heads, head_dim,
+                       base.intermediate, _positive_int(merged, "vocab_size", 0),
+                       base.bytes_per_param, 1, 1)
         return cls(base.layers, base.hidden, base.heads, base.kv_heads, head_dim,
-                   base.intermediate, _positive_int(merged, "vocab_size", 0),
-                   base.bytes_per_param, experts, per_token if experts > 1 else 1)
+                   moe.expert_ffn, _positive_int(merged, "vocab_size", 0),
+                   base.bytes_per_param, moe.experts, moe.per_token, moe.moe_layers,
+                   moe.shared_ffn, moe.dense_ffn)
+
+    def other_mlp_params(self) -> int:
+        """A MoE model's FFN parameters besides the routed experts: the router and shared
+        experts of its MoE layers, the MLP of its dense layers (0 for a dense model)."""
+        if self.experts == 1:
+            return 0
+        return (self.moe_layers * self.hidden * (self.experts + 3 * self.shared_intermediate)
+                + (self.layers - self.moe_layers) * 3 * self.hidden * self.dense_intermediate)
 
 
 def _text_config(config: dict) -> dict:
@@ -136,13 +149,17 @@ class NativeRoofline:
         q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
         attn_params = m.hidden * (q_width + 2 * kv_width) + q_width * m.hidden
         self._expert_params = 3 * m.hidden * m.intermediate  # gated MLP: gate, up, down
-        router = m.hidden * m.experts if m.experts > 1 else 0
         self._lm_head_params = m.vocab * m.hidden
         # Parameters every token multiplies through (per layer), and those read whatever the batch.
-        self._active_params = m.layers * (attn_params + router
-                                          + m.experts_per_token * self._expert_params)
-        self._fixed_bytes = (m.layers * (attn_params + router) + self._lm_head_params) * b
-        self._expert_bytes = m.layers * self._expert_params * b
+        if m.experts > 1:  # routers, shared experts and dense layers besides the experts
+            other = m.layers * attn_params + m.other_mlp_params()
+            self._active_params = other + m.moe_layers * m.experts_per_token * self._expert_params
+            self._fixed_bytes = (other + self._lm_head_params) * b
+            self._expert_bytes = m.moe_layers * self._expert_params * b
+        else:
+            self._active_params = m.layers * (attn_params + self._expert_params)
+            self._fixed_bytes = (m.layers * attn_params + self._lm_head_params) * b
+            self._expert_bytes = m.layers * self._expert_params * b
         self._attn_flops = 4.0 * q_width * m.layers  # QK^T and AV per (token, context token)
         kv_heads_per_gpu = math.ceil(m.kv_heads / tp)  # heads are replicated when tp > kv_heads
         self._kv_bytes_per_token = 2.0 * m.layers * kv_heads_per_gpu * m.head_dim * b
