@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from blis_simpy.config import hardware
 from blis_simpy.config.catalog import bundled_model_config
 from blis_simpy.config.memory import memory_kv_blocks, model_weight_bytes
-from blis_simpy.core.request import Request
 from blis_simpy.engine.physical import StepShape
 from blis_simpy.engine.roofline_native import NativeShape
+from tests.engine.test_physical import decodes
 
 H100 = hardware.gpu_spec(hardware.bundled(), "H100")
 BW = 3.35e12 * 0.85 / 1e6  # achievable HBM bytes per µs
@@ -24,16 +23,6 @@ LINK = 450e9 * 0.8 / 1e6  # achievable NVLink bytes per µs
 MIXTRAL = NativeShape.from_hf_config(bundled_model_config("mistralai/Mixtral-8x7B-v0.1"))
 LAYERS, HIDDEN, FFN, E, K, B = 32, 4096, 14336, 8, 2, 2
 WHOLE_EXPERT_US = LAYERS * 3 * HIDDEN * FFN * B / BW  # one expert in every layer, one GPU
-
-
-def request(prompt: int, progress: int, chunk: int) -> Request:
-    req = Request(0, 0, np.zeros(prompt, dtype=np.int64), np.zeros(10, dtype=np.int64))
-    req.progress, req.chunk = progress, chunk
-    return req
-
-
-def decodes(n: int, context: int) -> list[Request]:
-    return [request(context, context, -1) for _ in range(n)]
 
 
 def mixtral(tp: int, dp: int = 1, ep: bool = False, comm: str = "allgather_reducescatter"
