@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from blis_simpy.config import hardware as gpus
+from blis_simpy.config.attention import LatentAttention, latent_attention
 from blis_simpy.config.moe import MoeLayout, moe_layout
 
 # vLLM's default `gpu_memory_utilization`: the share of each GPU's memory it claims.
@@ -44,6 +45,9 @@ def weight_bytes(config: dict[str, Any], dtype_bytes: int) -> int | None:
     head_dim = positive_int(config, "head_dim") or hidden // heads
     intermediate = positive_int(config, "intermediate_size") or 4 * hidden
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o; k, v
+    latent = latent_or_none(config)
+    if latent is not None:
+        attention = latent.params(hidden, heads)
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
     moe = layout(config)
     if moe is None or moe.experts == 1:
@@ -52,6 +56,15 @@ def weight_bytes(config: dict[str, Any], dtype_bytes: int) -> int | None:
                                       + 3 * moe.shared_ffn)
            + (layers - moe.moe_layers) * 3 * hidden * moe.dense_ffn)
     return (layers * attention + mlp + embeddings) * dtype_bytes
+
+
+def latent_or_none(config: dict[str, Any]) -> LatentAttention | None:
+    """The model's latent attention (config/attention.py); None for per-head keys and values
+    or keys that cannot be read (the step model reports which)."""
+    try:
+        return latent_attention(config)
+    except ValueError:
+        return None
 
 
 def layout(config: dict[str, Any]) -> MoeLayout | None:
@@ -95,6 +108,9 @@ def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size
     kv_heads = positive_int(config, "num_key_value_heads") or heads
     head_dim = positive_int(config, "head_dim") or hidden // heads
     block_bytes = 2 * layers * kv_heads * head_dim * dtype_bytes * block_size
+    latent = latent_or_none(config)
+    if latent is not None:  # the whole latent on every GPU of the group
+        block_bytes = tp * layers * latent.cached * dtype_bytes * block_size
     free = int(tp * memory_mib * MIB * GPU_MEMORY_UTILIZATION) - weights
     return dp * (free // block_bytes) if free >= block_bytes else None
 

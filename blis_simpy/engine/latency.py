@@ -247,8 +247,9 @@ def native_inputs(scenario: Scenario) -> tuple[NativeShape, dict, gpus.GpuSpec, 
         if model.gpu is None:
             raise ValueError("the native step models need model.gpu")
         gpu = gpus.gpu_spec(gpus.hardware(latency.hardware_config), model.gpu)
-    except ValueError as exc:
-        raise ScenarioError("latency.hardware_config", str(exc)) from None
+    except ValueError as exc:  # the file, or the GPU it does not list: name the key too
+        raise ScenarioError("latency.hardware_config", f"{exc} (model.gpu "
+                            f"{model.gpu!r})") from None
     return shape, config, gpu, tp
 
 

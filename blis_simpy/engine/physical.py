@@ -65,8 +65,8 @@ class StepShape:
                              "need a mixture of experts")
         m, b = shape, float(shape.bytes_per_param)
         bw, flops, link = gpu.bytes_per_s / US, gpu.flops_per_s / US, gpu.link_bytes_per_s / US
-        q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
-        attn_params = m.hidden * (q_width + 2 * kv_width) + q_width * m.hidden
+        q_width = m.heads * m.head_dim
+        attn_params = m.attention_params()
         expert_params = 3.0 * m.hidden * m.intermediate  # gated MLP: gate, up, down
         lm_head = float(m.vocab * m.hidden)
         self.experts = float(m.experts)
@@ -88,6 +88,9 @@ class StepShape:
         kv_heads_per_gpu = math.ceil(m.kv_heads / tp)  # replicated when tp > kv_heads
         self.kv_us_per_token = 2.0 * m.layers * kv_heads_per_gpu * m.head_dim * b / bw
         self.attn_us_per_pair = 4.0 * q_width * m.layers / tp / flops  # QK^T and AV
+        if m.latent is not None:  # the whole latent on every GPU; absorbed attention
+            self.kv_us_per_token = m.layers * m.latent.cached * b / bw
+            self.attn_us_per_pair = m.latent.flops_per_pair(m.heads) * m.layers / tp / flops
         ring = 2.0 * (tp - 1) / tp * m.hidden * b  # bytes per token per all-reduce
         # A small all-reduce's latency grows with the log of the GPUs it spans (recursive
         # doubling): the hardware figure is for two GPUs.

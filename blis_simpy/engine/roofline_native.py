@@ -16,10 +16,10 @@ models as dense. A vLLM step is one forward pass over every scheduled token, so 
 - a fixed per-step overhead (scheduling, sampling, launch).
 
 The GPU figures live in data/hardware_native.json (config/hardware.py); where each number
-comes from is in docs/roofline.md. Config fields the model does not read but that change the
-cost are reported: MoE fields in another naming are errors (costing them as dense is off by
-the expert count), quantization and sliding windows are warnings (the cost is an upper
-bound).
+comes from is in docs/roofline.md. MoE layouts are read in the common namings (config/moe.py),
+latent attention too (config/attention.py); config fields the model does not read but that
+change the cost are reported: quantization and sliding windows are warnings (the cost is an
+upper bound).
 """
 
 from __future__ import annotations
@@ -29,13 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from blis_simpy.config.attention import LatentAttention, latent_attention
 from blis_simpy.config.hardware import GpuSpec
 from blis_simpy.config.moe import moe_layout
 from blis_simpy.engine.roofline import ModelShape
-
-# Attention the native models do not cost: multi-head latent attention (DeepSeek-V2/V3) caches
-# a compressed latent, not keys and values per head, so costing it as such is wrong.
-_UNREAD_FIELDS = ("kv_lora_rank",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +52,7 @@ class NativeShape:
     moe_layers: int = 0  # layers whose FFN is the experts; the others are dense
     shared_intermediate: int = 0  # the shared experts' FFN width (each MoE layer, every token)
     dense_intermediate: int = 0  # the dense layers' FFN width in a MoE model
+    latent: LatentAttention | None = None  # multi-head latent attention (config/attention.py)
 
     @classmethod
     def from_hf_config(cls, config: dict) -> NativeShape:
@@ -63,22 +61,25 @@ class NativeShape:
         cannot cost."""
         base = ModelShape.from_hf_config(config)
         merged = _text_config(config)
-        unread = [key for key in _UNREAD_FIELDS if merged.get(key)]
-        if unread:
-            raise ValueError(
-                f"model config field {unread[0]!r} (multi-head latent attention, which caches "
-                "a compressed latent rather than keys and values per head) is not costed by the "
-                "native step models: use latency.type: blackbox with fitted coefficients")
         moe = moe_layout(merged, base.layers, base.intermediate)
+        latent = latent_attention(merged)
         head_dim = _positive_int(merged, "head_dim", base.hidden // base.heads)
         if moe.experts == 1:
             return cls(base.layers, base.hidden, base.heads, base.kv_heads, head_dim,
                        base.intermediate, _positive_int(merged, "vocab_size", 0),
-                       base.bytes_per_param, 1, 1)
+                       base.bytes_per_param, 1, 1, latent=latent)
         return cls(base.layers, base.hidden, base.heads, base.kv_heads, head_dim,
                    moe.expert_ffn, _positive_int(merged, "vocab_size", 0),
                    base.bytes_per_param, moe.experts, moe.per_token, moe.moe_layers,
-                   moe.shared_ffn, moe.dense_ffn)
+                   moe.shared_ffn, moe.dense_ffn, latent)
+
+    def attention_params(self) -> int:
+        """One layer's attention parameters: Q, K, V and output projections, or the latent
+        attention's."""
+        if self.latent is not None:
+            return self.latent.params(self.hidden, self.heads)
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return self.hidden * (q_width + 2 * kv_width) + q_width * self.hidden
 
     def other_mlp_params(self) -> int:
         """A MoE model's FFN parameters besides the routed experts: the router and shared
@@ -146,8 +147,8 @@ class NativeRoofline:
             raise ValueError(f"tp must be a positive integer, got {tp!r}")
         self.shape, self.gpu, self.tp = shape, gpu, tp
         m, b = shape, float(shape.bytes_per_param)
-        q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
-        attn_params = m.hidden * (q_width + 2 * kv_width) + q_width * m.hidden
+        q_width = m.heads * m.head_dim
+        attn_params = m.attention_params()
         self._expert_params = 3 * m.hidden * m.intermediate  # gated MLP: gate, up, down
         self._lm_head_params = m.vocab * m.hidden
         # Parameters every token multiplies through (per layer), and those read whatever the batch.
@@ -163,6 +164,9 @@ class NativeRoofline:
         self._attn_flops = 4.0 * q_width * m.layers  # QK^T and AV per (token, context token)
         kv_heads_per_gpu = math.ceil(m.kv_heads / tp)  # heads are replicated when tp > kv_heads
         self._kv_bytes_per_token = 2.0 * m.layers * kv_heads_per_gpu * m.head_dim * b
+        if m.latent is not None:  # the whole latent on every GPU; absorbed attention
+            self._attn_flops = float(m.latent.flops_per_pair(m.heads) * m.layers)
+            self._kv_bytes_per_token = float(m.layers * m.latent.cached) * b
         self._flops = gpu.tflops_peak * 1e12 * gpu.mfu
         self._bandwidth = gpu.hbm_tbs * 1e12 * gpu.hbm_efficiency
         self._link = gpu.link_bytes_per_s

@@ -46,10 +46,8 @@ def test_item4_deepseek_naming_dense_prefix_and_shared_experts():
               "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
               "moe_intermediate_size": 1408, "first_k_dense_replace": 1, "moe_layer_freq": 1}
     assert moe_layout(config, 27, 10944) == MoeLayout(64, 6, 1408, 2 * 1408, 26, 10944)
-    shape = NativeShape.from_hf_config(config)  # without MLA the step models read it
+    shape = NativeShape.from_hf_config(config)
     assert shape.moe_layers == 26 and shape.dense_intermediate == 10944
-    with pytest.raises(ValueError, match="kv_lora_rank"):
-        NativeShape.from_hf_config({**config, "kv_lora_rank": 512})
 
 
 def test_item4_llama4_interleaved_layers_and_shared_expert():

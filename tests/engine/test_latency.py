@@ -93,7 +93,7 @@ def test_an_unmodelled_config_field_is_a_run_warning(tmp_path):
 
 @pytest.mark.parametrize(("extra", "field"), [
     ({"num_experts": 64}, "num_experts_per_tok"),  # Qwen-MoE naming, read: needs its top-k
-    ({"kv_lora_rank": 512}, "kv_lora_rank"),  # latent attention: not costed
+    ({"kv_lora_rank": 512}, "qk_rope_head_dim"),  # latent attention needs all its widths
 ])
 def test_an_unusable_model_config_field_is_an_error_naming_it(tmp_path, extra, field):
     config = {**bundled_model_config("meta-llama/llama-3.1-8b-instruct"), **extra}

@@ -9,13 +9,16 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blis_simpy.config import hardware
 from blis_simpy.config.catalog import bundled_model_config
 from blis_simpy.config.memory import memory_kv_blocks, model_weight_bytes
+from blis_simpy.config.moe import MOE_COMM
 from blis_simpy.engine.physical import StepShape
 from blis_simpy.engine.roofline_native import NativeShape
-from tests.engine.test_physical import decodes
+from tests.engine.test_physical import decodes, request
 
 H100 = hardware.gpu_spec(hardware.bundled(), "H100")
 BW = 3.35e12 * 0.85 / 1e6  # achievable HBM bytes per µs
@@ -170,3 +173,24 @@ def test_item4_each_rank_has_its_own_kv_cache_beside_its_share_of_the_weights():
     rank = (usable - (weights - experts * 3 // 4)) // block
     assert memory_kv_blocks(config, "H100", 1, 16, None, dp=4) == 4 * rank
     assert memory_kv_blocks(config, "H100", 1, 16) is None  # 93 GB do not fit on one GPU
+
+
+@settings(max_examples=200, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), dp=st.integers(1, 16), ep=st.booleans(),
+       comm=st.sampled_from(MOE_COMM),
+       batch=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 4096), st.booleans()),
+                      min_size=1, max_size=40))
+def test_item4_every_parallel_step_quantity_is_finite_and_ranks_never_add_per_gpu_work(
+        tp, dp, ep, comm, batch):
+    requests = [request(prompt + done, done, -1) if decode else request(prompt, 0, prompt)
+                for prompt, done, decode in batch]
+    q = mixtral(tp, dp, ep, comm).quantities(requests)
+    assert all(math.isfinite(x) and x >= 0 for x in q)
+    alone = mixtral(tp).quantities(requests)
+    for i in (1, 3, 4, 5):  # requests, KV reads, GEMMs, attention: per rank
+        assert q[i] <= alone[i] * (1 + 1e-12)
+    par = mixtral(tp, dp, ep, comm).parallel
+    if par is not None:
+        tokens = float(sum(1 if decode else prompt for prompt, _, decode in batch))
+        busiest = par.busiest(tokens)
+        assert par.touched(tokens) / (tp * dp) - 1e-9 <= busiest <= math.ceil(E / (tp * dp))
