@@ -18,8 +18,7 @@ Dense layers of a MoE model have the FFN of `intermediate_size` (Llama 4:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 # vLLM's MoE dispatch/combine backends (VLLM_ALL2ALL_BACKEND), as the reference's head accepts
@@ -33,9 +32,9 @@ ROUTED = frozenset({"pplx", "deepep_high_throughput", "deepep_low_latency", "mor
 DEFAULT_COMM = "allgather_reducescatter"  # vLLM's default
 
 
-@dataclass(frozen=True, slots=True)
-class MoeLayout:
-    """What a step's cost and the weights' size read of a mixture of experts."""
+class MoeLayout(NamedTuple):
+    """What a step's cost and the weights' size read of a mixture of experts (a NamedTuple:
+    every scenario load imports it, and it is built at a tenth of a dataclass's cost)."""
 
     experts: int  # routed experts per MoE layer; 1 for a dense model
     per_token: int  # routed experts each token goes through
