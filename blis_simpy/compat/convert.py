@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from blis_simpy.compat.flags import DEFAULTS_FILE, INT64_MAX, KEY_TO_FLAG, Args, parse_args
-from blis_simpy.compat.head import HEAD_NOTE, apply_head_flags, head_features
+from blis_simpy.compat.head import (
+    HEAD_NOTE,
+    apply_head_flags,
+    head_features,
+    parallel_latency,
+    uses_parallelism,
+)
 from blis_simpy.compat.policy_config import build_policies, command_policies
 from blis_simpy.compat.workload_spec import workload_spec
 from blis_simpy.config.catalog import (
@@ -87,6 +93,11 @@ def resolve_latency(args: Args) -> Latency:
     """engine.md §7 "Coefficient resolution", with Q13 and the catalog miss made errors."""
     alpha, beta = args["alpha-coeffs"], args["beta-coeffs"]
     gpu, tp, version = args["hardware"], args["tp"], args["vllm-version"]
+    if uses_parallelism(args):
+        defaults = load_catalog(args).model_defaults(args["model"])
+        return Latency(parallel_latency(args), gpu or str(defaults.get("GPU") or ""),
+                       tp or int(defaults.get("tensor_parallelism") or 0),
+                       version or str(defaults.get("vllm_version") or ""), None)
     if "latency-model" in args.given:
         return head_latency(args)
     if not (all_zero(alpha) and all_zero(beta)):

@@ -192,6 +192,10 @@ FLAGS: dict[str, Flag] = {
     "lora-scorer-weight": Flag(FLOAT, 0.0, None),
     # vLLM's speculative decoding config (compat/head.py: speculative), which no reference has
     "speculative-config": Flag(STR, "", "engine.speculative"),
+    # Data and expert parallelism of a MoE model (compat/head.py: parallelism)
+    "dp": Flag(INT, 1, "model.dp"),
+    "enable-expert-parallel": Flag(BOOL, False, "model.expert_parallel"),
+    "moe-comm-backend": Flag(STR, "", "model.moe_comm"),
 }
 # The head's new names of older flags.
 ALIASES = {"max-num-seqs": "max-num-running-reqs",
@@ -199,9 +203,6 @@ ALIASES = {"max-num-seqs": "max-num-running-reqs",
 PD_ADVICE = ("is the reference head's P/D disaggregation flag; write a deployment config with "
              "architecture disaggregated_pd instead (its prefill and decode pools, decider and "
              "link: docs/guides/pd.md)")
-PARALLEL_ADVICE = ("is the reference head's data / expert parallelism flag; DP replicas inside "
-                   "an instance and MoE all-to-all are not modelled yet: model DP ranks as "
-                   "separate instances (--num-instances)")
 DETECTOR_ADVICE = ("tunes or writes out the reference head's own post-hoc detectors; blis-simpy's "
                    "saturation detector runs on every run (its levels: summary.json "
                    "saturation.level and .windows, `overload` rows in anomalies.csv) and has one "
@@ -238,7 +239,6 @@ REFUSED = {
                    "overhead tiers), which is not converted: write engine.lora (slots, load "
                    "time) and each tenant's adapters (count, zipf, rank) instead "
                    "(docs/guides/lora.md), or the --lora-* flags",
-    **{name: PARALLEL_ADVICE for name in ("dp", "enable-expert-parallel", "moe-comm-backend")},
     **{name: DETECTOR_ADVICE for name in ("saturation-config", "saturation-report")},
 }
 KEY_TO_FLAG = {f.key: f"--{name}" for name, f in FLAGS.items() if f.key}

@@ -19,6 +19,8 @@ import re
 from typing import Any
 
 from blis_simpy.compat.flags import Args
+from blis_simpy.config.catalog import bundled_model_config, read_json
+from blis_simpy.config.moe import MOE_COMM, MoeLayout, moe_layout
 from blis_simpy.config.speculation import SpeculativeConfig
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import load
@@ -31,6 +33,8 @@ HEAD_SCORERS = ("active-requests", "load-aware", "lora-affinity", "no-hit-lru",
                 "precise-prefix-cache", "running-requests", "vllm-dp")
 HEAD_ADMISSION = ("gaie-legacy", "tier-shed")
 DETECTORS = ("composite", "backlog-drift", "threshold")
+PARALLEL_KEYS = {"dp": "dp", "expert_parallel": "enable-expert-parallel",
+                 "moe_comm": "moe-comm-backend"}
 
 
 def apply_head_flags(args: Args, data: dict[str, Any]) -> None:
@@ -43,6 +47,7 @@ def apply_head_flags(args: Args, data: dict[str, Any]) -> None:
     detectors(args, data)
     lora(args, data)
     speculative(args, data)
+    parallelism(args, data)
 
 
 def head_features(data: dict[str, Any]) -> list[str]:
@@ -55,6 +60,7 @@ def head_features(data: dict[str, Any]) -> list[str]:
         used.append("--lora-adapter-capacity")
     if "speculative" in data["engine"]:
         used.append("--speculative-config")
+    used += [f"--{flag}" for key, flag in PARALLEL_KEYS.items() if key in data["model"]]
     scheduler = data["policies"]["scheduler"]
     if scheduler.get("params", {}).get("preemption") == "lowest-priority":
         used.append("--preemption-policy priority")
@@ -340,3 +346,84 @@ def speculative(args: Args, data: dict[str, Any]) -> None:
         raise ScenarioError(flag, "a draft model is costed by a step model of its own "
                             "config.json, and this command runs the blackbox model",
                             "--latency-model roofline, or method ngram")
+
+
+def uses_parallelism(args: Args) -> bool:
+    """--dp above 1 or --enable-expert-parallel: the MoE served over several GPUs' experts
+    (the values checked as the head checks them: dp >= 1, a known backend, one that acts)."""
+    dp, comm = args["dp"], args["moe-comm-backend"]
+    if dp < 1:
+        raise ScenarioError("--dp", f"must be >= 1, got {dp}", "data-parallel ranks, e.g. 2")
+    if comm and comm not in MOE_COMM:
+        raise ScenarioError("--moe-comm-backend", f"{comm!r} is not one of vLLM's MoE "
+                            "all-to-all backends", ", ".join(MOE_COMM))
+    if comm and dp == 1:
+        raise ScenarioError("--moe-comm-backend", "has no effect at --dp 1 (the head warns and "
+                            "ignores it): the MoE layers all-reduce over TP", "--dp N as well, "
+                            "or leave it out")
+    return dp != 1 or args["enable-expert-parallel"]
+
+
+def parallel_latency(args: Args) -> dict[str, Any]:
+    """The head costs DP/EP with its trained-physics model only (its own fit, refusing
+    roofline); the native physical model costs them here (docs/guides/moe.md)."""
+    name = args["latency-model"]
+    if "latency-model" in args.given and name != "trained-physics":
+        raise ScenarioError("--latency-model", f"{name!r} does not cost --dp or "
+                            "--enable-expert-parallel (the head refuses it too); they are "
+                            "costed by the native physical step model", "trained-physics, or "
+                            "leave it out")
+    for flag in ("alpha-coeffs", "beta-coeffs", "hardware-config"):
+        if flag in args.given:
+            raise ScenarioError(f"--{flag}", "is read by the reference's own step models; "
+                                "--dp and --enable-expert-parallel run the native physical "
+                                "model, with its bundled GPU figures", "leave it out")
+    section: dict[str, Any] = {"type": "physical"}
+    if args["model-config-folder"]:
+        folder = args.path("model-config-folder")
+        if not (folder / "config.json").is_file():
+            raise ScenarioError("--model-config-folder", f"{folder} has no config.json")
+        section["model_config"] = str(folder)
+    return section
+
+
+def parallelism(args: Args, data: dict[str, Any]) -> None:
+    """--dp, --enable-expert-parallel, --moe-comm-backend: model.dp, model.expert_parallel,
+    model.moe_comm, checked as the head checks them (dp >= 1, a MoE model, a known backend)."""
+    if not uses_parallelism(args):
+        return
+    dp, ep, comm = args["dp"], args["enable-expert-parallel"], args["moe-comm-backend"]
+    flag = "--dp" if dp != 1 else "--enable-expert-parallel"
+    config = model_config(args, data["latency"].get("model_config"), flag)
+    if layout(config).experts < 2:
+        raise ScenarioError(flag, f"{args['model']} is dense: " + (
+            "vLLM runs a dense model's data-parallel ranks as independent engines, which are "
+            "instances here" if dp != 1 else "vLLM refuses expert parallelism for it"),
+            "--num-instances N (and the vllm-dp routing scorer) instead")
+    model = data["model"]
+    if dp > 1:
+        model["dp"] = dp
+    if ep:
+        model["expert_parallel"] = True
+    if comm:
+        model["moe_comm"] = comm
+    if "total-kv-blocks" not in args.given:
+        del data["engine"]["kv_blocks"]  # sized from memory: each rank's own KV cache
+
+
+def model_config(args: Args, folder: str | None, flag: str) -> dict[str, Any]:
+    try:
+        return read_json(folder, "config.json") if folder \
+            else bundled_model_config(args["model"])
+    except ValueError as exc:
+        raise ScenarioError(flag, f"needs the model's config.json for the physical step "
+                            f"model: {exc}", "--model-config-folder") from None
+
+
+def layout(config: dict[str, Any]) -> MoeLayout:
+    text = config.get("text_config")
+    merged = {**config, **text} if isinstance(text, dict) else config
+    try:
+        return moe_layout(merged, 0, 0)
+    except ValueError as exc:
+        raise ScenarioError("--model-config-folder", str(exc)) from None

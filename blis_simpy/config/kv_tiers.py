@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from blis_simpy.config.memory import DTYPE_BYTES, positive_int
+from blis_simpy.config.memory import DTYPE_BYTES, latent_or_none, positive_int
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import join, spec
 from blis_simpy.core.units import MAX_FLOAT, MAX_KV_BLOCKS
@@ -86,6 +86,9 @@ def block_bytes(model_config: dict[str, Any], tp: int, block_size: int) -> int |
     size = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
     if not (layers and hidden and heads and size):
         return None
+    latent = latent_or_none(config)
+    if latent is not None:  # every GPU of the group holds the whole latent
+        return layers * latent.cached * size * block_size
     kv_heads = positive_int(config, "num_key_value_heads") or heads
     head_dim = positive_int(config, "head_dim") or hidden // heads
     return 2 * layers * math.ceil(kv_heads / tp) * head_dim * size * block_size

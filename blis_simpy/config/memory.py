@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from blis_simpy.config import hardware as gpus
+from blis_simpy.config.attention import LatentAttention, latent_attention
+from blis_simpy.config.moe import MoeLayout, moe_layout
 
 # vLLM's default `gpu_memory_utilization`: the share of each GPU's memory it claims.
 GPU_MEMORY_UTILIZATION = 0.9
@@ -43,22 +45,60 @@ def weight_bytes(config: dict[str, Any], dtype_bytes: int) -> int | None:
     head_dim = positive_int(config, "head_dim") or hidden // heads
     intermediate = positive_int(config, "intermediate_size") or 4 * hidden
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o; k, v
-    experts = positive_int(config, "num_local_experts") or 1
-    mlp = 3 * hidden * intermediate * experts + (hidden * experts if experts > 1 else 0)
+    latent = latent_or_none(config)
+    if latent is not None:
+        attention = latent.params(hidden, heads)
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return (layers * (attention + mlp) + embeddings) * dtype_bytes
+    moe = layout(config)
+    if moe is None or moe.experts == 1:
+        return (layers * (attention + 3 * hidden * intermediate) + embeddings) * dtype_bytes
+    mlp = (moe.moe_layers * hidden * (3 * moe.expert_ffn * moe.experts + moe.experts
+                                      + 3 * moe.shared_ffn)
+           + (layers - moe.moe_layers) * 3 * hidden * moe.dense_ffn)
+    return (layers * attention + mlp + embeddings) * dtype_bytes
+
+
+def latent_or_none(config: dict[str, Any]) -> LatentAttention | None:
+    """The model's latent attention (config/attention.py); None for per-head keys and values
+    or keys that cannot be read (the step model reports which)."""
+    try:
+        return latent_attention(config)
+    except ValueError:
+        return None
+
+
+def layout(config: dict[str, Any]) -> MoeLayout | None:
+    """The model's MoE layout (config/moe.py); None when its keys cannot be read (the step
+    model reports which)."""
+    layers, hidden = positive_int(config, "num_hidden_layers"), positive_int(config, "hidden_size")
+    try:
+        return moe_layout(config, layers or 0,
+                          positive_int(config, "intermediate_size") or 4 * (hidden or 0))
+    except ValueError:
+        return None
+
+
+def expert_weight_bytes(config: dict[str, Any], dtype_bytes: int) -> int:
+    """The routed experts' share of `weight_bytes` (0 for a dense model)."""
+    moe = layout(config)
+    if moe is None or moe.experts == 1:
+        return 0
+    hidden = positive_int(config, "hidden_size") or 0
+    return moe.moe_layers * 3 * hidden * moe.expert_ffn * moe.experts * dtype_bytes
 
 
 def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size: int,
-                     hardware: dict[str, Any] | None = None) -> int | None:
+                     hardware: dict[str, Any] | None = None, dp: int = 1) -> int | None:
     """The KV blocks that fit beside the weights on `tp` GPUs of this kind (its memory from
     `hardware`, a native hardware config, else the bundled one); None when the GPU's memory
     or a model dimension is unknown, or the weights leave no room for one block (the caller
-    keeps its default)."""
+    keeps its default). With `dp` data-parallel ranks of a mixture of experts, each rank holds
+    its own attention and embeddings but only 1/dp of the experts (sliced or whole, they are
+    spread over all tp x dp GPUs), and its own KV cache: the blocks are dp times a rank's."""
     memory_mib = gpu_memory_mib(gpu, hardware)
     config = text_config(model_config)
     dtype_bytes = dtype_size(config)
-    weights = model_weight_bytes(model_config)
+    weights = rank_weight_bytes(model_config, dp)
     if memory_mib is None or dtype_bytes is None:
         return None
     layers, hidden = positive_int(config, "num_hidden_layers"), positive_int(config, "hidden_size")
@@ -68,8 +108,11 @@ def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size
     kv_heads = positive_int(config, "num_key_value_heads") or heads
     head_dim = positive_int(config, "head_dim") or hidden // heads
     block_bytes = 2 * layers * kv_heads * head_dim * dtype_bytes * block_size
+    latent = latent_or_none(config)
+    if latent is not None:  # the whole latent on every GPU of the group
+        block_bytes = tp * layers * latent.cached * dtype_bytes * block_size
     free = int(tp * memory_mib * MIB * GPU_MEMORY_UTILIZATION) - weights
-    return free // block_bytes if free >= block_bytes else None
+    return dp * (free // block_bytes) if free >= block_bytes else None
 
 
 def text_config(model_config: dict[str, Any]) -> dict[str, Any]:
@@ -88,6 +131,16 @@ def model_weight_bytes(model_config: dict[str, Any]) -> int | None:
     config = text_config(model_config)
     size = dtype_size(config)
     return None if size is None else weight_bytes(config, size)
+
+
+def rank_weight_bytes(model_config: dict[str, Any], dp: int = 1) -> int | None:
+    """The weights one of `dp` data-parallel ranks holds: all but the routed experts, and
+    1/dp of those (sliced or whole, they are spread over every rank's GPUs)."""
+    weights = model_weight_bytes(model_config)
+    size = dtype_size(text_config(model_config))
+    if dp == 1 or weights is None or size is None:
+        return weights
+    return weights - expert_weight_bytes(text_config(model_config), size) * (dp - 1) // dp
 
 
 def gpu_memory_mib(gpu: str, hardware: dict[str, Any] | None = None) -> float | None:

@@ -22,7 +22,7 @@ from blis_simpy.config.memory import (
     GPU_MEMORY_UTILIZATION,
     gpu_memory_mib,
     memory_kv_blocks,
-    model_weight_bytes,
+    rank_weight_bytes,
 )
 from blis_simpy.config.scenario import EngineConfig, LatencyConfig, ModelConfig, Scenario
 from blis_simpy.config.step_models import DEFAULT_FAMILY
@@ -158,18 +158,20 @@ def default_tp(model: Any, latency: Any) -> int:
     if config is None or model.gpu is None:
         return 1
     for tp in (1, 2, 4, 8):
-        if fits(config, model.gpu, tp, latency):
+        if fits(config, model.gpu, tp, latency, model.dp):
             return tp
     return 8
 
 
-def fits(config: dict, gpu: str, tp: int, latency: Any) -> bool:
+def fits(config: dict, gpu: str, tp: int, latency: Any, dp: int = 1) -> bool:
+    """Whether a data-parallel rank's weights (config/memory.py) leave a quarter of its `tp`
+    GPUs' usable memory for the KV cache."""
     try:
         hardware = native_hardware(latency)
     except ValueError:
         return True
     memory = gpu_memory_mib(gpu, hardware)
-    weights = model_weight_bytes(config)
+    weights = rank_weight_bytes(config, dp)
     if memory is None or weights is None:
         return True
     usable = tp * memory * (1 << 20) * GPU_MEMORY_UTILIZATION
@@ -215,7 +217,8 @@ def memory_blocks(model: Any, latency: Any, block_size: int) -> int | None:
         hardware = native_hardware(latency)
     except ValueError:
         return None
-    return memory_kv_blocks(config, model.gpu, model.tp or 1, block_size, hardware)
+    return memory_kv_blocks(config, model.gpu, model.tp or 1, block_size, hardware,
+                            model.dp)
 
 
 def native_hardware(latency: Any) -> dict | None:
@@ -264,9 +267,11 @@ def config_scenario(scenario: Scenario, model: ModelDeployment, config: Deployme
     same = top.name.lower() == model.name.lower()
     return dataclasses.replace(
         scenario, deployment=None,
-        model=ModelConfig(model.name, config.gpu or (top.gpu if same else None),
-                          config.tp or (top.tp if same else None),
-                          model.vllm_version or (top.vllm_version if same else None)),
+        model=dataclasses.replace(
+            top if same else ModelConfig(model.name), name=model.name,
+            gpu=config.gpu or (top.gpu if same else None),
+            tp=config.tp or (top.tp if same else None),
+            vllm_version=model.vllm_version or (top.vllm_version if same else None)),
         latency=scenario.latency if config.latency is None
         else load(LatencyConfig, config.latency, "latency"),
         engine=scenario.engine if config.engine is None

@@ -22,6 +22,7 @@ from blis_simpy.config.fitness import FitnessConfig
 from blis_simpy.config.flow_control import FlowControlConfig
 from blis_simpy.config.kv_tiers import KVTiersConfig
 from blis_simpy.config.lora import LoraConfig
+from blis_simpy.config.moe import MoeComm
 from blis_simpy.config.workload import (
     ClientTimeouts,
     DistributionWorkload,
@@ -65,6 +66,17 @@ class ModelConfig:
     gpu: str | None = spec(None, help="GPU type, e.g. H100; default from the catalog")
     tp: int | None = spec(None, help="tensor parallelism; default from the catalog", ge=1)
     vllm_version: str | None = spec(None, help="vLLM image the coefficients were fitted on")
+    dp: int = spec(1, help="data-parallel ranks inside each instance (vLLM "
+                   "--data-parallel-size), each on tp GPUs: a mixture-of-experts model under "
+                   "the physical step model only; one scheduler's batch is split over the ranks "
+                   "and the experts over all tp x dp GPUs (docs/guides/moe.md)", ge=1,
+                   le=1024, omit_default=True)
+    expert_parallel: bool = spec(False, help="whole experts per GPU over the tp x dp GPUs "
+                                 "(vLLM --enable-expert-parallel), not every expert sliced over "
+                                 "them: a mixture-of-experts model only", omit_default=True)
+    moe_comm: MoeComm | None = spec(None, help="the MoE dispatch/combine backend at dp > 1 "
+                                    "(vLLM VLLM_ALL2ALL_BACKEND); default "
+                                    "allgather_reducescatter", omit_default=True)
 
 
 @dataclass(frozen=True, slots=True)

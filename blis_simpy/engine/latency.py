@@ -17,7 +17,8 @@ from blis_simpy.config.catalog import (
     bundled_model_config,
     read_json,
 )
-from blis_simpy.config.scenario import Scenario
+from blis_simpy.config.moe import DEFAULT_COMM, ROUTED
+from blis_simpy.config.scenario import ModelConfig, Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
 from blis_simpy.engine.alpha import Alpha, batch_shape
@@ -111,6 +112,8 @@ class NativeRooflineLatency(Alpha):
 def latency_model(scenario: Scenario) -> LatencyModel:
     """The step-time model of a resolved scenario."""
     latency = scenario.latency
+    if latency.type != "physical":
+        refuse_parallel(scenario.model, latency.type or "blackbox")
     alpha = latency.alpha or [0.0, 0.0, 0.0]  # roofline's default; blackbox is resolved
     if latency.type == "physical":
         return physical_latency(scenario)
@@ -122,6 +125,15 @@ def latency_model(scenario: Scenario) -> LatencyModel:
     if scenario.compat == "blis":
         return RooflineLatency(alpha, roofline(scenario))
     return native_roofline(alpha, scenario)
+
+
+def refuse_parallel(model: ModelConfig, kind: str) -> None:
+    """Only the physical model costs data/expert parallelism and MoE dispatch."""
+    for key, used in (("dp", model.dp > 1), ("expert_parallel", model.expert_parallel),
+                      ("moe_comm", model.moe_comm is not None)):
+        if used:
+            raise ScenarioError(f"model.{key}", f"is costed by the physical step model only; "
+                                f"the {kind} model would ignore it", "latency.type: physical")
 
 
 def bound(latency: LatencyModel, clock: Clock) -> LatencyModel:
@@ -170,9 +182,44 @@ def physical_latency(scenario: Scenario) -> PhysicalLatency:
     except ValueError as exc:
         raise ScenarioError("latency.coefficients", str(exc)) from None
     name = gpu_name(scenario)
-    model = PhysicalLatency(StepShape(shape, gpu, tp), coefficients.for_gpu(name))
-    model.notes = unmodelled_fields(config)
+    spec = scenario.model
+    comm = spec.moe_comm or DEFAULT_COMM
+    check_parallel(spec, shape)
+    model = PhysicalLatency(StepShape(shape, gpu, tp, spec.dp, spec.expert_parallel, comm),
+                            coefficients.for_gpu(name))
+    model.notes = unmodelled_fields(config) + parallel_notes(spec)
     return model
+
+
+def check_parallel(model: ModelConfig, shape: NativeShape) -> None:
+    """Data and expert parallelism need a mixture of experts, as in vLLM: it refuses expert
+    parallelism for a dense model, and a dense model's data-parallel ranks are independent
+    engines, which are instances here."""
+    if shape.experts > 1:
+        return
+    if model.dp > 1:
+        raise ScenarioError("model.dp", f"{model.dp} ranks inside one instance are for a "
+                            f"mixture of experts; {model.name} is dense, and vLLM runs a dense "
+                            "model's data-parallel ranks as independent engines: give "
+                            "cluster.instances (routing scorer vllm-dp for vLLM's balancer)",
+                            "1")
+    if model.expert_parallel:
+        raise ScenarioError("model.expert_parallel", f"{model.name} is dense (its config has "
+                            "no num_local_experts); vLLM refuses expert parallelism for it",
+                            "false")
+
+
+def parallel_notes(model: ModelConfig) -> list[str]:
+    """A dispatch backend the run cannot use, reported with its warnings."""
+    comm = model.moe_comm
+    if comm is None or (model.dp > 1 and (model.expert_parallel or comm not in ROUTED)):
+        return []
+    if model.dp == 1:
+        return [f"model.moe_comm {comm} has no effect at dp 1: the MoE layers all-reduce over "
+                "tensor parallelism (dispatch and combine run between data-parallel ranks)"]
+    return [f"model.moe_comm {comm} is an all-to-all kernel vLLM runs under expert parallelism "
+            "only; without model.expert_parallel the dispatch all-gathers (costed as "
+            "allgather_reducescatter)"]
 
 
 def gpu_name(scenario: Scenario) -> str:
@@ -200,8 +247,9 @@ def native_inputs(scenario: Scenario) -> tuple[NativeShape, dict, gpus.GpuSpec, 
         if model.gpu is None:
             raise ValueError("the native step models need model.gpu")
         gpu = gpus.gpu_spec(gpus.hardware(latency.hardware_config), model.gpu)
-    except ValueError as exc:
-        raise ScenarioError("latency.hardware_config", str(exc)) from None
+    except ValueError as exc:  # the file, or the GPU it does not list: name the key too
+        raise ScenarioError("latency.hardware_config", f"{exc} (model.gpu "
+                            f"{model.gpu!r})") from None
     return shape, config, gpu, tp
 
 

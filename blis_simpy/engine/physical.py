@@ -34,6 +34,7 @@ from typing import Protocol
 from mypy_extensions import mypyc_attr
 
 from blis_simpy.config.hardware import GpuSpec
+from blis_simpy.config.moe import DEFAULT_COMM, MOE_COMM, ROUTED
 from blis_simpy.config.step_models import StepCoefficients
 from blis_simpy.core.request import Request
 from blis_simpy.engine.roofline_native import NativeShape
@@ -53,34 +54,50 @@ class StepShape:
     """What a step of one model on one tensor-parallel GPU group costs per unit, in µs at
     the GPU's achievable rates."""
 
-    def __init__(self, shape: NativeShape, gpu: GpuSpec, tp: int) -> None:
+    def __init__(self, shape: NativeShape, gpu: GpuSpec, tp: int, dp: int = 1,
+                 expert_parallel: bool = False, comm: str = DEFAULT_COMM) -> None:
         if tp < 1:
             raise ValueError(f"tp must be a positive integer, got {tp!r}")
+        if dp < 1:
+            raise ValueError(f"dp must be a positive integer, got {dp!r}")
+        if shape.experts == 1 and (dp > 1 or expert_parallel):
+            raise ValueError("data-parallel ranks and expert parallelism inside an instance "
+                             "need a mixture of experts")
         m, b = shape, float(shape.bytes_per_param)
         bw, flops, link = gpu.bytes_per_s / US, gpu.flops_per_s / US, gpu.link_bytes_per_s / US
-        q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
-        attn_params = m.hidden * (q_width + 2 * kv_width) + q_width * m.hidden
+        q_width = m.heads * m.head_dim
+        attn_params = m.attention_params()
         expert_params = 3.0 * m.hidden * m.intermediate  # gated MLP: gate, up, down
-        router = m.hidden * m.experts if m.experts > 1 else 0
         lm_head = float(m.vocab * m.hidden)
         self.experts = float(m.experts)
         self.experts_per_token = float(m.experts_per_token)
-        # Read whatever the batch: attention, router, LM head (and the MLP of a dense model).
-        dense = m.layers * (attn_params + router) + lm_head
-        self.fixed_us = (dense + (m.layers * expert_params if m.experts == 1 else 0.0)
-                         ) * b / tp / bw
-        self.expert_us = m.layers * expert_params * b / tp / bw if m.experts > 1 else 0.0
-        active = m.layers * (attn_params + router + m.experts_per_token * expert_params)
+        # Read whatever the batch: attention, LM head, the MLP of a dense model; of a mixture
+        # of experts the routers, shared experts and dense layers besides the routed experts.
+        if m.experts > 1:
+            other = m.layers * attn_params + m.other_mlp_params()
+            self.fixed_us = (other + lm_head) * b / tp / bw
+            self.expert_us = m.moe_layers * expert_params * b / tp / bw
+            active = other + m.moe_layers * m.experts_per_token * expert_params
+        else:
+            self.fixed_us = (m.layers * attn_params + lm_head + m.layers * expert_params
+                             ) * b / tp / bw
+            self.expert_us = 0.0
+            active = m.layers * (attn_params + expert_params)
         self.gemm_us_per_token = 2.0 * active / tp / flops
         self.gemm_us_per_request = 2.0 * lm_head / tp / flops  # one row of logits each
         kv_heads_per_gpu = math.ceil(m.kv_heads / tp)  # replicated when tp > kv_heads
         self.kv_us_per_token = 2.0 * m.layers * kv_heads_per_gpu * m.head_dim * b / bw
         self.attn_us_per_pair = 4.0 * q_width * m.layers / tp / flops  # QK^T and AV
+        if m.latent is not None:  # the whole latent on every GPU; absorbed attention
+            self.kv_us_per_token = m.layers * m.latent.cached * b / bw
+            self.attn_us_per_pair = m.latent.flops_per_pair(m.heads) * m.layers / tp / flops
         ring = 2.0 * (tp - 1) / tp * m.hidden * b  # bytes per token per all-reduce
         # A small all-reduce's latency grows with the log of the GPUs it spans (recursive
         # doubling): the hardware figure is for two GPUs.
         self.allreduce_us = 2.0 * m.layers * gpu.allreduce_latency_us * math.log2(tp)
         self.link_us_per_token = 2.0 * m.layers * ring / link if tp > 1 else 0.0
+        self.parallel = MoeParallel(m, gpu, tp, dp, expert_parallel, comm) \
+            if dp > 1 or expert_parallel else None
 
     def weights_us(self, tokens: float) -> float:
         """Streaming the weights a step over `tokens` tokens touches: all experts a token
@@ -117,11 +134,92 @@ class StepShape:
                ) -> list[float]:
         """The quantities of a step over `tokens` new tokens of `requests` requests, reading
         or writing `kv_tokens` KV entries and attending over `pairs` (token, context) pairs."""
+        if self.parallel is not None:
+            return self.parallel.quantities(self, tokens, kv_tokens, pairs, requests)
         return [1.0, requests, self.weights_us(tokens),
                 kv_tokens * self.kv_us_per_token,
                 tokens * self.gemm_us_per_token + requests * self.gemm_us_per_request,
                 pairs * self.attn_us_per_pair, self.allreduce_us,
                 tokens * self.link_us_per_token]
+
+
+class MoeParallel:
+    """A mixture of experts served by `dp` data-parallel ranks of `tp` GPUs each, or with
+    expert parallelism: how it changes a step's quantities (docs/guides/moe.md).
+
+    The ranks share one scheduler (one batch per instance), each runs a balanced 1/dp of the
+    batch: its requests, tokens, KV reads and attention, and its own copy of the attention and
+    LM-head weights. The experts are spread over all G = tp x dp GPUs: sliced (each GPU holds
+    1/G of every expert) or, with expert parallelism, whole (E/G experts each). Their FLOPs are
+    the routed tokens' k expert passes over G GPUs either way. Their weight reads differ: a
+    sliced expert costs every GPU 1/G of it when any token routes to it, so each reads 1/G of
+    the touched experts; a whole expert costs only its owner, and the step waits for the GPU
+    that owns the most touched experts (few tokens touch few experts, unevenly spread).
+
+    At dp > 1 the MoE layers exchange hidden states instead of all-reducing them over TP
+    (vLLM's dispatch and combine, two collectives per MoE layer), by the backend's family:
+    the all-gather backends (`naive`, `allgather_reducescatter`) give every rank all other
+    ranks' tokens, 2 T (dp-1)/dp hidden states per GPU and layer; the all-to-all kernels
+    (`pplx`, `deepep_*`, `mori`, `flashinfer_all2allv`, which vLLM runs under expert
+    parallelism only) send each of a rank's T/dp tokens to its k experts' GPUs,
+    2 (T/dp) k (G-1)/G. Attention still all-reduces over the rank's TP group."""
+
+    def __init__(self, m: NativeShape, gpu: GpuSpec, tp: int, dp: int, expert_parallel: bool,
+                 comm: str) -> None:
+        if comm not in MOE_COMM:
+            raise ValueError(f"unknown MoE comm backend {comm!r}; valid: {', '.join(MOE_COMM)}")
+        b, link = float(m.bytes_per_param), gpu.link_bytes_per_s / US
+        self.ranks = float(dp)
+        group = tp * dp
+        self.group = float(group)
+        self.experts = float(m.experts)
+        self.per_gpu = math.ceil(m.experts / group)  # whole experts the busiest GPU owns
+        self.expert_parallel = expert_parallel
+        self.routed = expert_parallel and comm in ROUTED  # all-to-all kernels need EP
+        self.k = float(m.experts_per_token)
+        moe = m.moe_layers
+        reduced = m.layers + (m.layers - moe)  # all-reduces over TP: attention, dense MLPs
+        # One whole expert in every MoE layer, read on one GPU (µs).
+        self.expert_us = moe * 3.0 * m.hidden * m.intermediate * b / (gpu.bytes_per_s / US)
+        ring = 2.0 * (tp - 1) / tp * m.hidden * b
+        lat = gpu.allreduce_latency_us
+        self.rank_link_us_per_token = reduced * ring / link if tp > 1 else 0.0
+        if dp > 1:  # dispatch and combine span the G GPUs
+            self.collective_us = lat * (reduced * math.log2(tp) + 2.0 * moe * math.log2(group))
+            self.moe_link_us_per_token = 2.0 * moe * m.hidden * b / link * (
+                self.k * (group - 1) / group / dp if self.routed else (dp - 1) / dp)
+        else:  # one rank: the MoE output all-reduces over TP like a dense MLP's
+            self.collective_us = (reduced + moe) * lat * math.log2(tp)
+            self.moe_link_us_per_token = moe * ring / link if tp > 1 else 0.0
+
+    def touched(self, tokens: float) -> float:
+        """Expected distinct experts per layer that `tokens` tokens route to."""
+        return self.experts * (1.0 - (1.0 - self.k / self.experts) ** tokens)
+
+    def busiest(self, tokens: float) -> float:
+        """Expected touched experts on the GPU owning the most of them: each of a GPU's E/G
+        experts is touched with p = 1 - (1 - k/E)^T, independently, so a GPU's count is
+        Binomial(E/G, p) and E[max of G] = sum_j (1 - F(j)^G)."""
+        n = self.per_gpu
+        p = 1.0 - (1.0 - self.k / self.experts) ** tokens
+        term = (1.0 - p) ** n  # P(count = 0)
+        cdf, expected = 0.0, 0.0
+        for j in range(n):
+            cdf += term
+            expected += 1.0 - min(cdf, 1.0) ** self.group
+            term *= (n - j) / (j + 1.0) * p / (1.0 - p) if p < 1.0 else 0.0
+        return expected
+
+    def quantities(self, shape: StepShape, tokens: float, kv_tokens: float, pairs: float,
+                   requests: float) -> list[float]:
+        d = self.ranks
+        experts = (self.busiest(tokens) if self.expert_parallel
+                   else self.touched(tokens) / self.group) if tokens > 0.0 else 0.0
+        return [1.0, requests / d, shape.fixed_us + experts * self.expert_us,
+                kv_tokens * shape.kv_us_per_token / d,
+                (tokens * shape.gemm_us_per_token + requests * shape.gemm_us_per_request) / d,
+                pairs * shape.attn_us_per_pair / d, self.collective_us,
+                tokens * (self.rank_link_us_per_token / d + self.moe_link_us_per_token)]
 
 
 def step_us(q: list[float], c: StepCoefficients) -> float:

@@ -16,10 +16,10 @@ models as dense. A vLLM step is one forward pass over every scheduled token, so 
 - a fixed per-step overhead (scheduling, sampling, launch).
 
 The GPU figures live in data/hardware_native.json (config/hardware.py); where each number
-comes from is in docs/roofline.md. Config fields the model does not read but that change the
-cost are reported: MoE fields in another naming are errors (costing them as dense is off by
-the expert count), quantization and sliding windows are warnings (the cost is an upper
-bound).
+comes from is in docs/roofline.md. MoE layouts are read in the common namings (config/moe.py),
+latent attention too (config/attention.py); config fields the model does not read but that
+change the cost are reported: quantization and sliding windows are warnings (the cost is an
+upper bound).
 """
 
 from __future__ import annotations
@@ -29,12 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from blis_simpy.config.attention import LatentAttention, latent_attention
 from blis_simpy.config.hardware import GpuSpec
+from blis_simpy.config.moe import moe_layout
 from blis_simpy.engine.roofline import ModelShape
-
-# MoE namings this model does not read: costing such a model as dense is wrong by a large factor.
-_UNREAD_MOE_FIELDS = ("n_routed_experts", "num_experts", "moe_intermediate_size",
-                      "n_shared_experts", "shared_expert_intermediate_size", "kv_lora_rank")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,29 +49,45 @@ class NativeShape:
     bytes_per_param: int
     experts: int  # 1 for a dense model
     experts_per_token: int
+    moe_layers: int = 0  # layers whose FFN is the experts; the others are dense
+    shared_intermediate: int = 0  # the shared experts' FFN width (each MoE layer, every token)
+    dense_intermediate: int = 0  # the dense layers' FFN width in a MoE model
+    latent: LatentAttention | None = None  # multi-head latent attention (config/attention.py)
 
     @classmethod
     def from_hf_config(cls, config: dict) -> NativeShape:
-        """The reference's dimensions plus head_dim, vocabulary and the Mixtral-style MoE keys
-        (`num_local_experts`, `num_experts_per_tok`); ValueError names a field it cannot cost."""
+        """The reference's dimensions plus head_dim, vocabulary and the MoE layout in the
+        Mixtral, Qwen-MoE and DeepSeek namings (config/moe.py); ValueError names a field it
+        cannot cost."""
         base = ModelShape.from_hf_config(config)
         merged = _text_config(config)
-        unread = [key for key in _UNREAD_MOE_FIELDS if merged.get(key)]
-        if unread:
-            raise ValueError(
-                f"model config field {unread[0]!r} (mixture of experts or latent attention in a "
-                "naming the native roofline does not read; it reads num_local_experts and "
-                "num_experts_per_tok) would change the step cost; costing the model as dense "
-                "would be wrong: use latency.type: blackbox with fitted coefficients")
-        experts = _positive_int(merged, "num_local_experts", 1)
-        per_token = _positive_int(merged, "num_experts_per_tok", 1 if experts == 1 else 0)
-        if experts > 1 and not 1 <= per_token <= experts:
-            raise ValueError(f"model config key 'num_experts_per_tok' must be in 1..{experts} "
-                             f"for a model with {experts} experts, got {per_token}")
+        moe = moe_layout(merged, base.layers, base.intermediate)
+        latent = latent_attention(merged)
         head_dim = _positive_int(merged, "head_dim", base.hidden // base.heads)
+        if moe.experts == 1:
+            return cls(base.layers, base.hidden, base.heads, base.kv_heads, head_dim,
+                       base.intermediate, _positive_int(merged, "vocab_size", 0),
+                       base.bytes_per_param, 1, 1, latent=latent)
         return cls(base.layers, base.hidden, base.heads, base.kv_heads, head_dim,
-                   base.intermediate, _positive_int(merged, "vocab_size", 0),
-                   base.bytes_per_param, experts, per_token if experts > 1 else 1)
+                   moe.expert_ffn, _positive_int(merged, "vocab_size", 0),
+                   base.bytes_per_param, moe.experts, moe.per_token, moe.moe_layers,
+                   moe.shared_ffn, moe.dense_ffn, latent)
+
+    def attention_params(self) -> int:
+        """One layer's attention parameters: Q, K, V and output projections, or the latent
+        attention's."""
+        if self.latent is not None:
+            return self.latent.params(self.hidden, self.heads)
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return self.hidden * (q_width + 2 * kv_width) + q_width * self.hidden
+
+    def other_mlp_params(self) -> int:
+        """A MoE model's FFN parameters besides the routed experts: the router and shared
+        experts of its MoE layers, the MLP of its dense layers (0 for a dense model)."""
+        if self.experts == 1:
+            return 0
+        return (self.moe_layers * self.hidden * (self.experts + 3 * self.shared_intermediate)
+                + (self.layers - self.moe_layers) * 3 * self.hidden * self.dense_intermediate)
 
 
 def _text_config(config: dict) -> dict:
@@ -133,19 +147,26 @@ class NativeRoofline:
             raise ValueError(f"tp must be a positive integer, got {tp!r}")
         self.shape, self.gpu, self.tp = shape, gpu, tp
         m, b = shape, float(shape.bytes_per_param)
-        q_width, kv_width = m.heads * m.head_dim, m.kv_heads * m.head_dim
-        attn_params = m.hidden * (q_width + 2 * kv_width) + q_width * m.hidden
+        q_width = m.heads * m.head_dim
+        attn_params = m.attention_params()
         self._expert_params = 3 * m.hidden * m.intermediate  # gated MLP: gate, up, down
-        router = m.hidden * m.experts if m.experts > 1 else 0
         self._lm_head_params = m.vocab * m.hidden
         # Parameters every token multiplies through (per layer), and those read whatever the batch.
-        self._active_params = m.layers * (attn_params + router
-                                          + m.experts_per_token * self._expert_params)
-        self._fixed_bytes = (m.layers * (attn_params + router) + self._lm_head_params) * b
-        self._expert_bytes = m.layers * self._expert_params * b
+        if m.experts > 1:  # routers, shared experts and dense layers besides the experts
+            other = m.layers * attn_params + m.other_mlp_params()
+            self._active_params = other + m.moe_layers * m.experts_per_token * self._expert_params
+            self._fixed_bytes = (other + self._lm_head_params) * b
+            self._expert_bytes = m.moe_layers * self._expert_params * b
+        else:
+            self._active_params = m.layers * (attn_params + self._expert_params)
+            self._fixed_bytes = (m.layers * attn_params + self._lm_head_params) * b
+            self._expert_bytes = m.layers * self._expert_params * b
         self._attn_flops = 4.0 * q_width * m.layers  # QK^T and AV per (token, context token)
         kv_heads_per_gpu = math.ceil(m.kv_heads / tp)  # heads are replicated when tp > kv_heads
         self._kv_bytes_per_token = 2.0 * m.layers * kv_heads_per_gpu * m.head_dim * b
+        if m.latent is not None:  # the whole latent on every GPU; absorbed attention
+            self._attn_flops = float(m.latent.flops_per_pair(m.heads) * m.layers)
+            self._kv_bytes_per_token = float(m.layers * m.latent.cached) * b
         self._flops = gpu.tflops_peak * 1e12 * gpu.mfu
         self._bandwidth = gpu.hbm_tbs * 1e12 * gpu.hbm_efficiency
         self._link = gpu.link_bytes_per_s

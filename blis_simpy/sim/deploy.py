@@ -26,7 +26,7 @@ from blis_simpy.config.deployment import (
 from blis_simpy.config.node_pools import NodePool
 from blis_simpy.config.pd import Disaggregation
 from blis_simpy.config.resolve import config_scenario, kv_block_bytes, kv_layers, pool_config
-from blis_simpy.config.scenario import EngineConfig, Scenario
+from blis_simpy.config.scenario import EngineConfig, ModelConfig, Scenario
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder
@@ -84,7 +84,7 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
             env, config.id, model.name, config.replicas, homes, gateway,
             spawner(make, numbers, latency, own.engine), actuation, delays, log)
         log.configs[config.id] = (model.name, config.cost_per_replica_hour)
-        start(pool, config.replicas.start, placement, section, config, own.model.tp)
+        start(pool, config.replicas.start, placement, section, config, gpus(own.model))
         pools.append(pool)
     if choice.by_fleet:
         gateway.pools = choice
@@ -141,19 +141,24 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
             spawner(make, numbers, latency_model(own), own.engine, Role(role), handoff),
             actuation, delays, log)
         log.configs[pool.config] = (model.name, config.cost_per_replica_hour)
-        start(pool, spec.replicas.start, placement, section, config, own.model.tp)
+        start(pool, spec.replicas.start, placement, section, config, gpus(own.model))
         pools.append(pool)
     return pools
 
 
+def gpus(model: ModelConfig) -> int:
+    """The GPUs one replica takes: its data-parallel ranks' tensor-parallel groups."""
+    return (model.tp or 1) * model.dp
+
+
 def start(pool: DeploymentPool, count: int, placement: Placement | None,
-          section: DeploymentSection | None, config: DeploymentConfig, tp: int | None) -> None:
+          section: DeploymentSection | None, config: DeploymentConfig, tp: int) -> None:
     """A pool's initial replicas, placed on its node pool's ready nodes when there are node
     pools (they must fit: a scenario whose initial replicas do not is an error)."""
     if placement is not None:
         assert section is not None and config.node_pool is not None
         nodes = next(p for p in section.node_pools if p.id == config.node_pool)
-        pool.seats = Seats(placement, nodes, pool.config, tp or 1)
+        pool.seats = Seats(placement, nodes, pool.config, tp)
     placed = pool.start(count)
     if placed < count:
         raise ScenarioError("deployment.node_pools", f"the {count} initial replicas of "

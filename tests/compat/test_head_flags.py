@@ -198,7 +198,79 @@ def test_every_flag_of_the_head_has_its_case():
              "prefix-tokens", "prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min",
              "prompt-tokens-max", "output-tokens", "output-tokens-stdev", "output-tokens-min",
              "output-tokens-max", "workload-spec"}
-    assert sorted(set(HEAD_RUN_FLAGS) - older - set(MAPPED) - set(REFUSED)) == []
+    assert sorted(set(HEAD_RUN_FLAGS) - older - set(MAPPED) - set(PARALLEL) - set(REFUSED)) == []
+
+
+# -- issue 35 item 4: data and expert parallelism of a mixture of experts ---------------------
+
+MIXTRAL_RUN = ["run", "--model", "mistralai/mixtral-8x7b-instruct-v0.1", "--num-requests",
+               "40", "--rate", "20"]
+PARALLEL: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "dp": (["--dp", "2"], {"name": "mistralai/mixtral-8x7b-instruct-v0.1", "dp": 2}),
+    "enable-expert-parallel": (["--tp", "2", "--enable-expert-parallel"],
+                               {"name": "mistralai/mixtral-8x7b-instruct-v0.1", "tp": 2,
+                                "expert_parallel": True}),
+    "moe-comm-backend": (["--dp", "4", "--enable-expert-parallel", "--moe-comm-backend",
+                          "deepep_low_latency", "--latency-model", "trained-physics"],
+                         {"name": "mistralai/mixtral-8x7b-instruct-v0.1", "dp": 4,
+                          "expert_parallel": True, "moe_comm": "deepep_low_latency"}),
+}
+
+
+@pytest.mark.parametrize("flag", sorted(PARALLEL))
+def test_item4_parallelism_flag_is_converted_to_the_native_physical_model(flag):
+    """The head costs DP/EP with its trained-physics model (its default); the native
+    physical model costs them here, and each rank's KV cache is sized from memory."""
+    flags, model = PARALLEL[flag]
+    data = blis_command([*MIXTRAL_RUN, *flags])
+    Scenario.from_dict(data)
+    assert data["model"] == model
+    assert data["latency"] == {"type": "physical"} and data["compat"] == "none"
+    assert "kv_blocks" not in data["engine"]
+    assert f"--{flag}" in to_yaml(data)  # the header names the head feature
+
+
+@pytest.mark.parametrize(("flags", "flag", "says"), [
+    (["--dp", "0"], "--dp", ">= 1"),
+    (["--dp", "-2"], "--dp", ">= 1"),
+    (["--dp", "2", "--moe-comm-backend", "nccl"], "--moe-comm-backend", "deepep_low_latency"),
+    (["--moe-comm-backend", "pplx"], "--moe-comm-backend", "no effect at --dp 1"),
+    (["--dp", "2", "--latency-model", "roofline"], "--latency-model", "trained-physics"),
+    (["--dp", "2", "--alpha-coeffs", "1,2,3", "--beta-coeffs", "4,5,6"], "--alpha-coeffs",
+     "physical"),
+    (["--dp", "2", "--hardware-config", "hw.json"], "--hardware-config", "bundled GPU"),
+    (["--dp", "2", "--model-config-folder", "/nonexistent"], "--model-config-folder",
+     "no config.json"),
+    (["--dp", "x"], "--dp", "integer"),
+    (["--enable-expert-parallel=maybe"], "--enable-expert-parallel", "true or false"),
+])
+def test_item4_a_bad_parallelism_flag_is_an_error_naming_it(flags, flag, says):
+    with pytest.raises(ScenarioError) as err:
+        blis_command([*MIXTRAL_RUN, *flags])
+    assert err.value.path == flag
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize(("flags", "flag", "says"), [
+    (["--dp", "2"], "--dp", "independent engines"),
+    (["--enable-expert-parallel"], "--enable-expert-parallel", "refuses expert parallelism"),
+])
+def test_item4_a_dense_model_refuses_ranks_and_expert_parallelism(flags, flag, says):
+    with pytest.raises(ScenarioError) as err:
+        blis_command(["run", "--model", LLAMA, *flags])
+    assert err.value.path == flag and says in str(err.value)
+    assert "--num-instances" in str(err.value)
+
+
+def test_item4_a_converted_expert_parallel_command_runs_with_every_ranks_kv_cache():
+    one = Scenario.from_dict(blis_command([*MIXTRAL_RUN, "--tp", "1", "--dp", "2"]))
+    four = Scenario.from_dict(blis_command([*MIXTRAL_RUN, "--tp", "1", "--dp", "4",
+                                            "--enable-expert-parallel", "--moe-comm-backend",
+                                            "pplx"]))
+    small, big = blis_simpy.run(one), blis_simpy.run(four)
+    assert small.summary["completed_requests"] == big.summary["completed_requests"] == 40
+    # each rank holds 1/dp of the experts: four ranks have more than twice two ranks' KV
+    assert big.scenario.engine.kv_blocks > 2 * small.scenario.engine.kv_blocks
 
 
 # -- values the head uses on older flags ------------------------------------------------------

@@ -44,6 +44,15 @@ CORRELATED: dict[str, Any] = {**{k: v for k, v in BASE.items() if k != "workload
                                            {"id": "f", "next": {"q": 0.5},
                                             "think_time_s": {"type": "exponential",
                                                              "mean": 0.02}}]}}}]}}
+# issue 35 item 4: a mixture of experts on data-parallel ranks with expert parallelism
+MOE: dict[str, Any] = {
+    **{k: v for k, v in BASE.items() if k not in ("model", "latency", "workload")},
+    "model": {"name": "mistralai/mixtral-8x7b-instruct-v0.1", "gpu": "H100", "tp": 1, "dp": 2,
+              "expert_parallel": True, "moe_comm": "pplx"},
+    "latency": {"type": "physical"},
+    "workload": {"type": "distribution", "num_requests": 8, "rate_per_s": 20,
+                 "prompt": {"mean": 300, "stdev": 150, "min": 8, "max": 1200},
+                 "output": {"mean": 20, "stdev": 10, "min": 1, "max": 100}}}
 BASES: list[dict[str, Any]] = [
     merge(BASE, {"workload": {"num_requests": 8}}),
     merge(BASE, {"cluster": {"instances": 2},
@@ -81,6 +90,7 @@ BASES: list[dict[str, Any]] = [
                               {"id": "b", "slo_class": "batch", "timeout_s": 0.3,
                                **TENANT}]}},
     CORRELATED,
+    MOE,
     # issue 35: replicas placed on node pools that may grow
     {**{k: v for k, v in BASE.items() if k != "workload"},
      "deployment": {
@@ -199,3 +209,11 @@ def test_correlation_archetype_session_and_seed_keys_fuzzed(path, value):
     """Seed 001 §7 and §13's keys (length_correlation, archetypes, chat.session, seeds) under
     the same contract as every section: a clear error naming the key, or a bounded run."""
     check(replaced(CORRELATED, path, value), path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(leaves(MOE)), HOSTILE)
+def test_item4_data_and_expert_parallelism_keys_fuzzed(path, value):
+    """model.dp, model.expert_parallel, model.moe_comm and their neighbours under the same
+    contract: a clear error naming the key, or a bounded run."""
+    check(replaced(MOE, path, value), path)

@@ -91,10 +91,14 @@ def test_an_unmodelled_config_field_is_a_run_warning(tmp_path):
     assert result.summary["completed_requests"] == 40
 
 
-def test_an_unread_moe_naming_is_an_error_naming_the_field(tmp_path):
-    config = {**bundled_model_config("meta-llama/llama-3.1-8b-instruct"), "num_experts": 64}
+@pytest.mark.parametrize(("extra", "field"), [
+    ({"num_experts": 64}, "num_experts_per_tok"),  # Qwen-MoE naming, read: needs its top-k
+    ({"kv_lora_rank": 512}, "qk_rope_head_dim"),  # latent attention needs all its widths
+])
+def test_an_unusable_model_config_field_is_an_error_naming_it(tmp_path, extra, field):
+    config = {**bundled_model_config("meta-llama/llama-3.1-8b-instruct"), **extra}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ScenarioError, match=r"latency\.model_config: .*'num_experts'"):
+    with pytest.raises(ScenarioError, match=rf"latency\.model_config: .*'{field}'"):
         latency_model(roofline_scenario(model_config=str(tmp_path)))
 
 

@@ -159,9 +159,11 @@ def test_decode_step_matches_the_measured_stage(experiment, stage, config, tp, b
     assert 0.90 * ms <= step_ms <= ms
 
 
-def test_other_moe_namings_are_errors():
-    with pytest.raises(ValueError, match="n_routed_experts"):
-        NativeShape.from_hf_config({**MIXTRAL, "n_routed_experts": 64})
+def test_incomplete_latent_attention_and_impossible_expert_counts_are_errors():
+    """Issue 35 item 4: the Qwen-MoE and DeepSeek namings of experts and latent attention are
+    read (tests/config/test_moe.py, test_attention.py); what they cannot cost names its key."""
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        NativeShape.from_hf_config({**MIXTRAL, "kv_lora_rank": 512})
     with pytest.raises(ValueError, match="num_experts_per_tok"):
         NativeShape.from_hf_config({**MIXTRAL, "num_experts_per_tok": 9})
 
