@@ -28,6 +28,7 @@ host costs (per step, per request, the API server) are fitted per server family.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -67,6 +68,7 @@ PRIORS: dict[str, tuple[float, float]] = {
 ROUNDS = 6
 SETTLED = 0.02  # stop when no coefficient moved by more than 2 % of its prior
 QUEUEING = 3.0  # a simulated latency this many times the measured one is a queue, not steps
+TIE = 0.5  # how firmly a GPU's kernel multiplier is held to another GPU's (tie_rows)
 
 
 def prior_coefficients() -> StepCoefficients:
@@ -440,9 +442,7 @@ def fit(stages: Sequence[Stage], start: Mapping[str, float] | None = None,
         if not rows:
             raise ScenarioError("--fit", "no fitted stage gave an equation")
         data = np.array(rows)
-        a = np.vstack([data, np.diag(weights)])
-        b = np.concatenate([np.array(rhs), weights])
-        solution = nnls(a, b)
+        solution = solve(data, np.array(rhs), cols)
         info = {col: float(np.sum(data[:, k] ** 2)) for k, col in enumerate(cols)}
         step = (solution - x) / (round_ + 1)  # a full step, then ever smaller ones
         x = x + step
@@ -453,6 +453,32 @@ def fit(stages: Sequence[Stage], start: Mapping[str, float] | None = None,
         if float(np.max(np.abs(step))) < SETTLED:
             break
     return fitted
+
+
+def solve(data: np.ndarray, rhs: np.ndarray, cols: Sequence[str]) -> np.ndarray:
+    """The coefficients (in units of their priors) that best meet the data's equations, each
+    coefficient's soft equation saying it is near its prior, and the ties between GPUs."""
+    weights = np.array([prior_of(col)[1] for col in cols])
+    ties = tie_rows(cols)
+    a = np.vstack([data, np.diag(weights), ties])
+    b = np.concatenate([rhs, weights, np.zeros(len(ties))])
+    return nnls(a, b)
+
+
+def tie_rows(cols: Sequence[str]) -> np.ndarray:
+    """Soft equations holding each kernel multiplier of one GPU near the same multiplier of
+    every other GPU of the fit (weight TIE): the kernels are the same server's code on every
+    GPU, so how far they fall short of the microbenchmark rates is much the same on each.
+    A GPU whose data exercise a term barely (the H100's uncached prefills, when the one set
+    that has them is held out) then takes it from the GPUs whose data do, not from 1.0."""
+    ties = []
+    for name in KERNEL:
+        same = [k for k, col in enumerate(cols) if col.partition("@")[0] == name]
+        for i, j in itertools.combinations(same, 2):
+            row = np.zeros(len(cols))
+            row[i], row[j] = TIE, -TIE
+            ties.append(row)
+    return np.array(ties).reshape(-1, len(cols))
 
 
 def as_stage_vector(c: StepCoefficients) -> np.ndarray:

@@ -6,6 +6,7 @@ every run's outputs naming its step model, its coefficients' source and document
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,20 @@ def test_shipped_sets_say_what_they_were_fitted_on_and_how_accurate_they_are():
         assert shipped.family == family and shipped.source and shipped.accuracy
         fit = shipped.info["fit"]
         assert fit["stages"] and set(fit["identified"]) | set(fit["not_identified"])
+
+
+def test_the_accuracy_a_shipped_set_claims_is_the_one_docs_accuracy_reports():
+    """Every run's summary repeats the shipped set's accuracy: it must be the held-out figures
+    of docs/accuracy.md (all sets, held out by set), not those of an earlier fit."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "accuracy.md").read_text()
+    block = docs[docs.index("| all sets |"):]
+    held_out = re.search(r"held out\*\* \(set\) \| (.+) \|", block)
+    assert held_out is not None
+    figures = re.findall(r"([0-9.]+) %", held_out.group(1))
+    assert len(figures) == 4  # E2E, TPOT/ITL, TTFT, throughput past saturation
+    for family in step_models.bundled_families():
+        claimed = re.findall(r"([0-9.]+) %", step_models.bundled(family).accuracy)
+        assert claimed[:4] == figures, family
 
 
 @pytest.mark.parametrize("data, message", [

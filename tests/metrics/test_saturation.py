@@ -110,7 +110,7 @@ def test_capacity_model_of_the_physical_model_errs_high_by_at_most_20_percent(sa
     """The physical model's step cost is not linear (weights or GEMMs, whichever binds; KV
     reads by context), so the estimate fits c0 + c1 x prefill + c2 x decodes on the light
     run's steps: that misses the larger batches' longer KV reads and overestimates what a
-    replica sustains (70B TP4: +17 % at 2 req/s, +13 % at 4). Stated, bounded here, and to be
+    replica sustains (70B TP4: +16 % at 2 req/s, +12 % at 4). Stated, bounded here, and to be
     replaced by the physical model's own step cost at the saturating batch."""
     measured = saturated.summary["saturation"]["max_sustainable_rate_per_s"]
     verdict = run(overload(rate)).summary["saturation"]
