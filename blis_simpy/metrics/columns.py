@@ -124,9 +124,7 @@ class Table:
             if block is None:
                 return None
             blocks.append(block)
-            blocks.append(np.full((len(block), 1), ord(","), dtype=np.uint8))
-        blocks[-1][:] = ord("\n")
-        return np.concatenate(blocks, axis=1).tobytes().translate(None, b"\0")
+        return side_by_side(blocks).tobytes().translate(None, b"\0")
 
     def rows(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[str, ...]]:
         """Rows start..stop-1 as CSV cells, quoted where needed (a chunk at a time keeps the
@@ -255,6 +253,25 @@ def cell_matrix(values: Column) -> np.ndarray | None:
         return np.take(table, np.fromiter(map(index.__getitem__, values), np.intp, len(values)),
                        axis=0)
     return ascii_matrix(csv_cells(values))
+
+
+def side_by_side(blocks: list[np.ndarray]) -> np.ndarray:
+    """Cell matrices of equal rows as one matrix, a comma after each one's cells and a line
+    end after the last's. Each is copied in as one column of `width`-byte items (a field of
+    a structured view): `np.concatenate(axis=1)` copies each row of each block on its own, a
+    call per cell (a million for a 10K run's tables), ~3x slower."""
+    widths = [block.shape[1] for block in blocks]
+    offsets = np.cumsum([0] + [w + 1 for w in widths[:-1]]).tolist()
+    out = np.full((len(blocks[0]), sum(widths) + len(widths)), ord(","), dtype=np.uint8)
+    kept = [i for i, w in enumerate(widths) if w]
+    fields = np.dtype({"names": [f"c{i}" for i in kept],
+                       "formats": [f"V{widths[i]}" for i in kept],
+                       "offsets": [offsets[i] for i in kept], "itemsize": out.shape[1]})
+    rows = out.view(fields).reshape(-1)
+    for i in kept:
+        rows[f"c{i}"] = np.ascontiguousarray(blocks[i]).view(f"V{widths[i]}").reshape(-1)
+    out[:, -1] = ord("\n")
+    return out
 
 
 def int_matrix(whole: np.ndarray) -> np.ndarray:
