@@ -45,7 +45,7 @@ from blis_simpy.config.scenario import ClusterConfig
 from blis_simpy.config.workload import ClientTimeouts
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import InvariantError
-from blis_simpy.core.loop import runs_next
+from blis_simpy.core.loop import Clock, runs_next
 from blis_simpy.core.ordering import ADMISSION, ROUTING, StageEvent
 from blis_simpy.core.records import Candidate, Decision, Recorder
 from blis_simpy.core.request import RejectCode, Request, State
@@ -82,6 +82,7 @@ class Gateway:
                  timeouts: ClientTimeouts | None = None,
                  recovery: RequestRecovery | None = None, checks: bool = False) -> None:
         self.env = env
+        self.clock = Clock(env)  # the time without the interpreted `env.now` property
         self.fleet = fleet
         self.config = config
         self.admission = admission
@@ -175,7 +176,7 @@ class Gateway:
     def arrive(self, req: Request, alone: bool = False) -> None:
         """ClusterArrival: the request exists; admission follows after its latency. `alone`:
         the source knows no other request arrives at this time (`_runs_next`)."""
-        now = self.env.now
+        now = self.clock.now()
         self.recorder.requests.append(req)
         req.observe(self.block_size, self.keep_tokens)
         self.state.on_arrival(req.tenant_id, now)
@@ -204,7 +205,7 @@ class Gateway:
     def _admit_now(self, req: Request) -> None:
         if req.state is State.TIMED_OUT:
             return
-        now = self.env.now
+        now = self.clock.now()
         self.state.clock = now
         self.deciding = req
         decision = self.admission.decide(req.view, self.state, now)
@@ -278,7 +279,7 @@ class Gateway:
     def _route_now(self, req: Request) -> None:
         if req.state is State.TIMED_OUT:
             return
-        now = self.env.now
+        now = self.clock.now()
         state = self.state
         state.clock = now
         fleet = self.fleet if self.models is None else self.models.fleet_of(req)
@@ -418,7 +419,7 @@ class Gateway:
         if self._uncount(instance, req):
             self.state.on_finish(req.tenant_id)
             if req.state is State.COMPLETED:
-                self.state.on_complete(self.env.now)
+                self.state.on_complete(self.clock.now())
             settle(req)
 
     def lost(self, instance: str, req: Request) -> None:

@@ -96,14 +96,17 @@ class ReferenceOutputs:
         def ordered(values: list[Any]) -> list[Any]:
             return values if order is None else [values[i] for i in order]
 
-        floats, quoted = gojson.format_floats, gojson.quote_all
+        def floats(values: np.ndarray) -> list[str]:
+            return gojson.format_float_array(values if order is None else values[order])
+
+        quoted = gojson.quote_all
         cells = zip(
-            floats([a / US_PER_S for a in ordered(self.arrival.tolist())]),
+            floats(self.arrival / US_PER_S),
             quoted(ordered(self.ids)),
             ordered(self.input_len.tolist()), ordered(self.output_len.tolist()),
-            floats([t / US_PER_MS for t in ordered(self.ttft.tolist())]),
-            floats([float(x) for x in ordered(self.itl_mean.tolist())]),
-            floats([e / US_PER_MS for e in ordered(self.e2e.tolist())]),
+            floats(self.ttft / US_PER_MS),
+            floats(self.itl_mean.astype(np.float64)),
+            floats(self.e2e / US_PER_MS),
             ordered(self.scheduling_delay.tolist()),
             quoted(ordered(self.handled_by)), strict=True)
         rows = ",".join(map(ROW.__mod__, cells))

@@ -20,11 +20,12 @@ but never leaves waiting requests stranded (Q2 stays fixed). docs/differences-fr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import simpy
 
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.loop import Clock
 from blis_simpy.core.request import Request
 from blis_simpy.engine.step import Stepper
 
@@ -84,26 +85,29 @@ class ReferenceEventOrder:
     def __init__(self, instance: Stepper, env: Environment) -> None:
         self.instance = instance
         self.env = env
+        self.clock = Clock(env)
         self.heap = TimestampHeap()
         self.step_queued = False  # a Step event is in the heap
         self.pumps: set[int] = set()  # times at which a SimPy event will run the heap
 
     def arrive(self, req: Request) -> None:
         """A request routed to the instance: its Arrival event, now."""
-        now = self.env.now
+        now = self.clock.now()
         self.heap.push(now, ARRIVAL, req)
         self._pump_at(now)
 
-    def _pump_at(self, time: int) -> None:
+    def _pump_at(self, time: int, spent: simpy.Timeout | None = None) -> None:
+        """A SimPy event at `time` that runs the heap (`spent`: the one that just did, reused).
+        The clock's timeout, scheduled as `env.timeout` would be, without SimPy's interpreted
+        Timeout.__init__ and schedule: one per tick with events, ~150K in a 10K run."""
         if time not in self.pumps:
             self.pumps.add(time)
-            # Timeout made directly: `env.timeout` goes through SimPy's bound-class
-            # descriptor, a Python call per wake-up (~47K in a 10K run)
-            simpy.Timeout(self.env, time - self.env.now).callbacks.append(self._pump)
+            now = self.clock.now()
+            self.clock.after(now, time - now, spent).callbacks.append(self._pump)
 
     def _pump(self, event: simpy.Event) -> None:
         """Run every heap event due now, in heap order (events pushed meanwhile included)."""
-        now = self.env.now
+        now = self.clock.now()
         self.pumps.discard(now)
         heap, instance = self.heap, self.instance
         items = heap.items
@@ -120,7 +124,7 @@ class ReferenceEventOrder:
             elif kind == ARRIVAL:
                 heap.push(now + instance.latency.queue_delay(req.input_len), QUEUED, req)
         if items:
-            self._pump_at(items[0][0])
+            self._pump_at(items[0][0], cast(simpy.Timeout, event))
 
     def _step(self, now: int) -> None:
         """One step, then the events the reference pushes for it, in its order: preemptions

@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator, Iterable
 import simpy
 
 from blis_simpy.core.clock import Environment
+from blis_simpy.core.loop import Clock
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
 from blis_simpy.core.request import Request
 
@@ -22,10 +23,11 @@ def release(env: Environment, requests: Iterable[Request],
             deliver: Callable[[Request, bool], None]) -> Generator[simpy.Event, object, None]:
     """Hand over each request at its arrival time, in order (the requests are made as they
     are reached: a long workload is never all in memory)."""
+    clock = Clock(env)  # the time without the interpreted `env.now` property
     ahead = iter(requests)
     req = next(ahead, None)
     while req is not None:
-        now = env.now
+        now = clock.now()
         if req.arrival > now:
             yield StageEvent(env, req.arrival - now, CLUSTER_ARRIVAL)
             continue

@@ -188,6 +188,10 @@ def test_the_few_distinct_paths_are_taken_on_levels_and_skipped_on_distinct_valu
     levels = np.tile(np.array([0.25, 1 / 3, 5e-05, -0.0]), 100)
     assert distinct_matrix(levels) is not None
     assert distinct_matrix(np.arange(400) / 7) is None
+    # Levels that start with many distinct values (KV utilisation while the pools fill up)
+    ramp = np.concatenate([np.arange(700), np.tile(np.arange(100), 100)]) / 29_205
+    assert distinct_matrix(ramp) is not None
+    assert matrix_cells(ramp) == csv_cells(ramp)
     for dtype in (np.float16, np.longdouble):  # other widths: cell by cell, as before
         odd = levels.astype(dtype)
         assert matrix_cells(odd) == csv_cells(odd)
