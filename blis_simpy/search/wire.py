@@ -63,7 +63,9 @@ MARSHAL_VERSION = 4
 
 def frame(message: Any) -> bytes:
     """One message from the evaluator: its length, then the message in marshal's format
-    (ValueError if it holds anything but plain values)."""
+    (ValueError if it holds anything but plain values). Numbers must be Python's own: marshal
+    writes any object with the buffer protocol (a numpy scalar) as its bytes; what crosses
+    comes from the engine's typed records and snapshots, which hold Python numbers."""
     body = marshal.dumps(message, MARSHAL_VERSION)
     return FRAME.pack(len(body)) + body
 
