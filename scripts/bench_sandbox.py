@@ -1,11 +1,13 @@
 """Benchmark: what the sandbox around code candidates costs (docs/security.md, "Cost").
 
 The evaluation is the search issue's unit: 1,000 requests on 2 instances, one routing
-candidate. The same policy (least loaded) runs as the `least-loaded` template and as a code
-candidate in the sandbox, so the difference is the boundary's cost. Every figure is CPU time
-(user + system) of every process involved, the evaluator's (getrusage), each candidate
-process's (wait4 in the template) and the template's (/proc), which a busy machine inflates
-far less than wall time; each is the median of `--repeat` interleaved rounds.
+candidate, every evaluation on the same seed as a search evaluates its candidates (common
+random numbers: each worker prepares the seed's workload once and shares it). The same policy
+(least loaded) runs as the `least-loaded` template and as a code candidate in the sandbox, so
+the difference is the boundary's cost. Every figure is CPU time (user + system) of every
+process involved, the evaluator's (getrusage), each candidate process's (wait4 in the
+template) and the template's (/proc), which a busy machine inflates far less than wall time;
+each is the median of `--repeat` interleaved rounds.
 
 * start: the template (bubblewrap, a fresh interpreter, its imports, the lock-down self-test),
   once per evaluating process.
@@ -13,7 +15,9 @@ far less than wall time; each is the median of `--repeat` interleaved rounds.
 * per evaluation and per decision: code minus template, on the 1,000-request evaluation.
 * forked whole run: the run itself in a process forked per evaluation (what running the
   simulation inside the sandbox would cost instead, without its lock-down), for comparison.
-* evaluations/s with 2 workers (`run_many`, wall time): template and code.
+* evaluations/s with 2 workers: what 2 free cores give (2 / CPU per evaluation), and the wall
+  rate of `run_many` here (distinct candidates on one seed: weighted-routing templates, and
+  least-loaded code candidates differing by a comment), which a loaded machine lowers.
 
     python scripts/bench_sandbox.py [--repeat N] [--evaluations N]
 """
@@ -32,7 +36,7 @@ from typing import Any
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.search import contain
 from blis_simpy.search.code import CodePolicy
-from blis_simpy.search.sweep import run_many
+from blis_simpy.search.sweep import evaluate, plan, run_many
 from blis_simpy.sim.run import run
 
 EVALUATION: dict[str, Any] = {
@@ -99,14 +103,14 @@ def measured(action: Callable[[], object], candidates: Candidates) -> float:
     return own_cpu() - before[0] + candidates.cpu - before[1] + tree_cpu(template) - before[2]
 
 
-def forked_runs(scenario: Scenario, seeds: range) -> float:
+def forked_runs(scenario: Scenario, n: int) -> float:
     """CPU seconds of each run done in a child forked for it (parent and child)."""
     total = 0.0
-    for seed in seeds:
+    for _ in range(n):
         started = own_cpu()
         pid = os.fork()
         if pid == 0:
-            run(scenario, seed=seed)
+            run(scenario)
             os._exit(0)
         _, _, usage = os.wait4(pid, 0)
         total += own_cpu() - started + usage.ru_utime + usage.ru_stime
@@ -122,12 +126,21 @@ def main() -> None:
     scenario = Scenario.from_dict(EVALUATION)
     code = CodePolicy("routing", LEAST_LOADED, id="least-loaded-code")
     template = {"routing.type": "least-loaded"}
+    weighted = {f"w{i}": {"routing.type": "weighted", "routing.weights.queue-depth": 1.0,
+                          "routing.weights.prefix-affinity": round(0.25 + 0.05 * i, 2)}
+                for i in range(4 * n)}
+    codes = {f"c{i}": CodePolicy("routing", f"# candidate {i}\n{LEAST_LOADED}", id=f"c{i}")
+             for i in range(4 * n)}
 
     started, wall = own_cpu(), time.perf_counter()
     contain.sandbox()
     start_wall = time.perf_counter() - wall
     start_cpu = own_cpu() - started + tree_cpu(contain.sandbox().process.pid)
     candidates = Candidates()
+    tasks = {name: plan({"eval": scenario}, {name: policy}, [scenario.seed], contain.Limits())[0]
+             for name, policy in (("template", template), ("code", code))}
+    for task in tasks.values():  # warm: the seed's workload prepared, the imports done
+        evaluate(task)
     rows: dict[str, list[float]] = {k: [] for k in (
         "process", "template", "code", "forked", "rate template", "rate code")}
 
@@ -135,30 +148,37 @@ def main() -> None:
         for _ in range(n):
             contain.spawn(contain.Limits()).close()
 
+    def evaluations(task: Any) -> Callable[[], None]:
+        def action() -> None:
+            for _ in range(n):
+                assert not evaluate(task)["error"]
+        return action
+
     for _ in range(args.repeat):
         rows["process"].append(measured(empty_sessions, candidates) / n)
-        rows["template"].append(measured(lambda: run_many(
-            scenario, {"t": template}, range(n), workers=1), candidates) / n)
-        rows["code"].append(measured(lambda: run_many(
-            scenario, {"c": code}, range(n), workers=1), candidates) / n)
-        rows["forked"].append(forked_runs(scenario, range(n)) / n)
-        for name, policy in (("rate template", template), ("rate code", code)):
+        rows["template"].append(measured(evaluations(tasks["template"]), candidates) / n)
+        rows["code"].append(measured(evaluations(tasks["code"]), candidates) / n)
+        rows["forked"].append(forked_runs(scenario, n) / n)
+        for name, policies in (("rate template", weighted), ("rate code", codes)):
             wall = time.perf_counter()
-            run_many(scenario, {"p": policy}, range(4 * n), workers=2)
-            rows[name].append(4 * n / (time.perf_counter() - wall))
+            table = run_many(scenario, policies, [scenario.seed], workers=2)
+            rows[name].append(len(policies) / (time.perf_counter() - wall))
+            assert (table.error == "").all()
     med = {k: statistics.median(v) for k, v in rows.items()}
     per_eval = med["code"] - med["template"]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
           f"median of {args.repeat} rounds of {n} evaluations")
     print(f"template start                      {start_wall:7.3f} s wall, {start_cpu:7.3f} s CPU")
     print(f"candidate process (fork..close)     {med['process'] * 1e3:7.1f} ms CPU")
-    print(f"evaluation, template policy         {med['template'] * 1e3:7.1f} ms CPU")
-    print(f"evaluation, code in the sandbox     {med['code'] * 1e3:7.1f} ms CPU")
+    print(f"evaluation, template policy         {med['template'] * 1e3:7.1f} ms CPU "
+          f"(= {2 / med['template']:.1f} evaluations/s on 2 free cores)")
+    print(f"evaluation, code in the sandbox     {med['code'] * 1e3:7.1f} ms CPU "
+          f"(= {2 / med['code']:.1f} evaluations/s on 2 free cores)")
     print(f"  the boundary's cost               {per_eval * 1e3:7.1f} ms CPU per evaluation, "
           f"{per_eval * 1e6 / 1000:.0f} us per routing decision")
     print(f"evaluation, whole run forked        {med['forked'] * 1e3:7.1f} ms CPU")
-    print(f"evaluations/s, 2 workers, template  {med['rate template']:7.1f}")
-    print(f"evaluations/s, 2 workers, code      {med['rate code']:7.1f}")
+    print(f"evaluations/s, run_many, 2 workers, wall here: {med['rate template']:.1f} "
+          f"(weighted templates), {med['rate code']:.1f} (code)")
 
 
 if __name__ == "__main__":

@@ -290,8 +290,7 @@ class Server:
     def serve(self, reader: BinaryIO) -> None:
         self.reader = reader
         sys.stdout = sys.stderr = self.log
-        for data in reader:
-            message = wire.parse(data)
+        while (message := wire.read_frame(reader)) is not None:
             if message[0] == "close":
                 self.send(wire.line(["log", self.log.text()]))
                 return
@@ -306,10 +305,10 @@ class Server:
         lookups); its answer."""
         self.send(wire.line(["ask", *question]))
         assert self.reader is not None
-        data = self.reader.readline()
-        if not data:
+        message = wire.read_frame(self.reader)
+        if message is None:
             os._exit(0)
-        return wire.parse(data)[1]
+        return message[1]
 
     def handle(self, message: list[Any]) -> bytes:
         """The reply to one message, encoded."""

@@ -8,11 +8,11 @@ it would a connection pool; it dies with that process. A machine where the sandb
 start refuses code candidates with `SandboxUnavailable`, one line saying why; there is no
 unsandboxed fallback.
 
-A session's process answers the simulation's policy calls over its own socket, one JSON line
-each way (`blis_simpy.search.wire`). The evaluator waits for it at most `Limits.wall_s` in all;
-the process's own limits (CPU time, memory) are enforced by the kernel. Whatever goes wrong (a
-limit, a crash, a message that is not what was asked) ends the session with `ContainedFailure`,
-which the sweep turns into a zero with the reason.
+A session's process answers the simulation's policy calls over its own socket: a marshal
+frame to it, one JSON line back (`blis_simpy.search.wire`). The evaluator waits for it at most
+`Limits.wall_s` in all; the process's own limits (CPU time, memory) are enforced by the
+kernel. Whatever goes wrong (a limit, a crash, a message that is not what was asked) ends the
+session with `ContainedFailure`, which the sweep turns into a zero with the reason.
 """
 
 from __future__ import annotations
@@ -266,14 +266,14 @@ class Session:
 
     def call(self, message: list[Any],
              answer: Callable[[list[Any]], Any] | None = None) -> list[Any]:
-        self.send(wire.line(message))
+        self.send(wire.frame(message))
         for _ in range(MAX_ASKS):
             reply = self.receive()
             if reply[0] != "ask":
                 return reply
             if answer is None:
                 self.fail(f"asked {shown(reply)} where nothing may be asked")
-            self.send(wire.line(["answer", answer(reply)]))
+            self.send(wire.frame(["answer", answer(reply)]))
         self.fail(f"asked more than {MAX_ASKS} questions in one call")
 
     def send(self, data: bytes) -> None:

@@ -1,91 +1,125 @@
-"""What crosses the boundary between the evaluator and a candidate's process: JSON lines of
-plain lists, numbers and strings, never pickle (docs/security.md, "The wire").
+"""What crosses the boundary between the evaluator and a candidate's process: plain tuples,
+lists, numbers and strings, never pickle (docs/security.md, "The wire").
 
-Requests, snapshots, the router state and a scheduler's context go one way as positional
-lists (each side builds the same frozen types from them); decisions come back the other way
-and are checked field by field by the evaluator (`blis_simpy.search.remote`) before the
-policy guard checks what they mean.
-Two things are sent as changes rather than whole: a request's view is sent once and then named
-by its id (both sides keep the same bounded cache), and the router state as what changed since
-the last call (`StateSender` in the evaluator, `StateMirror` in the sandbox), so a call costs
-what the decision needs, not what the run has accumulated. The numbers the evaluator sends in
-bulk (a prompt's block hashes, a snapshot's counters and rates) go as the hex of their
-little-endian 64-bit values inside the JSON: exact, and several times cheaper to write and
-read than decimal (about a third of a routing call's cost otherwise).
+The two directions differ, as the two sides' trust does. The evaluator's calls go to the
+candidate as frames: a 4-byte length, then the message in `marshal`'s format (CPython's own
+encoding of plain values: numbers exact, floats bit for bit, nothing but plain types built),
+which both sides write and read in C, several times faster than JSON. The candidate's replies
+come back as one JSON line each, read by the evaluator with a size bound and checked field by
+field (`blis_simpy.search.remote`) before the policy guard checks what they mean: the
+evaluator never decodes anything richer than JSON from a candidate (`marshal` is not meant
+for untrusted input; the candidate's process may read the evaluator's messages with it).
+
+Requests, snapshots, the router state and a scheduler's context go as positional tuples (each side builds the same
+frozen types from them). Two things are sent as changes rather than whole: a request's view
+is sent once and then named by its id (both sides keep the same bounded cache), and the
+router state as what changed since the last call (`StateSender` in the evaluator,
+`StateMirror` in the sandbox), so a call costs what the decision needs, not what the run has
+accumulated. A message is a list headed by its kind (a string): a new kind of call is a new
+name, and either side refuses a kind it does not know.
 """
 
 from __future__ import annotations
 
 import json
+import marshal
 import struct
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import islice
 from types import MappingProxyType
-from typing import Any
+from typing import IO, Any
 
 from blis_simpy.core.request import HintedView, LoraView, RequestView
 from blis_simpy.core.router_state import LoadSample, RouterState
-from blis_simpy.core.snapshot import InstanceSnapshot, Role
+from blis_simpy.core.snapshot import NO_EXTENDED, InstanceSnapshot, Role
 from blis_simpy.policies.scheduler import SchedulerContext
 
 MAX_LINE = 1 << 20  # bytes in one message from a candidate
 MAX_TEXT = 1000  # characters in a string a candidate returns (a reason, an id)
 VIEW_CACHE = 4096  # request views each side remembers by id
 ROLES = {role.value: role for role in Role}
+TUPLE_NEW = tuple.__new__
+ROLE_VALUES = {role: role.value for role in Role}  # faster than the enum's `.value`
 ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, check_circular=False)
+# The C encoder built once (`JSONEncoder.encode` builds it again for every message); None
+# where json has no C accelerator.
+MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+C_ENCODER = MAKE_ENCODER and MAKE_ENCODER(
+    None, ENCODER.default, json.encoder.encode_basestring_ascii, None, ":", ",", False,
+    False, True)
 
 
 def line(message: Any) -> bytes:
     """One message: JSON on one line (ASCII, so a newline never appears inside it)."""
-    return ENCODER.encode(message).encode("ascii") + b"\n"
+    if C_ENCODER is None or type(message) is not list:
+        return ENCODER.encode(message).encode("ascii") + b"\n"
+    return "".join(C_ENCODER(message, 0)).encode("ascii") + b"\n"
 
 
-DECODE = json.JSONDecoder().decode
+SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # one value at a position (without decode's regexes)
+FRAME = struct.Struct("<I")  # a frame's length
+MARSHAL_VERSION = 4
+
+
+def frame(message: Any) -> bytes:
+    """One message from the evaluator: its length, then the message in marshal's format
+    (ValueError if it holds anything but plain values). Numbers must be Python's own: marshal
+    writes any object with the buffer protocol (a numpy scalar) as its bytes; what crosses
+    comes from the engine's typed records and snapshots, which hold Python numbers."""
+    body = marshal.dumps(message, MARSHAL_VERSION)
+    return FRAME.pack(len(body)) + body
+
+
+def read_frame(reader: IO[bytes]) -> Any:
+    """The next frame's message (read in the candidate's process only), None at the end."""
+    head = reader.read(4)
+    if len(head) < 4:
+        return None
+    (size,) = FRAME.unpack(head)
+    body = reader.read(size)
+    return marshal.loads(body) if len(body) == size else None
 
 
 def parse(data: bytes) -> Any:
     """A message back; ValueError if it is not one JSON value in ASCII (too deep included)."""
     try:
-        return DECODE(data.decode("ascii"))
+        text = data.decode("ascii")
+        value, end = SCAN(text, 0)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    except StopIteration:
+        raise ValueError("no JSON value at the start") from None
+    if end != len(text) and not text[end:].isspace():
+        raise ValueError(f"extra data after the value at {end}")
+    return value
 
 
-# A snapshot's numbers after its id and role, in field order: integers and floats.
-SNAPSHOT = struct.Struct("<qqqdqqqddddd")
-
-
-def snapshot_out(s: InstanceSnapshot) -> list[Any]:
-    """`[id, role, numbers]`, and the `extended` values as a fourth item when there are any."""
-    out: list[Any] = [s.id, s.role.value, SNAPSHOT.pack(
-        s.timestamp, s.queue_depth, s.batch_size, s.kv_utilization, s.free_kv_blocks,
-        s.pending_requests, s.in_flight_requests, s.cache_hit_rate, s.recent_ttft_ms,
-        s.recent_tpot_ms, s.estimated_wait_ms, s.kv_cpu_utilization).hex()]
-    if s.extended:
-        out.append(dict(s.extended))
-    return out
+def snapshot_out(s: InstanceSnapshot) -> tuple[Any, ...]:
+    """`(id, role, the twelve numbers in field order)`, and the `extended` values as a last
+    item when there are any."""
+    if s[14]:
+        return (s[0], ROLE_VALUES[s[1]], *s[2:14],
+                {str(k): float(v) for k, v in s[14].items()})
+    return (s[0], ROLE_VALUES[s[1]], *s[2:14])
 
 
 def snapshot_in(f: Sequence[Any]) -> InstanceSnapshot:
-    snap = InstanceSnapshot(f[0], ROLES[f[1]], *SNAPSHOT.unpack(bytes.fromhex(f[2])))
-    if len(f) > 3:
-        snap = snap._replace(extended=MappingProxyType(dict(f[3])))
-    return snap
+    extended = MappingProxyType(dict(f[14])) if len(f) > 14 else NO_EXTENDED
+    # (the tuple built directly: a named tuple's own __new__ is a Python function)
+    return TUPLE_NEW(InstanceSnapshot, (f[0], ROLES[f[1]], *f[2:14], extended))
 
 
-def hashes_out(hashes: tuple[int, ...]) -> str | tuple[int, ...]:
-    """Block hashes (unsigned 64-bit) as hex; anything else as it is."""
+def hashes_out(hashes: tuple[int, ...]) -> bytes | tuple[int, ...]:
+    """Block hashes (unsigned 64-bit) as their little-endian bytes: marshal writes and reads
+    big integers digit by digit, ten times slower than struct. Anything else as it is."""
     try:
-        return struct.pack(f"<{len(hashes)}Q", *hashes).hex()
+        return pack(f"<{len(hashes)}Q", *hashes)
     except struct.error:
         return hashes
 
 
-def hashes_in(item: str | list[int]) -> tuple[int, ...]:
-    if isinstance(item, str):
-        return struct.unpack(f"<{len(item) // 16}Q", bytes.fromhex(item))
-    return tuple(item)
+pack, unpack = struct.pack, struct.unpack
 
 
 class ViewSender:
@@ -93,19 +127,19 @@ class ViewSender:
     its id; the cache forgets its oldest entry past `VIEW_CACHE`, as the mirror's does."""
 
     def __init__(self) -> None:
-        self.sent: dict[str, RequestView] = {}
+        self.sent: OrderedDict[str, RequestView] = OrderedDict()
 
-    def out(self, view: RequestView) -> str | list[Any]:
+    def out(self, view: RequestView) -> str | tuple[Any, ...]:
         if self.sent.get(view.id) is view:
             return view.id
         remember(self.sent, view.id, view)
-        item: list[Any] = [view.id, view.arrival_us, view.input_tokens, view.tenant_id,
-                           view.slo_class, hashes_out(view.prefix_hashes)]
+        item = (view.id, view.arrival_us, view.input_tokens, view.tenant_id, view.slo_class,
+                hashes_out(view.prefix_hashes))
         hints = view.priority_hints
-        if view.adapter or hints:  # (only when there is one: the usual wire)
-            item.append(view.adapter)
         if hints:  # a priority decision's hints (seed G.1): plain data, checked by the guard
-            item.append(dict(hints))
+            return (*item, view.adapter, dict(hints))
+        if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
+            return (*item, view.adapter)
         return item
 
 
@@ -113,26 +147,29 @@ class ViewMirror:
     """The sandbox's half: builds each view once, keeps it under its id."""
 
     def __init__(self) -> None:
-        self.views: dict[str, RequestView] = {}
+        self.views: OrderedDict[str, RequestView] = OrderedDict()
 
-    def into(self, item: str | list[Any]) -> RequestView:
+    def into(self, item: Any) -> RequestView:
         if isinstance(item, str):
             return self.views[item]
-        view = (HintedView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
-                           item[6], MappingProxyType(item[7])) if len(item) > 7
-                else LoraView(item[0], item[1], item[2], item[3], item[4], hashes_in(item[5]),
-                              item[6]) if len(item) > 6
-                else RequestView(item[0], item[1], item[2], item[3], item[4],
-                                 hashes_in(item[5])))
+        hashes = item[5]
+        if type(hashes) is bytes:
+            hashes = unpack(f"<{len(hashes) >> 3}Q", hashes)
+        view = (HintedView(item[0], item[1], item[2], item[3], item[4], hashes, item[6],
+                           MappingProxyType(item[7])) if len(item) > 7
+                else LoraView(item[0], item[1], item[2], item[3], item[4], hashes, item[6])
+                if len(item) > 6 else
+                RequestView(item[0], item[1], item[2], item[3], item[4], hashes))
         remember(self.views, view.id, view)
         return view
 
 
-def remember(cache: dict[str, RequestView], key: str, view: RequestView) -> None:
-    cache.pop(key, None)
+def remember(cache: OrderedDict[str, RequestView], key: str, view: RequestView) -> None:
+    """Keep `view` under `key`, forgetting the oldest past `VIEW_CACHE` (an OrderedDict: a
+    plain dict's first key is found by skipping every deleted slot before it)."""
+    if cache.pop(key, None) is None and len(cache) >= VIEW_CACHE:
+        cache.popitem(last=False)
     cache[key] = view
-    if len(cache) > VIEW_CACHE:
-        del cache[next(iter(cache))]
 
 
 def context_out(ctx: SchedulerContext, views: ViewSender) -> list[Any]:
@@ -185,10 +222,14 @@ class StateSender:
             instances = self.instances = state.instances
         new, self.requests = total - self.requests, total
         done, self.completed = state.completed - self.completed, state.completed
-        fresh = [s for s in state.history if s.clock > self.sampled]
-        if fresh:
-            self.sampled = fresh[-1].clock
-        samples = [list(s) for s in fresh]
+        samples: list[tuple[Any, ...]] = []
+        for sample in reversed(state.history):  # the new samples are the last ones
+            if sample.clock <= self.sampled:
+                break
+            samples.append(tuple(sample))
+        if samples:
+            self.sampled = samples[0][0]
+            samples.reverse()
         return [state.clock, state.in_flight, instances, changed, *window(state.arrivals, new),
                 state.first_arrival, state.completed, *window(state.completions, done),
                 samples]
@@ -198,6 +239,8 @@ def window(times: deque[int] | None, new: int) -> tuple[int, list[int]]:
     """(length, the last `new` entries) of an arrival window."""
     if not times:
         return 0, []
+    if new == 1:
+        return len(times), [times[-1]]
     return len(times), list(islice(reversed(times), min(new, len(times))))[::-1]
 
 
