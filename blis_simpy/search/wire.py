@@ -10,12 +10,13 @@ field (`blis_simpy.search.remote`) before the policy guard checks what they mean
 evaluator never decodes anything richer than JSON from a candidate (`marshal` is not meant
 for untrusted input; the candidate's process may read the evaluator's messages with it).
 
-Requests, snapshots, the router state and a scheduler's context go as positional tuples (each side builds the same
-frozen types from them). Two things are sent as changes rather than whole: a request's view
-is sent once and then named by its id (both sides keep the same bounded cache), and the
-router state as what changed since the last call (`StateSender` in the evaluator,
-`StateMirror` in the sandbox), so a call costs what the decision needs, not what the run has
-accumulated. A message is a list headed by its kind (a string): a new kind of call is a new
+Requests, snapshots, the router state and a scheduler's context go as positional tuples (each
+side builds the same frozen types from them). Two things are sent as changes rather than whole:
+a request's view is sent once and then named by its id (both sides keep the same bounded
+cache), and the router state as what changed since the last call (`StateSender` in the
+evaluator, `StateMirror` in the sandbox), so a call costs what the decision needs, not what the
+run has accumulated. A message is a list headed by its kind (a string): a new kind of call is a
+new
 name, and either side refuses a kind it does not know.
 """
 
