@@ -16,8 +16,7 @@ a request's view is sent once and then named by its id (both sides keep the same
 cache), and the router state as what changed since the last call (`StateSender` in the
 evaluator, `StateMirror` in the sandbox), so a call costs what the decision needs, not what the
 run has accumulated. A message is a list headed by its kind (a string): a new kind of call is a
-new
-name, and either side refuses a kind it does not know.
+new name, and either side refuses a kind it does not know.
 """
 
 from __future__ import annotations
