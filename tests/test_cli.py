@@ -265,6 +265,18 @@ def test_run_refuses_an_output_path_that_is_a_file(tmp_path):
     assert blocker.read_text() == "keep me"
 
 
+def test_run_refuses_an_option_given_as_the_output_folder(tmp_path, monkeypatch):
+    """`run --out --set s.yaml` (the folder's name forgotten, say an empty shell variable)
+    once wrote a folder named `--set`."""
+    scenario_file = write_scenario(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = cli("run", "--quiet", "--out", "--set", scenario_file)
+    assert_clean_usage_error(result, "--out", "looks like an option")
+    assert not (tmp_path / "--set").exists()
+    assert cli("run", scenario_file, "--out", tmp_path / "--set", "--quiet").exit_code == 0
+    assert (tmp_path / "--set" / "summary.json").is_file()
+
+
 # --- outputs (robustness defect 5) --------------------------------------------------------------
 
 

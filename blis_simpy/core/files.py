@@ -99,10 +99,22 @@ def read_text(path: str | Path, field: str, what: str = "a UTF-8 text file",
                             f"at offset {exc.start})", what) from None
 
 
+def not_an_option(path: str | Path, field: str, what: str) -> None:
+    """An output path given as `--set` or `--force` is an option whose own value was left out
+    (`run s.yaml --out --set x=1` would write a folder named `--set`); a file or folder that
+    really starts with dashes is still reachable with its folder (`out/--name`; pathlib drops
+    a leading `./`)."""
+    if str(path).startswith("--"):
+        raise ScenarioError(field, f"{str(path)!r} looks like an option, not a path: {field} "
+                            "needs its own value", f"{what}, e.g. {field} out/run; a name that "
+                            "starts with dashes goes with its folder, e.g. out/--name")
+
+
 def check_replaceable(path: Path, field: str, what: str) -> None:
     """`path` may be written by `replacing`: its folder exists, and it is new or a regular
     file (never a device, FIFO or folder: `--out /dev/null` as root would replace the device
     with a file)."""
+    not_an_option(path, field, what)
     try:
         info = os.stat(path)
     except FileNotFoundError:

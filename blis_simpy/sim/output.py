@@ -36,6 +36,7 @@ from pathlib import Path
 from types import ModuleType
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import not_an_option
 
 
 class OutputFolder:
@@ -46,6 +47,7 @@ class OutputFolder:
         if not isinstance(path, str | os.PathLike) or not str(path):
             raise ScenarioError(field, f"expected a folder path, got {path!r}",
                                 "a str or pathlib.Path naming a new or empty folder")
+        not_an_option(path, field, "a new or empty folder")
         self.path, self.field = Path(path), field
         self.format = table_format(tables)
         self.target = self.resolved()  # the real folder, a symlink followed
