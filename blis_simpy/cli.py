@@ -219,7 +219,7 @@ def run(
         resolved = sim.scenario
         target = out or Path(resolved.outputs.dir or Path("out") / resolved.name)
         folder = OutputFolder(target, resolved.outputs.tables, force,
-                              "--out" if out else "outputs.dir")
+                              "--out" if out else "outputs.dir", ending=lambda: bool(RECEIVED))
     except ScenarioError as exc:
         raise fail(exc) from None
     quiet = progress is False
@@ -480,6 +480,8 @@ register_search_commands(app)
 
 # What `timeout`, CI runners, Kubernetes and a closed terminal send to end a process.
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# The ending signals this process has received: process-wide, as signal handlers are.
+RECEIVED: list[int] = []
 
 
 def end_like_ctrl_c(received: list[int]) -> None:
@@ -500,7 +502,7 @@ def end_like_ctrl_c(received: list[int]) -> None:
 
 
 def main() -> None:
-    received: list[int] = []
+    received = RECEIVED
     end_like_ctrl_c(received)
     # One simulation is one thread: OpenBLAS would start a thread per core when numpy loads
     # (60 ms of a 1K run here) for no gain. A value the user set wins.

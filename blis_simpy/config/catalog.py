@@ -161,13 +161,19 @@ def bundled_native_hardware_config() -> dict:
 
 
 def read_json(path: str, inside: str | None) -> dict[str, Any]:
-    """A user's JSON file (or `inside` a folder); ValueError says what was wrong."""
+    """A user's JSON object file (or `inside` a folder); ValueError says what was wrong (a
+    model or hardware config is an object: `[1]` or `null` would fail later, far from here)."""
     file = Path(path)
     if inside and file.is_dir():
         file = file / inside
     try:
-        return json.loads(read_text(file, "", "a JSON file"))
+        data = json.loads(read_text(file, "", "a JSON file"))
     except ScenarioError as exc:
         raise ValueError(exc.problem) from None
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"{file} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(data), "a number")
+        raise ValueError(f"{file} holds {kind}, not a JSON object ({{...}})")
+    return data

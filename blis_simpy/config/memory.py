@@ -91,10 +91,11 @@ def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size
                      hardware: dict[str, Any] | None = None, dp: int = 1) -> int | None:
     """The KV blocks that fit beside the weights on `tp` GPUs of this kind (its memory from
     `hardware`, a native hardware config, else the bundled one); None when the GPU's memory
-    or a model dimension is unknown, or the weights leave no room for one block (the caller
-    keeps its default). With `dp` data-parallel ranks of a mixture of experts, each rank holds
-    its own attention and embeddings but only 1/dp of the experts (sliced or whole, they are
-    spread over all tp x dp GPUs), and its own KV cache: the blocks are dp times a rank's."""
+    or a model dimension is unknown (the caller keeps its default), 0 when the weights leave
+    no room for one block (the model does not fit: vLLM would not start). With `dp` data-
+    parallel ranks of a mixture of experts, each rank holds its own attention and embeddings
+    but only 1/dp of the experts (sliced or whole, they are spread over all tp x dp GPUs),
+    and its own KV cache: the blocks are dp times a rank's."""
     memory_mib = gpu_memory_mib(gpu, hardware)
     config = text_config(model_config)
     dtype_bytes = dtype_size(config)
@@ -112,7 +113,7 @@ def memory_kv_blocks(model_config: dict[str, Any], gpu: str, tp: int, block_size
     if latent is not None:  # the whole latent on every GPU of the group
         block_bytes = tp * layers * latent.cached * dtype_bytes * block_size
     free = int(tp * memory_mib * MIB * GPU_MEMORY_UTILIZATION) - weights
-    return dp * (free // block_bytes) if free >= block_bytes else None
+    return dp * (free // block_bytes) if free >= block_bytes else 0
 
 
 def text_config(model_config: dict[str, Any]) -> dict[str, Any]:

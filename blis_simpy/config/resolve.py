@@ -65,15 +65,15 @@ def resolve(scenario: Scenario) -> Scenario:
         )
         kv_blocks = kv_blocks or catalog_kv_blocks(entry, engine.block_size, scenario.compat,
                                                    memory_blocks(model, latency,
-                                                                 engine.block_size))
+                                                                 engine.block_size) or None)
     if latency.type == "roofline":
         latency = dataclasses.replace(latency, alpha=latency.alpha or [0.0, 0.0, 0.0])
         if not kv_blocks and scenario.compat != "blis":  # the reference keeps its 1,000,000
-            kv_blocks = memory_blocks(model, latency, engine.block_size)
+            kv_blocks = fitting_blocks(model, latency, engine.block_size)
     if latency.type == "physical":
         latency = dataclasses.replace(latency,
                                       coefficients=latency.coefficients or DEFAULT_FAMILY)
-        kv_blocks = kv_blocks or memory_blocks(model, latency, engine.block_size)
+        kv_blocks = kv_blocks or fitting_blocks(model, latency, engine.block_size)
     kv_blocks = kv_blocks or DEFAULT_KV_BLOCKS
     speculative = engine.speculative
     if speculative is not None and speculative.method == "draft_model" and not engine.kv_blocks:
@@ -219,6 +219,21 @@ def memory_blocks(model: Any, latency: Any, block_size: int) -> int | None:
         return None
     return memory_kv_blocks(config, model.gpu, model.tp or 1, block_size, hardware,
                             model.dp)
+
+
+def fitting_blocks(model: Any, latency: Any, block_size: int) -> int | None:
+    """The KV blocks of a step model that sizes the cache from memory; a model whose weights
+    leave no room for one block is refused (it used to run on the 1,000,000-block default,
+    a server that could not have started)."""
+    blocks = memory_blocks(model, latency, block_size)
+    if blocks == 0:
+        gpus = f"{model.tp or 1} x {model.gpu}" + (f" per rank, {model.dp} ranks"
+                                                   if model.dp > 1 else "")
+        raise ScenarioError("model.tp", f"{model.name}'s weights leave no room for a KV "
+                            f"block on {gpus}: it does not fit (vLLM would not start)",
+                            "a larger model.tp (model.dp for a mixture of experts), a GPU "
+                            "with more memory, or engine.kv_blocks to simulate it anyway")
+    return blocks
 
 
 def native_hardware(latency: Any) -> dict | None:

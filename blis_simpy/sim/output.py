@@ -43,12 +43,16 @@ class OutputFolder:
     """The folder a run will be written to; `field` names it in errors (`--out`, `out_dir`)."""
 
     def __init__(self, path: str | Path, tables: str = "auto", force: bool = False,
-                 field: str = "out_dir") -> None:
+                 field: str = "out_dir", ending: Callable[[], bool] = lambda: False) -> None:
         if not isinstance(path, str | os.PathLike) or not str(path):
             raise ScenarioError(field, f"expected a folder path, got {path!r}",
                                 "a str or pathlib.Path naming a new or empty folder")
         not_an_option(path, field, "a new or empty folder")
         self.path, self.field = Path(path), field
+        # True once the process has been told to end (cli: SIGTERM, SIGHUP): checked again
+        # before the folder is put in place, as the signal's KeyboardInterrupt can be lost on
+        # its way (raised where Python swallows errors: a finaliser, a dict lookup's __eq__)
+        self.ending = ending
         self.format = table_format(tables)
         self.target = self.resolved()  # the real folder, a symlink followed
         self.in_place = self.target.is_dir() and mount_point(self.target)
@@ -139,10 +143,14 @@ class OutputFolder:
         the target, keeping any earlier folder until the new one is there."""
         try:
             write(self.staging, self.format)
+            if self.in_place and self.ending():
+                raise KeyboardInterrupt
             if self.in_place:
                 self.replace_entries()
                 self.committed = True
                 return sorted(self.path.iterdir())
+            if self.ending():
+                raise KeyboardInterrupt
             self.refuse_newcomer()
             old = self.set_aside()
         except BaseException:

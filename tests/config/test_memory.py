@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from blis_simpy.config import catalog
 from blis_simpy.config.memory import memory_kv_blocks
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
 from tests.conftest import merge
 
 LLAMA = "meta-llama/llama-3.1-8b-instruct"
@@ -50,4 +53,16 @@ def test_unknown_gpu_memory_or_dimensions_give_no_size():
     assert memory_kv_blocks(config, "B200", 1, 16) is None
     assert memory_kv_blocks({k: v for k, v in config.items() if k != "vocab_size"},
                             "H100", 1, 16) is None
-    assert memory_kv_blocks(config, "H100", 1, 10**9) is None  # not even one block fits
+    assert memory_kv_blocks(config, "H100", 1, 10**9) == 0  # not even one block fits
+
+
+@pytest.mark.parametrize("latency", ["roofline", "physical"])
+def test_a_model_that_does_not_fit_is_refused_naming_the_gpus(latency):
+    """Llama-3.1-70B's 141 GB of weights on one 80 GB H100: vLLM would not start; it used to
+    run on the 1,000,000-block default and say nothing."""
+    big = {"model": {"name": "meta-llama/llama-3.1-70b-instruct"}, "latency": {"type": latency}}
+    with pytest.raises(ScenarioError) as err:
+        resolve(roofline(**big))
+    assert err.value.path == "model.tp" and "does not fit" in err.value.problem
+    assert resolve(roofline(**merge(big, {"model": {"tp": 2}}))).engine.kv_blocks > 0
+    assert resolve(roofline(**merge(big, {"engine": {"kv_blocks": 500}}))).engine.kv_blocks == 500
