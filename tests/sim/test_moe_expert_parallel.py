@@ -71,7 +71,7 @@ def test_item4_ranks_size_their_own_kv_caches():
     ({"expert_parallel": True}, {"type": "blackbox", "alpha": [1, 2, 3], "beta": [1, 2, 3]},
      "model.expert_parallel"),
     ({"dp": 2, "moe_comm": "pplx"}, {"type": "roofline"}, "model.dp"),
-    ({"moe_comm": "pplx"}, {"type": "roofline"}, "model.moe_comm"),
+    ({"moe_comm": "pplx", "tp": 2}, {"type": "roofline"}, "model.moe_comm"),
 ])
 def test_item4_parallelism_the_model_cannot_cost_is_refused_before_the_run(model, latency, path):
     with pytest.raises(ScenarioError) as err:
