@@ -21,7 +21,7 @@ from typing import Any
 from blis_simpy.compat.flags import Args
 from blis_simpy.config.catalog import bundled_model_config, read_json
 from blis_simpy.config.moe import MOE_COMM, MoeLayout, moe_layout
-from blis_simpy.config.speculation import SpeculativeConfig
+from blis_simpy.config.speculation import SpeculativeConfig, draft_model_config
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import load
 
@@ -337,15 +337,20 @@ def speculative(args: Args, data: dict[str, Any]) -> None:
     section = {SPECULATIVE_KEYS[key]: value for key, value in {**config, "method": method}.items()
                if key in SPECULATIVE_KEYS}
     try:
-        load(SpeculativeConfig, section, "")
+        loaded = load(SpeculativeConfig, section, "")
+        if method == "draft_model":
+            draft_model_config(loaded)  # a draft model it knows, before the scenario is written
     except ScenarioError as exc:  # named by vLLM's key
-        key = {ours: theirs for theirs, ours in SPECULATIVE_KEYS.items()}.get(exc.path, exc.path)
+        key = {ours: theirs for theirs, ours in SPECULATIVE_KEYS.items()}.get(
+            exc.path.rpartition(".")[2], exc.path)
         raise ScenarioError(flag, f"{key}: {exc.problem}", exc.valid) from None
     data["engine"]["speculative"] = section
     if method == "draft_model" and data["latency"].get("type") == "blackbox":
         raise ScenarioError(flag, "a draft model is costed by a step model of its own "
                             "config.json, and this command runs the blackbox model",
                             "--latency-model roofline, or method ngram")
+    if method == "draft_model" and "total-kv-blocks" not in args.given:
+        del data["engine"]["kv_blocks"]  # sized from memory: the draft's weights and KV take some
 
 
 def uses_parallelism(args: Args) -> bool:

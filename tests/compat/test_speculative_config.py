@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 import blis_simpy
 from blis_simpy.cli import app
 from blis_simpy.compat.convert import blis_command
+from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from tests.compat.helpers import LLAMA
@@ -45,6 +46,20 @@ def test_a_draft_model_config_converts_with_its_model_and_runs_on_the_roofline()
         "acceptance_rate": 0.8}
     result = blis_simpy.run(Scenario.from_dict(data))
     assert result.summary["speculation"]["draft_model"] == "Qwen/Qwen2.5-1.5B-Instruct"
+    # the KV cache is sized from memory, the draft's share taken out (not the 1,000,000 default)
+    assert "kv_blocks" not in data["engine"]
+    plain = blis_command(ROOFLINE)
+    del plain["engine"]["kv_blocks"]  # the same GPUs' memory without the draft, natively
+    plain["compat"] = "none"
+    alone = resolve(Scenario.from_dict(plain)).engine.kv_blocks
+    assert 0 < resolve(Scenario.from_dict(data)).engine.kv_blocks < alone < 1_000_000
+
+
+def test_an_unknown_draft_model_is_refused_when_converting():
+    with pytest.raises(ScenarioError) as err:
+        blis_command([*ROOFLINE, *spec(model="nope/nope", num_speculative_tokens=2,
+                                       acceptance_rate=0.5)])
+    assert err.value.path == "--speculative-config" and "model" in err.value.problem
 
 
 def test_a_named_model_means_draft_model_as_in_vllm():
