@@ -11,7 +11,7 @@ from collections.abc import Set
 from typing import Any
 
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.config.workload import TenantsWorkload
+from blis_simpy.config.workload import TenantsWorkload, TraceWorkload
 from blis_simpy.core.request import RejectCode
 from blis_simpy.core.units import MAX_REQUESTS
 from blis_simpy.metrics.saturation import OVERLOADED, spans
@@ -59,7 +59,19 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario)
         out.append(f"the workload stopped at the limit of {MAX_REQUESTS:,} requests "
                    "(closed-loop users): later ones were never sent")
     out.extend(silent_tenants(tenants, scenario))
+    out.extend(unknown_acceptance_tenants(tenants, scenario))
     return out
+
+
+def unknown_acceptance_tenants(sent: Set[str], scenario: Scenario) -> list[str]:
+    """A trace names its tenants in its rows, so engine.speculative.tenant_acceptance can only
+    be checked against them once read (a tenants workload's are checked before the run)."""
+    speculative = scenario.engine.speculative
+    if speculative is None or not isinstance(scenario.workload, TraceWorkload):
+        return []
+    return [f"engine.speculative.tenant_acceptance names {tenant!r}, which no request of the "
+            f"trace has (its tenants: {', '.join(sorted(map(repr, sent)))}): that rate was "
+            "never used" for tenant in speculative.tenant_acceptance if tenant not in sent]
 
 
 def saturated(verdict: dict[str, Any]) -> str:

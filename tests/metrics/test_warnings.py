@@ -82,3 +82,15 @@ def test_warnings_are_printed_on_stderr_and_written_to_summary_json(tmp_path):
     assert "warning: every request was rejected (5 admission)" in out.stderr
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["warnings"] == ["every request was rejected (5 admission)"]
+
+
+def test_a_speculation_rate_for_a_tenant_the_trace_lacks_is_warned(tmp_path):
+    """A trace names its tenants only in its rows: a tenant_acceptance key none of them has
+    (a typo) cannot be refused before the run, so the run says the rate was never used."""
+    from tests.conftest import trace_run_scenario, write_trace
+
+    trace = write_trace(tmp_path / "t.csv", [(0.01 * i, [1, 2, 3, 4], 8) for i in range(6)])
+    result = run(trace_run_scenario(trace, compat="none", engine={"speculative": {
+        "method": "ngram", "draft_tokens": 2, "acceptance_rate": 0.5,
+        "tenant_acceptance": {"zzz": 0.9}}}))
+    assert any("tenant_acceptance names 'zzz'" in w for w in result.warnings), result.warnings
