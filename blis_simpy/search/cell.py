@@ -6,7 +6,7 @@ control socket. For each evaluation it forks one candidate process, which holds 
 these imports: the template never sees a candidate (the evaluator sends the source to the
 candidate's process directly), so no candidate can see another. The candidate's process locks
 itself down (`jail.lock_down`) before it reads the source, then serves the evaluator's calls
-over its own socket until told to close, and answers with what it printed.
+over its own pipes until told to close, and answers with what it printed.
 
 The rules a candidate's code lives by at the Python level (the allowed imports, the safe
 builtins, each allowed module seen without the modules it imports) are here too; the static
@@ -165,17 +165,24 @@ def self_test() -> str:
 
 
 def spawn(control: socket.socket, cpu_s: float, memory_mb: int) -> None:
-    """Fork a candidate's process; hand the evaluator its socket and its pid."""
-    ours, theirs = socket.socketpair()
+    """Fork a candidate's process; hand the evaluator its pid and its pipes' other ends (the
+    end it reads the replies from, the end it writes the messages to)."""
+    to_candidate, to_evaluator = os.pipe(), os.pipe()
     pid = os.fork()
     if pid == 0:
-        keep = theirs.detach()
-        os.closerange(3, keep)
-        os.closerange(keep + 1, 1 << 16)
-        candidate(keep, cpu_s, memory_mb)
-    theirs.close()
-    socket.send_fds(control, [wire.line(["spawned", pid])], [ours.fileno()])
-    ours.close()
+        fd_in, fd_out = to_candidate[0], to_evaluator[1]
+        os.close(to_candidate[1])
+        os.close(to_evaluator[0])
+        low, high = sorted((fd_in, fd_out))
+        os.closerange(3, low)
+        os.closerange(low + 1, high)
+        os.closerange(high + 1, 1 << 16)
+        candidate(fd_in, fd_out, cpu_s, memory_mb)
+    os.close(to_candidate[0])
+    os.close(to_evaluator[1])
+    socket.send_fds(control, [wire.line(["spawned", pid])], [to_evaluator[0], to_candidate[1]])
+    os.close(to_evaluator[0])
+    os.close(to_candidate[1])
 
 
 def end(pid: int) -> list[Any]:
@@ -193,16 +200,17 @@ def end(pid: int) -> list[Any]:
 # --- a candidate's process -----------------------------------------------------------------
 
 
-def candidate(fd: int, cpu_s: float, memory_mb: int) -> NoReturn:
-    """Lock down, then serve the evaluator until it closes; never returns into the template."""
-    reader = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
+def candidate(fd_in: int, fd_out: int, cpu_s: float, memory_mb: int) -> NoReturn:
+    """Lock down, then serve the evaluator (read from `fd_in`, reply to `fd_out`) until it
+    closes; never returns into the template."""
+    reader = os.fdopen(fd_in, "rb", buffering=1 << 16, closefd=False)
     try:
         random.seed(0)  # the global generator a standard module may reach: the same everywhere
         jail.lock_down(cpu_s, memory_mb)
     except BaseException as exc:
-        os.write(fd, wire.line(["error", f"the sandbox could not lock down: {exc}"]))
+        os.write(fd_out, wire.line(["error", f"the sandbox could not lock down: {exc}"]))
         os._exit(3)
-    Server(fd).serve(reader)
+    Server(fd_out).serve(reader)
     os._exit(0)
 
 

@@ -8,11 +8,12 @@ it would a connection pool; it dies with that process. A machine where the sandb
 start refuses code candidates with `SandboxUnavailable`, one line saying why; there is no
 unsandboxed fallback.
 
-A session's process answers the simulation's policy calls over its own socket: a marshal
-frame to it, one JSON line back (`blis_simpy.search.wire`). The evaluator waits for it at most
-`Limits.wall_s` in all; the process's own limits (CPU time, memory) are enforced by the
-kernel. Whatever goes wrong (a limit, a crash, a message that is not what was asked) ends the
-session with `ContainedFailure`, which the sweep turns into a zero with the reason.
+A session's process answers the simulation's policy calls over its own pair of pipes (a
+round trip costs about two thirds of a socket's): a marshal frame to it, one JSON line back
+(`blis_simpy.search.wire`). The evaluator waits for it at most `Limits.wall_s` in all; the
+process's own limits (CPU time, memory) are enforced by the kernel. Whatever goes wrong (a
+limit, a crash, a message that is not what was asked) ends the session with
+`ContainedFailure`, which the sweep turns into a zero with the reason.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import atexit
 import importlib.util
 import json
 import os
+import select
 import socket
-import struct
 import subprocess
 import threading
 import time
@@ -163,14 +164,16 @@ class Sandbox:
             try:
                 self.control.sendall(wire.line(["spawn", limits.cpu_s, limits.memory_mb]))
                 self.control.settimeout(CONTROL_S)
-                data, fds, _, _ = socket.recv_fds(self.control, 4096, 1)
+                data, fds, _, _ = socket.recv_fds(self.control, 4096, 2)
                 pid = int(json.loads(data)[1])
             except (OSError, ValueError, IndexError):
                 data, fds = b"", []
-            if len(fds) != 1:
+            if len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
                 self.close()
                 raise TemplateGone("the template process ended")
-        return Session(self, pid, fds[0], limits)
+        return Session(self, pid, fds[0], fds[1], limits)
 
     def end(self, pid: int) -> tuple[str, float]:
         """Kill a candidate's process if it still runs; how it ended, and its CPU seconds."""
@@ -237,32 +240,30 @@ def spawn(limits: Limits) -> Session:
 
 
 class Session:
-    """One candidate's process: its socket, and how long it may still make the evaluator wait.
-    `call` sends a message and returns the reply, answering the candidate's questions on the
-    way; any failure kills the process and raises ContainedFailure.
+    """One candidate's process: its pipes (the end we read its replies from, the end we write
+    its messages to), and how long it may still make the evaluator wait. `call` sends a
+    message and returns the reply, answering the candidate's questions on the way; any failure
+    kills the process and raises ContainedFailure.
 
-    The socket blocks with the kernel's own timeouts (SO_RCVTIMEO, SO_SNDTIMEO), set to what is
-    left of the budget and lowered as it runs down (a wait overshoots the budget by at most
-    the budget left, never indefinitely): no poll per call."""
+    Every wait is a poll bounded by what is left of the budget: a read waits for the reply
+    (poll, then read); a write is non-blocking and waits only when the pipe is full (a frame
+    larger than the pipe's buffer, or a candidate that stopped reading)."""
 
-    def __init__(self, sandbox_: Sandbox, pid: int, fd: int, limits: Limits) -> None:
-        self.sandbox, self.pid, self.fd, self.limits = sandbox_, pid, fd, limits
-        self.socket = socket.socket(fileno=fd)
+    def __init__(self, sandbox_: Sandbox, pid: int, fd_in: int, fd_out: int,
+                 limits: Limits) -> None:
+        self.sandbox, self.pid, self.limits = sandbox_, pid, limits
+        self.fd_in, self.fd_out = fd_in, fd_out
+        os.set_blocking(fd_out, False)
+        self.readable = select.poll()
+        self.readable.register(fd_in, select.POLLIN)
+        self.writable = select.poll()
+        self.writable.register(fd_out, select.POLLOUT)
         self.budget = limits.wall_s
-        self.timeout = 0.0
-        self.set_timeout()
         self.buffer = b""
         self.ended = False
         self.cpu_s = 0.0  # the process's CPU time, once it has ended
         self.views = wire.ViewSender()
         self.state = wire.StateSender()
-
-    def set_timeout(self) -> None:
-        self.timeout = max(self.budget, 0.001)
-        seconds = int(self.timeout)
-        value = struct.pack("ll", seconds, int((self.timeout - seconds) * 1e6))
-        for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
-            self.socket.setsockopt(socket.SOL_SOCKET, option, value)
 
     def call(self, message: list[Any],
              answer: Callable[[list[Any]], Any] | None = None) -> list[Any]:
@@ -279,10 +280,11 @@ class Session:
     def send(self, data: bytes) -> None:
         while data:
             try:
-                data = data[self.io(os.write, data):]
+                data = data[os.write(self.fd_out, data):]
             except BlockingIOError:
-                self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s "
-                          "(it stopped reading)")
+                if not self.wait(self.writable):
+                    self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s "
+                              "(it stopped reading)")
             except OSError:
                 self.died()
 
@@ -294,25 +296,31 @@ class Session:
                 return self.checked(data)
             if len(self.buffer) > wire.MAX_LINE:
                 self.fail(f"sent a message of more than {wire.MAX_LINE} bytes")
-            try:
-                chunk = self.io(os.read, 1 << 16)
-            except BlockingIOError:
+            if not self.wait(self.readable):
                 self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s")
+            try:
+                chunk = os.read(self.fd_in, 1 << 16)
             except OSError:
                 chunk = b""
             if not chunk:
                 self.died()
             self.buffer += chunk
 
-    def io(self, operation: Callable[[int, Any], Any], argument: Any) -> Any:
-        """A blocking read or write, its time taken from the budget."""
-        if self.budget < self.timeout / 2:
-            self.set_timeout()
+    def __del__(self) -> None:
+        """A session dropped unfinished closes its pipes (as a socket closes when dropped):
+        the candidate reads the end and exits."""
+        if not getattr(self, "ended", True):
+            self.ended = True
+            os.close(self.fd_in)
+            os.close(self.fd_out)
+
+    def wait(self, poller: select.poll) -> bool:
+        """Wait until the pipe is ready (or the candidate ended), its time taken from the
+        budget: False if the budget ran out first."""
         started = time.monotonic()
-        try:
-            return operation(self.fd, argument)
-        finally:
-            self.budget -= time.monotonic() - started
+        ready = poller.poll(max(self.budget * 1000, 1))
+        self.budget -= time.monotonic() - started
+        return bool(ready)
 
     def checked(self, data: bytes) -> list[Any]:
         try:
@@ -324,7 +332,7 @@ class Session:
         return reply
 
     def died(self) -> NoReturn:
-        """The process closed its socket: how it ended, as the failure."""
+        """The process closed its pipes: how it ended, as the failure."""
         how = self.finish()
         what = ENDINGS.get(how, f"ended ({how})" if how.startswith("exit") else
                            f"crashed with {how}")
@@ -336,11 +344,12 @@ class Session:
         raise ContainedFailure(f"the candidate {what}")
 
     def finish(self) -> str:
-        """End the process (if it runs) and close its socket; how it ended."""
+        """End the process (if it runs) and close its pipes; how it ended."""
         if self.ended:
             return "ended"
         self.ended = True
-        self.socket.close()
+        os.close(self.fd_in)
+        os.close(self.fd_out)
         how, self.cpu_s = self.sandbox.end(self.pid)
         return how
 
