@@ -445,23 +445,25 @@ class Scenario:
                                     "names LoRA adapters, but engine.lora gives the instances "
                                     "no adapter slots", "engine.lora: {slots: N}, or no adapters")
             return
+        self.refuse_outside_native_cluster(path, "engine.lora", "LoRA adapters", LORA_POOLS)
+
+    def refuse_outside_native_cluster(self, path: str, section: str, feature: str,
+                                      pools: str) -> None:
+        """`feature` (the `section` key) runs in native mode on the cluster's own instances:
+        the reference has none of it, and deployments' pools do not model it."""
         if self.compat == "blis":
-            raise ScenarioError(join(path, "engine.lora"), "the reference BLIS this mode "
-                                "reproduces has no LoRA adapters", "null, or compat: none")
+            raise ScenarioError(join(path, section), f"the reference BLIS this mode reproduces "
+                                f"has no {feature}", "null, or compat: none")
         if self.deployment is not None:
-            raise ScenarioError(join(path, "engine.lora"), LORA_POOLS,
-                                "no deployment section, or no engine.lora")
+            raise ScenarioError(join(path, section), pools,
+                                f"no deployment section, or no {section}")
 
     def check_speculative(self, path: str) -> None:
         """Speculative decoding: native mode, on the cluster's own instances."""
         if self.engine.speculative is None:
             return
-        if self.compat == "blis":
-            raise ScenarioError(join(path, "engine.speculative"), "the reference BLIS this mode "
-                                "reproduces has no speculative decoding", "null, or compat: none")
-        if self.deployment is not None:
-            raise ScenarioError(join(path, "engine.speculative"), SPECULATIVE_POOLS,
-                                "no deployment section, or no engine.speculative")
+        self.refuse_outside_native_cluster(path, "engine.speculative", "speculative decoding",
+                                           SPECULATIVE_POOLS)
         latency = self.latency
         if self.engine.speculative.method == "draft_model" and (
                 latency.type == "blackbox" or (latency.type is None and (

@@ -143,14 +143,12 @@ class OutputFolder:
         the target, keeping any earlier folder until the new one is there."""
         try:
             write(self.staging, self.format)
-            if self.in_place and self.ending():
+            if self.ending():
                 raise KeyboardInterrupt
             if self.in_place:
                 self.replace_entries()
                 self.committed = True
                 return sorted(self.path.iterdir())
-            if self.ending():
-                raise KeyboardInterrupt
             self.refuse_newcomer()
             old = self.set_aside()
         except BaseException:
