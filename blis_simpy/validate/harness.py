@@ -100,6 +100,14 @@ class Latency:
         return dict(self.section)
 
 
+def length_config(dist: Mapping[str, Any]) -> dict[str, Any]:
+    """A measured length distribution as a scenario's: measured files list observed token
+    counts as `{type: empirical, values: [...]}`, a scenario resamples them as `samples`."""
+    if dist.get("type") == "empirical" and "values" in dist:
+        return {"type": "empirical", "samples": [float(v) for v in dist["values"]]}
+    return dict(dist)
+
+
 def stage_scenario(stage: Stage, latency: Latency, seed: int = 42,
                    max_requests: int | None = None) -> Scenario:
     """The native scenario of one measured stage (see the module docstring)."""
@@ -107,8 +115,8 @@ def stage_scenario(stage: Stage, latency: Latency, seed: int = 42,
     if max_requests is not None and stage.distinct_prompts:
         max_requests = max(max_requests, 10 * stage.distinct_prompts)  # the first uses: <10 %
     requests = min(load.requests, max_requests or load.requests)
-    tenant: dict[str, Any] = {"id": "client", "prompt": dict(stage.prompt),
-                              "output": dict(stage.output)}
+    tenant: dict[str, Any] = {"id": "client", "prompt": length_config(stage.prompt),
+                              "output": length_config(stage.output)}
     workload: dict[str, Any] = {"type": "tenants", "max_requests": requests}
     if load.arrival == "poisson":
         assert load.rate is not None

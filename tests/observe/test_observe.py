@@ -110,6 +110,14 @@ def test_the_cli_writes_what_calibrate_reads(tmp_path: Path):
     per_request = read(tmp_path / "obs" / "requests.jsonl",
                        Hints(model="meta-llama/llama-3.1-8b-instruct"))
     assert per_request.stages[0].measured.completed == 12
+    # the measured lengths vary (the scenario's gaussian), and both readers of the file run
+    assert stage.prompt["type"] == "empirical"
+    for command in (["validate-real", str(tmp_path / "obs" / "measured.json")],
+                    ["calibrate", str(tmp_path / "obs" / "measured.json"), "--gpu", "H100",
+                     "--tp", "1", "--server", "vllm", "--alone",
+                     "--out", str(tmp_path / "mine.json")]):
+        done = CliRunner().invoke(app, command)
+        assert done.exit_code == 0, (command[0], done.output)
 
 
 def test_a_bad_url_is_one_line_and_exit_2(tmp_path: Path):
