@@ -334,6 +334,7 @@ def workload_sample(
     out: Annotated[Path, typer.Option(help="trace CSV to write (the reference's format)")],
     seed: Annotated[int | None, typer.Option(help="override the scenario's seed")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a value")] = None,
+    force: Annotated[bool, typer.Option(help="replace an existing --out file")] = False,
 ) -> None:
     """Run a scenario and write every request that arrived as a trace CSV, replayable by
     `workload: {type: trace}` and by the reference (extra tenant columns come last)."""
@@ -344,7 +345,7 @@ def workload_sample(
         loaded = Scenario.from_yaml(scenario_file(scenario), parse_sets(set_ or ()))
         if seed is not None:
             loaded = dataclasses.replace(loaded, seed=seed)
-        count = sample(loaded, out)
+        count = sample(loaded, out, force)
     except ScenarioError as exc:
         raise fail(exc) from None
     typer.echo(f"wrote {out} ({count} requests)", err=True)
@@ -392,6 +393,8 @@ def report(
     html: Annotated[bool, typer.Option(
         "--html", help="one self-contained HTML file with interactive plots instead of PNGs")
     ] = False,
+    force: Annotated[bool, typer.Option(help="with --html and --out, replace an existing "
+                                        "file")] = False,
 ) -> None:
     """Plot a finished run: latency CDFs, per-instance state, throughput; with --html, also
     the summary, SLO attainment per class and tenant, anomalies and the trace summary.
@@ -402,7 +405,9 @@ def report(
         if html:
             from blis_simpy.report.html import render_html
 
-            written = [render_html(run_dir, out or run_dir / "report.html")]
+            # the default file in the run's folder is this command's own: rewritten freely
+            written = [render_html(run_dir, out or run_dir / "report.html",
+                                   force or out is None)]
         else:
             from blis_simpy.report import plots
 
@@ -450,6 +455,7 @@ def compare(
     html: Annotated[Path | None, typer.Option(
         "--html", help="write the runs side by side, with interactive plots, to this HTML "
         "file instead")] = None,
+    force: Annotated[bool, typer.Option(help="replace an existing --html file")] = False,
 ) -> None:
     """Print two runs' summary.json side by side with the B/A ratio of each number; with
     --html, write two or more runs' summaries, SLO attainment and plots to one file."""
@@ -459,7 +465,7 @@ def compare(
                 raise ScenarioError("compare", f"got {len(runs)} run folder", "two or more")
             from blis_simpy.report.html import compare_html
 
-            typer.echo(str(compare_html(runs, html)))
+            typer.echo(str(compare_html(runs, html, force)))
             return
         if len(runs) != 2:
             raise ScenarioError("compare", f"got {len(runs)} run folders",

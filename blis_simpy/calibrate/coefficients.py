@@ -49,7 +49,7 @@ def coefficient_set(fitted: Fitted, family: str, source: str, accuracy: str = ""
 
 
 def write_sets(fitted: Fitted, out: Path, source: str, families: Sequence[str] | None = None,
-               accuracy: Mapping[str, str] | None = None) -> list[Path]:
+               accuracy: Mapping[str, str] | None = None, force: bool = False) -> list[Path]:
     """Write each family's set: `out` itself for a single family, else `out`'s stem plus
     `-<family>.json` beside it."""
     families = list(families or fitted.families)
@@ -57,7 +57,7 @@ def write_sets(fitted: Fitted, out: Path, source: str, families: Sequence[str] |
     for family in families:
         path = out if len(families) == 1 else out.with_name(f"{out.stem}-{family}.json")
         data = coefficient_set(fitted, family, source, (accuracy or {}).get(family, ""))
-        with replacing(path, "--out", COEFFICIENTS_FILE) as temp:
+        with replacing(path, "--out", COEFFICIENTS_FILE, force) as temp:
             temp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         written.append(path)
     return written

@@ -45,7 +45,8 @@ def cross_validate(stages: Sequence[Stage], by: str, seed: int = 42,
             where = keep / group.replace("/", "_") if keep is not None else Path(folder)
             where.mkdir(parents=True, exist_ok=True)
             paths = write_sets(fitted, where / "cv.json",
-                               f"cross-validation fit without {by} {group}", families)
+                               f"cross-validation fit without {by} {group}", families,
+                               force=True)
             files = dict(zip(families, paths, strict=True))
             if progress:
                 progress(f"simulating {by} {group} ({len(held)} held-out stages)")

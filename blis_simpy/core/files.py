@@ -110,10 +110,11 @@ def not_an_option(path: str | Path, field: str, what: str) -> None:
                             "starts with dashes goes with its folder, e.g. out/--name")
 
 
-def check_replaceable(path: Path, field: str, what: str) -> None:
-    """`path` may be written by `replacing`: its folder exists, and it is new or a regular
-    file (never a device, FIFO or folder: `--out /dev/null` as root would replace the device
-    with a file)."""
+def check_replaceable(path: Path, field: str, what: str, force: bool = False) -> None:
+    """`path` may be written by `replacing`: its folder exists, and it is new, or with
+    `force` a regular file (never a device, FIFO or folder: `--out /dev/null` as root would
+    replace the device with a file). Without `force` an existing file is refused, as `run`
+    refuses a folder holding files: a mistyped path must not cost a user's file."""
     not_an_option(path, field, what)
     try:
         info = os.stat(path)
@@ -123,17 +124,21 @@ def check_replaceable(path: Path, field: str, what: str) -> None:
         raise ScenarioError(field, f"cannot write {path}: {reason(exc)}") from None
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise not_regular(path, info.st_mode, field, what)
+    if not force and (info is not None or os.path.islink(path)):
+        raise ScenarioError(field, f"{path} already exists and would be replaced",
+                            f"a new file, or --force to replace {path}")
     if not path.parent.is_dir():
         raise ScenarioError(field, f"cannot write {path}: the folder {path.parent} does not "
                             "exist", what)
 
 
 @contextmanager
-def replacing(path: Path, field: str, what: str = "a file path") -> Iterator[Path]:
+def replacing(path: Path, field: str, what: str = "a file path", force: bool = False
+              ) -> Iterator[Path]:
     """A temporary file beside `path` for the block to write, moved over `path` once the
     block ends without error: no reader ever sees half a file, and a failure, an interrupt
     or SIGTERM leaves none (the old file, if any, stays)."""
-    check_replaceable(path, field, what)
+    check_replaceable(path, field, what, force)
     temp = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
     try:
         yield temp

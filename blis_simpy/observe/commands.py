@@ -130,6 +130,7 @@ def calibrate(
                       ] = "vllm",
     version: Annotated[str, typer.Option(help="the server's version, for the record")] = "",
     seed: Annotated[int, typer.Option(help="the scenarios' seed")] = 42,
+    force: Annotated[bool, typer.Option(help="replace an existing --out file")] = False,
 ) -> None:
     """Fit the physical step model to measured runs and write the coefficients; print which
     coefficients the data identified and the errors on held-out stages only."""
@@ -153,14 +154,14 @@ def calibrate(
         if hold_out and not held:
             raise ScenarioError("--hold-out", f"{hold_out!r} matches no stage")
         fitted_on = [s for s in stages if s not in held]
-        check_replaceable(out, "--out", COEFFICIENTS_FILE)  # before the fit, not after it
+        check_replaceable(out, "--out", COEFFICIENTS_FILE, force)  # before the fit, not after
         fitted = fit(fitted_on, seed=seed, max_requests=requests or FIT_REQUESTS,
                      rounds=rounds or ROUNDS,
                      progress=lambda r, f, n: _progress(f"round {r}: {n} equations"))
         families = sorted({s.server for s in own}) or fitted.families
         source = (f"blis-simpy calibrate on {', '.join(map(str, inputs or ()))}"
                   + (" and the bundled public sets" if with_public else ""))
-        written = write_sets(fitted, out, source, families)
+        written = write_sets(fitted, out, source, families, force=force)
     except ScenarioError as exc:
         raise _fail(exc) from None
     for path in written:
@@ -196,6 +197,8 @@ def observe(
     api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY", show_envvar=False,
                                                 help="bearer token, if the server wants one")
                        ] = None,
+    force: Annotated[bool, typer.Option(help="replace an earlier observation's files in --out")
+                     ] = False,
 ) -> None:
     """Send a scenario's workload to an OpenAI-compatible streaming endpoint (at its arrival
     times, bounded concurrency and time) and write the per-request timings and a measured
@@ -214,7 +217,7 @@ def observe(
     try:
         loaded = Scenario.from_yaml(scenario_file(scenario))
         planned = plan(loaded, requests)
-        check_out(out)
+        check_out(out, force)
 
         def shown(done: int, total: int) -> None:
             sys.stderr.write(f"\robserve: {done}/{total}  ")
@@ -223,7 +226,7 @@ def observe(
                                     concurrency, duration, grace, progress=shown))
         sys.stderr.write("\n")
         rows = [record(o) for o in results]
-        write(out, rows, measured_set(loaded, rows, url, concurrency, duration))
+        write(out, rows, measured_set(loaded, rows, url, concurrency, duration), force)
     except ScenarioError as exc:
         raise _fail(exc) from None
     except OSError as exc:

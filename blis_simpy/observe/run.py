@@ -151,20 +151,22 @@ def measured_set(scenario: Scenario, rows: list[dict[str, Any]], url: str, concu
 OUTPUTS = ("requests.jsonl", "measured.json")
 
 
-def check_out(out: Path) -> None:
-    """`out` is (made) a folder whose outputs can be written: said before the server is
-    driven for minutes, not after."""
+def check_out(out: Path, force: bool = False) -> None:
+    """`out` is (made) a folder whose outputs can be written (with `force`, over an earlier
+    observation's): said before the server is driven for minutes, not after."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ScenarioError("--out", f"cannot make the folder {out}: {exc.strerror or exc}") \
             from None
     for name in OUTPUTS:
-        check_replaceable(out / name, "--out", "a folder for requests.jsonl and measured.json")
+        check_replaceable(out / name, "--out", "a folder for requests.jsonl and measured.json",
+                          force)
 
 
-def write(out: Path, rows: list[dict[str, Any]], measured: dict[str, Any]) -> None:
+def write(out: Path, rows: list[dict[str, Any]], measured: dict[str, Any],
+          force: bool = False) -> None:
     texts = ("".join(json.dumps(r) + "\n" for r in rows), json.dumps(measured, indent=1) + "\n")
     for name, text in zip(OUTPUTS, texts, strict=True):
-        with replacing(out / name, "--out") as temp:
+        with replacing(out / name, "--out", force=force) as temp:
             temp.write_text(text, encoding="utf-8")

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import check_replaceable, replacing
 from blis_simpy.report import (
     TABLE_FORMATS,
     json_object,
@@ -114,9 +115,20 @@ def bokeh() -> Any:
 
 # ---------------------------------------------------------------------------- entry points
 
-def render_html(run_dir: Path, out: Path) -> Path:
+HTML_FILE = "a file name, e.g. report.html"
+
+
+def check_target(out: Path, force: bool, field: str) -> None:
+    """Said before the report is built, not after: a folder, a special file, or an existing
+    file without `force` is refused (a folder the file goes in is made)."""
+    if out.parent.is_dir():
+        check_replaceable(out, field, HTML_FILE, force)
+
+
+def render_html(run_dir: Path, out: Path, force: bool = False) -> Path:
     """Write the report of the run in `run_dir` to `out` (one HTML file)."""
     bokeh()
+    check_target(out, force, "--out")
     run = Run.read(run_dir)
     page = Page(f"blis-simpy report: {run.name}")
     page.text(f"<p class='where'>{esc(str(run.path))}</p>")
@@ -148,13 +160,14 @@ def render_html(run_dir: Path, out: Path) -> Path:
     page.text(anomalies(run))
     page.heading("Trace summary")
     page.text(trace_summary(run))
-    return page.write(out)
+    return page.write(out, force)
 
 
-def compare_html(run_dirs: Sequence[Path], out: Path) -> Path:
+def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Path:
     """Write two or more runs side by side to `out`: summaries with each run's ratio to the
     first, SLO attainment per class, and their latency CDFs and time series overlaid."""
     bokeh()
+    check_target(out, force, "--html")
     runs = [Run.read(path) for path in run_dirs]
     names = unique_names(runs)
     page = Page("blis-simpy comparison: " + " vs ".join(names))
@@ -187,7 +200,7 @@ def compare_html(run_dirs: Sequence[Path], out: Path) -> Path:
     page.plot(step_plot("Running batch, all instances", "running requests", [
         (n, *cluster_total(r.steps, "batch_size")) for n, r in zip(names, runs, strict=True)],
         x_range))
-    return page.write(out)
+    return page.write(out, force)
 
 
 def unique_names(runs: Sequence[Run]) -> list[str]:
@@ -255,19 +268,16 @@ class Page:
                 f"{resources.render_js()}\n{script}\n</head>\n<body>\n<h1>{esc(self.title)}</h1>\n"
                 f"{body}\n</body>\n</html>\n")
 
-    def write(self, out: Path) -> Path:
-        """The file, written whole or not at all (a temporary beside it, then renamed)."""
+    def write(self, out: Path, force: bool = False) -> Path:
+        """The file, written whole or not at all (`replacing`: a temporary beside it, then
+        renamed); an existing one only with `force`, and never a folder or special file."""
         text = self.html()
-        if out.is_dir():
-            raise ScenarioError(str(out), "is a folder", "a file name, e.g. report.html")
-        partial = out.with_name(f".{out.name}.partial")
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(text, encoding="utf-8")
-            partial.replace(out)
         except OSError as exc:
-            partial.unlink(missing_ok=True)
             raise ScenarioError(str(out), f"cannot write: {exc.strerror or exc}") from None
+        with replacing(out, str(out), HTML_FILE, force) as temp:
+            temp.write_text(text, encoding="utf-8")
         return out
 
 

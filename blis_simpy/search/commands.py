@@ -80,7 +80,9 @@ def sweep(
         typer.echo(f"note: {note.message}", err=True)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with replacing(target, f"out ({target})", "a .csv or .parquet file") as temp:
+        # the table is rebuilt from the run store each time: a resumed sweep rewrites it
+        with replacing(target, f"out ({target})", "a .csv or .parquet file",
+                       force=True) as temp:
             if target.suffix == ".parquet":
                 table.to_parquet(temp, index=False)
             else:

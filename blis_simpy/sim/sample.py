@@ -30,8 +30,8 @@ def sample_requests(scenario: Scenario) -> Sampled:
 
 
 
-def sample(scenario: Scenario, path: Path) -> int:
+def sample(scenario: Scenario, path: Path, force: bool = False) -> int:
     """Run `scenario` and write its arrivals to `path` as a trace CSV; returns the row count.
     The target is checked before the run too, so a bad --out fails at once, not after it."""
-    check_target(Path(path))
-    return write_trace(sample_requests(scenario), scenario.model.name, Path(path))
+    check_target(Path(path), force)
+    return write_trace(sample_requests(scenario), scenario.model.name, Path(path), force)

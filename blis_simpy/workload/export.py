@@ -50,15 +50,16 @@ def trace_line(req: Request, tokens: np.ndarray, model: str) -> str:
 TARGET = "a trace file path, e.g. trace.csv"
 
 
-def check_target(path: Path) -> None:
-    check_replaceable(path, "--out", TARGET)
+def check_target(path: Path, force: bool = False) -> None:
+    check_replaceable(path, "--out", TARGET, force)
 
 
-def write_trace(requests: Iterable[tuple[Request, np.ndarray]], model: str, path: Path) -> int:
+def write_trace(requests: Iterable[tuple[Request, np.ndarray]], model: str, path: Path,
+                force: bool = False) -> int:
     """Write the trace atomically (a temporary file beside it, then a rename), so a failure
     never leaves a half-written file; returns the number of rows."""
     count = 0
-    with replacing(Path(path), "--out", TARGET) as temp, temp.open("x", newline="") as out:
+    with replacing(Path(path), "--out", TARGET, force) as temp, temp.open("x", newline="") as out:
         out.write(",".join(REFERENCE_COLUMNS + EXTRA_COLUMNS) + "\n")
         for req, tokens in requests:
             out.write(trace_line(req, tokens, model))

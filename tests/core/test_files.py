@@ -303,7 +303,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
 
     path = tmp_path / "t.csv"
     path.write_text("old\n")
-    with pytest.raises(ScenarioError, match="No space left"), replacing(path, "--out") as temp:
+    with pytest.raises(ScenarioError, match="No space left"), \
+            replacing(path, "--out", force=True) as temp:
         temp.write_text("half")
         raise OSError(28, "No space left on device")
     assert path.read_text() == "old\n" and sorted(tmp_path.iterdir()) == [path]

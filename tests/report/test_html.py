@@ -48,7 +48,7 @@ def test_report_html_out_option_names_the_file(runs, tmp_path):
     target = tmp_path / "deep" / "r.html"
     assert cli("report", runs[1], "--html", "--out", target).exit_code == 0
     assert target.is_file() and not (runs[1] / "report.html").exists()
-    assert not list(target.parent.glob(".*partial"))
+    assert not list(target.parent.glob(".*tmp"))
 
 
 def test_compare_html_puts_three_runs_side_by_side(runs, tmp_path):
@@ -86,6 +86,22 @@ def test_html_errors_are_one_line_exit_2(runs, tmp_path):
     assert_usage_error(cli("compare", runs[0], "--html", tmp_path / "c.html"), "two or more")
     assert_usage_error(cli("compare", *runs), "two (A and B)")
     assert not (tmp_path / "c.html").exists()
+
+
+def test_html_files_replace_an_existing_file_only_with_force(runs, tmp_path):
+    notes = tmp_path / "notes.md"
+    notes.write_text("a user's own notes\n")
+    link = tmp_path / "link.html"
+    link.symlink_to(notes)
+    for args in (("compare", *runs[:2], "--html", notes), ("compare", *runs[:2], "--html", link),
+                 ("report", runs[0], "--html", "--out", notes)):
+        assert_usage_error(cli(*args), "already exists")
+    assert notes.read_text() == "a user's own notes\n" and link.is_symlink()
+    assert cli("compare", *runs[:2], "--html", notes, "--force").exit_code == 0
+    assert notes.read_text().startswith("<!DOCTYPE html>")
+    # the default file in the run's own folder is the command's: a second report rewrites it
+    assert cli("report", runs[2], "--html").exit_code == 0
+    assert cli("report", runs[2], "--html").exit_code == 0
 
 
 def test_report_html_without_bokeh_says_how_to_install(runs, tmp_path, monkeypatch):

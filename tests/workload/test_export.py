@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.sim.sample import sample, sample_requests
 from blis_simpy.workload import export
 from blis_simpy.workload.export import EXTRA_COLUMNS, REFERENCE_COLUMNS
@@ -55,7 +56,15 @@ def test_sample_failure_leaves_no_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(export, "trace_line", failing)
     with pytest.raises(RuntimeError):
-        sample(Scenario.from_dict(scenario_dict(TENANTS)), out)
+        sample(Scenario.from_dict(scenario_dict(TENANTS)), out, force=True)
     assert out.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]
+
+
+def test_sample_refuses_an_existing_file_without_force(tmp_path):
+    out = tmp_path / "notes.csv"
+    out.write_text("a user's own file\n")
+    with pytest.raises(ScenarioError, match=r"already exists.*--force"):
+        sample(Scenario.from_dict(scenario_dict(TENANTS)), out)
+    assert out.read_text() == "a user's own file\n"
 
