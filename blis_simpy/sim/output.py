@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import ModuleType
 
@@ -66,7 +66,11 @@ class OutputFolder:
 
     def resolved(self) -> Path:
         try:
-            return self.path.resolve()
+            target = self.path.resolve()
+            # what only a look at the path shows: a name too long, a denied folder
+            with suppress(FileNotFoundError, NotADirectoryError):
+                os.stat(target)
+            return target
         except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before 3.13)
             raise ScenarioError(self.field, f"cannot write {self.path}: a symlink loop "
                                 f"({exc})" if isinstance(exc, RuntimeError) else

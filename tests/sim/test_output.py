@@ -193,6 +193,15 @@ def test_out_symlink_loop_is_a_one_line_error(tmp_path):
         assert done.stderr.count("\n") == 1 and "symlink loop" in done.stderr
 
 
+def test_out_with_a_name_too_long_is_a_one_line_error(tmp_path):
+    for out in (tmp_path / ("a" * 300), tmp_path.joinpath(*["a"] * 2100)):
+        done = subprocess.run([sys.executable, "-c", NO_RUN, "run",
+                               str(write_scenario(tmp_path, SHORT)), "--out", str(out)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "too long" in done.stderr
+
+
 def test_out_of_a_wrong_type_through_the_api_names_the_argument():
     with pytest.raises(ScenarioError, match=r"^out_dir: expected a folder path, got 5"):
         OutputFolder(5)  # type: ignore[arg-type]
