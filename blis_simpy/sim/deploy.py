@@ -79,7 +79,7 @@ def deploy(scenario: Scenario, env: Environment, fleet: Fleet, gateway: Gateway,
                                    placement, section)
             continue
         own = config_scenario(scenario, model, config)
-        latency = latency_model(own)
+        latency = named_latency(own, config_path(section, config))
         pool = DeploymentPool(
             env, config.id, model.name, config.replicas, homes, gateway,
             spawner(make, numbers, latency, own.engine), actuation, delays, log)
@@ -133,17 +133,37 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
     """A disaggregated_pd config's prefill and decode pools (`<id>/prefill`, `<id>/decode`,
     scaled independently), joined by its handoff."""
     pools = []
+    path = config_path(section, config) if section is not None else "pd"
     for role, split in (("prefill", handoff.prefill), ("decode", handoff.decode)):
         own = pool_scenario(scenario, model, config, pd, role)
         spec = getattr(pd, role)
         pool = DeploymentPool(
             env, f"{config.id}/{role}", model.name, spec.replicas, (*homes, split), gateway,
-            spawner(make, numbers, latency_model(own), own.engine, Role(role), handoff),
+            spawner(make, numbers, named_latency(own, f"{path}.pd.{role}"), own.engine,
+                    Role(role), handoff),
             actuation, delays, log)
         log.configs[pool.config] = (model.name, config.cost_per_replica_hour)
         start(pool, spec.replicas.start, placement, section, config, gpus(own.model))
         pools.append(pool)
     return pools
+
+
+def config_path(section: DeploymentSection, config: DeploymentConfig) -> str:
+    """Where a config is in the scenario, for the errors of its one-model scenario."""
+    for i, model in enumerate(section.models):
+        for j, own in enumerate(model.configs):
+            if own is config:
+                return f"deployment.models[{i}].configs[{j}]"
+    return "deployment"
+
+
+def named_latency(own: Scenario, path: str) -> LatencyModel:
+    """The step model of a config (or P/D pool); its errors speak of the config's one-model
+    scenario (`model.tp`), so they are named after the config as well."""
+    try:
+        return latency_model(own)
+    except ScenarioError as exc:
+        raise ScenarioError(path, exc.text) from None
 
 
 def gpus(model: ModelConfig) -> int:

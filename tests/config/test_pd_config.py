@@ -57,6 +57,20 @@ def test_bad_pd_values_name_their_field(path, value, where, says):
     assert says in str(err.value)
 
 
+@pytest.mark.parametrize(("pool", "says"), [
+    ({"tp": 3}, "cannot split"), ({"gpu": "Z80"}, "Z80")])
+def test_a_pools_physical_model_errors_name_the_pool(pool, says):
+    """Checked when the pool's step model is made, these speak of its one-model scenario
+    (`model.tp`); the pool is named before them."""
+    data = changed("pd.decode", {**BASE["deployment"]["models"][0]["configs"][0]["pd"]
+                                 ["decode"], **pool})
+    data["latency"] = {"type": "physical"}
+    with pytest.raises(ScenarioError) as err:
+        prepare(Scenario.from_dict(data))
+    assert err.value.path == f"{CONFIG}.pd.decode", str(err.value)
+    assert says in str(err.value)
+
+
 @pytest.mark.parametrize(("drop", "where"), [
     ("pd", f"{CONFIG}.pd"), ("pd.prefill", f"{CONFIG}.pd.prefill"),
     ("pd.decode", f"{CONFIG}.pd.decode"),
