@@ -118,7 +118,7 @@ def all_text(column: pd.Series) -> bool:
 
 @dataclass(frozen=True)
 class Issue:
-    area: str  # ROUTING, FAIRNESS, SLO, CAPACITY, CACHE, KV, ANOMALY
+    area: str  # RUN, ROUTING, FAIRNESS, SLO, CAPACITY, CACHE, KV, ANOMALY
     headline: str
     evidence: tuple[str, ...]
     impact: float  # ranks the issues (higher first)
@@ -561,8 +561,23 @@ FOCUS = {
                         "replace failed ones",
 }
 
+def vacuous(inputs: TraceInputs) -> list[Issue]:
+    """A run in which no request completed measured nothing: said first, with the run's own
+    warnings, so a reader (a reflecting LLM) never takes its empty figures for a clean run."""
+    summary = inputs.summary
+    if summary.get("completed_requests", 0) > 0:
+        return []
+    arrived = summary.get("arrived_requests", summary.get("injected_requests", 0))
+    evidence = tuple(str(w) for w in (summary.get("warnings") or [])[:3]) or (
+        f"{arrived} requests arrived, {summary.get('rejected_requests', 0)} were rejected",)
+    return [Issue("RUN", f"no request completed ({arrived} arrived): the run measured nothing",
+                  evidence, 1e9, "make the run measure something: a workload that sends "
+                  "requests, admission that lets some in, a horizon long enough to finish "
+                  "them")]
+
+
 DETECTORS: tuple[Callable[[TraceInputs], list[Issue]], ...] = (
-    tenant_fairness, load_imbalance, slo_misses, capacity, cache_misses, anomaly_types)
+    vacuous, tenant_fairness, load_imbalance, slo_misses, capacity, cache_misses, anomaly_types)
 
 
 def issues_section(issues: list[Issue], limit: int = 5) -> Section:

@@ -12,7 +12,7 @@ import pytest
 import blis_simpy
 from blis_simpy.metrics.trace.summary import STRATEGIES, TraceInputs, focus_for
 from blis_simpy.report.trace_summary import summarize
-from tests.conftest import scenario
+from tests.conftest import BASE, scenario
 
 LIBRARY = Path(blis_simpy.__file__).parent / "scenarios"
 
@@ -107,6 +107,18 @@ def test_counterfactual_reports_regret_in_ms_of_ttft(unfair):
 def test_an_untraced_run_says_how_to_get_the_decision_sections():
     text = blis_simpy.run(scenario()).summary_text()
     assert "decisions were not traced" in text
+
+
+def test_a_run_where_nothing_completed_says_so_first_and_never_advises_keeping_it(tmp_path):
+    """An empty trace: the feedback a reflecting LLM reads must not read as a clean run."""
+    (tmp_path / "empty.csv").write_text(
+        "arrival_time,request_id,model,prefill_tokens,decode_tokens\n")
+    empty = {**BASE, "workload": {"type": "trace", "path": str(tmp_path / "empty.csv")}}
+    text = blis_simpy.run(blis_simpy.Scenario.from_dict(empty)).summary_text()
+    first, *_ = key_issues(text)
+    assert "RUN: no request completed (0 arrived)" in first
+    assert "no request arrived" in text  # the run's own warning, as evidence
+    assert "keep the current policy" not in text
 
 
 def test_bad_arguments_are_refused(busiest):
