@@ -291,9 +291,9 @@ def lora(args: Args, data: dict[str, Any]) -> None:
 
 
 HEAD_NOTE = """\
-# It uses the reference head's {features}, which this project models natively, so it
-# runs in native mode (compat: none): compat mode reproduces the older reference (b88fdf6b),
-# which has none of them, and the head's numbers are its own (docs/reference/compat.md).
+# It uses {features}, which this project models natively and the older reference that
+# compat mode reproduces (b88fdf6b) does not have, so it runs in native mode (compat: none);
+# where the reference head has them, its numbers are its own (docs/reference/compat.md).
 """
 
 

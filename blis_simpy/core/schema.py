@@ -190,8 +190,21 @@ def convert(tp: Any, value: Any, path: str, meta: Mapping[str, Any]) -> Any:
         if item is Any:
             check_depth(value, path)
             return {str(k): v for k, v in value.items()}
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
+            named_sections(item, value, path)
         return {str(k): convert(item, v, join(path, str(k)), {}) for k, v in value.items()}
     return bounded(scalar(tp, value, path), path, meta)
+
+
+def named_sections(item: type, value: Mapping[Any, Any], path: str) -> None:
+    """A mapping of names to sections (`slo_targets: {class: {ttft_ms: ...}}`): a value that
+    is not a section is most often a section's own key written one level too high."""
+    for key, section in value.items():
+        if not isinstance(section, Mapping):
+            keys = ", ".join(f.name for f in dataclasses.fields(item) if f.init)
+            raise ScenarioError(join(path, str(key)), f"expected a mapping, got "
+                                f"{describe(section)}", f"{path} maps names to sections: "
+                                f"{{<name>: {{{keys}}}}}")
 
 
 MAX_DEPTH = 100  # levels of free-form values (a policy's params); YAML stops far sooner

@@ -134,7 +134,9 @@ class GuardedPriority(PriorityPolicy):
             if not real(out.score) or hints is None:
                 raise self.caller.bad("compute", req.id, out, "a PriorityDecision with a "
                                       f"finite score and hints: at most {MAX_HINTS} string "
-                                      "keys to strings, finite numbers, booleans or None")
+                                      "keys to strings, finite numbers, booleans or None "
+                                      f"(keys and strings at most {MAX_HINT_TEXT} "
+                                      "characters)")
             return PriorityDecision(float(out.score), hints)
         if not real(out):
             raise self.caller.bad("compute", req.id, out, "a finite number or a "

@@ -402,4 +402,4 @@ def test_cli_converts_a_head_command_to_a_native_scenario():
     data = yaml.safe_load(result.output)
     assert data["compat"] == "none"
     assert data["cluster"]["flow_control"]["on_full"] == "shed-lowest"
-    assert "reference head's --flow-control" in result.output
+    assert "It uses --flow-control, which this project models natively" in result.output

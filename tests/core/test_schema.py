@@ -90,3 +90,15 @@ def test_names_resolve_as_get_type_hints_resolves_them():
 
 def test_enough_classes_are_checked():
     assert len(CLASSES) > 60
+
+
+def test_a_sections_key_written_one_level_too_high_says_what_the_mapping_holds():
+    from blis_simpy.config.scenario import Scenario
+    from blis_simpy.core.errors import ScenarioError
+    from tests.conftest import BASE
+
+    bad = {**BASE, "evaluation": {"slo_targets": {"ttft_ms": 2000}}}
+    with pytest.raises(ScenarioError) as err:
+        Scenario.from_dict(bad)
+    assert err.value.path == "evaluation.slo_targets.ttft_ms"
+    assert "{<name>: {ttft_ms, tpot_ms, e2e_ms}}" in str(err.value)
