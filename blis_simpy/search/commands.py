@@ -204,7 +204,7 @@ def openevolve_evaluate(
     ] = False,
 ) -> None:
     """Evaluate a program as the OpenEvolve evaluator does; print its metrics and artifacts
-    as JSON (needs `pip install blis-simpy[search]`)."""
+    as JSON (needs `pip install 'blis-simpy\\[search]'`)."""
     try:
         from blis_simpy.search.openevolve_evaluator import BlisEvaluator
     except ImportError as exc:
