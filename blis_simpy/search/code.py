@@ -40,6 +40,10 @@ from blis_simpy.search.cell import ALLOWED_IMPORTS, AXIS_NAMES, FORBIDDEN_NAMES
 # Introspection attributes of frames, code, generators, coroutines and tracebacks: the way from
 # a generator expression to its caller's frame and that frame's globals.
 INTROSPECTION = ("gi_", "f_", "co_", "tb_", "cr_", "ag_")
+# typing's and inspect's helpers that evaluate annotation strings with the real builtins
+# (an annotation "getattr" comes back as the builtin the check refuses by name)
+EVALUATING = frozenset({"get_type_hints", "ForwardRef", "evaluate_forward_ref",
+                        "get_annotations"})
 WHY_NOT = {"random": "non-deterministic: a policy gets no random source, the simulation must "
            "be reproducible", "time": "wall-clock time makes runs non-deterministic",
            "os": "no I/O or process access", "sys": "no interpreter access",
@@ -108,6 +112,9 @@ def node_problem(node: ast.AST) -> str:
             if root not in ALLOWED_IMPORTS:
                 why = WHY_NOT.get(root, "not in the allowed modules")
                 return f"import {name}: {why} (allowed: {', '.join(ALLOWED_IMPORTS)})"
+    helper = evaluating_helper(node)
+    if helper:
+        return f"{helper} is not allowed (it evaluates annotation strings with the real builtins)"
     if isinstance(node, ast.Global | ast.Nonlocal):
         return "global/nonlocal state is not allowed: keep state on the policy object"
     if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
@@ -129,6 +136,17 @@ def node_problem(node: ast.AST) -> str:
                 "(insertion-ordered)")
     if isinstance(node, ast.AsyncFunctionDef | ast.Await | ast.Yield | ast.YieldFrom):
         return "generators and coroutines are not allowed in a policy"
+    return ""
+
+
+def evaluating_helper(node: ast.AST) -> str:
+    """The annotation-evaluating helper (`EVALUATING`) a node names or imports, else ""."""
+    if isinstance(node, ast.Name) and node.id in EVALUATING:
+        return node.id
+    if isinstance(node, ast.Attribute) and node.attr in EVALUATING:
+        return node.attr
+    if isinstance(node, ast.ImportFrom):
+        return next((a.name for a in node.names if a.name in EVALUATING), "")
     return ""
 
 

@@ -122,6 +122,14 @@ def test_code_policy_rows_are_deterministic_across_workers():
     ("class Policy(RoutingPolicy:\n", "syntax error"),
     ("class Other(RoutingPolicy):\n    pass\n", "no class Policy"),
     ("from blis_simpy.core import errors\n", "import blis_simpy.core"),
+    # string annotations evaluated with the real builtins: getattr, then __import__ and time
+    ("import typing\nclass Hole:\n    e: 'getattr'\nclass Policy(RoutingPolicy):\n"
+     "    def route(self, *a):\n        return typing.get_type_hints(Hole, globalns={})\n",
+     "get_type_hints is not allowed"),
+    ("from typing import get_type_hints as hints\nclass Policy(RoutingPolicy):\n    pass\n",
+     "get_type_hints is not allowed"),
+    ("import typing\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return typing.ForwardRef('getattr')\n", "ForwardRef is not allowed"),
 ])
 def test_static_check_refuses_escapes(source, message):
     with pytest.raises(CodeRejected, match=message.replace("(", r"\(")):
