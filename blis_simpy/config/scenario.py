@@ -692,6 +692,10 @@ def set_path(data: Any, key: str, value: Any) -> dict[str, Any]:
                 raise ScenarioError(where, f"is not a list, cannot set {key} inside it")
             child = list(child)
         else:
+            if isinstance(child, list) and str(path[depth + 1]).isdigit():
+                raise ScenarioError(where, f"is a list: {key} steps into it with "
+                                    f"[{path[depth + 1]}], not .{path[depth + 1]}",
+                                    f"{where}[{path[depth + 1]}]...")
             if child is not None and not isinstance(child, dict):
                 raise ScenarioError(where, f"is not a section, cannot set {key} inside it")
             child = dict(child or {})

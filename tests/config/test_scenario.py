@@ -593,6 +593,7 @@ def test_set_reaches_list_entries_by_index():
         ("model[0]=x", "model", "not a list"),
         ("deployment.models[0]x.y=1", "deployment.models[0]x.y", "dotted key path"),
         ("a..b=1", "a..b", "dotted key path"),
+        ("deployment.models.0.name=x", "deployment.models", "with [0], not .0"),
     ]:
         with pytest.raises(ScenarioError) as err:
             Scenario.from_yaml(pd_file, parse_sets([key]))
