@@ -23,7 +23,8 @@ TABLE_FORMATS = ("parquet", "csv")
 def run_folder(path: Path) -> Path:
     """`path` if it is a run folder; a ScenarioError naming what is missing otherwise."""
     if not path.is_dir():
-        raise ScenarioError(str(path), "no such folder")
+        raise ScenarioError(str(path), "is a file, not a run folder" if path.exists()
+                            else "no such folder", "a run's output folder (run --out)")
     if not (path / "summary.json").is_file():
         raise ScenarioError(str(path), "no summary.json here (not a blis-simpy run folder)")
     return path

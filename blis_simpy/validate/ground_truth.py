@@ -39,7 +39,10 @@ def read_folder(root: Path, hints: Hints) -> MeasuredSet:
     else:
         folders = sorted(p for p in root.iterdir() if (p / "exp-config.yaml").is_file())
     if not folders:
-        raise ScenarioError(str(root), "holds no experiment folder (none has exp-config.yaml)")
+        measured = [p.name for p in sorted(root.iterdir()) if p.suffix in (".json", ".jsonl")]
+        raise ScenarioError(str(root), "holds no experiment folder (none has exp-config.yaml)"
+                            + (f"; give a file of it instead: {root / measured[0]}"
+                               if measured else ""))
     stages = [stage for folder in folders for stage in experiment_stages(folder, hints)]
     data = {"set": root.name, "title": f"inference-perf results in {root}",
             "source": {"folder": str(root)}, "measured_by": "inference-perf",
