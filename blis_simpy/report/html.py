@@ -70,6 +70,15 @@ SUMMARY_KEYS = (
 )
 METRIC_KEYS = (("slo_attainment", "SLO attainment"), ("goodput_per_s", "goodput (req/s)"),
                ("jain_fairness", "fairness (Jain)"))
+# summary.json's speculation section (runs with engine.speculative), one row per tenant too
+SPECULATION_COLUMNS = (
+    ("configured_acceptance_rate", "configured acceptance"),
+    ("acceptance_rate", "measured acceptance"), ("expected_acceptance_rate", "expected"),
+    ("tokens_per_verify_step", "tokens per verify step"),
+    ("expected_tokens_per_step", "expected"), ("drafted_tokens", "drafted"),
+    ("accepted_tokens", "accepted"))
+SPECULATION_KEYS = (("speculation.acceptance_rate", "speculation acceptance"),
+                    ("speculation.tokens_per_verify_step", "tokens per verify step"))
 GROUP_COLUMNS = (("requests", "requests"), ("completed", "completed"),
                  ("slo_attainment", "SLO attainment"), ("ttft_p99_ms", "TTFT p99 (ms)"),
                  ("tpot_p99_ms", "TPOT p99 (ms)"), ("e2e_p99_ms", "E2E p99 (ms)"))
@@ -141,6 +150,7 @@ def render_html(run_dir: Path, out: Path, force: bool = False) -> Path:
     if warnings:
         page.text("<ul class='warnings'>" + "".join(f"<li>{esc(str(w))}</li>" for w in warnings)
                   + "</ul>")
+    speculation(page, run.summary.get("speculation"))
     page.heading("SLO attainment")
     for key, title in (("per_slo_class", "SLO class"), ("per_tenant", "tenant")):
         groups = run.metrics.get(key) or {}
@@ -177,7 +187,8 @@ def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Pa
     page.heading("Summary")
     header = ["", *names, *(f"{n} / {names[0]}" for n in names[1:])]
     rows = []
-    for key, label in (*SUMMARY_KEYS, *METRIC_KEYS):
+    spec = SPECULATION_KEYS if any("speculation" in r.summary for r in runs) else ()
+    for key, label in (*SUMMARY_KEYS, *METRIC_KEYS, *spec):
         values = [value(r, key) for r in runs]
         rows.append([label, *map(cell, values), *(cell(ratio(values[0], v)) for v in values[1:])])
     page.table(header, rows)
@@ -286,7 +297,26 @@ def esc(text: str) -> str:
 
 
 def value(run: Run, key: str) -> Any:
+    section, _, inner = key.partition(".")
+    if inner:  # a figure of a summary section (speculation.acceptance_rate)
+        return (run.summary.get(section) or {}).get(inner)
     return run.summary[key] if key in run.summary else run.metrics.get(key)
+
+
+def speculation(page: Page, section: dict[str, Any] | None) -> None:
+    """What speculative decoding did: drafts accepted against the configured rate, overall
+    and per tenant (a tenant's own acceptance rate)."""
+    if not section:
+        return
+    page.heading("Speculative decoding")
+    draft = f", draft model {esc(str(section['draft_model']))}" \
+        if section.get("draft_model") else ""
+    page.text(f"<p>{esc(str(section.get('method')))}, {cell(section.get('draft_tokens'))} "
+              f"draft tokens a step{draft}</p>")
+    rows = [("all", section), *sorted((section.get("by_tenant") or {}).items())]
+    page.table(["", *(label for _, label in SPECULATION_COLUMNS)],
+               [[str(name), *(cell(row.get(k)) for k, _ in SPECULATION_COLUMNS)]
+                for name, row in rows])
 
 
 def numeric(x: Any) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import blis_simpy
 from blis_simpy.report import html
 from tests.report.test_report import assert_usage_error, cli, run_into
 
@@ -102,6 +103,23 @@ def test_html_files_replace_an_existing_file_only_with_force(runs, tmp_path):
     # the default file in the run's own folder is the command's: a second report rewrites it
     assert cli("report", runs[2], "--html").exit_code == 0
     assert cli("report", runs[2], "--html").exit_code == 0
+
+
+def test_speculation_is_reported_overall_and_per_tenant_and_compared(runs, tmp_path):
+    spec = tmp_path / "spec"
+    blis_simpy.run("speculative-draft-model", overrides={"workload.duration_s": 3}).save(spec)
+    assert cli("report", spec, "--html").exit_code == 0
+    text = (spec / "report.html").read_text()
+    section = text.split("Speculative decoding")[1].split("<h2>")[0]
+    for shown in ("draft_model", "measured acceptance", "<td>all</td>", "<td>chat</td>",
+                  "<td>code</td>"):
+        assert shown in section, shown
+    target = tmp_path / "cmp.html"
+    assert cli("compare", runs[0], spec, "--html", target).exit_code == 0
+    assert "<td>speculation acceptance</td>" in target.read_text()
+    plain = tmp_path / "plain.html"
+    assert cli("compare", *runs[:2], "--html", plain).exit_code == 0
+    assert "speculation" not in plain.read_text()  # no such rows without speculation
 
 
 def test_report_html_without_bokeh_says_how_to_install(runs, tmp_path, monkeypatch):
