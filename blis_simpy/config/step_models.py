@@ -122,7 +122,11 @@ class CoefficientSet:
                 raise ValueError(f"{where}: expected kernel multipliers ({', '.join(KERNEL)})")
             checked = StepCoefficients.from_mapping({**coefficients.as_dict(), **values}, where)
             per_gpu[str(gpu)] = {k: getattr(checked, k) for k in values}
-        mixes = data.get("mixes_prefill", True)
+        # Not given: the shipped set's of the same family (a file of an SGLang server forms
+        # SGLang's steps), else mixed; a shipped set says it itself.
+        mixes = data.get("mixes_prefill")
+        if mixes is None:
+            mixes = name == family or mixes_prefill(family)
         if not isinstance(mixes, bool):
             raise ValueError(f"{name}: mixes_prefill must be true (prefill chunks share a step "
                              "with decodes, as in vLLM) or false (SGLang's default), got "

@@ -65,6 +65,14 @@ def test_under_sglang_decodes_stall_behind_a_prefill_and_under_vllm_they_do_not(
     assert ((vllm["prefill_tokens"] > 0) & (vllm["decode_requests"] > 0)).any()
 
 
+def test_a_file_that_does_not_say_forms_its_familys_steps(tmp_path):
+    c = step_models.bundled("vllm").coefficients.as_dict()
+    for family, mixes in (("sglang", False), ("vllm", True), ("my-own-server", True)):
+        path = tmp_path / f"{family}.json"
+        path.write_text(json.dumps({"family": family, "coefficients": c}), encoding="utf-8")
+        assert step_models.load(str(path)).mixes_prefill is mixes
+
+
 def test_a_set_must_say_true_or_false():
     data = {"family": "x", "coefficients": step_models.bundled("vllm").coefficients.as_dict(),
             "mixes_prefill": "no"}
