@@ -89,6 +89,9 @@ class CoefficientSet:
     source: str  # where the coefficients come from, in a sentence
     accuracy: str  # the documented accuracy, in a sentence
     info: dict[str, Any]  # everything else the file says (fit, identification, priors)
+    # Does the server mix prefill chunks into decode steps (vLLM), or run a step with prefill
+    # work as prefill only, every decode waiting (SGLang unless --enable-mixed-chunk)?
+    mixes_prefill: bool = True
 
     def for_gpu(self, gpu: str) -> StepCoefficients:
         """The coefficients on `gpu` (its name in the hardware file): its own kernel
@@ -119,9 +122,19 @@ class CoefficientSet:
                 raise ValueError(f"{where}: expected kernel multipliers ({', '.join(KERNEL)})")
             checked = StepCoefficients.from_mapping({**coefficients.as_dict(), **values}, where)
             per_gpu[str(gpu)] = {k: getattr(checked, k) for k in values}
-        info = {k: v for k, v in data.items() if k not in ("family", "coefficients", "gpus")}
+        # Not given: the shipped set's of the same family (a file of an SGLang server forms
+        # SGLang's steps), else mixed; a shipped set says it itself.
+        mixes = data.get("mixes_prefill")
+        if mixes is None:
+            mixes = name == family or mixes_prefill(family)
+        if not isinstance(mixes, bool):
+            raise ValueError(f"{name}: mixes_prefill must be true (prefill chunks share a step "
+                             "with decodes, as in vLLM) or false (SGLang's default), got "
+                             f"{mixes!r}")
+        info = {k: v for k, v in data.items()
+                if k not in ("family", "coefficients", "gpus", "mixes_prefill")}
         return cls(name, family, coefficients, per_gpu, str(data.get("source", "")),
-                   str(data.get("accuracy", "")), info)
+                   str(data.get("accuracy", "")), info, mixes)
 
     def describe(self, gpu: str) -> dict[str, Any]:
         """What a run's outputs say about its step model (summary.json `step_model`)."""
@@ -148,6 +161,11 @@ def bundled(family: str) -> CoefficientSet:
                          "blis-simpy calibrate)")
     text = (data_dir() / STEP_DIR / f"{family}.json").read_text(encoding="utf-8")
     return CoefficientSet.from_json(json.loads(text), family)
+
+
+def mixes_prefill(family: str) -> bool:
+    """How a family's engine forms steps: its shipped set's say, else mixed (vLLM's way)."""
+    return bundled(family).mixes_prefill if family in bundled_families() else True
 
 
 def load(name: str | None) -> CoefficientSet:

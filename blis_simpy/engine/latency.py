@@ -55,6 +55,7 @@ class Scaled:
         self.factor = factor
         self.output_delay = base.output_delay
         self.per_request = base.per_request
+        self.mixes_prefill: bool = getattr(base, "mixes_prefill", True)
 
     def queue_delay(self, input_len: int) -> int:
         return self.base.queue_delay(input_len)
@@ -187,6 +188,7 @@ def physical_latency(scenario: Scenario) -> PhysicalLatency:
     check_parallel(spec, shape)
     model = PhysicalLatency(StepShape(shape, gpu, tp, spec.dp, spec.expert_parallel, comm),
                             coefficients.for_gpu(name))
+    model.mixes_prefill = coefficients.mixes_prefill
     model.notes = unmodelled_fields(config) + parallel_notes(spec)
     return model
 

@@ -288,10 +288,12 @@ class PhysicalLatency:
         self.notes: list[str] = []  # config fields the model does not apply (run warnings)
         self.step_ends = -1.0  # when the step under way ends (µs)
         self.step_duration = 0.0
+        self.mixes_prefill = True  # the server family's step formation (engine/step.py)
 
     def bind(self, clock: Clock) -> PhysicalLatency:
         model = type(self)(self.shape, self.c, clock)
         model.notes = self.notes
+        model.mixes_prefill = self.mixes_prefill
         return model
 
     def queue_delay(self, input_len: int) -> int:

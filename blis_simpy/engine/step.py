@@ -137,6 +137,11 @@ class Stepper:
         # request, implicit decoders included.)
         self.steady = None if latency.per_request or scheduler.make_batch is not None \
             else SteadyDecoders(pool.block_size)
+        # Does a step mix prefill chunks with decodes (vLLM), or run prefill work alone while
+        # every decode waits (SGLang's default, `enable_mixed_chunk` off)? A property of the
+        # server family the latency model's coefficients describe (config/step_models.py);
+        # the exact path only (a model that sets it reads the batch: per_request).
+        self.mixes_prefill: bool = getattr(latency, "mixes_prefill", True)
         self._seq = 0
         # One row per step (records.STEP_FIELDS), the newest ones' fields one after another
         # as native int64 (no Python int per field), handed to the log a chunk at a time.
@@ -350,17 +355,24 @@ class Stepper:
     def _exact_step(self, now: int, index: int) -> int | None:
         """The step, request by request in batch order: budget, KV and preemption exact."""
         running = self.running
-        scheduled, new_tokens, decodes, budget = self._schedule_running(running)
-        if self.scheduler.make_batch is not None and self.wait_queue and not self._preempted:
-            scheduled, new_tokens, decodes, budget = self._make_batch(scheduled, new_tokens,
-                                                                      decodes, budget)
-        kept = len(running)
-        admitted, admitted_tokens = self._admit_waiting(running, budget)
-        if scheduled == 0 and admitted == 0:
-            self.explicit = list(self.running)
-            return None
-        batch = running[:scheduled] + running[kept:] if scheduled < kept else running
-        new_tokens += admitted_tokens
+        if not self.mixes_prefill and self.scheduler.make_batch is None:
+            batch, new_tokens, decodes = self._prefill_or_decode(running)
+            if not batch:
+                self.explicit = list(running)
+                return None
+        else:
+            scheduled, new_tokens, decodes, budget = self._schedule_running(running)
+            if self.scheduler.make_batch is not None and self.wait_queue \
+                    and not self._preempted:
+                scheduled, new_tokens, decodes, budget = self._make_batch(
+                    scheduled, new_tokens, decodes, budget)
+            kept = len(running)
+            admitted, admitted_tokens = self._admit_waiting(running, budget)
+            if scheduled == 0 and admitted == 0:
+                self.explicit = list(self.running)
+                return None
+            batch = running[:scheduled] + running[kept:] if scheduled < kept else running
+            new_tokens += admitted_tokens
         duration = self.latency.step_time(new_tokens + self.drafted, decodes, batch,
                                           self._load_us)
         self._record(now, duration, new_tokens, decodes, len(batch), self.kv.used,
@@ -625,6 +637,35 @@ class Stepper:
         if draft:
             self.drafted = drafted
         return i, new_tokens, decodes, budget
+
+    def _prefill_or_decode(self, running: list[Request]) -> tuple[list[Request], int, int]:
+        """A step that does not mix (SGLang's default): the prefill chunks of running requests
+        still prefilling, then waiting requests admitted while budget lasts, and if there is
+        any such work the step is that alone, every decode waiting a step; else every running
+        request decodes. Returns (the batch, its new prefill tokens, its decodes)."""
+        budget, threshold = self.token_budget, self.threshold
+        batch: list[Request] = []
+        new_tokens = 0
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.prefill_target - req.progress
+            if n > 0:
+                n = prefill_chunk(n, threshold, budget)
+                if not self._reserve(req, i, req.progress, n):
+                    break
+                req.chunk = n
+                batch.append(req)
+                new_tokens += n
+                budget -= n
+            i += 1
+        kept = len(running)
+        admitted, admitted_tokens = self._admit_waiting(running, budget)
+        if batch or admitted:
+            self.drafted = 0
+            return batch + running[kept:], new_tokens + admitted_tokens, 0
+        scheduled, new_tokens, decodes, _ = self._schedule_running(running)
+        return running if scheduled == len(running) else running[:scheduled], new_tokens, decodes
 
     def _reserve(self, req: Request, position: int, start: int, tokens: int) -> bool:
         """KV room for the request at `position` in the batch, preempting until it fits.
