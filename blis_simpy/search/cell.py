@@ -139,7 +139,7 @@ def main(argv: list[str]) -> None:
     for data in reader:
         message = wire.parse(data)
         if message[0] == "spawn":
-            spawn(control, float(message[1]), int(message[2]))
+            spawn(control, float(message[1]), int(message[2]), int(message[3]))
         elif message[0] == "end":
             control.sendall(wire.line(["ended", *end(int(message[1]))]))
 
@@ -164,9 +164,10 @@ def self_test() -> str:
         status, f"the self-test process ended with status {status}")
 
 
-def spawn(control: socket.socket, cpu_s: float, memory_mb: int) -> None:
-    """Fork a candidate's process; hand the evaluator its pid and its pipes' other ends (the
-    end it reads the replies from, the end it writes the messages to)."""
+def spawn(control: socket.socket, cpu_s: float, memory_mb: int, cpu: int) -> None:
+    """Fork a candidate's process to run on `cpu` (the evaluator's, for the session); hand
+    the evaluator its pid and its pipes' other ends (the end it reads the replies from, the
+    end it writes the messages to)."""
     to_candidate, to_evaluator = os.pipe(), os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -177,6 +178,8 @@ def spawn(control: socket.socket, cpu_s: float, memory_mb: int) -> None:
         os.closerange(3, low)
         os.closerange(low + 1, high)
         os.closerange(high + 1, 1 << 16)
+        with contextlib.suppress(OSError):  # (a CPU outside the sandbox's set: anywhere)
+            os.sched_setaffinity(0, {cpu})
         candidate(fd_in, fd_out, cpu_s, memory_mb)
     os.close(to_candidate[0])
     os.close(to_evaluator[1])
