@@ -293,7 +293,7 @@ class Server:
         self.axis = ""
         self.objects: list[Any] = []
         self.views = wire.ViewMirror()
-        self.state = wire.StateMirror()
+        self.state = wire.StateMirror(self.ask)
         self.state.state.fleet_view = FleetView(self.ask)
         self.shadow: ShadowView | None = None
         self.reader: BinaryIO | None = None
@@ -374,13 +374,14 @@ class Server:
 
     # -- the calls, one per policy method ---------------------------------------------------
 
-    def decide(self, obj: Any, view: Any, delta: list[Any], clock: int) -> bytes:
+    def decide(self, obj: Any, view: Any, delta: list[Any] | tuple[()], clock: int) -> bytes:
         out = obj.decide(self.views.into(view), self.state.apply(delta), clock)
         if not isinstance(out, admission.AdmissionDecision):
             return wire.line(bad(out))
         return plain(["ok", out.action, out.reason, out.delay_us], out)
 
-    def compute(self, obj: Any, view: Any, delta: list[Any] | None, clock: int) -> bytes:
+    def compute(self, obj: Any, view: Any, delta: list[Any] | tuple[()] | None,
+                clock: int) -> bytes:
         state = None if delta is None else self.state.apply(delta)
         out = obj.compute(self.views.into(view), state, clock)
         if isinstance(out, priority.PriorityDecision):  # the score and its hints (seed G.1)
@@ -390,8 +391,8 @@ class Server:
         return plain(["ok", out], out)
 
     def route(self, obj: Any, view: Any, priority_: float, snapshots: list[Any],
-              delta: list[Any], clock: int, hits: list[int] | None) -> bytes:
-        req = self.views.into(view)
+              delta: list[Any] | tuple[()], clock: int, hits: list[int] | None) -> bytes:
+        req = wire.view_in(view)  # (whole, and not kept: each request is routed once)
         taken = Snapshots([wire.snapshot_in(f) for f in snapshots], self.ask)
         state = self.state.apply(delta)
         if hits is not None and self.shadow is not None:
