@@ -127,6 +127,7 @@ def main(argv: list[str]) -> None:
     control = socket.socket(fileno=int(argv[0]))
     for name in PRELOADED:
         importlib.import_module(name)
+    jail.prepare()  # (the filter made once here, not in every candidate's process)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # nothing the template or a candidate prints goes anywhere
         os.dup2(devnull, fd)
