@@ -166,9 +166,9 @@ def self_test() -> str:
 
 
 def spawn(control: socket.socket, cpu_s: float, memory_mb: int, cpu: int) -> None:
-    """Fork a candidate's process to run on `cpu` (the evaluator's, for the session); hand
-    the evaluator its pid and its pipes' other ends (the end it reads the replies from, the
-    end it writes the messages to)."""
+    """Fork a candidate's process to run on `cpu` (the evaluator's, for the session; -1: not
+    pinned); hand the evaluator its pid and its pipes' other ends (the end it reads the
+    replies from, the end it writes the messages to)."""
     to_candidate, to_evaluator = os.pipe(), os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -179,8 +179,9 @@ def spawn(control: socket.socket, cpu_s: float, memory_mb: int, cpu: int) -> Non
         os.closerange(3, low)
         os.closerange(low + 1, high)
         os.closerange(high + 1, 1 << 16)
-        with contextlib.suppress(OSError):  # (a CPU outside the sandbox's set: anywhere)
-            os.sched_setaffinity(0, {cpu})
+        if cpu >= 0:
+            with contextlib.suppress(OSError):  # (a CPU outside the sandbox's set: anywhere)
+                os.sched_setaffinity(0, {cpu})
         candidate(fd_in, fd_out, cpu_s, memory_mb)
     os.close(to_candidate[0])
     os.close(to_evaluator[1])

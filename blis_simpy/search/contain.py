@@ -114,6 +114,7 @@ def packages() -> list[Path]:
 
 # This process's CPU for its sessions, when it is one of a sweep's workers (`take_cpu`).
 WORKER_CPU: int | None = None
+PIN = True  # False: neither side of a session is pinned (for benchmarks: what pinning saves)
 
 
 def take_cpu(taken: Any, cpus: Sequence[int]) -> None:
@@ -212,7 +213,7 @@ class Sandbox:
         """A fresh candidate process, locked down to `limits` and pinned to the calling
         thread's `session_cpu` (TemplateGone if the template has ended)."""
         mask = os.sched_getaffinity(0)
-        cpu = session_cpu(mask)
+        cpu = session_cpu(mask) if PIN else -1
         with self.lock:
             try:
                 self.control.sendall(wire.line(["spawn", limits.cpu_s, limits.memory_mb,
@@ -309,7 +310,7 @@ class Session:
                  limits: Limits, cpu: int, mask: set[int]) -> None:
         self.sandbox, self.pid, self.limits = sandbox_, pid, limits
         self.cpu, self.mask = cpu, mask
-        if mask != {cpu}:
+        if cpu >= 0 and mask != {cpu}:
             pin({cpu})
         self.fd_in, self.fd_out = fd_in, fd_out
         os.set_blocking(fd_out, False)
@@ -409,7 +410,7 @@ class Session:
         self.ended = True
         os.close(self.fd_in)
         os.close(self.fd_out)
-        if self.mask != {self.cpu}:
+        if self.cpu >= 0 and self.mask != {self.cpu}:
             pin(self.mask)
         how, self.cpu_s = self.sandbox.end(self.pid)
         return how
