@@ -92,7 +92,7 @@ class Candidates:
             self.cpu += session.cpu_s
             return how
 
-        contain.Session.finish = counted  # type: ignore[method-assign]
+        contain.Session.finish = counted  # type: ignore[method-assign,assignment]
 
 
 def measured(action: Callable[[], object], candidates: Candidates) -> float:
