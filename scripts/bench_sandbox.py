@@ -92,7 +92,7 @@ class Candidates:
             self.cpu += session.cpu_s
             return how
 
-        contain.Session.finish = counted  # type: ignore[method-assign]
+        contain.Session.finish = counted  # type: ignore[method-assign,assignment]
 
 
 def measured(action: Callable[[], object], candidates: Candidates) -> float:
@@ -121,7 +121,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--evaluations", type=int, default=10)
+    parser.add_argument("--unpinned", action="store_true",
+                        help="run both sides of a session unpinned (what pinning saves)")
     args = parser.parse_args()
+    contain.PIN = not args.unpinned
     n = args.evaluations
     scenario = Scenario.from_dict(EVALUATION)
     code = CodePolicy("routing", LEAST_LOADED, id="least-loaded-code")
@@ -167,7 +170,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in rows.items()}
     per_eval = med["code"] - med["template"]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
-          f"median of {args.repeat} rounds of {n} evaluations")
+          f"median of {args.repeat} rounds of {n} evaluations"
+          f"{'; sessions unpinned' if args.unpinned else ''}")
     print(f"template start                      {start_wall:7.3f} s wall, {start_cpu:7.3f} s CPU")
     print(f"candidate process (fork..close)     {med['process'] * 1e3:7.1f} ms CPU")
     print(f"evaluation, template policy         {med['template'] * 1e3:7.1f} ms CPU "

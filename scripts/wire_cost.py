@@ -12,6 +12,12 @@ decision's cost on both sides, without the kernel's share (docs/security.md, "Co
 
 `--evaluator-only` answers every call with a fixed reply instead of running the candidate's
 side: the evaluator's share alone.
+
+`--whole code|template` runs N whole evaluations instead (after one to warm up), the candidate
+as code (both sides in this process, as above) or as the `least-loaded` template: under
+callgrind, (Ir(code, N) - Ir(code, 0) - Ir(template, N) + Ir(template, 0)) / (N x 1,000) is
+a decision's cost in a real run, where the router state changes between calls (the replay's
+does not).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.search import cell, remote, wire
 from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.contain import Limits
-from blis_simpy.search.sweep import plan
+from blis_simpy.search.sweep import evaluate_here, plan
 from blis_simpy.sim.build import build
 from blis_simpy.sim.run import simulate
 
@@ -55,8 +61,13 @@ def main() -> None:
     parser.add_argument("replays", type=int, help="times the recorded decisions are replayed")
     parser.add_argument("--decisions", type=int, default=300)
     parser.add_argument("--evaluator-only", action="store_true")
+    parser.add_argument("--whole", choices=("code", "template"),
+                        help="replay whole evaluations of the candidate as code or template")
     args = parser.parse_args()
     code = CodePolicy("routing", LEAST_LOADED, id="wire-cost")
+    if args.whole:
+        whole(code, args.whole, args.replays)
+        return
     task = plan({"eval": Scenario.from_dict(EVALUATION)}, {"code": code}, [42], Limits())[0]
     session = InProcess(code, args.evaluator_only)
     remote.SESSION.set(session)  # type: ignore[arg-type]
@@ -80,6 +91,20 @@ def main() -> None:
         for call in calls:
             route(*call)
     print(f"{len(calls)} routing decisions replayed {args.replays}x")
+
+
+def whole(code: CodePolicy, form: str, count: int) -> None:
+    """`count` whole evaluations (after one), the candidate as code or as the template."""
+    policy = code if form == "code" else {"routing.type": "least-loaded"}
+    task = plan({"eval": Scenario.from_dict(EVALUATION)}, {form: policy}, [42], Limits())[0]
+    if form == "code":
+        remote.MODULES.add(code)
+    for _ in range(count + 1):
+        if form == "code":
+            remote.SESSION.set(InProcess(code, False))  # type: ignore[arg-type]
+        row = evaluate_here(task)
+        assert not row["error"], row["error"]
+    print(f"{count} whole evaluations ({form}) after one: mean TTFT {row['ttft_mean_ms']} ms")
 
 
 if __name__ == "__main__":

@@ -127,6 +127,7 @@ def main(argv: list[str]) -> None:
     control = socket.socket(fileno=int(argv[0]))
     for name in PRELOADED:
         importlib.import_module(name)
+    jail.prepare()  # (the filter made once here, not in every candidate's process)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # nothing the template or a candidate prints goes anywhere
         os.dup2(devnull, fd)
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> None:
     for data in reader:
         message = wire.parse(data)
         if message[0] == "spawn":
-            spawn(control, float(message[1]), int(message[2]))
+            spawn(control, float(message[1]), int(message[2]), int(message[3]))
         elif message[0] == "end":
             control.sendall(wire.line(["ended", *end(int(message[1]))]))
 
@@ -164,9 +165,10 @@ def self_test() -> str:
         status, f"the self-test process ended with status {status}")
 
 
-def spawn(control: socket.socket, cpu_s: float, memory_mb: int) -> None:
-    """Fork a candidate's process; hand the evaluator its pid and its pipes' other ends (the
-    end it reads the replies from, the end it writes the messages to)."""
+def spawn(control: socket.socket, cpu_s: float, memory_mb: int, cpu: int) -> None:
+    """Fork a candidate's process to run on `cpu` (the evaluator's, for the session; -1: not
+    pinned); hand the evaluator its pid and its pipes' other ends (the end it reads the
+    replies from, the end it writes the messages to)."""
     to_candidate, to_evaluator = os.pipe(), os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -177,6 +179,9 @@ def spawn(control: socket.socket, cpu_s: float, memory_mb: int) -> None:
         os.closerange(3, low)
         os.closerange(low + 1, high)
         os.closerange(high + 1, 1 << 16)
+        if cpu >= 0:
+            with contextlib.suppress(OSError):  # (a CPU outside the sandbox's set: anywhere)
+                os.sched_setaffinity(0, {cpu})
         candidate(fd_in, fd_out, cpu_s, memory_mb)
     os.close(to_candidate[0])
     os.close(to_evaluator[1])
@@ -290,7 +295,7 @@ class Server:
         self.axis = ""
         self.objects: list[Any] = []
         self.views = wire.ViewMirror()
-        self.state = wire.StateMirror()
+        self.state = wire.StateMirror(self.ask)
         self.state.state.fleet_view = FleetView(self.ask)
         self.shadow: ShadowView | None = None
         self.reader: BinaryIO | None = None
@@ -371,13 +376,14 @@ class Server:
 
     # -- the calls, one per policy method ---------------------------------------------------
 
-    def decide(self, obj: Any, view: Any, delta: list[Any], clock: int) -> bytes:
+    def decide(self, obj: Any, view: Any, delta: list[Any] | tuple[()], clock: int) -> bytes:
         out = obj.decide(self.views.into(view), self.state.apply(delta), clock)
         if not isinstance(out, admission.AdmissionDecision):
             return wire.line(bad(out))
         return plain(["ok", out.action, out.reason, out.delay_us], out)
 
-    def compute(self, obj: Any, view: Any, delta: list[Any] | None, clock: int) -> bytes:
+    def compute(self, obj: Any, view: Any, delta: list[Any] | tuple[()] | None,
+                clock: int) -> bytes:
         state = None if delta is None else self.state.apply(delta)
         out = obj.compute(self.views.into(view), state, clock)
         if isinstance(out, priority.PriorityDecision):  # the score and its hints (seed G.1)
@@ -387,8 +393,8 @@ class Server:
         return plain(["ok", out], out)
 
     def route(self, obj: Any, view: Any, priority_: float, snapshots: list[Any],
-              delta: list[Any], clock: int, hits: list[int] | None) -> bytes:
-        req = self.views.into(view)
+              delta: list[Any] | tuple[()], clock: int, hits: list[int] | None) -> bytes:
+        req = wire.view_in(view)  # (whole, and not kept: each request is routed once)
         taken = Snapshots([wire.snapshot_in(f) for f in snapshots], self.ask)
         state = self.state.apply(delta)
         if hits is not None and self.shadow is not None:

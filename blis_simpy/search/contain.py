@@ -14,11 +14,21 @@ round trip costs about two thirds of a socket's): a marshal frame to it, one JSO
 process's own limits (CPU time, memory) are enforced by the kernel. Whatever goes wrong (a
 limit, a crash, a message that is not what was asked) ends the session with
 `ContainedFailure`, which the sweep turns into a zero with the reason.
+
+The two sides of a session take turns (one waits while the other works), so both run on one
+CPU (`session_cpu`): the evaluating thread pins itself there for the session and puts its
+CPU mask back at the end, and the candidate's process pins itself there before it locks
+down. A crossing then wakes a process on the CPU it is already on; on different CPUs each
+crossing pays a wake-up across CPUs (an interprocessor interrupt), which on a virtual machine
+costs more than the crossing's own work. A sweep's workers each take a different CPU
+(`take_cpu`), so two sessions never share one.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import ctypes
 import importlib.util
 import json
 import os
@@ -27,7 +37,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -100,6 +110,48 @@ def packages() -> list[Path]:
     return found
 
 
+# --- which CPU a session runs on ------------------------------------------------------------
+
+# This process's CPU for its sessions, when it is one of a sweep's workers (`take_cpu`).
+WORKER_CPU: int | None = None
+PIN = True  # False: neither side of a session is pinned (for benchmarks: what pinning saves)
+
+
+def take_cpu(taken: Any, cpus: Sequence[int]) -> None:
+    """A sweep worker's initializer: take the next of `cpus` (the sweep's allowed CPUs, in
+    order; `taken` counts the workers started, a shared `multiprocessing.Value`), so workers
+    take different CPUs while there are enough of them."""
+    global WORKER_CPU
+    with taken.get_lock():
+        index = taken.value
+        taken.value += 1
+    WORKER_CPU = cpus[index % len(cpus)]
+
+
+def current_cpu() -> int:
+    """The CPU this thread is running on now (-1 if the C library cannot say)."""
+    try:
+        return int(ctypes.CDLL(None).sched_getcpu())
+    except (OSError, AttributeError):
+        return -1
+
+
+def pin(cpus: set[int]) -> None:
+    """Run the calling thread on `cpus` (nothing if the kernel refuses: a cgroup's CPU set
+    changed under us; the session only runs slower)."""
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, cpus)
+
+
+def session_cpu(allowed: Collection[int]) -> int:
+    """The CPU both sides of a session run on, one of `allowed` (the evaluating thread's
+    mask): this worker's own, else the one the thread runs on now, else the lowest."""
+    if WORKER_CPU is not None and WORKER_CPU in allowed:
+        return WORKER_CPU
+    cpu = current_cpu()
+    return cpu if cpu in allowed else min(allowed)
+
+
 class Sandbox:
     """The template process in its sandbox, and the control socket to it."""
 
@@ -158,11 +210,14 @@ class Sandbox:
         return self.owner == os.getpid() and self.process.poll() is None
 
     def spawn(self, limits: Limits) -> Session:
-        """A fresh candidate process, locked down to `limits` (TemplateGone if the template
-        has ended)."""
+        """A fresh candidate process, locked down to `limits` and pinned to the calling
+        thread's `session_cpu` (TemplateGone if the template has ended)."""
+        mask = os.sched_getaffinity(0)
+        cpu = session_cpu(mask) if PIN else -1
         with self.lock:
             try:
-                self.control.sendall(wire.line(["spawn", limits.cpu_s, limits.memory_mb]))
+                self.control.sendall(wire.line(["spawn", limits.cpu_s, limits.memory_mb,
+                                                cpu]))
                 self.control.settimeout(CONTROL_S)
                 data, fds, _, _ = socket.recv_fds(self.control, 4096, 2)
                 pid = int(json.loads(data)[1])
@@ -173,7 +228,7 @@ class Sandbox:
                     os.close(fd)
                 self.close()
                 raise TemplateGone("the template process ended")
-        return Session(self, pid, fds[0], fds[1], limits)
+        return Session(self, pid, fds[0], fds[1], limits, cpu, mask)
 
     def end(self, pid: int) -> tuple[str, float]:
         """Kill a candidate's process if it still runs; how it ended, and its CPU seconds."""
@@ -243,15 +298,20 @@ class Session:
     """One candidate's process: its pipes (the end we read its replies from, the end we write
     its messages to), and how long it may still make the evaluator wait. `call` sends a
     message and returns the reply, answering the candidate's questions on the way; any failure
-    kills the process and raises ContainedFailure.
+    kills the process and raises ContainedFailure. From start to `finish` the thread that
+    started it runs on `cpu` only, as the candidate's process does; `finish` (in the same
+    thread) gives it back its `mask`.
 
     Every wait is a poll bounded by what is left of the budget: a read waits for the reply
     (poll, then read); a write is non-blocking and waits only when the pipe is full (a frame
     larger than the pipe's buffer, or a candidate that stopped reading)."""
 
     def __init__(self, sandbox_: Sandbox, pid: int, fd_in: int, fd_out: int,
-                 limits: Limits) -> None:
+                 limits: Limits, cpu: int, mask: set[int]) -> None:
         self.sandbox, self.pid, self.limits = sandbox_, pid, limits
+        self.cpu, self.mask = cpu, mask
+        if cpu >= 0 and mask != {cpu}:
+            pin({cpu})
         self.fd_in, self.fd_out = fd_in, fd_out
         os.set_blocking(fd_out, False)
         self.readable = select.poll()
@@ -350,6 +410,8 @@ class Session:
         self.ended = True
         os.close(self.fd_in)
         os.close(self.fd_out)
+        if self.cpu >= 0 and self.mask != {self.cpu}:
+            pin(self.mask)
         how, self.cpu_s = self.sandbox.end(self.pid)
         return how
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search.code import BUNDLE, candidate_policy
 from blis_simpy.search.contain import Limits, SandboxUnavailable
 from blis_simpy.search.store import RunStore
-from blis_simpy.search.sweep import Task, execute, plan
+from blis_simpy.search.sweep import Task, execute, plan, worker_pool
 
 Trajectory = dict[str, Any]  # the run's row: metrics, fitness, error and feedback
 
@@ -45,7 +45,7 @@ class BlisAdapter:
         self.store = RunStore(":memory:" if store is None else store)
         self.executor = executor
         if executor is None and workers != 1:
-            self.executor = ProcessPoolExecutor(workers)  # warm for the whole search
+            self.executor = worker_pool(workers)  # warm for the whole search
 
     def evaluate(self, batch: list[Scenario], candidate: dict[str, str],
                  capture_traces: bool = False) -> EvaluationBatch[Trajectory, Trajectory]:

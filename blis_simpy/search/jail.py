@@ -122,6 +122,29 @@ class SockFprog(ctypes.Structure):
     _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
 
+class Filter:
+    """The seccomp filter and the C library's `prctl`, made once (in the template, before it
+    forks candidates): a candidate's process then only makes the calls."""
+
+    def __init__(self) -> None:
+        self.program = ctypes.create_string_buffer(seccomp_program(platform.machine()))
+        self.fprog = SockFprog(len(self.program.raw) // 8, ctypes.addressof(self.program))
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.prctl = libc.prctl
+        self.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                               ctypes.c_ulong)
+
+
+FILTER: list[Filter] = []  # made on first use, kept
+
+
+def prepare() -> Filter:
+    """The process's `Filter` (made on first call)."""
+    if not FILTER:
+        FILTER.append(Filter())
+    return FILTER[0]
+
+
 def lock_down(cpu_s: float, memory_mb: int) -> None:
     """Limit this process for good (raises OSError if the kernel refuses any step: a candidate
     never runs unlocked). Memory: `memory_mb` beyond what is mapped now."""
@@ -129,20 +152,18 @@ def lock_down(cpu_s: float, memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    with open("/proc/self/statm", encoding="ascii") as statm:
-        mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    cap = mapped + memory_mb * 1024 * 1024
+    statm = os.open("/proc/self/statm", os.O_RDONLY)  # (bytes: no text codec to load)
+    try:
+        pages = int(os.read(statm, 200).split()[0])
+    finally:
+        os.close(statm)
+    cap = pages * os.sysconf("SC_PAGE_SIZE") + memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    machine = platform.machine()
-    program = ctypes.create_string_buffer(seccomp_program(machine))
-    fprog = SockFprog(len(program.raw) // 8, ctypes.addressof(program))
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
-    prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
-                      ctypes.c_ulong)
+    seccomp = prepare()
+    prctl = seccomp.prctl
     if prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+    if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(seccomp.fprog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 

@@ -90,8 +90,8 @@ class RemoteAdmission(Remote, AdmissionPolicy):
     def decide(self, req: RequestView, state: RouterState, clock: int) -> AdmissionDecision:
         session = self.session
         reply = session.call(["decide", self.handle, session.views.out(req),
-                              session.state.delta(state), clock],
-                             lambda ask: answer_admission(ask, state))
+                              session.state.out(state), clock],
+                             lambda ask: answer_admission(ask, state, session))
         if reply[0] == "bad":
             return Unsendable(str(reply[1]))  # type: ignore[return-value]
         action, reason, delay = payload(reply, 3)
@@ -106,9 +106,10 @@ class RemotePriority(Remote, PriorityPolicy):
     def compute(self, req: RequestView, state: RouterState | None,
                 clock: int) -> float | PriorityDecision:
         session = self.session
-        delta = None if state is None else session.state.delta(state)
+        delta = None if state is None else session.state.out(state)
         reply = session.call(["compute", self.handle, session.views.out(req), delta, clock],
-                             None if state is None else lambda ask: answer_admission(ask, state))
+                             None if state is None
+                             else lambda ask: answer_admission(ask, state, session))
         if reply[0] == "ok" and len(reply) == 3:  # a PriorityDecision: the guard checks it
             return PriorityDecision(*reply[1:])
         return value(reply)  # type: ignore[no-any-return]
@@ -131,10 +132,10 @@ class RemoteRouting(Remote, RoutingPolicy):
             hits = [shadow.expected_hit(s.id, req.prefix_hashes) for s in snapshots]
 
         def answer(ask: list[Any]) -> Any:
-            return answer_routing(ask, snapshots, state)
+            return answer_routing(ask, snapshots, state, session)
 
-        reply = session.call(["route", self.handle, session.views.out(req), priority, taken,
-                              session.state.delta(state), clock, hits], answer)
+        reply = session.call(["route", self.handle, wire.whole(req), priority, taken,
+                              session.state.out(state), clock, hits], answer)
         if reply[0] == "bad":
             return Unsendable(str(reply[1]))  # type: ignore[return-value]
         target, reason, scores, breakdown, filtered, prefill, decode = payload(reply, 7)
@@ -146,9 +147,12 @@ class RemoteRouting(Remote, RoutingPolicy):
                                prefill, decode)
 
 
-def answer_admission(ask: list[Any], state: RouterState) -> Any:
+def answer_admission(ask: list[Any], state: RouterState, session: Session) -> Any:
     """An admission (or priority) candidate's question: the snapshots of the instances the
-    request could go to (`RouterState.instance_snapshots`, seed G.2), taken when it asks."""
+    request could go to (`RouterState.instance_snapshots`, seed G.2), taken when it asks; the
+    whole router state, on its first read."""
+    if ask[1:] == ["state"]:
+        return session.state.whole(state)
     if ask[1:] == ["instance_snapshots"]:
         return [wire.snapshot_out(s) for s in state.instance_snapshots()]
     raise ContainedFailure(f"the candidate asked {wire.line(ask)[:120]!r}, which is not a "
@@ -156,9 +160,11 @@ def answer_admission(ask: list[Any], state: RouterState) -> Any:
 
 
 def answer_routing(ask: list[Any], snapshots: Sequence[InstanceSnapshot],
-                   state: RouterState) -> Any:
-    """A routing candidate's question: fresh snapshots, or the shadow KV's expected hit of
-    some block hashes on an instance."""
+                   state: RouterState, session: Session) -> Any:
+    """A routing candidate's question: fresh snapshots, the shadow KV's expected hit of some
+    block hashes on an instance, or the whole router state (its first read)."""
+    if ask[1:] == ["state"]:
+        return session.state.whole(state)
     if ask[1:] == ["refresh"] and hasattr(snapshots, "refresh"):
         snapshots.refresh()
         return [wire.snapshot_out(s) for s in snapshots]

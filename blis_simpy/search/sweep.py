@@ -27,6 +27,7 @@ give them back (`store.normalised`).
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
@@ -43,7 +44,7 @@ from blis_simpy.metrics.fitness import Term, relative_score
 from blis_simpy.policies.autoscale import AUTOSCALE
 from blis_simpy.policies.bundle import AXES, REGISTRIES, PolicyBundle
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
-from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox
+from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox, take_cpu
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
 from blis_simpy.search.store import RunStore, normalised, run_key
@@ -347,7 +348,7 @@ def run_all(tasks: list[Task], executor: Executor | None, workers: int | None
             yield task.key, evaluate(task)
         return
     own = executor is None
-    pool = ProcessPoolExecutor(max_workers=min(count, len(tasks))) if own else executor
+    pool = worker_pool(min(count, len(tasks))) if own else executor
     assert pool is not None
     try:
         futures: dict[Future[dict[str, Any]], str] = {
@@ -357,6 +358,16 @@ def run_all(tasks: list[Task], executor: Executor | None, workers: int | None
     finally:
         if own:
             pool.shutdown(cancel_futures=True)
+
+
+def worker_pool(workers: int | None) -> ProcessPoolExecutor:
+    """A pool of `workers` processes (default: one per CPU), each taking a different CPU of
+    this process's mask for its code candidates' sessions (`contain.take_cpu`)."""
+    if not hasattr(os, "sched_getaffinity"):  # (no sandbox there, no sessions)
+        return ProcessPoolExecutor(workers)
+    return ProcessPoolExecutor(workers, initializer=take_cpu,
+                               initargs=(multiprocessing.Value("i", 0),
+                                         sorted(os.sched_getaffinity(0))))
 
 
 def rescore(tasks: list[Task], contents: Mapping[str, dict[str, Any]]

@@ -13,10 +13,13 @@ for untrusted input; the candidate's process may read the evaluator's messages w
 Requests, snapshots, the router state and a scheduler's context go as positional tuples (each
 side builds the same frozen types from them). Two things are sent as changes rather than whole:
 a request's view is sent once and then named by its id (both sides keep the same bounded
-cache), and the router state as what changed since the last call (`StateSender` in the
+cache; a routing call sends its view whole and neither side keeps it, as each request is
+routed once), and the router state as what changed since the last call (`StateSender` in the
 evaluator, `StateMirror` in the sandbox), so a call costs what the decision needs, not what the
-run has accumulated. A message is a list headed by its kind (a string): a new kind of call is a
-new name, and either side refuses a kind it does not know.
+run has accumulated. The router state is sent only to a candidate that reads it: until its
+first read, calls carry `NOT_READ`; that read asks the evaluator for the whole state, and from
+then on every call carries what changed. A message is a list headed by its kind (a string): a
+new kind of call is a new name, and either side refuses a kind it does not know.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import json
 import marshal
 import struct
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 from types import MappingProxyType
 from typing import IO, Any
@@ -120,6 +123,7 @@ def hashes_out(hashes: tuple[int, ...]) -> bytes | tuple[int, ...]:
 
 
 pack, unpack = struct.pack, struct.unpack
+NOT_READ = ()  # a call's router state when the candidate has never read it
 
 
 class ViewSender:
@@ -133,14 +137,19 @@ class ViewSender:
         if self.sent.get(view.id) is view:
             return view.id
         remember(self.sent, view.id, view)
-        item = (view.id, view.arrival_us, view.input_tokens, view.tenant_id, view.slo_class,
-                hashes_out(view.prefix_hashes))
-        hints = view.priority_hints
-        if hints:  # a priority decision's hints (seed G.1): plain data, checked by the guard
-            return (*item, view.adapter, dict(hints))
-        if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
-            return (*item, view.adapter)
-        return item
+        return whole(view)
+
+
+def whole(view: RequestView) -> tuple[Any, ...]:
+    """A view as a tuple, sent whole (a routing call's, not kept by either side)."""
+    item = (view.id, view.arrival_us, view.input_tokens, view.tenant_id, view.slo_class,
+            hashes_out(view.prefix_hashes))
+    hints = view.priority_hints
+    if hints:  # a priority decision's hints (seed G.1): plain data, checked by the guard
+        return (*item, view.adapter, dict(hints))
+    if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
+        return (*item, view.adapter)
+    return item
 
 
 class ViewMirror:
@@ -152,16 +161,21 @@ class ViewMirror:
     def into(self, item: Any) -> RequestView:
         if isinstance(item, str):
             return self.views[item]
-        hashes = item[5]
-        if type(hashes) is bytes:
-            hashes = unpack(f"<{len(hashes) >> 3}Q", hashes)
-        view = (HintedView(item[0], item[1], item[2], item[3], item[4], hashes, item[6],
-                           MappingProxyType(item[7])) if len(item) > 7
-                else LoraView(item[0], item[1], item[2], item[3], item[4], hashes, item[6])
-                if len(item) > 6 else
-                RequestView(item[0], item[1], item[2], item[3], item[4], hashes))
+        view = view_in(item)
         remember(self.views, view.id, view)
         return view
+
+
+def view_in(item: Sequence[Any]) -> RequestView:
+    """The view a tuple from `whole` describes."""
+    hashes = item[5]
+    if type(hashes) is bytes:
+        hashes = unpack(f"<{len(hashes) >> 3}Q", hashes)
+    return (HintedView(item[0], item[1], item[2], item[3], item[4], hashes, item[6],
+                       MappingProxyType(item[7])) if len(item) > 7
+            else LoraView(item[0], item[1], item[2], item[3], item[4], hashes, item[6])
+            if len(item) > 6 else
+            RequestView(item[0], item[1], item[2], item[3], item[4], hashes))
 
 
 def remember(cache: OrderedDict[str, RequestView], key: str, view: RequestView) -> None:
@@ -199,11 +213,28 @@ class StateSender:
     what the gateway dropped."""
 
     def __init__(self) -> None:
+        self.read = False  # whether the candidate has read the state (asked for it whole)
+        self.start()
+
+    def start(self) -> None:
+        """Forget what was sent: the next delta is the whole state."""
         self.tenants: dict[str, tuple[int, int, int]] = {}
         self.instances: tuple[str, ...] | None = None
         self.requests = 0
         self.completed = 0
         self.sampled = -1  # the clock of the last load sample sent
+
+    def out(self, state: RouterState) -> list[Any] | tuple[()]:
+        """What a call carries: the delta once the candidate reads the state, else
+        `NOT_READ`."""
+        return self.delta(state) if self.read else NOT_READ
+
+    def whole(self, state: RouterState) -> list[Any]:
+        """The answer to the candidate's first read: the whole state, as a delta from
+        nothing; from now on every call carries the delta."""
+        self.read = True
+        self.start()
+        return self.delta(state)
 
     def delta(self, state: RouterState) -> list[Any]:
         changed = []
@@ -250,14 +281,22 @@ class StateMirror:
     one's), with a `shadow_kv` of its own: the compiled class would not take the sandbox's,
     which asks the evaluator."""
 
-    def __init__(self) -> None:
+    def __init__(self, ask: Callable[..., Any] | None = None) -> None:
         self.state = RouterState()
         self.shadow_kv: Any = None
+        self.ask = ask  # asks the evaluator; None: every delta comes with the calls
+        self.read = ask is None
 
     def __getattr__(self, name: str) -> Any:
+        if not self.read:  # the candidate's first read: the whole state, asked for
+            assert self.ask is not None
+            self.read = True
+            self.apply(self.ask("state"))
         return getattr(self.state, name)
 
-    def apply(self, delta: list[Any]) -> StateMirror:
+    def apply(self, delta: list[Any] | tuple[()]) -> StateMirror:
+        if not delta:  # NOT_READ: nothing sent yet
+            return self
         state = self.state
         (clock, in_flight, instances, changed, length, arrivals, first, completed,
          completions_length, completions, samples) = delta

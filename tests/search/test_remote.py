@@ -319,3 +319,31 @@ def test_whatever_a_candidate_replies_to_the_scheduler_hooks_is_a_decision_or_an
             assert policy.on_request_arrival(views[0], ctx) is None
     finally:
         SESSION.reset(token)
+
+
+LATE_READER = """
+class Policy(RoutingPolicy):
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.seen = 0
+
+    def route(self, req, priority, snapshots, state, clock):
+        self.seen += 1
+        loads = [s.effective_load for s in snapshots]
+        if self.seen > 25:  # the router state read from the 26th call on only
+            rate = state.request_rate() + len(state.load_history()) + state.in_flight
+            loads = [load + (rate % 3) * i for i, load in enumerate(loads)]
+        best = loads.index(min(loads))
+        return RoutingDecision(snapshots[best].id, "late", tuple(-x for x in loads))
+"""
+
+
+def test_a_candidate_that_reads_the_router_state_late_runs_as_in_process():
+    """The state crosses only once a candidate reads it (whole, then as deltas): a
+    candidate that starts reading it after 25 calls decides as the same policy in process."""
+    code = CodePolicy("routing", LATE_READER)
+    sandboxed = run_many(pressed(), {"sandboxed": code}, [1], workers=1)
+    local = run_many(in_process("routing", code.source), None, [1], workers=1)
+    assert list(sandboxed.error) == [""] and list(local.error) == [""]
+    for column in COMPARED:
+        assert list(sandboxed[column]) == list(local[column]), column

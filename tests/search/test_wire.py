@@ -70,6 +70,42 @@ def test_the_mirror_equals_the_gateways_router_state_after_every_delta(operation
         observed(state)
 
 
+@settings(max_examples=200, deadline=None)
+@given(OPERATIONS, st.integers(1, 40))
+def test_a_mirror_first_read_late_equals_the_gateways_router_state(operations, first_read):
+    """A candidate that reads the router state only from its `first_read`-th call on: until
+    then the calls carry nothing of it; the first read asks for it whole, and from then on
+    the deltas keep the mirror equal to the gateway's state."""
+    state, sender = RouterState(), wire.StateSender()
+    asked = []
+
+    def ask(*question: object) -> object:
+        asked.append(question)
+        return crossed(sender.whole(state))
+
+    mirror = wire.StateMirror(ask)
+    calls = 0
+    for kind, tenant, step in operations:
+        state.clock += step
+        if kind == "arrival":
+            state.on_arrival(tenant, state.clock)
+        elif kind == "admit":
+            state.on_admit(tenant)
+        elif kind == "complete" and state.tenant(tenant).active_requests > 0:
+            state.on_finish(tenant)
+            state.on_complete(state.clock)
+        elif kind == "instances":
+            state.instances = tuple(f"instance_{i}" for i in range(step % 4))
+        elif kind == "send":
+            calls += 1
+            delta = sender.out(state)
+            assert (delta == wire.NOT_READ) == (calls <= first_read and not asked)
+            mirror.apply(crossed(delta))
+            if calls >= first_read:
+                assert observed(mirror) == observed(state)
+    assert asked in ([], [("state",)])
+
+
 @settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5000), st.lists(st.integers(0, 2**64 - 1),
                                                         max_size=6)), max_size=40))
