@@ -7,9 +7,6 @@ Routes (issue 29, class 1):
   syntax tree, which the check never sees; from the policy base class's `__init__` (a Python
   function: the decision types are named tuples, whose `__init__` is C's) to its module's
   globals and the real builtins.
-* `typing`: a library function that evaluates strings with the real builtins:
-  `typing.get_type_hints(f, {})` evaluates `f`'s string annotations in a fresh namespace, which
-  the interpreter fills with the builtins of typing's own frame.
 * `format`: format-string attribute traversal with names assembled at run time
   (`"{0.__globals__[sys]...}".format(...)`): reads only, used for the environment.
 
@@ -46,11 +43,6 @@ ROUTES = {
                         real = d
             real["exec"](bytes.fromhex(PAYLOAD).decode(), {u + "builtins" + u: real})
 """,
-    "typing": """            def f(x: "exec(bytes.fromhex(PAYLOAD_HEX).decode(), {})"):
-                pass
-
-            typing.get_type_hints(f, {})
-""",
 }
 
 
@@ -59,8 +51,7 @@ def escaping(payload: str, route: str = "match", name: str = "") -> CodePolicy:
     first decision, then routes every request to the first instance."""
     encoded = payload.encode().hex()
     body = ROUTES[route].replace("PAYLOAD_HEX", repr(encoded))
-    source = ("import typing\n\n" if route == "typing" else "") + \
-        f"PAYLOAD = {encoded!r}\n" + HEADER + body + RETURN
+    source = f"PAYLOAD = {encoded!r}\n" + HEADER + body + RETURN
     return CodePolicy("routing", source, id=name or f"escape-{route}")
 
 

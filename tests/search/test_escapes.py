@@ -1,8 +1,9 @@
 """The escape suite (issue 29, class 1; docs/security.md): candidates written to break out.
 
 Every attack is a routing candidate that passes the static check and then runs arbitrary Python
-with the real builtins (`escapes.py`: pattern matching and `typing.get_type_hints`, the routes
-that got past the check before the sandbox), so what holds here is the operating system's
+with the real builtins (`escapes.py`: pattern matching, the route that gets past the check;
+`typing.get_type_hints`, which did until the check refused it by name, is test_code's), so what
+holds here is the operating system's
 boundary. Each test says what the candidate tried and what the evaluator still sees: no file,
 environment variable or network peer reached, no process left behind, the evaluator untouched,
 and no score changed but the candidate's own. The same attacks go through the three ways a
@@ -33,7 +34,7 @@ from tests.search import escapes
 from tests.search.helpers import prefix_scenario, processes_with
 from tests.search.test_code import LEAST_LOADED
 
-ROUTES = ("match", "typing")
+ROUTES = ("match",)
 SECRET = f"secret-{uuid.uuid4().hex}"
 ALWAYS_FIRST = CodePolicy("routing", "class Policy(RoutingPolicy):\n"
                           "    def route(self, req, priority, snapshots, state, clock):\n"
