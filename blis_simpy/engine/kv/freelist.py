@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 COMPACT_AT = 4096  # stale entries tolerated before the queue is rebuilt without them
-TRIM_AT = 4096  # taken entries kept before the queue's head before they are cut off
+TRIM_AT = 4096  # taken entries before the queue's head that may be cut off
 
 
 class FreeList:
@@ -104,9 +104,10 @@ class FreeList:
             self._trim()
 
     def _trim(self) -> None:
-        """Cut off the taken entries once they are at least half the queue (each entry is
-        moved a bounded number of times)."""
-        if 2 * self.head >= len(self.queue):
+        """Cut off the taken entries (they hold their ids' int objects) once they are an
+        eighth of the queue: at most ~4K of them in a pool of ~30K blocks, and each entry is
+        moved a bounded number of times."""
+        if 8 * self.head >= len(self.queue):
             del self.queue[:self.head]
             self.head = 0
 
