@@ -279,7 +279,9 @@ class GoRand:
         """Make the Python-int view cover the next few unconsumed values of the block (or a
         new one). A small window: bulk draws in between skip over it, and converting the
         whole rest of the block each time cost more than the draws; it grows while scalar
-        draws use each window up, and starts small again after a bulk draw skipped one."""
+        draws use each window up, and starts small again after a bulk draw skipped one: then
+        with one value (`item`), as the reference's generator draws one or two scalars between
+        its token arrays."""
         if self._pos == self._win + self._nvals:
             self._window = min(2 * self._window, _SCALAR_WINDOW_MAX)
         else:
@@ -287,7 +289,10 @@ class GoRand:
         if self._pos >= self._block.size:
             self._replace(self._generate(_BLOCK))
         self._win = self._pos
-        self._vals = self._block[self._pos : self._pos + self._window].tolist()
+        if self._window == _SCALAR_WINDOW_MIN:  # ~7x cheaper than a slice's list
+            self._vals = [self._block.item(self._pos)]
+        else:
+            self._vals = self._block[self._pos : self._pos + self._window].tolist()
         self._nvals = len(self._vals)
 
     def _replace(self, block: np.ndarray) -> None:

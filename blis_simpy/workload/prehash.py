@@ -47,26 +47,32 @@ class Scratch:
 
 def hash_requests(requests: Sequence[Request], block_size: int,
                   scratch: Scratch | None = None) -> None:
-    """`Request.hash_blocks` for many requests in one vectorised pass (same hashes): blocks of
-    different requests never straddle, so one running sum covers them all, and each request's
-    chain is that sum since its first block."""
+    """`Request.hash_blocks` for many requests in one vectorised pass (same hashes)."""
     todo = [r for r in requests if not r.hashed and r.tokens is not None]
-    if not todo:
+    hash_parts(todo, [(r.tokens,) for r in todo if r.tokens is not None], block_size, scratch)
+
+
+def hash_parts(requests: Sequence[Request], parts: Sequence[Sequence[np.ndarray]],
+               block_size: int, scratch: Scratch | None = None) -> None:
+    """Hash each request's token ids, given as the arrays they are made of, in order
+    (`parts[i]` for `requests[i]`): its whole sequence's block hashes, as `Request.hash_blocks`
+    computes them; its token ids are dropped. Blocks of different requests never straddle, so
+    one running sum covers them all, and each request's chain is that sum since its first
+    block. Only the ids of full blocks are copied, once, into the work space."""
+    if not requests:
         return
-    tokens = [r.tokens for r in todo if r.tokens is not None]
-    fulls = [len(t) // block_size for t in tokens]
+    fulls = [sum(len(p) for p in pieces) // block_size for pieces in parts]
     lengths = [n * block_size for n in fulls]
     if not any(lengths):
-        for req in todo:
+        for req in requests:
             req.hashes, req.tokens, req.hashed = [], None, True
         return
-    positions = scrambled_positions(max(lengths))
     words, spare = (scratch or Scratch()).words(sum(lengths))
+    ids = spare.view(np.int64)  # the token ids' int64 bit patterns, as `as_words` takes them
+    np.concatenate(_full_blocks(parts, lengths), out=ids, casting="unsafe")
+    positions = scrambled_positions(max(lengths))
     with np.errstate(over="ignore"):
         np.concatenate([positions[:n] for n in lengths], out=words)
-        ids = spare.view(np.int64)  # the token ids' int64 bit patterns, as `as_words` takes them
-        np.concatenate([t[:n] for t, n in zip(tokens, lengths, strict=True)], out=ids,
-                       casting="unsafe")
         for lo in range(0, len(words), CACHE_WORDS):
             part, work = words[lo : lo + CACHE_WORDS], spare[lo : lo + CACHE_WORDS]
             part ^= work
@@ -76,7 +82,21 @@ def hash_requests(requests: Sequence[Request], block_size: int,
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],
                           np.uint64(0))
         chains = (running - np.repeat(before, fulls)).tolist()
-    for req, lo, n in zip(todo, first_block.tolist(), fulls, strict=True):
+    for req, lo, n in zip(requests, first_block.tolist(), fulls, strict=True):
         req.hashes = chains[lo: lo + n]
         req.tokens = None
         req.hashed = True
+
+
+def _full_blocks(parts: Sequence[Sequence[np.ndarray]], lengths: list[int]
+                 ) -> list[np.ndarray]:
+    """The arrays holding each request's first `lengths[i]` token ids (its full blocks'),
+    in order: its parts, the last one cut."""
+    out: list[np.ndarray] = []
+    for pieces, n in zip(parts, lengths, strict=True):
+        for piece in pieces:
+            if n <= 0:
+                break
+            out.append(piece if len(piece) <= n else piece[:n])
+            n -= len(piece)
+    return out

@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple, Protocol
 
+import numpy as np
+
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload, TenantsWorkload, TraceWorkload
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.loop import NamedProcess
 from blis_simpy.core.request import Request
-from blis_simpy.workload.prehash import Scratch, hash_requests
+from blis_simpy.workload.prehash import Scratch, hash_parts, hash_requests
 from blis_simpy.workload.release import release
-from blis_simpy.workload.synthetic import compat_requests, native_requests
+from blis_simpy.workload.synthetic import compat_drawn, compat_requests, native_requests
 from blis_simpy.workload.tenants import TenantWorkload
 from blis_simpy.workload.trace import Trace, load_trace
 from blis_simpy.workload.work import check_work
@@ -86,10 +88,14 @@ def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = Tr
     requests: Iterable[Request]
     notes: list[str] = []
     timed = False
+    block_size = scenario.engine.block_size
     if isinstance(workload, DistributionWorkload):
+        expected = workload.num_requests
+        if reference_draws and prehash:
+            drawn = compat_drawn(workload, scenario.workload_seed, horizon)
+            return Source(compat_hashed(drawn, block_size), notes, expected)
         make = compat_requests if reference_draws else native_requests
         requests = make(workload, scenario.workload_seed, horizon)
-        expected = workload.num_requests
     else:
         assert isinstance(workload, TraceWorkload)
         trace = load_trace(workload, seed=scenario.workload_seed, horizon=horizon,
@@ -97,7 +103,7 @@ def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = Tr
         served_models(scenario, trace)
         requests, notes, expected = trace.requests(), trace.notes, len(trace)
         timed = trace.timed
-    return Source(hashed(requests, scenario.engine.block_size) if prehash else requests,
+    return Source(hashed(requests, block_size) if prehash else requests,
                   notes, expected, timed)
 
 
@@ -135,4 +141,26 @@ def hashed(requests: Iterable[Request], block_size: int, chunk_tokens: int = 1 <
             batch, size = [], 0
     hash_requests(batch, block_size, scratch)
     del scratch  # a few MiB, given back before the run's peak (its outputs being written)
+    yield from batch
+
+
+def compat_hashed(drawn: Iterable[tuple[Request, tuple[np.ndarray, ...]]], block_size: int,
+                  chunk_tokens: int = 1 << 18) -> Iterator[Request]:
+    """`hashed` for the reference's synthetic draws (`synthetic.compat_drawn`): each chunk's
+    token ids go from the generator's draws straight into the hash's work space, never into
+    an array per request."""
+    batch: list[Request] = []
+    parts: list[tuple[np.ndarray, ...]] = []
+    size = 0
+    scratch = Scratch()
+    for req, pieces in drawn:
+        batch.append(req)
+        parts.append(pieces)
+        size += req.input_len + req.output_len
+        if size >= chunk_tokens:
+            hash_parts(batch, parts, block_size, scratch)
+            yield from batch
+            batch, parts, size = [], [], 0
+    hash_parts(batch, parts, block_size, scratch)
+    del scratch
     yield from batch

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from blis_simpy.config.workload import DistributionWorkload, LengthConfig
-from blis_simpy.core.request import Request
+from blis_simpy.core.request import NO_TOKENS, Request
 from blis_simpy.core.units import US_PER_S, VOCAB
 from blis_simpy.rng.gomath import GoRand
 from blis_simpy.rng.streams import stream
@@ -39,16 +39,33 @@ def go_length(rng: GoRand, spec: LengthConfig) -> int:
 def compat_requests(spec: DistributionWorkload, seed: int, horizon: int | None
                     ) -> Iterator[Request]:
     """The reference's generator, draw for draw."""
+    for req, parts in compat_drawn(spec, seed, horizon):
+        req.tokens = np.concatenate(parts)
+        yield req
+
+
+def compat_drawn(spec: DistributionWorkload, seed: int, horizon: int | None
+                 ) -> Iterator[tuple[Request, tuple[np.ndarray, ...]]]:
+    """`compat_requests`' requests without their token arrays: each with the parts its
+    sequence is made of, in order (the shared prefix if any, the prompt, the output: views
+    of the generator's draws), for a caller that hashes many at once without copying each
+    request's tokens into an array of its own first (`source.compat_hashed`)."""
     rng = GoRand(seed)
     gap = int(1 / (spec.rate_per_s / US_PER_S))
     prefix = rng.intn_array(VOCAB, spec.prefix_tokens)
+    shared = len(prefix)
     t = 0
     for i in range(spec.num_requests):
         if horizon is not None and t >= horizon:
             return
         prompt = rng.intn_array(VOCAB, go_length(rng, spec.prompt))
         output = rng.intn_array(VOCAB, go_length(rng, spec.output))
-        yield Request(i, t, np.concatenate((prefix, prompt)) if len(prefix) else prompt, output)
+        req = Request(i, t, NO_TOKENS, NO_TOKENS)
+        req.input_len = shared + len(prompt)
+        req.prefill_target = req.input_len
+        req.output_len = len(output)
+        req.max_tokens = max(req.output_len, 1)
+        yield req, ((prefix, prompt, output) if shared else (prompt, output))
         t += gap
 
 

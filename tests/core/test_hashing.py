@@ -51,3 +51,19 @@ def test_hash_values_are_pinned() -> None:
     req = Request(0, 0, np.arange(0, 40, dtype=np.int32), np.arange(40, 48, dtype=np.int32))
     hash_requests([req], 16)
     assert req.hashes == [12244052726516627542, 3229044313069531283, 17543082615597613097]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(token_lists, max_size=3), max_size=6), st.integers(1, 16))
+def test_hashing_a_sequence_in_parts_equals_hashing_it_whole(
+        parts: list[list[list[int]]], block: int) -> None:
+    from blis_simpy.workload.prehash import hash_parts
+
+    whole = [Request(i, 0, np.array([t for p in ps for t in p], dtype=np.int64),
+                     np.zeros(0, dtype=np.int64)) for i, ps in enumerate(parts)]
+    hash_requests(whole, block)
+    pieces = [Request(i, 0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+              for i in range(len(parts))]
+    hash_parts(pieces, [[np.array(p, dtype=np.int64) for p in ps] for ps in parts], block)
+    assert [r.hashes for r in pieces] == [r.hashes for r in whole]
+    assert all(r.hashed and r.tokens is None for r in pieces)

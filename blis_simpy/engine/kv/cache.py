@@ -273,6 +273,17 @@ class KVCache:
     def release(self, req: Request) -> None:
         """Drop the request's references, last block first, so its tail is evicted first."""
         refcount = self.refcount
+        blocks = req.blocks
+        for block in blocks:
+            if refcount[block] != 1:
+                break
+        else:  # no block shared (the usual case): all go, and their id objects with them
+            for block in blocks:
+                refcount[block] = 0
+            self.free.extend(blocks[::-1])
+            self.used -= len(blocks)
+            req.blocks = []
+            return
         freed = []
         for block in reversed(req.blocks):
             count = refcount[block] - 1

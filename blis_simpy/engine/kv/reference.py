@@ -182,7 +182,8 @@ class ReferenceKVCache(KVCache):
         full, remainder = divmod(rest, bs)
         full = min(full, need)
         keys = req.hashes[at // bs: at // bs + full] if at % bs == 0 else [None] * full
-        for block, key in zip(taken, keys, strict=False):  # keys: the first `full` blocks
+        for k in range(len(keys)):  # keys: the first `full` blocks (indexed: no zip tuples)
+            block, key = taken[k], keys[k]
             if keep:
                 old = block_hash[block]
                 if old is not None:
