@@ -53,11 +53,14 @@ NEVER = ("pandas", "matplotlib", "pyarrow", "rich", "pydantic", "concurrent.futu
          "blis_simpy.metrics.trace.perfetto")
 COMPAT_WRITERS = ("blis_simpy.compat.results", "blis_simpy.compat.gojson")
 # loaded only by a scenario that uses them: a deployment section (its config classes, the
-# autoscaler, actuation, P/D), decision-tree policies; and never numpy.ma (np.percentile's)
+# autoscaler, actuation, P/D), decision-tree policies, a tenants or trace workload's sources;
+# and never numpy.ma (np.percentile's)
 UNUSED = ("blis_simpy.config.deployment", "blis_simpy.config.pd", "blis_simpy.config.replicas",
           "blis_simpy.sim.deploy", "blis_simpy.cluster.autoscaler", "blis_simpy.cluster.actuation",
           "blis_simpy.cluster.pd", "blis_simpy.policies.autoscale", "blis_simpy.metrics.scaling",
-          "blis_simpy.policies.tree", "numpy.ma")
+          "blis_simpy.policies.tree", "blis_simpy.workload.tenants",
+          "blis_simpy.workload.arrivals", "blis_simpy.workload.trace",
+          "blis_simpy.workload.trace_csv", "blis_simpy.workload.trace_file", "numpy.ma")
 
 
 def cli_session(tmp_path: Path, *args: str, blas: str | None = None) -> dict:

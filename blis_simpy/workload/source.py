@@ -9,7 +9,7 @@ session that react to completions (`tenants.py`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -22,9 +22,10 @@ from blis_simpy.core.request import Request
 from blis_simpy.workload.prehash import Scratch, hash_parts, hash_requests
 from blis_simpy.workload.release import release
 from blis_simpy.workload.synthetic import compat_drawn, compat_requests, native_requests
-from blis_simpy.workload.tenants import TenantWorkload
-from blis_simpy.workload.trace import Trace, load_trace
 from blis_simpy.workload.work import check_work
+
+if TYPE_CHECKING:  # (a tenants or trace workload imports its source when it runs)
+    from blis_simpy.workload.trace import Trace
 
 
 class PreparedRequests(Protocol):
@@ -72,6 +73,8 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
         return Source((), list(prepared.notes), len(prepared.requests))
     workload = scenario.workload
     if isinstance(workload, TenantsWorkload):
+        from blis_simpy.workload.tenants import TenantWorkload
+
         TenantWorkload(env, workload, scenario.workload_seed, deliver,
                        None if keep_tokens else scenario.engine.block_size)
         return Source((), [], workload.max_requests)
@@ -98,6 +101,8 @@ def requests_of(scenario: Scenario, *, reference_draws: bool, prehash: bool = Tr
         requests = make(workload, scenario.workload_seed, horizon)
     else:
         assert isinstance(workload, TraceWorkload)
+        from blis_simpy.workload.trace import load_trace
+
         trace = load_trace(workload, seed=scenario.workload_seed, horizon=horizon,
                            truncate=reference_draws)
         served_models(scenario, trace)

@@ -38,7 +38,6 @@ from blis_simpy.config.workload import (
 )
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.units import MAX_POLLS, MAX_REQUESTS, MAX_TOKENS, MAX_TOTAL_TOKENS
-from blis_simpy.workload.arrivals import time_change
 from blis_simpy.workload.sampling import token_bounds
 
 
@@ -309,6 +308,8 @@ def count(dist: Distribution) -> float:
 
 def profile_mean(workload: TenantsWorkload) -> float:
     """The load profile's mean multiplier over the arrival window."""
+    from blis_simpy.workload.arrivals import time_change  # (tenants workloads only)
+
     assert workload.load_profile is not None
     total = time_change(workload.load_profile).cumulative(np.array(workload.duration_s))
     return float(total) / workload.duration_s
