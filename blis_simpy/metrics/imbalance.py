@@ -18,6 +18,7 @@ and 16 a step, at the end of the run.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -72,30 +73,35 @@ def imbalanced(instances: Sequence[InstanceRecord], spans: Spans, waiting: Waiti
         return []
     queued = waiting.queued
     scheduled = np.where(waiting.scheduled < 0, ended_at, waiting.scheduled)
-    instance, names = waiting.instance, waiting.names
+    names = waiting.names
+    # each request's instance as its position in `logs` (-1: none of them), found once
+    index = {log.id: i for i, log in enumerate(logs)}
+    where = np.fromiter(map(index.get, waiting.instance, repeat(-1)), dtype=np.int64,
+                        count=len(waiting.instance))
     found = []
-    for log in logs:
-        mine = np.flatnonzero((instance == log.id) & (scheduled > queued))
+    for position, log in enumerate(logs):
+        mine = np.flatnonzero((where == position) & (scheduled > queued))
         if not len(mine):
             continue
         q, s = queued[mine], scheduled[mine]
         starts = spans[log.id][0]
         first = np.searchsorted(starts, q, side="right")  # its instance's next step after q
         held = (first < len(starts)) & (starts[np.minimum(first, len(starts) - 1)] < s)
-        idle_on = np.full(len(mine), "", dtype=object)
-        for other in logs:
+        mine, q, s = mine[held], q[held], s[held]  # only the held ones can be found
+        idle_on = np.full(len(mine), -1, dtype=np.int64)  # the first idle one's position
+        for j, other in enumerate(logs):
             if other is log:
                 continue
             o_starts, o_ends = spans[other.id]
             nxt = np.searchsorted(o_ends, q, side="right")  # its first step ending after q
             busy = (nxt < len(o_starts)) & (o_starts[np.minimum(nxt, len(o_starts) - 1)] < s) \
                 if len(o_starts) else np.zeros(len(mine), dtype=bool)
-            idle_on = np.where((idle_on == "") & ~busy, other.id, idle_on)
-        for k in np.flatnonzero(held & (idle_on != "")):
-            wait = int(s[k] - q[k])
+            idle_on[(idle_on < 0) & ~busy] = j
+        for k in np.flatnonzero(idle_on >= 0):
+            wait, idle = int(s[k] - q[k]), logs[idle_on[k]].id
             found.append(Anomaly(
                 "load_imbalance", int(q[k]), log.id, (str(names[mine[k]]),),
-                f"waited {wait / US_PER_MS:.1f} ms on {log.id} while {idle_on[k]} was idle",
+                f"waited {wait / US_PER_MS:.1f} ms on {log.id} while {idle} was idle",
                 int(s[k]), min(1.0, wait / US_PER_S)))
     return found
 

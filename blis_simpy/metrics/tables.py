@@ -94,7 +94,9 @@ def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventi
     finished = chosen & req.in_state(State.COMPLETED)
     gaps = token_gaps(req, finished, records.instances)
     e2e, ttft, delay = lat.e2e[chosen], lat.ttft[chosen], lat.scheduling_delay[chosen]
-    codes = [c for c, keep in zip(req.reject_code, chosen, strict=True) if keep and c]
+    # the chosen rows' codes, read by position: a scope of one instance (most of them)
+    # visits its own rows only, not every row of the run
+    codes = list(filter(None, map(req.reject_code.__getitem__, np.flatnonzero(chosen).tolist())))
     scheduled = chosen & (req.cached_tokens >= 0)
     served = served_tokens = None
     if not window.whole:  # rates: what happened within the window, whoever it was for
