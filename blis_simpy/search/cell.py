@@ -440,17 +440,20 @@ def plain(reply: list[Any], out: object) -> bytes:
     returned, described."""
     try:
         return wire.line(reply)
-    except (TypeError, ValueError, RecursionError):
-        return wire.line(bad(out))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return wire.line(bad(out, exc))
 
 
-def bad(out: object) -> list[Any]:
-    """A return value that is not a decision: its repr, for the evaluator's error message."""
+def bad(out: object, why: BaseException | None = None) -> list[Any]:
+    """A return value that is not a decision (or one plain data cannot carry: `why`), its repr,
+    for the evaluator's error message."""
     try:
-        text = repr(out)
+        text = repr(out)[:200]
     except Exception as exc:
         text = f"<unprintable {type(out).__name__}: {type(exc).__name__}>"
-    return ["bad", text[:200]]
+    if why is not None:
+        text += f" (cannot be sent as plain data: {type(why).__name__}: {described(why)[:100]})"
+    return ["bad", text[:320]]
 
 
 def described(exc: BaseException) -> str:

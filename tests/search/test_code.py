@@ -52,6 +52,11 @@ HOSTILE = {
                                      "clock):\n        return 'instance-0'\n"),
                           "returned 'instance-0'; expected a RoutingDecision"),
     "random": (routing("import random\nrandom.random()"), "import random: non-deterministic"),
+    "unsendable-scores": (CodePolicy("routing", "class Policy(RoutingPolicy):\n"
+                                     "    def route(self, req, priority, snapshots, state, "
+                                     "clock):\n        return RoutingDecision(snapshots[0].id, "
+                                     "'big', tuple(10 ** 5000 for _ in snapshots))\n"),
+                          "cannot be sent as plain data: ValueError"),
 }
 LIMITS = Limits(cpu_s=1, wall_s=20, memory_mb=256)
 
