@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import json
 import os
@@ -128,10 +129,15 @@ def take_cpu(taken: Any, cpus: Sequence[int]) -> None:
     WORKER_CPU = cpus[index % len(cpus)]
 
 
+@functools.cache
+def libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None)
+
+
 def current_cpu() -> int:
     """The CPU this thread is running on now (-1 if the C library cannot say)."""
     try:
-        return int(ctypes.CDLL(None).sched_getcpu())
+        return int(libc().sched_getcpu())
     except (OSError, AttributeError):
         return -1
 
@@ -310,7 +316,8 @@ class Session:
                  limits: Limits, cpu: int, mask: set[int]) -> None:
         self.sandbox, self.pid, self.limits = sandbox_, pid, limits
         self.cpu, self.mask = cpu, mask
-        if cpu >= 0 and mask != {cpu}:
+        self.pinned = cpu >= 0 and mask != {cpu}  # moved off its mask until `finish`
+        if self.pinned:
             pin({cpu})
         self.fd_in, self.fd_out = fd_in, fd_out
         os.set_blocking(fd_out, False)
@@ -410,7 +417,7 @@ class Session:
         self.ended = True
         os.close(self.fd_in)
         os.close(self.fd_out)
-        if self.cpu >= 0 and self.mask != {self.cpu}:
+        if self.pinned:
             pin(self.mask)
         how, self.cpu_s = self.sandbox.end(self.pid)
         return how

@@ -128,12 +128,12 @@ def disaggregated(scenario: Scenario, model: ModelDeployment, config: Deployment
                   pd: Disaggregation, env: Environment, homes: tuple[Fleet, ...],
                   gateway: Gateway, make: MakeInstance, numbers: Iterator[int],
                   actuation: Actuation, delays: Callable[[], tuple[int, int]], log: ScaleLog,
-                  handoff: PDHandoff, placement: Placement | None = None,
-                  section: DeploymentSection | None = None) -> list[DeploymentPool]:
+                  handoff: PDHandoff, placement: Placement | None,
+                  section: DeploymentSection) -> list[DeploymentPool]:
     """A disaggregated_pd config's prefill and decode pools (`<id>/prefill`, `<id>/decode`,
     scaled independently), joined by its handoff."""
     pools = []
-    path = config_path(section, config) if section is not None else "pd"
+    path = config_path(section, config)
     for role, split in (("prefill", handoff.prefill), ("decode", handoff.decode)):
         own = pool_scenario(scenario, model, config, pd, role)
         spec = getattr(pd, role)
