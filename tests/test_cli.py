@@ -290,6 +290,7 @@ def test_reused_output_folder_is_refused_without_force(tmp_path):
     (out / "stale.csv").write_text("from an earlier run")
     result = cli("run", write_scenario(tmp_path), "--out", out, "--quiet")
     assert_clean_usage_error(result, "--out", "already holds files", "--force")
+    assert "force=True" not in result.output  # the API's spelling, not this user's
     assert folder_state(out) == {"stale.csv": b"from an earlier run"}
 
 

@@ -83,20 +83,22 @@ class OutputFolder:
         self.replacing = path.is_dir() and any(path.iterdir())
         if not self.replacing:
             return
+        # the caller's own switch: the command line's option, or the API's argument
+        knob = "force=True" if self.field == "out_dir" else "--force"
         if not force:
             raise ScenarioError(
                 self.field, f"{path} already holds files (from an earlier run?); they would "
-                "be mixed with this run's", "an empty or new folder, or --force (force=True) "
-                "to replace the folder whole")
+                "be mixed with this run's", f"an empty or new folder, or {knob} to replace "
+                "the folder whole")
         # `force` deletes the folder: only an earlier run's, never a home or project folder
         if not (path / "summary.json").is_file():
             raise ScenarioError(
                 self.field, f"{path} holds files but no summary.json: it is not an earlier "
-                "run's output folder, so --force (force=True) does not replace it",
+                f"run's output folder, so {knob} does not replace it",
                 "a new or empty folder, or an earlier run's output folder")
         if Path.cwd().resolve().is_relative_to(self.target):
-            raise ScenarioError(self.field, f"{path} holds the current folder, so --force "
-                                "(force=True) does not replace it")
+            raise ScenarioError(self.field, f"{path} holds the current folder, so {knob} "
+                                "does not replace it")
 
     def claim(self, force: bool) -> Path:
         """Create and lock the staging folder beside the target (inside it for a mount

@@ -153,8 +153,9 @@ def test_a_claimed_out_is_refused_to_another_claim_in_the_same_process(tmp_path)
     assert len(errors) == 1 and "is writing" in str(errors[0])
     first.commit(lambda folder, fmt: (folder / "summary.json").write_text("{}"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    with pytest.raises(ScenarioError, match="already holds files"):
+    with pytest.raises(ScenarioError, match="already holds files") as refused:
         OutputFolder(out)  # released: now refused only for holding a run
+    assert "force=True" in str(refused.value) and "--force" not in str(refused.value)
 
 
 def test_staging_of_a_killed_run_is_not_a_claim(tmp_path):
