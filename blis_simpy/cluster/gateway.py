@@ -52,6 +52,7 @@ from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import InstanceSnapshot
+from blis_simpy.core.units import MAX_ADMISSION_DELAYS, MAX_SIM_US
 from blis_simpy.engine.instance import Instance
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
@@ -104,6 +105,7 @@ class Gateway:
         self.state.fleet_view = self
         self.state.adapter_signal = fleet
         self.deciding: Request | None = None  # the request admission is deciding on
+        self.delays: dict[Request, int] = {}  # how often admission delayed each waiting one
         self.flow: Queue | None = None  # the gateway queue (cluster.flow_control)
         self.keep_tokens = False  # set to export the requests' token ids
         self.timeouts = timeouts if timeouts else None
@@ -204,6 +206,7 @@ class Gateway:
 
     def _admit_now(self, req: Request) -> None:
         if req.state is State.TIMED_OUT:
+            self.delays.pop(req, None)
             return
         now = self.clock.now()
         self.state.clock = now
@@ -216,6 +219,8 @@ class Gateway:
                                            decision.reason, tenant=req.tenant_id,
                                            slo_class=req.slo_class))
         if decision.action == "admit":
+            if self.delays:
+                self.delays.pop(req, None)
             self.state.on_admit(req.tenant_id)
             req.admitted_at = now
             scored = self.priority.compute(req.view, self.state, now)
@@ -236,9 +241,24 @@ class Gateway:
             if decision.delay_us <= 0:
                 raise ValueError(f"admission policy {self.admission.name!r} delayed "
                                  f"{req.name} by {decision.delay_us} µs; a delay must be > 0")
-            StageEvent(self.env, decision.delay_us, ADMISSION, req, self._admit)
+            self.delay(req, decision.delay_us, now)
         else:
             self._reject(req, RejectCode.ADMISSION, decision.reason or "rejected by admission")
+
+    def delay(self, req: Request, delay_us: int, now: int) -> None:
+        """Decide on `req` again `delay_us` from now; a request delayed MAX_ADMISSION_DELAYS
+        times, or past the clock's limit, is rejected: a policy that never admits it would
+        keep the run going for ever (or overflow the clock)."""
+        count = self.delays.get(req, 0) + 1
+        if count > MAX_ADMISSION_DELAYS or now + delay_us > MAX_SIM_US:
+            self.delays.pop(req, None)
+            self._reject(req, RejectCode.ADMISSION_DELAYS, f"admission delayed it {count - 1} "
+                         f"times and then by {delay_us} µs more: past the limit of "
+                         f"{MAX_ADMISSION_DELAYS:,} delays or the simulated clock's "
+                         f"{MAX_SIM_US // 1_000_000:,} s")
+            return
+        self.delays[req] = count
+        StageEvent(self.env, delay_us, ADMISSION, req, self._admit)
 
     def _reject(self, req: Request, code: str, reason: str) -> None:
         req.state = State.REJECTED

@@ -117,6 +117,8 @@ class RejectCode(StrEnum):
     free text (a policy's own reason, the limits involved) is `reject_reason`."""
 
     ADMISSION = "admission"  # the admission policy said no
+    # delayed MAX_ADMISSION_DELAYS times, or past the clock's limit (MAX_SIM_US)
+    ADMISSION_DELAYS = "admission_delay_limit"
     MAX_MODEL_LEN = "exceeds_max_model_len"  # prompt + output over engine.max_model_len
     KV_CAPACITY = "exceeds_kv_capacity"  # prompt + output over the instance's whole KV pool
     # P/D: dropped at the handoff, its prefill done

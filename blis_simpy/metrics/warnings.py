@@ -13,7 +13,7 @@ from typing import Any
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload, TraceWorkload
 from blis_simpy.core.request import RejectCode
-from blis_simpy.core.units import MAX_REQUESTS
+from blis_simpy.core.units import MAX_ADMISSION_DELAYS, MAX_REQUESTS
 from blis_simpy.metrics.saturation import OVERLOADED, spans
 
 LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
@@ -49,6 +49,12 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario)
     if too_big:
         out.append(f"{too_big} requests need more tokens than an instance's whole KV pool "
                    f"holds (engine.kv_blocks x engine.block_size) and were rejected")
+    never_admitted = by_reason.get(RejectCode.ADMISSION_DELAYS, 0)
+    if never_admitted:
+        out.append(f"{never_admitted} requests were delayed by admission {MAX_ADMISSION_DELAYS:,} "
+                   "times (or past the simulated clock's limit) without being admitted, and "
+                   "were rejected (admission_delay_limit): the admission policy never lets "
+                   "them in")
     timed_out = summary["timed_out_requests"]
     if timed_out:
         out.append(f"{timed_out} of {arrived} requests timed out: their clients gave up "

@@ -33,7 +33,7 @@ from blis_simpy.core.ordering import Background, only_background_left
 from blis_simpy.core.records import Recorder, Records
 from blis_simpy.core.scale_log import ScaleLog
 from blis_simpy.core.snapshot import Role
-from blis_simpy.core.units import US_PER_S
+from blis_simpy.core.units import MAX_SIM_US, US_PER_S
 from blis_simpy.engine.adapters import AdapterSlots, ranks_of
 from blis_simpy.engine.instance import Instance
 from blis_simpy.engine.kv.checked import checked
@@ -99,7 +99,8 @@ class Simulation:
         self.gateway = gateway
         self.conventions = conventions
         self.checks = checks
-        self.input_notes = input_notes  # what the source noted (trace rows skipped)
+        # what the run noted beyond its metrics (trace rows skipped, the clock's limit)
+        self.input_notes = input_notes
         self.scale_log = scale_log  # lifecycle transitions and scale actions
         self.pools = pools
         self.autoscalers = autoscalers or []
@@ -112,7 +113,7 @@ class Simulation:
         streaming run's hand-over); returns the wall time spent (s)."""
         every = every or EVENTS_PER_SLICE
         horizon = self.scenario.horizon_us
-        until = math.inf if horizon is None else horizon
+        until = MAX_SIM_US if horizon is None else min(horizon, MAX_SIM_US)
         started = time.perf_counter()
         count = 0
         recorder = self.recorder
@@ -128,6 +129,11 @@ class Simulation:
                     if progress is not None:
                         progress(self.progress(count, started))
                 count += ran
+        if until == MAX_SIM_US and self.work_left():
+            self.input_notes.append(
+                f"the simulated clock reached its limit ({MAX_SIM_US // US_PER_S:,} s) with "
+                "work still to do: the run ends there as at a horizon (a delay or think time "
+                "that long is probably a mistake)")
         for instance in self.fleet:
             instance.finish()
         if recorder.events:  # a step under way at the horizon logs its progress as it ends

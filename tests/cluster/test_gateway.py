@@ -77,3 +77,51 @@ def test_a_stage_with_latency_keeps_its_event():
         if "routing" in stages:
             assert stages["admission"] == stages["arrival"] + 10
             assert stages["routing"] == stages["admission"] + 5
+
+
+# --- admission delays are bounded (newcomer 16) --------------------------------------------
+
+
+def delaying(delay_s: float, **changes):
+    """The base scenario with an admission tree that delays every request by `delay_s`."""
+    tree = {"type": "decision-tree", "params": {"tree": {"action": "delay",
+                                                         "delay_s": delay_s}}}
+    return scenario(policies={"admission": tree}, **changes)
+
+
+def test_a_request_admission_never_admits_is_rejected_after_the_delay_limit():
+    from blis_simpy.core.units import MAX_ADMISSION_DELAYS
+
+    result = blis_simpy.run(delaying(1.0))
+    summary = result.summary
+    assert summary["completed_requests"] == 0
+    assert summary["rejected_by_reason"] == {"admission_delay_limit":
+                                             summary["arrived_requests"]}
+    assert any("never lets them in" in w for w in summary["warnings"])
+    reasons = set(result.requests["reject_reason"])
+    assert reasons == {f"admission delayed it {MAX_ADMISSION_DELAYS} times and then by "
+                       f"1000000 µs more: past the limit of {MAX_ADMISSION_DELAYS:,} delays "
+                       "or the simulated clock's 1,000,000,000 s"}
+
+
+def test_a_delay_past_the_clocks_limit_is_rejected_at_once_not_an_overflow():
+    """2**63 µs was an int64 overflow deep in the compiled loop (a traceback in every entry
+    point); now the request is rejected as never admitted, before its event is made."""
+    result = blis_simpy.run(delaying(1e12))
+    assert result.summary["completed_requests"] == 0
+    reasons = set(result.requests["reject_reason"])
+    assert all("delayed it 0 times" in r for r in reasons)
+
+
+def test_the_clock_stops_at_its_limit_and_the_run_says_so():
+    """Think times that no scenario value exceeds alone still add up past 1e9 s: the run
+    ends at the limit as at a horizon, with a warning, instead of overflowing."""
+    data = scenario().to_dict()
+    data["workload"] = {"type": "tenants", "rate_per_s": 2, "duration_s": 2, "tenants": [{
+        "id": "chat", "request_type": "chat",
+        "prompt": {"type": "constant", "value": 50}, "output": {"type": "constant", "value": 5},
+        "chat": {"turns": {"type": "constant", "value": 12},
+                 "think_time_s": {"type": "constant", "value": 1e9}}}]}
+    result = blis_simpy.run(data)
+    assert any("clock reached its limit" in w for w in result.summary["warnings"])
+    assert result.summary["completed_requests"] >= 1
