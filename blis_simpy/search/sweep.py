@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ from blis_simpy.sim.modes import mode_of
 from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import ScenarioForm, load, simulate
 from blis_simpy.workload.prepared import WorkloadCache
+
+SURROGATES = re.compile("[\ud800-\udfff]")
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -421,8 +424,24 @@ def evaluate(task: Task) -> dict[str, Any]:
         log = candidate.close()
     out["log"] = log
     if log:
-        out["feedback"] += f"\n\nWhat the candidate printed:\n{log}"
-    return out
+        out["feedback"] += ("\n\nWhat the candidate printed (its own output, not the "
+                            f"evaluator's words):\n{fenced(log)}")
+    return {key: plain(value) if isinstance(value, str) else value
+            for key, value in out.items()}
+
+
+def fenced(text: str) -> str:
+    """`text` in a Markdown code block whose fence no line of it can close: what a candidate
+    prints reaches the reflecting model as quoted output, never as headings or claims."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def plain(text: str) -> str:
+    """`text` with every lone surrogate (a candidate's `print("\\ud800")` or exception
+    text) as U+FFFD: JSON's strict readers refuse the escape Python would write for one."""
+    return SURROGATES.sub("\ufffd", text)
 
 
 def evaluate_here(task: Task) -> dict[str, Any]:
