@@ -15,8 +15,8 @@ The pipe is bounded (1 MiB): a producer ahead of the simulation blocks on its wr
 stays flat however long the workload. A producer that fails raises its error in the parent
 (the same exception, with the producer's traceback as a note); one that dies raises
 ProducerError, never a short workload. The parent reaps it when the workload ends, when the
-run ends (`stop`), at exit, and on SIGTERM; the child dies with its parent
-(PR_SET_PDEATHSIG) and ignores SIGINT (the parent stops it).
+run ends (`Simulation.run` calls `stopped`), when it is collected, at exit, and on SIGTERM;
+the child dies with its parent (PR_SET_PDEATHSIG) and ignores SIGINT (the parent stops it).
 
 Used only when it pays (`wanted`): a distribution workload of THRESHOLD requests or more, on
 Linux, with more than one CPU in the process's affinity mask (a pinned sandbox session has
@@ -28,7 +28,6 @@ whatever the size and CPU count (tests).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import os
@@ -38,8 +37,10 @@ import struct
 import sys
 import threading
 import traceback
+import weakref
 from collections.abc import Iterator
 from types import FrameType
+from typing import BinaryIO
 
 import numpy as np
 
@@ -51,7 +52,7 @@ from blis_simpy.workload.release import rebuilt
 from blis_simpy.workload.synthetic import compat_drawn, native_requests
 
 ENV = "BLIS_SIMPY_PRODUCER"  # 0: never; 1: whenever the platform allows; unset: when it pays
-THRESHOLD = 20_000  # requests: below, the fork and the copies cost more than they save
+THRESHOLD = 5_000  # requests: below, the fork and its copied pages cost about what it saves
 CHUNK_TOKENS = 1 << 18  # tokens hashed at a time (as `source.hashed`): ~340 bench requests
 FIRST_TOKENS = 1 << 13  # the first chunk's: the run waits for it (then each chunk doubles)
 PIPE_BYTES = 1 << 20  # how far ahead the producer may run (a few chunks)
@@ -86,13 +87,35 @@ def main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-LIVE: set[Producer] = set()  # started and not yet reaped
+LIVE: weakref.WeakSet[Producer] = weakref.WeakSet()  # started and not yet reaped
 _TERM_INSTALLED = False
+
+
+class Child:
+    """The producer's process id (None once reaped) and the parent's end of its pipe."""
+
+    __slots__ = ("pid", "reader")
+
+    def __init__(self, pid: int, reader: BinaryIO) -> None:
+        self.pid: int | None = pid
+        self.reader = reader
+
+    def end(self) -> None:
+        """Kill the process if it is not reaped yet, reap it, close the pipe."""
+        pid, self.pid = self.pid, None
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        if not self.reader.closed:
+            self.reader.close()
 
 
 class Producer:
     """A forked process drawing and hashing a distribution workload's requests; `requests()`
-    yields them in order (once), `stop()` ends and reaps the process (idempotent)."""
+    yields them in order (once), `stop()` ends and reaps the process (idempotent; also done
+    when the Producer is collected, at exit, and on SIGTERM)."""
 
     def __init__(self, scenario: Scenario, reference_draws: bool) -> None:
         read_fd, write_fd = os.pipe()
@@ -104,18 +127,27 @@ class Producer:
             pass
         others = [p.fd for p in LIVE]
         parent = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
         if pid == 0:  # the child: never returns
             os.close(read_fd)
             for fd in others:
                 os.close(fd)
             serve(write_fd, scenario, reference_draws, parent)
         os.close(write_fd)
-        self.pid: int | None = pid
         self.fd: int = read_fd
-        self.reader = os.fdopen(read_fd, "rb", buffering=1 << 16)
+        self.child = Child(pid, os.fdopen(read_fd, "rb", buffering=1 << 16))
+        self.stop = weakref.finalize(self, self.child.end)  # stop(): end it, once
         LIVE.add(self)
         on_term()
+
+    @property
+    def pid(self) -> int | None:
+        return self.child.pid
 
     def requests(self) -> Iterator[Request]:
         try:
@@ -134,21 +166,26 @@ class Producer:
                 yield from rebuilt(index, arrival, input_len, output_len, counts,
                                    chains.tolist())
         finally:
-            self.stop()
+            self.stopped()
+
+    def stopped(self) -> None:
+        self.stop()
+        LIVE.discard(self)
+        if not LIVE:
+            off_term()
 
     def read(self, size: int) -> bytes:
-        data = self.reader.read(size)
+        data = self.child.reader.read(size)
         if len(data) < size:
             raise ProducerError(f"the workload producer (pid {self.pid}) ended before its "
                                 f"last request: {self.ended()}")
         return data
 
     def ended(self) -> str:
-        """How the producer ended, once it has (it closed its end of the pipe)."""
-        pid, self.pid = self.pid, None
+        """How the producer ended, once it has (it closed its end of the pipe): reaped."""
+        pid, self.child.pid = self.child.pid, None
         if pid is None:
             return "already stopped"
-        LIVE.discard(self)
         _, status = os.waitpid(pid, 0)
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)
@@ -165,19 +202,6 @@ class Producer:
             exc.add_note(where)
             return exc
         return ProducerError(f"the workload producer failed {where}")
-
-    def stop(self) -> None:
-        """End the producer if it is still running, and reap it."""
-        pid, self.pid = self.pid, None
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        LIVE.discard(self)
-        if not self.reader.closed:
-            self.reader.close()
-        if not LIVE:
-            off_term()
 
 
 def serve(fd: int, scenario: Scenario, reference_draws: bool, parent: int) -> None:
@@ -270,10 +294,7 @@ def die_with_parent(parent: int) -> None:
 
 def stop_all() -> None:
     for producer in list(LIVE):
-        producer.stop()
-
-
-atexit.register(stop_all)
+        producer.stopped()
 
 
 def on_term() -> None:

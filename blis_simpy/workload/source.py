@@ -83,9 +83,13 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
         return Source((), [], workload.max_requests)
     if (isinstance(workload, DistributionWorkload) and not keep_tokens
             and producer.wanted(workload.num_requests)):
-        made = producer.Producer(scenario, reference_draws)  # on another core
-        NamedProcess(env, release(env, made.requests(), deliver), "release")
-        return Source((), [], workload.num_requests, stop=made.stop)
+        try:
+            made = producer.Producer(scenario, reference_draws)  # on another core
+        except OSError:  # no fork now (a process limit, memory): drawn here, as without
+            pass
+        else:
+            NamedProcess(env, release(env, made.requests(), deliver), "release")
+            return Source((), [], workload.num_requests, stop=made.stopped)
     source = requests_of(scenario, reference_draws=reference_draws, prehash=not keep_tokens)
     NamedProcess(env, release(env, source.requests, deliver), "release")
     return source

@@ -5,6 +5,7 @@ in-process source; its failures surface in the parent; no process is left behind
 from __future__ import annotations
 
 import filecmp
+import gc
 import os
 import signal
 import subprocess
@@ -128,9 +129,25 @@ def test_a_producer_no_longer_read_is_stopped_and_reaped():
     assert reaped(pid) and not producer.LIVE
     unread = Producer(s, True)
     pid = unread.pid
-    unread.stop()
-    unread.stop()
+    unread.stopped()
+    unread.stopped()
     assert reaped(pid) and not producer.LIVE
+    dropped = Producer(s, True)  # never read nor stopped: reaped when collected
+    pid = dropped.pid
+    del dropped
+    gc.collect()
+    assert reaped(pid) and not producer.LIVE
+
+
+def test_without_a_fork_the_workload_is_drawn_in_process(monkeypatch):
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setenv(producer.ENV, "1")
+    monkeypatch.setattr(os, "fork", no_fork)
+    from blis_simpy.api import run
+
+    assert run(small(True)).summary["completed_requests"] == 400
 
 
 def test_used_only_when_it_pays(monkeypatch):
