@@ -29,14 +29,11 @@ whatever the size and CPU count (tests).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import pickle
 import signal
 import struct
 import sys
 import threading
-import traceback
 import weakref
 from collections.abc import Iterator
 from types import FrameType
@@ -195,6 +192,8 @@ class Producer:
     def failure(self, payload: bytes) -> BaseException:
         """The producer's error, raised in the parent: the exception itself when it can be
         sent, with the producer's traceback as a note; else a ProducerError with both."""
+        import pickle
+
         status = self.ended()
         text, exc = pickle.loads(payload)
         where = f"in the workload producer process ({status}):\n{text}"
@@ -217,6 +216,9 @@ def serve(fd: int, scenario: Scenario, reference_draws: bool, parent: int) -> No
         write_all(fd, HEADER.pack(DONE, 0, 0))
         code = 0
     except BaseException as exc:  # sent to the parent, which raises it
+        import pickle
+        import traceback
+
         try:
             text = traceback.format_exc()
             try:
@@ -284,6 +286,8 @@ def die_with_parent(parent: int) -> None:
     """PR_SET_PDEATHSIG: the kernel kills this process when its parent dies (SIGKILL of
     the parent included)."""
     try:
+        import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
