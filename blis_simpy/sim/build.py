@@ -106,6 +106,7 @@ class Simulation:
         self.autoscalers = autoscalers or []
         self.expected: int | None = None  # requests the workload will send, when known
         self.trace_times = False  # requests carry their trace rows' own timestamps
+        self.stop_source: Callable[[], None] | None = None  # a producer process, if any
 
     def run(self, progress: Progress | None = None, every: int = 0) -> float:
         """Process every event up to the horizon, `every` events at a time (default
@@ -118,17 +119,21 @@ class Simulation:
         count = 0
         recorder = self.recorder
         streaming = recorder.sink is not None  # hands finished requests over between slices
-        with sparse_collection():
-            if progress is None and not streaming:
-                count = run_events(self.env, until, sys.maxsize, self.checks)
-            else:
-                while (ran := run_events(self.env, until, every, self.checks)) == every:
+        try:
+            with sparse_collection():
+                if progress is None and not streaming:
+                    count = run_events(self.env, until, sys.maxsize, self.checks)
+                else:
+                    while (ran := run_events(self.env, until, every, self.checks)) == every:
+                        count += ran
+                        if streaming:
+                            recorder.sweep(self.env.now)
+                        if progress is not None:
+                            progress(self.progress(count, started))
                     count += ran
-                    if streaming:
-                        recorder.sweep(self.env.now)
-                    if progress is not None:
-                        progress(self.progress(count, started))
-                count += ran
+        finally:  # the workload's producer, if any, is not needed any more
+            if self.stop_source is not None:
+                self.stop_source()
         if until == MAX_SIM_US and self.work_left():
             self.input_notes.append(
                 f"the simulated clock reached its limit ({MAX_SIM_US // US_PER_S:,} s) with "
@@ -307,4 +312,5 @@ def build(scenario: Scenario, *, recorder: Recorder | None = None, checks: bool 
                      ([corrected] if corrected else []) + latency_notes(latency) + started.notes,
                      scale_log, pools, scalers)
     sim.expected, sim.trace_times = started.expected, started.timed
+    sim.stop_source = started.stop
     return sim

@@ -56,17 +56,30 @@ def hash_parts(requests: Sequence[Request], parts: Sequence[Sequence[np.ndarray]
                block_size: int, scratch: Scratch | None = None) -> None:
     """Hash each request's token ids, given as the arrays they are made of, in order
     (`parts[i]` for `requests[i]`): its whole sequence's block hashes, as `Request.hash_blocks`
-    computes them; its token ids are dropped. Blocks of different requests never straddle, so
-    one running sum covers them all, and each request's chain is that sum since its first
-    block. Only the ids of full blocks are copied, once, into the work space."""
+    computes them; its token ids are dropped."""
     if not requests:
         return
+    chains, fulls = chain_arrays(parts, block_size, scratch)
+    hashes = chains.tolist()
+    lo = 0
+    for req, n in zip(requests, fulls, strict=True):
+        req.hashes = hashes[lo: lo + n]
+        req.tokens = None
+        req.hashed = True
+        lo += n
+
+
+def chain_arrays(parts: Sequence[Sequence[np.ndarray]], block_size: int,
+                 scratch: Scratch | None = None) -> tuple[np.ndarray, list[int]]:
+    """The block hashes of many token sequences, each given as the arrays it is made of
+    (`parts[i]`): all of them in one uint64 array, sequence after sequence, and how many
+    belong to each (its full blocks). Blocks of different sequences never straddle, so one
+    running sum covers them all, and each sequence's chain is that sum since its first
+    block. Only the ids of full blocks are copied, once, into the work space."""
     fulls = [sum(len(p) for p in pieces) // block_size for pieces in parts]
     lengths = [n * block_size for n in fulls]
     if not any(lengths):
-        for req in requests:
-            req.hashes, req.tokens, req.hashed = [], None, True
-        return
+        return np.zeros(0, dtype=np.uint64), fulls
     words, spare = (scratch or Scratch()).words(sum(lengths))
     ids = spare.view(np.int64)  # the token ids' int64 bit patterns, as `as_words` takes them
     np.concatenate(_full_blocks(parts, lengths), out=ids, casting="unsafe")
@@ -81,11 +94,7 @@ def hash_parts(requests: Sequence[Request], parts: Sequence[Sequence[np.ndarray]
         first_block = np.cumsum(fulls) - fulls
         before = np.where(first_block > 0, running[np.maximum(first_block - 1, 0)],
                           np.uint64(0))
-        chains = (running - np.repeat(before, fulls)).tolist()
-    for req, lo, n in zip(requests, first_block.tolist(), fulls, strict=True):
-        req.hashes = chains[lo: lo + n]
-        req.tokens = None
-        req.hashed = True
+        return running - np.repeat(before, fulls), fulls
 
 
 def _full_blocks(parts: Sequence[Sequence[np.ndarray]], lengths: list[int]

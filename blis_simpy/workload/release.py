@@ -16,7 +16,7 @@ import simpy
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.loop import Clock
 from blis_simpy.core.ordering import CLUSTER_ARRIVAL, StageEvent
-from blis_simpy.core.request import Request
+from blis_simpy.core.request import NO_TOKENS, Request
 
 
 def release(env: Environment, requests: Iterable[Request],
@@ -35,3 +35,26 @@ def release(env: Environment, requests: Iterable[Request],
         deliver(req, following is None or following.arrival > now)
         req = following
 
+
+
+def rebuilt(index: list[int], arrival: list[int], input_len: list[int], output_len: list[int],
+            counts: list[int], hashes: list[int]) -> list[Request]:
+    """A synthetic workload's requests made again from their columns (`workload/producer.py`:
+    drawn and hashed in another process): each request's index, arrival, prompt and output
+    lengths, and its `counts[i]` block hashes, in order, from `hashes`. The same requests as
+    the synthetic sources make and `prehash.hash_parts` hashes."""
+    made: list[Request] = []
+    lo = 0
+    for i in range(len(index)):
+        req = Request(index[i], arrival[i], NO_TOKENS, NO_TOKENS)
+        n_in, n_out, n = input_len[i], output_len[i], counts[i]
+        req.input_len = n_in
+        req.prefill_target = n_in
+        req.output_len = n_out
+        req.max_tokens = max(n_out, 1)
+        req.tokens = None
+        req.hashes = hashes[lo : lo + n]
+        req.hashed = True
+        lo += n
+        made.append(req)
+    return made

@@ -8,7 +8,7 @@ session that react to completions (`tenants.py`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
@@ -19,6 +19,7 @@ from blis_simpy.core.clock import Environment
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.loop import NamedProcess
 from blis_simpy.core.request import Request
+from blis_simpy.workload import producer
 from blis_simpy.workload.prehash import Scratch, hash_parts, hash_requests
 from blis_simpy.workload.release import release
 from blis_simpy.workload.synthetic import compat_drawn, compat_requests, native_requests
@@ -52,12 +53,14 @@ class Source(NamedTuple):
     about its input (trace rows it skipped, for the run's warnings), how many requests there
     are at most (a trace's rows; None when a horizon may cut a synthetic one), and whether
     each request carries its trace row's own timestamp (a published trace's, for the
-    requests table's `trace_time_ns`)."""
+    requests table's `trace_time_ns`); `stop`, when the requests are made in another process
+    (`workload/producer.py`), ends it once the run no longer needs them."""
 
     requests: Iterable[Request]
     notes: list[str]
     expected: int | None
     timed: bool = False
+    stop: Callable[[], None] | None = None
 
 
 def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
@@ -78,6 +81,15 @@ def start(env: Environment, scenario: Scenario, deliver: Deliver, *,
         TenantWorkload(env, workload, scenario.workload_seed, deliver,
                        None if keep_tokens else scenario.engine.block_size)
         return Source((), [], workload.max_requests)
+    if (isinstance(workload, DistributionWorkload) and not keep_tokens
+            and producer.wanted(workload.num_requests)):
+        try:
+            made = producer.Producer(scenario, reference_draws)  # on another core
+        except OSError:  # no fork now (a process limit, memory): drawn here, as without
+            pass
+        else:
+            NamedProcess(env, release(env, made.requests(), deliver), "release")
+            return Source((), [], workload.num_requests, stop=made.stopped)
     source = requests_of(scenario, reference_draws=reference_draws, prehash=not keep_tokens)
     NamedProcess(env, release(env, source.requests, deliver), "release")
     return source
