@@ -124,6 +124,9 @@ def node_problem(node: ast.AST) -> str:
         return f"attribute {node.attr} is not allowed (no dunder or private access)"
     if isinstance(node, ast.Attribute) and node.attr.startswith(INTROSPECTION):
         return f"attribute {node.attr} is not allowed (no frame or code introspection)"
+    pattern = pattern_problem(node)
+    if pattern:
+        return pattern
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and "__" in node.value:
         return "strings containing '__' are not allowed (they name dunder attributes)"
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
@@ -136,6 +139,22 @@ def node_problem(node: ast.AST) -> str:
                 "(insertion-ordered)")
     if isinstance(node, ast.AsyncFunctionDef | ast.Await | ast.Yield | ast.YieldFrom):
         return "generators and coroutines are not allowed in a policy"
+    return ""
+
+
+def pattern_problem(node: ast.AST) -> str:
+    """Pattern matching names attributes and bindings as plain strings, which no Attribute or
+    Name node shows: `case object(__globals__=g)` reads an attribute as `g.__globals__`
+    would, so the same names are refused."""
+    if isinstance(node, ast.MatchClass):
+        for attr in node.kwd_attrs:
+            if attr.startswith("_") or attr.startswith(INTROSPECTION):
+                return (f"pattern attribute {attr} is not allowed (no dunder, private or "
+                        "introspection access)")
+    bound = node.name if isinstance(node, ast.MatchAs | ast.MatchStar) else \
+        node.rest if isinstance(node, ast.MatchMapping) else None
+    if bound is not None and (bound.startswith("__") or bound in FORBIDDEN_NAMES):
+        return f"pattern name {bound} is not allowed"
     return ""
 
 

@@ -1,12 +1,14 @@
-"""The attacker's toolkit for the escape suite: routing candidates that pass the static check
-(`blis_simpy.search.code.check`) and still run arbitrary Python with the real builtins, by each
-route known to get past it, and the payloads they run once out.
+"""The attacker's toolkit for the escape suite: routing candidates that run arbitrary Python
+with the real builtins, and the payloads they run once out. The static check
+(`blis_simpy.search.code.check`) refuses every route here today; the suite lifts it in the
+evaluator (`UNCHECKED`, `unchecked`) so what it tests is the operating system's boundary alone,
+as if an attacker had found the next way past the first filter.
 
 Routes (issue 29, class 1):
 * `match`: names in pattern matching (`case object(__globals__=g)`) are plain strings in the
-  syntax tree, which the check never sees; from the policy base class's `__init__` (a Python
-  function: the decision types are named tuples, whose `__init__` is C's) to its module's
-  globals and the real builtins.
+  syntax tree; the check let them through until newcomer 16 (it refuses them now). From the
+  policy base class's `__init__` (a Python function: the decision types are named tuples,
+  whose `__init__` is C's) to its module's globals and the real builtins.
 * `format`: format-string attribute traversal with names assembled at run time
   (`"{0.__globals__[sys]...}".format(...)`): reads only, used for the environment.
 
@@ -16,7 +18,26 @@ test sees what an escape reached. Payloads are sent hex-encoded: no `__` in a co
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+import blis_simpy.search.sweep
 from blis_simpy.search.code import CodePolicy
+
+# `python -c UNCHECKED ARGS...` is `blis-simpy ARGS...` with the static check lifted in the
+# evaluator (the sandbox never runs it; the evaluator's sweep does, before a candidate starts)
+UNCHECKED = ("import blis_simpy.search.sweep as sweep; sweep.check = lambda code: None; "
+             "from blis_simpy.cli import main; main()")
+
+
+@contextmanager
+def unchecked() -> Iterator[None]:
+    """This process's sweeps with the static check lifted (the escape suite's candidates)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(blis_simpy.search.sweep, "check", lambda code: None)
+        yield
 
 RETURN = ("        return RoutingDecision(snapshots[0].id, 'first', "
           "tuple(1.0 for _ in snapshots))\n")

@@ -135,10 +135,33 @@ def test_code_policy_rows_are_deterministic_across_workers():
      "get_type_hints is not allowed"),
     ("import typing\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
      "        return typing.ForwardRef('getattr')\n", "ForwardRef is not allowed"),
+    # pattern matching reads attributes named by plain strings (newcomer 16: to the clock)
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match RoutingPolicy:\n"
+     "            case object(__init__=init):\n                return init\n",
+     "pattern attribute __init__"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
+     "            case object(_secret=s):\n                return s\n", "pattern attribute"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
+     "            case object(gi_frame=f):\n                return f\n", "introspection"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
+     "            case {**__builtins__}:\n                return 1\n", "pattern name"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
+     "            case [*__x]:\n                return 1\n", "pattern name"),
 ])
 def test_static_check_refuses_escapes(source, message):
     with pytest.raises(CodeRejected, match=message.replace("(", r"\(")):
         check(CodePolicy("routing", source))
+
+
+def test_plain_pattern_matching_passes():
+    check(CodePolicy("routing", "class Policy(RoutingPolicy):\n"
+                     "    def route(self, req, priority, snapshots, state, clock):\n"
+                     "        match snapshots:\n"
+                     "            case [only]:\n                pass\n"
+                     "            case [first, *rest] if rest:\n                pass\n"
+                     "            case {'a': x, **others}:\n                pass\n"
+                     "            case RoutingDecision(target=t):\n                pass\n"
+                     "        return RoutingDecision(snapshots[0].id, 'first', (1.0,))\n"))
 
 
 def test_constants_and_allowed_imports_pass():

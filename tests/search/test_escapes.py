@@ -1,14 +1,13 @@
 """The escape suite (issue 29, class 1; docs/security.md): candidates written to break out.
 
-Every attack is a routing candidate that passes the static check and then runs arbitrary Python
-with the real builtins (`escapes.py`: pattern matching, the route that gets past the check;
-`typing.get_type_hints`, which did until the check refused it by name, is test_code's), so what
-holds here is the operating system's
-boundary. Each test says what the candidate tried and what the evaluator still sees: no file,
-environment variable or network peer reached, no process left behind, the evaluator untouched,
-and no score changed but the candidate's own. The same attacks go through the three ways a
-search evaluates code: `run_many`, `blis-simpy gepa-evaluate` and `blis-simpy
-openevolve-evaluate`.
+Every attack is a routing candidate that runs arbitrary Python with the real builtins
+(`escapes.py`: pattern matching, a route the static check now refuses, as it refuses
+`typing.get_type_hints`: test_code's), run with the static check lifted in the evaluator, so
+what holds here is the operating system's boundary alone. Each test says what the candidate
+tried and what the evaluator still sees: no file, environment variable or network peer
+reached, no process left behind, the evaluator untouched, and no score changed but the
+candidate's own. The same attacks go through the three ways a search evaluates code:
+`run_many`, `blis-simpy gepa-evaluate` and `blis-simpy openevolve-evaluate`.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from blis_simpy.search.cell import MAX_LOG
-from blis_simpy.search.code import CodePolicy, check
+from blis_simpy.search.code import CodePolicy, CodeRejected, check
 from blis_simpy.search.contain import SHARED, Limits, sandbox
 from blis_simpy.search.sweep import run_many
 from tests.search import escapes
@@ -51,6 +51,12 @@ def everything(row: pd.Series) -> str:
     return " ".join(str(v) for v in row.to_dict().values())
 
 
+@pytest.fixture(autouse=True)
+def no_static_check() -> Iterator[None]:
+    with escapes.unchecked():
+        yield
+
+
 @pytest.fixture(scope="module")
 def honest() -> pd.Series:
     """What the escaping candidates would score by their decisions alone (always the first
@@ -59,12 +65,13 @@ def honest() -> pd.Series:
 
 
 @pytest.mark.parametrize("route", ROUTES)
-def test_each_route_gets_past_the_static_check_to_the_real_builtins(route, honest):
-    """The routes work: the payload runs with the real builtins (so the tests below test the
-    operating system's boundary, not a broken route), and the candidate's own decisions still
-    score as they would without it."""
+def test_each_route_reaches_the_real_builtins_once_past_the_static_check(route, honest):
+    """The static check refuses the route; lifted, the payload runs with the real builtins (so
+    the tests below test the operating system's boundary, not a broken route), and the
+    candidate's own decisions still score as they would without it."""
     code = escapes.escaping(escapes.attempt("builtins", "import os\nresult = os.sep"), route)
-    check(code)
+    with pytest.raises(CodeRejected, match="pattern attribute"):
+        check(code)
     row = evaluate(code).iloc[0]
     assert "builtins: reached '/'" in row.log
     assert row.error == "" and row.fitness == honest.fitness
@@ -287,7 +294,7 @@ def omnibus(tmp_path: Path, port: int, marker: str) -> str:
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "blis_simpy", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-c", escapes.UNCHECKED, *args], capture_output=True,
                           text=True, env=env, timeout=300)
 
 
