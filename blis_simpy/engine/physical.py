@@ -107,10 +107,16 @@ class StepShape:
         touched = self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
         return self.fixed_us + touched * self.expert_us
 
-    def quantities(self, batch: Sequence[Request]) -> list[float]:
+    def quantities(self, batch: Sequence[Request], decoders: int = 0, context: int = 0
+                   ) -> list[float]:
         """The step's quantities (QUANTITIES order), each the µs its coefficient multiplies;
-        `weights` and `gemm` both given (the step pays the longer of the two scaled)."""
-        tokens = kv_tokens = pairs = 0.0
+        `weights` and `gemm` both given (the step pays the longer of the two scaled). Plus
+        `decoders` requests outside `batch` decoding one token each, whose progress sums to
+        `context` (the steady path's implicit decoders). Every term is a whole number (a
+        prefill's pairs too: n done + n (n + 1) / 2), so the float sums are exact in any order
+        and a decoder counts the same in bulk as one by one."""
+        tokens = float(decoders)
+        kv_tokens = pairs = float(context + decoders)
         for req in batch:
             chunk = req.chunk
             done = float(req.progress)
@@ -128,7 +134,7 @@ class StepShape:
                 tokens += n
                 kv_tokens += done + n
                 pairs += n * (done + (n + 1.0) / 2.0)
-        return self.totals(tokens, kv_tokens, pairs, float(len(batch)))
+        return self.totals(tokens, kv_tokens, pairs, float(len(batch) + decoders))
 
     def totals(self, tokens: float, kv_tokens: float, pairs: float, requests: float
                ) -> list[float]:
@@ -277,6 +283,7 @@ class PhysicalLatency:
     own API work with no queue."""
 
     per_request = True
+    bulk = True  # the batch is read through sums only (latency.BulkLatency)
 
     def __init__(self, shape: StepShape, coefficients: StepCoefficients,
                  clock: Clock | None = None) -> None:
@@ -305,9 +312,14 @@ class PhysicalLatency:
 
     def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
                   extra_us: int) -> int:
-        duration = int(step_us(self.shape.quantities(batch), self.c)) + extra_us
+        return self.bulk_step_time(batch, 0, 0, extra_us)
+
+    def bulk_step_time(self, batch: Sequence[Request], decoders: int, context: int,
+                       extra_us: int) -> int:
+        duration = int(step_us(self.shape.quantities(batch, decoders, context), self.c)) \
+            + extra_us
         if self.clock is not None:
             now = float(self.clock.now)
-            self.api.stream(now, now + duration, emitted(batch))
+            self.api.stream(now, now + duration, emitted(batch) + decoders)
             self.step_ends, self.step_duration = now + duration, float(duration)
         return duration
