@@ -228,11 +228,26 @@ class MoeParallel:
                 tokens * (self.rank_link_us_per_token / d + self.moe_link_us_per_token)]
 
 
+# The step coefficients in QUANTITIES order, as plain floats (`step_terms`).
+Terms = tuple[float, float, float, float, float, float, float, float]
+
+
+def step_terms(c: StepCoefficients) -> Terms:
+    """The coefficients a step's duration multiplies its quantities by, read from the
+    (interpreted) dataclass once rather than attribute by attribute at every step."""
+    return (c.step_us, c.request_us, c.weights, c.kv_reads, c.gemm, c.attention, c.allreduce,
+            c.link)
+
+
 def step_us(q: list[float], c: StepCoefficients) -> float:
     """A step's duration (µs) from its quantities."""
-    return (c.step_us * q[0] + c.request_us * q[1]
-            + max(c.weights * q[2], c.gemm * q[4]) + c.kv_reads * q[3]
-            + c.attention * q[5] + c.allreduce * q[6] + c.link * q[7])
+    return terms_us(q, step_terms(c))
+
+
+def terms_us(q: list[float], k: Terms) -> float:
+    """`step_us` with the coefficients as `step_terms` gives them."""
+    return (k[0] * q[0] + k[1] * q[1] + max(k[2] * q[2], k[4] * q[4]) + k[3] * q[3]
+            + k[5] * q[5] + k[6] * q[6] + k[7] * q[7])
 
 
 def emitted(batch: Sequence[Request]) -> int:
@@ -289,6 +304,7 @@ class PhysicalLatency:
                  clock: Clock | None = None) -> None:
         self.shape = shape
         self.c = coefficients
+        self.terms = step_terms(coefficients)
         self.output_delay = 0
         self.clock = clock
         self.api = ApiServer(coefficients)
@@ -316,7 +332,7 @@ class PhysicalLatency:
 
     def bulk_step_time(self, batch: Sequence[Request], decoders: int, context: int,
                        extra_us: int) -> int:
-        duration = int(step_us(self.shape.quantities(batch, decoders, context), self.c)) \
+        duration = int(terms_us(self.shape.quantities(batch, decoders, context), self.terms)) \
             + extra_us
         if self.clock is not None:
             now = float(self.clock.now)
