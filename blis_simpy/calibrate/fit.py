@@ -140,14 +140,16 @@ class RecordingLatency(PhysicalLatency):
         self.delays.setdefault((int(now), input_len), []).append(form)
         return int(delay)
 
-    def step_time(self, new_tokens: int, decodes: int, batch: Sequence, extra_us: int) -> int:
+    def bulk_step_time(self, batch: Sequence, decoders: int, context: int, extra_us: int
+                       ) -> int:
+        """Every step, the exact path's (`step_time` calls this) and the steady path's."""
         assert self.clock is not None
-        q = self.shape.quantities(batch)
+        q = self.shape.quantities(batch, decoders, context)
         c = self.c
         self.steps.append((q, c.gemm * q[4] > c.weights * q[2]))
         duration = int(step_us(q, c)) + extra_us
         now = float(self.clock.now)
-        self.api.stream(now, now + duration, emitted(batch))
+        self.api.stream(now, now + duration, emitted(batch) + decoders)
         self.step_ends, self.step_duration = now + duration, float(duration)
         return duration
 

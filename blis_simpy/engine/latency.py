@@ -46,6 +46,19 @@ class LatencyModel(Protocol):
         ...
 
 
+class BulkLatency(LatencyModel, Protocol):
+    """A model whose step time reads the batch only through sums over its requests (the
+    physical model: tokens, KV entries read, attention pairs, requests, tokens streamed), so
+    the steady path's implicit decoders can be given in bulk (engine/steady.py) instead of
+    one by one; such a model says so with `bulk = True`."""
+
+    def bulk_step_time(self, batch: Sequence[Request], decoders: int, context: int,
+                       extra_us: int) -> int:
+        """`step_time` of `batch` plus `decoders` more requests decoding one token each,
+        whose progress sums to `context`."""
+        ...
+
+
 class Scaled:
     """Another model's step times times `factor()`, read at each step's start (a warming
     replica's penalty, a slowed instance); its delays as they are."""
@@ -55,6 +68,7 @@ class Scaled:
         self.factor = factor
         self.output_delay = base.output_delay
         self.per_request = base.per_request
+        self.bulk: bool = getattr(base, "bulk", False)
         self.mixes_prefill: bool = getattr(base, "mixes_prefill", True)
 
     def queue_delay(self, input_len: int) -> int:
@@ -63,6 +77,11 @@ class Scaled:
     def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
                   extra_us: int) -> int:
         return round(self.base.step_time(new_tokens, decodes, batch, extra_us) * self.factor())
+
+    def bulk_step_time(self, batch: Sequence[Request], decoders: int, context: int,
+                       extra_us: int) -> int:
+        base: BulkLatency = self.base  # type: ignore[assignment]  # (only when `bulk`)
+        return round(base.bulk_step_time(batch, decoders, context, extra_us) * self.factor())
 
 
 class BlackboxLatency(Alpha):

@@ -107,10 +107,16 @@ class StepShape:
         touched = self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
         return self.fixed_us + touched * self.expert_us
 
-    def quantities(self, batch: Sequence[Request]) -> list[float]:
+    def quantities(self, batch: Sequence[Request], decoders: int = 0, context: int = 0
+                   ) -> list[float]:
         """The step's quantities (QUANTITIES order), each the µs its coefficient multiplies;
-        `weights` and `gemm` both given (the step pays the longer of the two scaled)."""
-        tokens = kv_tokens = pairs = 0.0
+        `weights` and `gemm` both given (the step pays the longer of the two scaled). Plus
+        `decoders` requests outside `batch` decoding one token each, whose progress sums to
+        `context` (the steady path's implicit decoders). Every term is a whole number (a
+        prefill's pairs too: n done + n (n + 1) / 2), so the float sums are exact in any order
+        and a decoder counts the same in bulk as one by one."""
+        tokens = float(decoders)
+        kv_tokens = pairs = float(context + decoders)
         for req in batch:
             chunk = req.chunk
             done = float(req.progress)
@@ -128,7 +134,7 @@ class StepShape:
                 tokens += n
                 kv_tokens += done + n
                 pairs += n * (done + (n + 1.0) / 2.0)
-        return self.totals(tokens, kv_tokens, pairs, float(len(batch)))
+        return self.totals(tokens, kv_tokens, pairs, float(len(batch) + decoders))
 
     def totals(self, tokens: float, kv_tokens: float, pairs: float, requests: float
                ) -> list[float]:
@@ -222,11 +228,26 @@ class MoeParallel:
                 tokens * (self.rank_link_us_per_token / d + self.moe_link_us_per_token)]
 
 
+# The step coefficients in QUANTITIES order, as plain floats (`step_terms`).
+Terms = tuple[float, float, float, float, float, float, float, float]
+
+
+def step_terms(c: StepCoefficients) -> Terms:
+    """The coefficients a step's duration multiplies its quantities by, read from the
+    (interpreted) dataclass once rather than attribute by attribute at every step."""
+    return (c.step_us, c.request_us, c.weights, c.kv_reads, c.gemm, c.attention, c.allreduce,
+            c.link)
+
+
 def step_us(q: list[float], c: StepCoefficients) -> float:
     """A step's duration (µs) from its quantities."""
-    return (c.step_us * q[0] + c.request_us * q[1]
-            + max(c.weights * q[2], c.gemm * q[4]) + c.kv_reads * q[3]
-            + c.attention * q[5] + c.allreduce * q[6] + c.link * q[7])
+    return terms_us(q, step_terms(c))
+
+
+def terms_us(q: list[float], k: Terms) -> float:
+    """`step_us` with the coefficients as `step_terms` gives them."""
+    return (k[0] * q[0] + k[1] * q[1] + max(k[2] * q[2], k[4] * q[4]) + k[3] * q[3]
+            + k[5] * q[5] + k[6] * q[6] + k[7] * q[7])
 
 
 def emitted(batch: Sequence[Request]) -> int:
@@ -277,11 +298,13 @@ class PhysicalLatency:
     own API work with no queue."""
 
     per_request = True
+    bulk = True  # the batch is read through sums only (latency.BulkLatency)
 
     def __init__(self, shape: StepShape, coefficients: StepCoefficients,
                  clock: Clock | None = None) -> None:
         self.shape = shape
         self.c = coefficients
+        self.terms = step_terms(coefficients)
         self.output_delay = 0
         self.clock = clock
         self.api = ApiServer(coefficients)
@@ -305,9 +328,14 @@ class PhysicalLatency:
 
     def step_time(self, new_tokens: int, decodes: int, batch: Sequence[Request],
                   extra_us: int) -> int:
-        duration = int(step_us(self.shape.quantities(batch), self.c)) + extra_us
+        return self.bulk_step_time(batch, 0, 0, extra_us)
+
+    def bulk_step_time(self, batch: Sequence[Request], decoders: int, context: int,
+                       extra_us: int) -> int:
+        duration = int(terms_us(self.shape.quantities(batch, decoders, context), self.terms)) \
+            + extra_us
         if self.clock is not None:
             now = float(self.clock.now)
-            self.api.stream(now, now + duration, emitted(batch))
+            self.api.stream(now, now + duration, emitted(batch) + decoders)
             self.step_ends, self.step_duration = now + duration, float(duration)
         return duration

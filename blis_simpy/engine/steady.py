@@ -5,6 +5,9 @@ at step s is (progress, emitted) at its base step plus (s - base). It needs atte
 the steps where something happens to it: its next token opens a KV block or fills one (the
 block's hash is published), or it emits its last token. Those steps are computed in advance
 and kept in a bucket per step, so a step costs time proportional to its events, not its batch.
+A step time that reads the batch's context lengths (the physical model's KV reads and
+attention) gets the implicit decoders' as two sums kept as they come and go (`count`,
+`context`).
 """
 
 from __future__ import annotations
@@ -15,16 +18,25 @@ from blis_simpy.core.request import Request
 class SteadyDecoders:
     """Event buckets for the implicit decoders of one instance."""
 
-    __slots__ = ("block_size", "buckets")
+    __slots__ = ("block_size", "buckets", "count", "offsets")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.buckets: dict[int, list[Request]] = {}
+        self.count = 0  # implicit decoders
+        self.offsets = 0  # the sum of their (progress - lazy_base): see `context`
 
     def add(self, req: Request, step: int) -> None:
         """Make `req` implicit from `step` on; its progress/emitted are the values at `step`."""
         req.lazy_base = step
+        self.count += 1
+        self.offsets += req.progress - step
         self.schedule(req, step)
+
+    def context(self, step: int) -> int:
+        """The sum of the implicit decoders' progress at the start of `step` (each gains one
+        token a step from its base)."""
+        return self.offsets + self.count * step
 
     def schedule(self, req: Request, step: int) -> None:
         """File `req` under its first event at or after `step`: the step whose token opens
@@ -51,9 +63,10 @@ class SteadyDecoders:
     def drop(self, step: int) -> None:
         self.buckets.pop(step, None)
 
-    @staticmethod
-    def materialize(req: Request, step: int) -> None:
+    def materialize(self, req: Request, step: int) -> None:
         """Write back the request's state as of the start of `step` and make it explicit."""
+        self.count -= 1
+        self.offsets -= req.progress - req.lazy_base
         ahead = step - req.lazy_base
         if ahead > 0:
             req.progress += ahead
@@ -62,4 +75,6 @@ class SteadyDecoders:
         req.lazy_base = -1
 
     def clear(self) -> None:
+        """Forget the buckets once every implicit decoder has been materialized (which has
+        brought `count` and `offsets` back to 0)."""
         self.buckets.clear()

@@ -39,7 +39,7 @@ from blis_simpy.core.units import US_PER_MS
 from blis_simpy.engine.adapters import AdapterSlots
 from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
 from blis_simpy.engine.kv.pool import BlockPool
-from blis_simpy.engine.latency import LatencyModel
+from blis_simpy.engine.latency import BulkLatency, LatencyModel
 from blis_simpy.engine.steady import SteadyDecoders
 from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
 from blis_simpy.policies.scheduler import BatchDecision, InstanceScheduler, SchedulerContext
@@ -135,13 +135,16 @@ class Stepper:
         self.explicit: list[Request] = []
         # (A scheduler with make_batch takes the exact path: its victims may be any running
         # request, implicit decoders included.)
-        self.steady = None if latency.per_request or scheduler.make_batch is not None \
-            else SteadyDecoders(pool.block_size)
         # Does a step mix prefill chunks with decodes (vLLM), or run prefill work alone while
         # every decode waits (SGLang's default, `enable_mixed_chunk` off)? A property of the
         # server family the latency model's coefficients describe (config/step_models.py);
         # the exact path only (a model that sets it reads the batch: per_request).
         self.mixes_prefill: bool = getattr(latency, "mixes_prefill", True)
+        # A model that reads the batch takes the steady path only if it reads it through sums
+        # (latency.BulkLatency: the physical model).
+        bulk = not latency.per_request or getattr(latency, "bulk", False)
+        self.steady = SteadyDecoders(pool.block_size) if bulk and self.mixes_prefill \
+            and scheduler.make_batch is None else None
         self._seq = 0
         # One row per step (records.STEP_FIELDS), the newest ones' fields one after another
         # as native int64 (no Python int per field), handed to the log a chunk at a time.
@@ -320,7 +323,7 @@ class Stepper:
     def _quiet_step(self, now: int) -> int:
         """No decoder opens or fills a KV block or finishes."""
         decodes = len(self.running)
-        duration = self.latency.step_time(0, decodes, (), 0)
+        duration = self._implicit_time(0, decodes, NO_REQUESTS, self.step_index(), 0)
         self._record(now, duration, 0, decodes, decodes, self.kv.used, 0)
         self.under_way = QUIET
         return duration
@@ -335,7 +338,7 @@ class Stepper:
         if touched:
             self._allocate_in_order([], touched, index)
         decodes = len(self.running)
-        duration = self.latency.step_time(0, decodes, (), 0)
+        duration = self._implicit_time(0, decodes, NO_REQUESTS, index, 0)
         self._record(now, duration, 0, decodes, decodes, kv.used, 0)
         self._pend(STEADY, NO_REQUESTS, due, index, now + duration)
         return duration
@@ -425,12 +428,25 @@ class Stepper:
         admitted, admitted_tokens = self._admit_waiting(running, self.token_budget - demand)
         new_tokens += admitted_tokens
         decodes = demand - (new_tokens - admitted_tokens)
-        duration = self.latency.step_time(new_tokens, decodes, (), self._load_us)
+        batch = explicit + running[len(running) - admitted:] if admitted else explicit
+        duration = self._implicit_time(new_tokens, decodes, batch, index, self._load_us)
         self._record(now, duration, new_tokens, decodes, len(running), kv.used,
                      len(self.wait_queue))
-        self._pend(STEADY, explicit + running[len(running) - admitted:] if admitted
-                   else explicit, due, index, now + duration)
+        self._pend(STEADY, batch, due, index, now + duration)
         return duration
+
+    def _implicit_time(self, new_tokens: int, decodes: int, batch: list[Request], index: int,
+                       extra_us: int) -> int:
+        """A steady or decode-only step's duration: a model that reads only token counts gets
+        those; one that reads the batch gets its explicit requests (`batch`, their chunks set)
+        and the implicit decoders in bulk, as of step `index`."""
+        latency = self.latency
+        if not latency.per_request:
+            return latency.step_time(new_tokens, decodes, (), extra_us)
+        steady = self.steady
+        assert steady is not None
+        bulk: BulkLatency = latency  # type: ignore[assignment]  # (`bulk`: see __init__)
+        return bulk.bulk_step_time(batch, steady.count, steady.context(index), extra_us)
 
     def _pend(self, kind: int, batch: list[Request], due: list[Request], index: int,
               end: int) -> None:

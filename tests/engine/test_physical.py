@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blis_simpy.config import hardware
 from blis_simpy.config.catalog import bundled_model_config
 from blis_simpy.config.step_models import StepCoefficients
 from blis_simpy.core.request import Request
-from blis_simpy.engine.physical import ApiServer, PhysicalLatency, StepShape, step_us
+from blis_simpy.engine.physical import (
+    ApiServer,
+    PhysicalLatency,
+    StepShape,
+    step_terms,
+    step_us,
+)
 from blis_simpy.engine.roofline_native import NativeShape
 
 H100 = hardware.gpu_spec(hardware.bundled(), "H100")
@@ -114,3 +122,18 @@ def test_each_bound_instance_has_its_own_api_server():
     assert a.queue_delay(0) == b.queue_delay(0) == 1000  # one request each: no queue
     assert a.queue_delay(0) == 2000  # a's second request waits for a's first
     assert model.queue_delay(0) == 1000  # unbound: no clock, no queue
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.0, 1e6), min_size=8, max_size=8),
+       st.lists(st.floats(0.0, 1e3), min_size=8, max_size=8))
+def test_step_terms_give_the_dataclass_formula_bit_for_bit(q, k):
+    """The model reads its coefficients once (`step_terms`); the duration is the formula over
+    the dataclass's fields, the same products added in the same order."""
+    c = StepCoefficients(**{**ONES.as_dict(), **dict(zip(
+        ("step_us", "request_us", "weights", "kv_reads", "gemm", "attention", "allreduce",
+         "link"), k, strict=True))})
+    expected = (c.step_us * q[0] + c.request_us * q[1] + max(c.weights * q[2], c.gemm * q[4])
+                + c.kv_reads * q[3] + c.attention * q[5] + c.allreduce * q[6] + c.link * q[7])
+    assert step_us(q, c) == expected
+    assert PhysicalLatency(shape("meta-llama/Llama-2-7b-hf", 1), c).terms == step_terms(c)

@@ -44,6 +44,7 @@ class StepPaths:
         self.inst, self.model, self.counts = inst, inst.latency, counts
         self.output_delay = self.model.output_delay
         self.per_request = self.model.per_request
+        self.bulk = getattr(self.model, "bulk", False)
 
     def queue_delay(self, input_len):
         return self.model.queue_delay(input_len)
@@ -57,9 +58,25 @@ class StepPaths:
             self.counts["decode" if due else "quiet"] += 1
         return self.model.step_time(new_tokens, decodes, batch, extra_us)
 
+    def bulk_step_time(self, batch, decoders, context, extra_us):
+        """The steady paths of a model that reads the batch: the implicit decoders' count and
+        context sum must be those of the running requests not in `batch`, one by one."""
+        inst = self.inst
+        implicit = [r for r in inst.running if r.lazy_base >= 0]
+        index = inst.step_index()
+        assert decoders == len(implicit)
+        assert context == sum(r.progress + index - r.lazy_base for r in implicit)
+        assert not any(r.lazy_base >= 0 for r in batch)
+        if not inst.explicit and not inst.wait_queue and not batch:
+            due = inst.steady.buckets.get(index)
+            self.counts["decode" if due else "quiet"] += 1
+        else:
+            self.counts["steady"] += 1
+        return self.model.bulk_step_time(batch, decoders, context, extra_us)
+
 
 def count_paths(sim, counts):
-    counts.update(exact=0, quiet=0, decode=0)
+    counts.update(exact=0, quiet=0, decode=0, steady=0)
     for inst in sim.fleet:
         inst.latency = StepPaths(inst, counts)
 
@@ -110,3 +127,54 @@ def test_decode_only_steps_skip_batch_formation_with_the_same_results():
     assert fast.summary["preemption_count"] > 0
     assert paths["quiet"] > 100
     assert paths["decode"] > 0
+
+
+PHYSICAL = {"type": "physical", "alpha": None, "beta": None}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=request_rows, engine=engines)
+def test_physical_model_fast_path_matches_exact_path_on_random_workloads(rows, engine):
+    """The physical model reads every request's context: the steady path gives it the
+    implicit decoders as a count and a context sum, and the steps are the same."""
+    with tempfile.TemporaryDirectory() as folder:
+        trace = build_trace(rows, engine, Path(folder)).scenario.workload.path
+        paths: dict[str, int] = {}
+        fast, exact = both_ways(lambda: build(resolve(trace_run_scenario(
+            Path(trace), engine=engine, latency=PHYSICAL))), paths)
+    assert_same(fast, exact)
+
+
+def test_physical_model_takes_the_steady_paths_with_the_same_results():
+    """A busy physical-model run with shared prefixes and preemptions: most steps leave the
+    exact path, and steps, requests and summary are the exact path's (the bulk sums checked
+    against the requests at every step by StepPaths)."""
+    s = resolve(scenario(latency=PHYSICAL, engine={"kv_blocks": 400},
+                         workload={"num_requests": 150, "rate_per_s": 40, "prefix_tokens": 40,
+                                   "output": {"mean": 120, "stdev": 60, "min": 1,
+                                              "max": 400}}))
+    paths: dict[str, int] = {}
+    fast, exact = both_ways(lambda: build(s), paths)
+    assert_same(fast, exact)
+    assert exact.summary["preemption_count"] > 0
+    assert paths["quiet"] + paths["decode"] + paths["steady"] > 4 * paths["exact"]
+    assert paths["decode"] > 0 and paths["steady"] > 0
+
+
+def test_physical_model_with_two_instances_matches_on_the_search_evaluation():
+    """The policy search's evaluation (1,000 requests, 2 instances, the physical model,
+    routing reading the instances' state): the same steps and requests either way."""
+    s = resolve(scenario(latency=PHYSICAL, cluster={"instances": 2},
+                         policies={"routing": {"type": "least-loaded"}},
+                         workload={"num_requests": 400, "rate_per_s": 40, "prefix_tokens": 128}))
+    fast, exact = both_ways(lambda: build(s))
+    assert_same(fast, exact)
+
+
+def test_implicit_decoders_sums_return_to_zero():
+    """Every implicit decoder leaves through `materialize`, which takes it out of the sums."""
+    s = resolve(scenario(latency=PHYSICAL, workload={"num_requests": 60, "rate_per_s": 20}))
+    sim = build(s)
+    simulate(sim)
+    for inst in sim.fleet:
+        assert inst.steady.count == 0 and inst.steady.offsets == 0

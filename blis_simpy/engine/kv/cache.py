@@ -257,11 +257,13 @@ class KVCache:
 
     def _register(self, req: Request, first: int, last: int) -> None:
         """Publish the hashes of the request's blocks first..last-1, which are now full."""
-        hashes, block_hash, index = req.hashes, self.block_hash, self.index
+        hashes, blocks, block_hash, index = req.hashes, req.blocks, self.block_hash, self.index
         last = min(last, len(hashes))
         keep = not self.deferred
-        for block, h in zip(req.blocks[first:last], hashes[first:last], strict=True):
+        for i in range(first, last):  # (indexed: a zip of two slices is a generic call here)
+            block = blocks[i]
             if block_hash[block] is None:
+                h = hashes[i]
                 block_hash[block] = h
                 if keep:
                     index[h] = block
