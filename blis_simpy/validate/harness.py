@@ -95,8 +95,9 @@ class Latency:
     def for_stage(self, stage: Stage) -> dict[str, Any]:
         if self.section is None:
             chosen = self.families.get(stage.server)
-            section = {"type": "physical",
-                       "coefficients": str(chosen) if chosen is not None else stage.server}
+            section: dict[str, Any] = {
+                "type": "physical",
+                "coefficients": str(chosen) if chosen is not None else stage.server}
         else:
             section = dict(self.section)
         limit = stage.engine.get("graph_max_batch")  # the server's own setting, where known
