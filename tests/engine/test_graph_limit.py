@@ -13,7 +13,7 @@ import pytest
 
 import blis_simpy
 from blis_simpy.config import step_models
-from blis_simpy.config.catalog import bundled_model_config
+from blis_simpy.config.catalog import bundled_model_config, data_dir
 from blis_simpy.config.hardware import bundled, gpu_spec
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.engine.physical import NO_GRAPH_LIMIT, StepShape, step_us
@@ -81,3 +81,25 @@ def test_a_file_without_the_term_has_none_and_takes_its_familys_limit(tmp_path: 
         loaded = step_models.load(str(path))
         assert loaded.coefficients.graph_layer_us == 0.0
         assert loaded.graph_max_batch == limit
+
+
+def test_a_users_runs_take_their_servers_limit_from_the_command_line(tmp_path: Path):
+    """`validate-real` and `calibrate --graph-max-batch N`: the inputs' stages carry it, the
+    bundled sets keep their own."""
+    from blis_simpy.observe.commands import _stages
+
+    data = json.loads((data_dir() / "ground_truth" / "rtx4090-mistral-vllm.json").read_text(
+        encoding="utf-8"))
+    data["set"] = "mine"
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    stages = _stages([path], "auto", None, "H100", 1, "vllm", "", bundled=True,
+                     graph_max_batch=32)
+    mine = [s for s in stages if s.set == "mine"]
+    assert mine and all(s.engine["graph_max_batch"] == 32 for s in mine)
+    datacrunch = [s for s in stages if s.set == "datacrunch-h200-sglang"]
+    assert datacrunch and all(s.engine["graph_max_batch"] == 32 for s in datacrunch)
+    training = [s for s in stages if s.set == "inference-sim-training"]
+    assert training and all("graph_max_batch" not in s.engine for s in training)
+    plain = _stages([path], "auto", None, "H100", 1, "vllm", "", bundled=False)
+    assert all("graph_max_batch" not in s.engine for s in plain)
