@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from blis_simpy.calibrate.fit import PRIORS, Fitted
-from blis_simpy.config.step_models import HOST, KERNEL, mixes_prefill
+from blis_simpy.config.step_models import HOST, KERNEL, graph_max_batch, mixes_prefill
 from blis_simpy.core.files import replacing
 
 COEFFICIENTS_FILE = "a coefficients file path, e.g. coefficients.json"
@@ -34,6 +34,7 @@ def coefficient_set(fitted: Fitted, family: str, source: str, accuracy: str = ""
     return {
         "family": family,
         "mixes_prefill": mixes_prefill(family),
+        "graph_max_batch": graph_max_batch(family),
         "source": source,
         "accuracy": accuracy,
         "coefficients": {**kernel, **host},

@@ -97,6 +97,12 @@ class LatencyConfig:
         None, help="physical: a bundled server family (vllm, sglang) or a coefficients file "
         "written by blis-simpy calibrate; default vllm", omit_default=True
     )
+    graph_max_batch: int | None = spec(
+        None, help="physical: the largest step (requests) the server runs in captured graphs "
+        "(vLLM's max_cudagraph_capture_size; SGLang's cuda_graph_max_bs, or torch_compile_max_bs "
+        "with --enable-torch-compile); a larger step pays the set's graph_layer_us per layer; "
+        "default: the coefficient set's", ge=0, omit_default=True
+    )
     model_config: str | None = spec(
         None, help="roofline/physical: HuggingFace config.json (or its folder); default: "
         "bundled config"
@@ -115,6 +121,9 @@ class LatencyConfig:
                     raise ScenarioError(join(path, name), "is not used by the physical model: "
                                         "its coefficients are named", "latency.coefficients: "
                                         "a server family (vllm, sglang) or a calibrated file")
+        if self.graph_max_batch is not None and self.type not in (None, "physical"):
+            raise ScenarioError(join(path, "graph_max_batch"), f"is used by the physical model "
+                                f"only, not {self.type}", "type: physical")
         if self.coefficients is not None and self.type not in (None, "physical"):
             raise ScenarioError(join(path, "coefficients"), f"is used by the physical model "
                                 f"only, not {self.type}", "type: physical")

@@ -46,6 +46,8 @@ class StepCoefficients:
     api_output_token_us: float  # per streamed token, serial in the API server (detokenising)
     intake_steps: float  # x the step under way when a request reaches the engine: how far
     # behind the running step the engine takes new requests in
+    graph_layer_us: float = 0.0  # per layer of a step larger than the server's captured
+    # graphs (CUDA graphs, torch.compile): launches and unfused kernels; 0 in a file without it
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> StepCoefficients:
@@ -53,13 +55,14 @@ class StepCoefficients:
             raise ValueError(f"{where}: expected a mapping of coefficients, got "
                              f"{type(data).__name__}")
         names = [f.name for f in fields(cls)]
+        optional = {f.name: f.default for f in fields(cls) if isinstance(f.default, float)}
         unknown = sorted(set(data) - set(names))
         if unknown:
             raise ValueError(f"{where}: unknown coefficient {unknown[0]!r}; known: "
                              f"{', '.join(names)}")
         values = {}
         for name in names:
-            value = data.get(name)
+            value = data.get(name, optional.get(name))
             if isinstance(value, bool) or not isinstance(value, int | float) or not (
                     math.isfinite(value) and 0 <= value < 1e9):
                 raise ValueError(f"{where}: coefficient {name!r} must be a number in "
@@ -92,6 +95,9 @@ class CoefficientSet:
     # Does the server mix prefill chunks into decode steps (vLLM), or run a step with prefill
     # work as prefill only, every decode waiting (SGLang unless --enable-mixed-chunk)?
     mixes_prefill: bool = True
+    # The largest step (requests) the server runs in its captured graphs by default (vLLM's
+    # max_cudagraph_capture_size, SGLang's cuda_graph_max_bs); None: no limit known.
+    graph_max_batch: int | None = None
 
     def for_gpu(self, gpu: str) -> StepCoefficients:
         """The coefficients on `gpu` (its name in the hardware file): its own kernel
@@ -131,10 +137,19 @@ class CoefficientSet:
             raise ValueError(f"{name}: mixes_prefill must be true (prefill chunks share a step "
                              "with decodes, as in vLLM) or false (SGLang's default), got "
                              f"{mixes!r}")
+        limit = data.get("graph_max_batch")
+        if limit is None and name != family:
+            limit = graph_max_batch(family)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 0):
+            raise ValueError(f"{name}: graph_max_batch must be a whole number of requests "
+                             f"(the largest step the server runs in captured graphs), got "
+                             f"{limit!r}")
         info = {k: v for k, v in data.items()
-                if k not in ("family", "coefficients", "gpus", "mixes_prefill")}
+                if k not in ("family", "coefficients", "gpus", "mixes_prefill",
+                             "graph_max_batch")}
         return cls(name, family, coefficients, per_gpu, str(data.get("source", "")),
-                   str(data.get("accuracy", "")), info, mixes)
+                   str(data.get("accuracy", "")), info, mixes, limit)
 
     def describe(self, gpu: str) -> dict[str, Any]:
         """What a run's outputs say about its step model (summary.json `step_model`)."""
@@ -166,6 +181,11 @@ def bundled(family: str) -> CoefficientSet:
 def mixes_prefill(family: str) -> bool:
     """How a family's engine forms steps: its shipped set's say, else mixed (vLLM's way)."""
     return bundled(family).mixes_prefill if family in bundled_families() else True
+
+
+def graph_max_batch(family: str) -> int | None:
+    """A family's default captured-graph batch limit: its shipped set's, else none known."""
+    return bundled(family).graph_max_batch if family in bundled_families() else None
 
 
 def load(name: str | None) -> CoefficientSet:

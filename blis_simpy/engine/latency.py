@@ -208,6 +208,11 @@ def physical_latency(scenario: Scenario) -> PhysicalLatency:
     model = PhysicalLatency(StepShape(shape, gpu, tp, spec.dp, spec.expert_parallel, comm),
                             coefficients.for_gpu(name))
     model.mixes_prefill = coefficients.mixes_prefill
+    limit = scenario.latency.graph_max_batch
+    if limit is None:
+        limit = coefficients.graph_max_batch
+    if limit is not None:
+        model.shape.graph_max_batch = limit
     model.notes = unmodelled_fields(config) + parallel_notes(spec)
     return model
 

@@ -8,12 +8,19 @@ tensor-parallel group, at the GPU's achievable rates (config/hardware.py), it co
   + kv_reads * KV / BW                                    every request reads its KV cache
   + attention * F_attention / F                           prefill chunks attend to context
   + allreduce * 2L * latency * log2(TP) + link * 2L * ring bytes / link bandwidth
+  + graph_layer_us * L                  when R > the server's largest captured graph batch
 
 R requests, W the weights the step touches (for a mixture of experts only the experts its
 tokens route to, in expectation), KV the cache entries read by context length. Each
 coefficient multiplies one quantity (config/step_models.py), so a coefficient is fitted only
 from data in which its quantity matters, and stays at its physical prior (1.0: as fast as
 microbenchmarks reach) where none does.
+
+A server replays a decode step as a captured CUDA graph (compiled by torch.compile up to a
+smaller batch, where the server is told to compile) only up to a batch size its settings fix
+(`graph_max_batch`: vLLM's `max_cudagraph_capture_size`, SGLang's `cuda_graph_max_bs`, or its
+`torch_compile_max_bs` under `--enable-torch-compile`). A step of more requests runs outside
+those graphs, its per-kernel launch and unfused work costing `graph_layer_us` per layer.
 
 Before the engine queue a request goes through the API server, a serial process per instance:
 `api_request_us` + `api_input_token_us` per prompt token of its own work, behind the work
@@ -42,7 +49,8 @@ from blis_simpy.engine.roofline_native import NativeShape
 US = 1e6  # µs per second
 # Quantities of one step, in this order (`StepShape.quantities`); each has a coefficient.
 QUANTITIES = ("step_us", "request_us", "weights", "kv_reads", "gemm", "attention",
-              "allreduce", "link")
+              "allreduce", "link", "graph_layer_us")
+NO_GRAPH_LIMIT = 1 << 30  # every batch runs in the server's captured graphs
 
 
 class Clock(Protocol):
@@ -98,6 +106,14 @@ class StepShape:
         self.link_us_per_token = 2.0 * m.layers * ring / link if tp > 1 else 0.0
         self.parallel = MoeParallel(m, gpu, tp, dp, expert_parallel, comm) \
             if dp > 1 or expert_parallel else None
+        self.layers = float(m.layers)
+        # The largest step (requests) the server runs in its captured graphs (the server's
+        # setting, engine/latency.py); a larger one pays `graph_layer_us` per layer.
+        self.graph_max_batch = NO_GRAPH_LIMIT
+
+    def outside_graphs(self, requests: float) -> float:
+        """The layers a step of `requests` requests runs outside the captured graphs."""
+        return self.layers if requests > self.graph_max_batch else 0.0
 
     def weights_us(self, tokens: float) -> float:
         """Streaming the weights a step over `tokens` tokens touches: all experts a token
@@ -146,7 +162,7 @@ class StepShape:
                 kv_tokens * self.kv_us_per_token,
                 tokens * self.gemm_us_per_token + requests * self.gemm_us_per_request,
                 pairs * self.attn_us_per_pair, self.allreduce_us,
-                tokens * self.link_us_per_token]
+                tokens * self.link_us_per_token, self.outside_graphs(requests)]
 
 
 class MoeParallel:
@@ -225,18 +241,19 @@ class MoeParallel:
                 kv_tokens * shape.kv_us_per_token / d,
                 (tokens * shape.gemm_us_per_token + requests * shape.gemm_us_per_request) / d,
                 pairs * shape.attn_us_per_pair / d, self.collective_us,
-                tokens * (self.rank_link_us_per_token / d + self.moe_link_us_per_token)]
+                tokens * (self.rank_link_us_per_token / d + self.moe_link_us_per_token),
+                shape.outside_graphs(requests / d)]
 
 
 # The step coefficients in QUANTITIES order, as plain floats (`step_terms`).
-Terms = tuple[float, float, float, float, float, float, float, float]
+Terms = tuple[float, float, float, float, float, float, float, float, float]
 
 
 def step_terms(c: StepCoefficients) -> Terms:
     """The coefficients a step's duration multiplies its quantities by, read from the
     (interpreted) dataclass once rather than attribute by attribute at every step."""
     return (c.step_us, c.request_us, c.weights, c.kv_reads, c.gemm, c.attention, c.allreduce,
-            c.link)
+            c.link, c.graph_layer_us)
 
 
 def step_us(q: list[float], c: StepCoefficients) -> float:
@@ -247,7 +264,7 @@ def step_us(q: list[float], c: StepCoefficients) -> float:
 def terms_us(q: list[float], k: Terms) -> float:
     """`step_us` with the coefficients as `step_terms` gives them."""
     return (k[0] * q[0] + k[1] * q[1] + max(k[2] * q[2], k[4] * q[4]) + k[3] * q[3]
-            + k[5] * q[5] + k[6] * q[6] + k[7] * q[7])
+            + k[5] * q[5] + k[6] * q[6] + k[7] * q[7] + k[8] * q[8])
 
 
 def emitted(batch: Sequence[Request]) -> int:

@@ -26,15 +26,21 @@ def _fail(exc: ScenarioError) -> typer.Exit:
 
 
 def _stages(inputs: list[Path] | None, fmt: str, model: str | None, gpu: str, tp: int,
-            server: str, version: str, bundled: bool) -> list["Stage"]:
-    """The stages of the bundled public sets (if `bundled`) and of every input."""
+            server: str, version: str, bundled: bool, graph_max_batch: int | None = None
+            ) -> list["Stage"]:
+    """The stages of the bundled public sets (if `bundled`) and of every input; the inputs'
+    stages with the server's captured-graph limit where `graph_max_batch` gives it."""
+    from dataclasses import replace
+
     from blis_simpy.validate.importers import Hints, read
     from blis_simpy.validate.sets import bundled_sets
 
     hints = Hints(model=model, gpu=gpu, tp=tp, server=server, version=version)
-    sets = bundled_sets() if bundled else []
-    sets += [read(path, hints, fmt) for path in inputs or ()]
-    return [stage for measured in sets for stage in measured.stages]
+    own = [stage for path in inputs or () for stage in read(path, hints, fmt).stages]
+    if graph_max_batch is not None:
+        own = [replace(s, engine={**s.engine, "graph_max_batch": graph_max_batch}) for s in own]
+    public = bundled_sets() if bundled else []
+    return [stage for measured in public for stage in measured.stages] + own
 
 
 def _progress(text: str) -> None:
@@ -64,6 +70,10 @@ def validate_real(
     tp: Annotated[int, typer.Option(min=1, help="inputs: tensor parallelism")] = 1,
     server: Annotated[str, typer.Option(help="inputs: the server family (vllm, sglang)")
                       ] = "vllm",
+    graph_max_batch: Annotated[int | None, typer.Option(
+        min=1, help="inputs: the largest step the server ran in captured graphs (32 for SGLang "
+        "with --enable-torch-compile; docs/step-model.md); default: the server family's")
+    ] = None,
     seed: Annotated[int, typer.Option(help="the scenarios' seed")] = 42,
 ) -> None:
     """Simulate every measured stage and print measured vs simulated E2E, TPOT/ITL, TTFT and
@@ -72,7 +82,8 @@ def validate_real(
     from blis_simpy.validate.harness import Latency, report
 
     try:
-        stages = _stages(inputs, fmt, model, gpu, tp, server, "", bundled=not inputs)
+        stages = _stages(inputs, fmt, model, gpu, tp, server, "", bundled=not inputs,
+                         graph_max_batch=graph_max_batch)
         if only:
             stages = [s for s in stages if only in s.key]
             if not stages:
@@ -129,6 +140,10 @@ def calibrate(
     server: Annotated[str, typer.Option(help="the server family (vllm, sglang, ...)")
                       ] = "vllm",
     version: Annotated[str, typer.Option(help="the server's version, for the record")] = "",
+    graph_max_batch: Annotated[int | None, typer.Option(
+        min=1, help="inputs: the largest step the server ran in captured graphs (32 for SGLang "
+        "with --enable-torch-compile; docs/step-model.md); default: the server family's")
+    ] = None,
     seed: Annotated[int, typer.Option(help="the scenarios' seed")] = 42,
     force: Annotated[bool, typer.Option(help="replace an existing --out file")] = False,
 ) -> None:
@@ -147,7 +162,8 @@ def calibrate(
         if not inputs and not with_public:
             raise ScenarioError("inputs", "nothing to fit: give measured runs, or "
                                 "--with-public")
-        own = _stages(inputs, fmt, model, gpu, tp, server, version, bundled=False)
+        own = _stages(inputs, fmt, model, gpu, tp, server, version, bundled=False,
+                      graph_max_batch=graph_max_batch)
         public = _stages(None, fmt, model, gpu, tp, server, version, bundled=with_public)
         stages = own + public
         held = [s for s in stages if hold_out and hold_out in s.key]

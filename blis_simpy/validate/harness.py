@@ -95,9 +95,15 @@ class Latency:
     def for_stage(self, stage: Stage) -> dict[str, Any]:
         if self.section is None:
             chosen = self.families.get(stage.server)
-            return {"type": "physical",
-                    "coefficients": str(chosen) if chosen is not None else stage.server}
-        return dict(self.section)
+            section: dict[str, Any] = {
+                "type": "physical",
+                "coefficients": str(chosen) if chosen is not None else stage.server}
+        else:
+            section = dict(self.section)
+        limit = stage.engine.get("graph_max_batch")  # the server's own setting, where known
+        if limit is not None and section.get("type", "physical") == "physical":
+            section["graph_max_batch"] = int(limit)
+        return section
 
 
 def length_config(dist: Mapping[str, Any]) -> dict[str, Any]:

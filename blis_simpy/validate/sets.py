@@ -8,7 +8,8 @@ assumed), `defaults` (stage fields every stage shares) and `stages`. A stage is 
 ran on one server:
 
     name, model, gpu, tp, server: {family, version}
-    engine: {max_num_seqs, max_num_batched_tokens, max_model_len, kv_blocks, prefix_caching}
+    engine: {max_num_seqs, max_num_batched_tokens, max_model_len, kv_blocks, prefix_caching,
+             graph_max_batch}  (the largest step the server runs in captured graphs)
     load: {arrival: poisson, rate, duration_s | requests}
         | {arrival: burst, requests}            every request sent at once
         | {arrival: concurrency, concurrency, requests}    closed loop, no think time
@@ -39,7 +40,7 @@ METRICS = ("ttft", "tpot", "itl", "e2e")
 STATISTICS = ("mean", "median", "p90", "p99")
 ARRIVALS = ("poisson", "burst", "concurrency")
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_blocks",
-               "prefix_caching", "cpu_offload_gib")
+               "prefix_caching", "cpu_offload_gib", "graph_max_batch")
 STAGE_KEYS = ("name", "experiment", "model", "gpu", "tp", "server", "engine", "load", "prompt",
               "output", "distinct_prompts", "measured")
 # Prompts a stage may cycle: each becomes a prefix group of the stage's scenario.
