@@ -74,11 +74,21 @@ def reservation(req: Request) -> Request:
     return holder
 
 
+def exact_for_batch_models(instance: Instance) -> None:
+    """A P/D instance steps a model that reads the batch (the physical model) on the exact
+    path. The steady path runs an empty step where the exact path runs none (a queue waiting
+    for KV that transfers hold, nothing running): it moved notebook 03's P:D 1:3 results by up
+    to 8 %; models that read token counts only have always taken it there."""
+    if instance.latency.per_request:
+        instance.steady = None
+
+
 class PrefillInstance(Instance):
     """Computes prompts and first tokens; holds each request's KV until it moves."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, role=Role.PREFILL, **kwargs)
+        exact_for_batch_models(self)
         self.handoff: Handoff | None = None  # set by the deployment that owns it
         self.bound = 1 << 62  # held requests at which admission stops (set with the handoff)
         self.holding: dict[str, Request] = {}  # prefilled, KV here, not yet moved
@@ -181,6 +191,7 @@ class DecodeInstance(Instance):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, role=Role.DECODE, **kwargs)
+        exact_for_batch_models(self)
         self.handoff: Handoff | None = None
         self.arrived: deque[Request] = deque()  # handed over, waiting for a batch slot
         self.reservations: list[Request] = []  # transfers under way into this instance

@@ -125,15 +125,16 @@ def test_each_bound_instance_has_its_own_api_server():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(0.0, 1e6), min_size=8, max_size=8),
-       st.lists(st.floats(0.0, 1e3), min_size=8, max_size=8))
+@given(st.lists(st.floats(0.0, 1e6), min_size=9, max_size=9),
+       st.lists(st.floats(0.0, 1e3), min_size=9, max_size=9))
 def test_step_terms_give_the_dataclass_formula_bit_for_bit(q, k):
     """The model reads its coefficients once (`step_terms`); the duration is the formula over
     the dataclass's fields, the same products added in the same order."""
     c = StepCoefficients(**{**ONES.as_dict(), **dict(zip(
         ("step_us", "request_us", "weights", "kv_reads", "gemm", "attention", "allreduce",
-         "link"), k, strict=True))})
+         "link", "graph_layer_us"), k, strict=True))})
     expected = (c.step_us * q[0] + c.request_us * q[1] + max(c.weights * q[2], c.gemm * q[4])
-                + c.kv_reads * q[3] + c.attention * q[5] + c.allreduce * q[6] + c.link * q[7])
+                + c.kv_reads * q[3] + c.attention * q[5] + c.allreduce * q[6] + c.link * q[7]
+                + c.graph_layer_us * q[8])
     assert step_us(q, c) == expected
     assert PhysicalLatency(shape("meta-llama/Llama-2-7b-hf", 1), c).terms == step_terms(c)

@@ -178,3 +178,23 @@ def test_implicit_decoders_sums_return_to_zero():
     simulate(sim)
     for inst in sim.fleet:
         assert inst.steady.count == 0 and inst.steady.offsets == 0
+
+
+
+def test_pd_instances_step_a_batch_reading_model_on_the_exact_path():
+    """A P/D prefill instance whose queue waits for KV its transfers hold, nothing running:
+    the steady path runs an empty step there (the step's fixed cost, 6.5 ms under the
+    physical model) where the exact path runs none, which moved notebook 03's P:D 1:3
+    results when the physical model took the steady path. P/D instances keep it exact."""
+    from blis_simpy.api import load
+
+    data = load("pd-vs-monolithic").to_dict()
+    data["workload"].update({"num_requests": 300, "rate_per_s": 300,
+                             "prompt": {"mean": 256, "stdev": 64, "min": 16, "max": 1024},
+                             "output": {"mean": 256, "stdev": 64, "min": 2, "max": 1024}})
+    pools = data["deployment"]["models"][0]["configs"][0]["pd"]
+    pools["prefill"]["replicas"] = {"min": 1, "max": 1}
+    pools["decode"]["replicas"] = {"min": 3, "max": 3}
+    sim = build(resolve(load(data)))
+    assert all(inst.steady is None for inst in sim.fleet)
+    assert (simulate(sim).steps["batch_size"] > 0).all()
