@@ -39,6 +39,7 @@ COMPILED = [
     "blis_simpy/cluster/gateway.py",
     "blis_simpy/cluster/snapshot.py",
     "blis_simpy/policies/scorers.py",
+    "blis_simpy/search/codec.py",
     "blis_simpy/rng/gomath.py",
     "blis_simpy/workload/release.py",
     "blis_simpy/workload/sampling.py",

@@ -29,6 +29,7 @@ from typing import Any
 from bench_sandbox import EVALUATION, LEAST_LOADED
 
 from blis_simpy.config.scenario import Scenario
+from blis_simpy.policies.routing import RoutingDecision
 from blis_simpy.search import cell, remote, wire
 from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.contain import Limits
@@ -36,12 +37,12 @@ from blis_simpy.search.sweep import evaluate_here, plan
 from blis_simpy.sim.build import build
 from blis_simpy.sim.run import simulate
 
-FIXED = b'["ok","instance_1","least load",[0.5,1.0],null,[],"",""]'
+FIXED = wire.route_reply(RoutingDecision("instance_1", "least load", (0.5, 1.0))) or b""
 
 
 class InProcess:
     """A session whose candidate side runs here: each message framed and read back as the
-    sandbox would, its reply parsed as the evaluator does."""
+    sandbox would, its reply read as the evaluator does."""
 
     def __init__(self, code: CodePolicy, evaluator_only: bool) -> None:
         self.server = cell.Server(-1)
@@ -49,11 +50,15 @@ class InProcess:
         self.views, self.state = wire.ViewSender(), wire.StateSender()
         self.evaluator_only = evaluator_only
 
-    def call(self, message: list[Any], answer: Any = None) -> list[Any]:
-        data = wire.frame(message)
-        if self.evaluator_only and message[0] == "route":
-            return wire.parse(FIXED)  # type: ignore[no-any-return]
-        return wire.parse(self.server.handle(marshal.loads(data[4:]))[:-1])  # type: ignore
+    def exchange(self, data: bytes, answer: Any = None) -> Any:
+        if self.evaluator_only and b"route" in data[:24]:  # (a routing call, not read)
+            return FIXED[4:]
+        reply = self.server.handle(marshal.loads(data[4:]))
+        body = reply[4:]
+        return body if body[:1] == b"R" else wire.parse(body)
+
+    def call(self, message: list[Any], answer: Any = None) -> Any:
+        return self.exchange(wire.frame(message), answer)
 
 
 def main() -> None:

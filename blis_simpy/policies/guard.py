@@ -12,6 +12,7 @@ import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from math import isfinite
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -40,8 +41,11 @@ class Caller:
         except PolicyError:
             raise
         except Exception as exc:  # the user's code: any error is reported, with its type
-            raise PolicyError(self.path, f"{self.type_name}.{method}{for_request(request)} "
-                              f"raised {type(exc).__name__}: {exc}") from exc
+            raise self.raised(method, request, exc) from exc
+
+    def raised(self, method: str, request: str, exc: Exception) -> PolicyError:
+        return PolicyError(self.path, f"{self.type_name}.{method}{for_request(request)} "
+                           f"raised {type(exc).__name__}: {exc}")
 
     def bad(self, method: str, request: str, value: object, expected: str) -> PolicyError:
         return PolicyError(self.path, f"{self.type_name}.{method}{for_request(request)} "
@@ -152,9 +156,13 @@ class GuardedRouting(RoutingPolicy):
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
-        out = self.caller.call("route", req.id, self.inner.route, req, priority, snapshots,
-                               state, clock)
-        routable = list(state.instances)
+        try:  # (`Caller.call` inlined: once per request, its *args cost more than the checks)
+            out = self.inner.route(req, priority, snapshots, state, clock)
+        except PolicyError:
+            raise
+        except Exception as exc:  # the user's code: any error is reported, with its type
+            raise self.caller.raised("route", req.id, exc) from exc
+        routable = state.instances  # (only read: `in`, join and unpacking)
         if not isinstance(out, RoutingDecision) or out.target not in routable:
             raise self.caller.bad("route", req.id, out, "a RoutingDecision whose target is "
                                   "a routable instance id: " + ", ".join(routable))
@@ -167,7 +175,9 @@ class GuardedRouting(RoutingPolicy):
                 for k, v in breakdown.items())):
             raise self.caller.bad("route", req.id, out, f"breakdown: None, or scorer name -> "
                                   f"{len(snapshots)} finite numbers, one per snapshot")
-        if not (isinstance(out.filtered, tuple) and all(i in routable for i in out.filtered)):
+        filtered = out.filtered
+        if not (type(filtered) is tuple and not filtered) and not (  # (none: the usual)
+                isinstance(filtered, tuple) and all(i in routable for i in filtered)):
             raise self.caller.bad("route", req.id, out, "filtered: a tuple of routable "
                                   "instance ids")
         if (out.prefill or out.decode) and not (
@@ -179,9 +189,14 @@ class GuardedRouting(RoutingPolicy):
 
 
 def finite_numbers(values: object, count: int) -> bool:
-    """`count` finite numbers in a tuple or list."""
-    return isinstance(values, tuple | list) and len(values) == count \
-        and all(real(v) for v in values)
+    """`count` finite numbers in a tuple or list (a float asked first, in the loop: a
+    generator and a call per value cost more than the check)."""
+    if not isinstance(values, (tuple, list)) or len(values) != count:
+        return False
+    for v in values:  # noqa: SIM110 (a loop: all() of a generator costs more)
+        if not (type(v) is float and isfinite(v)) and not real(v):
+            return False
+    return True
 
 
 class GuardedScheduler(InstanceScheduler):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import gc
 import importlib
 import io
 import os
@@ -128,6 +129,9 @@ def main(argv: list[str]) -> None:
     for name in PRELOADED:
         importlib.import_module(name)
     jail.prepare()  # (the filter made once here, not in every candidate's process)
+    # What the template holds is out of every candidate's collections: a collection would
+    # walk it (and write to each object's header, copying the pages the fork shares).
+    gc.freeze()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # nothing the template or a candidate prints goes anywhere
         os.dup2(devnull, fd)
@@ -213,7 +217,7 @@ def candidate(fd_in: int, fd_out: int, cpu_s: float, memory_mb: int) -> NoReturn
         random.seed(0)  # the global generator a standard module may reach: the same everywhere
         jail.lock_down(cpu_s, memory_mb)
     except BaseException as exc:
-        os.write(fd_out, wire.line(["error", f"the sandbox could not lock down: {exc}"]))
+        os.write(fd_out, wire.body(["error", f"the sandbox could not lock down: {exc}"]))
         os._exit(3)
     Server(fd_out).serve(reader)
     os._exit(0)
@@ -248,12 +252,12 @@ class Snapshots(list):  # type: ignore[type-arg]
     """The routable instances' snapshots for one routing call; `refresh()` asks the evaluator
     to re-read every field now, as `blis_simpy.cluster.snapshot.Snapshots.refresh` does."""
 
-    def __init__(self, items: list[Any], ask: Callable[..., Any]) -> None:
-        super().__init__(items)
+    def __init__(self, ask: Callable[..., Any]) -> None:
         self.ask = ask
 
     def refresh(self) -> None:
-        self[:] = [wire.snapshot_in(f) for f in self.ask("refresh")]
+        self.clear()
+        wire.snapshots_in(self.ask("refresh"), self)
 
 
 class FleetView:
@@ -305,7 +309,7 @@ class Server:
         sys.stdout = sys.stderr = self.log
         while (message := wire.read_frame(reader)) is not None:
             if message[0] == "close":
-                self.send(wire.line(["log", self.log.text()]))
+                self.send(wire.body(["log", self.log.text()]))
                 return
             self.send(self.handle(message))
 
@@ -316,7 +320,7 @@ class Server:
     def ask(self, *question: Any) -> Any:
         """A question to the evaluator in the middle of a call (snapshot refresh, shadow KV
         lookups); its answer."""
-        self.send(wire.line(["ask", *question]))
+        self.send(wire.body(["ask", *question]))
         assert self.reader is not None
         message = wire.read_frame(self.reader)
         if message is None:
@@ -328,14 +332,14 @@ class Server:
         kind = message[0]
         try:
             if kind == "load":
-                return wire.line(self.load(*message[1:]))
+                return wire.body(self.load(*message[1:]))
             if kind == "new":
-                return wire.line(self.new(message[1]))
+                return wire.body(self.new(message[1]))
             return HANDLERS[kind](self, self.objects[message[1]], *message[2:])
         except ScenarioError as exc:
-            return wire.line(["error", str(exc)[:MAX_ERROR]])
+            return wire.body(["error", str(exc)[:MAX_ERROR]])
         except Exception as exc:  # the candidate's code raised: its type and message
-            return wire.line(["raised", type(exc).__name__, described(exc)])
+            return wire.body(["raised", type(exc).__name__, described(exc)])
 
     def load(self, source: str, axis: str, entry: str, label: str) -> list[Any]:
         try:
@@ -379,7 +383,7 @@ class Server:
     def decide(self, obj: Any, view: Any, delta: list[Any] | tuple[()], clock: int) -> bytes:
         out = obj.decide(self.views.into(view), self.state.apply(delta), clock)
         if not isinstance(out, admission.AdmissionDecision):
-            return wire.line(bad(out))
+            return wire.body(bad(out))
         return plain(["ok", out.action, out.reason, out.delay_us], out)
 
     def compute(self, obj: Any, view: Any, delta: list[Any] | tuple[()] | None,
@@ -395,14 +399,18 @@ class Server:
     def route(self, obj: Any, view: Any, priority_: float, snapshots: list[Any],
               delta: list[Any] | tuple[()], clock: int, hits: list[int] | None) -> bytes:
         req = wire.view_in(view)  # (whole, and not kept: each request is routed once)
-        taken = Snapshots([wire.snapshot_in(f) for f in snapshots], self.ask)
-        state = self.state.apply(delta)
+        taken = Snapshots(self.ask)
+        wire.snapshots_in(snapshots, taken)
+        state = self.state.apply(delta) if delta else self.state
         if hits is not None and self.shadow is not None:
             self.shadow.hashes = req.prefix_hashes
             self.shadow.hits = {s.id: hit for s, hit in zip(taken, hits, strict=True)}
         out = obj.route(req, priority_, taken, state, clock)
+        record = wire.route_reply(out)  # the usual decision: the fixed record
+        if record is not None:
+            return record
         if not isinstance(out, routing.RoutingDecision):
-            return wire.line(bad(out))
+            return wire.body(bad(out))
         breakdown = None if out.breakdown is None else (
             dict(out.breakdown) if isinstance(out.breakdown, Mapping) else out.breakdown)
         return plain(["ok", out.target, out.reason, out.scores, breakdown, out.filtered,
@@ -410,7 +418,7 @@ class Server:
 
     def order_key(self, obj: Any, view: Any, priority_: float) -> bytes:
         out = obj.order_key(self.views.into(view), priority_)
-        return wire.line(bad(out)) if isinstance(out, list) else plain(["ok", out], out)
+        return wire.body(bad(out)) if isinstance(out, list) else plain(["ok", out], out)
 
     def victim(self, obj: Any, views: list[Any], priorities: list[float]) -> bytes:
         out = obj.victim([self.views.into(v) for v in views], priorities)
@@ -419,14 +427,14 @@ class Server:
     def make_batch(self, obj: Any, ctx: list[Any]) -> bytes:
         out = obj.make_batch(wire.context_in(ctx, self.views))
         if not isinstance(out, scheduler.BatchDecision):
-            return wire.line(bad(out))
+            return wire.body(bad(out))
         chunks = out.chunk_sizes  # (pairs: JSON keys are strings)
         return plain(["ok", out.to_schedule, [[i, n] for i, n in chunks.items()]
                       if isinstance(chunks, Mapping) else chunks, out.victims], out)
 
     def on_request_arrival(self, obj: Any, view: Any, ctx: list[Any]) -> bytes:
         obj.on_request_arrival(self.views.into(view), wire.context_in(ctx, self.views))
-        return wire.line(["ok"])
+        return wire.body(["ok"])
 
 
 HANDLERS: dict[str, Callable[..., bytes]] = {
@@ -439,9 +447,9 @@ def plain(reply: list[Any], out: object) -> bytes:
     """The reply, encoded, if plain data can carry it (tuples become lists); else what was
     returned, described."""
     try:
-        return wire.line(reply)
+        return wire.body(reply)
     except (TypeError, ValueError, RecursionError) as exc:
-        return wire.line(bad(out, exc))
+        return wire.body(bad(out, exc))
 
 
 def bad(out: object, why: BaseException | None = None) -> list[Any]:

@@ -9,7 +9,7 @@ start refuses code candidates with `SandboxUnavailable`, one line saying why; th
 unsandboxed fallback.
 
 A session's process answers the simulation's policy calls over its own pair of pipes (a
-round trip costs about two thirds of a socket's): a marshal frame to it, one JSON line back
+round trip costs about two thirds of a socket's): a marshal frame to it, a frame back
 (`blis_simpy.search.wire`). The evaluator waits for it at most `Limits.wall_s` in all; the
 process's own limits (CPU time, memory) are enforced by the kernel. Whatever goes wrong (a
 limit, a crash, a message that is not what was asked) ends the session with
@@ -46,6 +46,7 @@ from typing import Any, NoReturn
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.core.schema import spec
 from blis_simpy.search import jail, wire
+from blis_simpy.search.codec import DECISION_TAG
 
 START_S = 60.0  # seconds the template may take to start (imports, on a loaded machine)
 CONTROL_S = 30.0  # seconds the template may take to fork or reap a candidate's process
@@ -334,9 +335,22 @@ class Session:
 
     def call(self, message: list[Any],
              answer: Callable[[list[Any]], Any] | None = None) -> list[Any]:
-        self.send(wire.frame(message))
+        reply = self.exchange(wire.frame(message), answer)
+        if isinstance(reply, bytes):
+            self.fail("sent a routing decision where none was asked")
+        return reply  # type: ignore[return-value]
+
+    def exchange(self, data: bytes,
+                 answer: Callable[[list[Any]], Any] | None = None) -> list[Any] | bytes:
+        """Send a framed message; the reply, answering the candidate's questions on the way:
+        a JSON reply parsed, a routing decision's fixed record as its bytes (the caller
+        decodes it, and refuses it where it asked for something else)."""
+        self.send(data)
         for _ in range(MAX_ASKS):
-            reply = self.receive()
+            body = self.receive()
+            if body[:1] == DECISION_TAG:
+                return body
+            reply = self.checked(body)
             if reply[0] != "ask":
                 return reply
             if answer is None:
@@ -355,14 +369,18 @@ class Session:
             except OSError:
                 self.died()
 
-    def receive(self) -> list[Any]:
+    def receive(self) -> bytes:
+        """The next frame's body."""
+        buffer = self.buffer
         while True:
-            end = self.buffer.find(b"\n")
-            if end >= 0:
-                data, self.buffer = self.buffer[:end], self.buffer[end + 1:]
-                return self.checked(data)
-            if len(self.buffer) > wire.MAX_LINE:
-                self.fail(f"sent a message of more than {wire.MAX_LINE} bytes")
+            if len(buffer) >= 4:
+                size = int.from_bytes(buffer[:4], "little")
+                if size > wire.MAX_LINE:
+                    self.fail(f"sent {shown(buffer[:40])}, not a reply" if size >= wire.MAX_FRAME
+                              else f"sent a message of more than {wire.MAX_LINE} bytes")
+                if len(buffer) >= size + 4:
+                    self.buffer = buffer[size + 4:]
+                    return buffer[4:size + 4]
             if not self.wait(self.readable):
                 self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s")
             try:
@@ -371,7 +389,7 @@ class Session:
                 chunk = b""
             if not chunk:
                 self.died()
-            self.buffer += chunk
+            buffer = self.buffer = buffer + chunk
 
     def __del__(self) -> None:
         """A session dropped unfinished closes its pipes (as a socket closes when dropped):

@@ -125,7 +125,6 @@ class RemoteRouting(Remote, RoutingPolicy):
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
         session = self.session
-        taken = [wire.snapshot_out(s) for s in snapshots]
         hits = None
         shadow = state.shadow_kv
         if self.reads_shadow_kv and shadow is not None:
@@ -134,8 +133,17 @@ class RemoteRouting(Remote, RoutingPolicy):
         def answer(ask: list[Any]) -> Any:
             return answer_routing(ask, snapshots, state, session)
 
-        reply = session.call(["route", self.handle, wire.whole(req), priority, taken,
-                              session.state.out(state), clock, hits], answer)
+        reply = session.exchange(wire.route_frame(self.handle, req, priority, snapshots,
+                                                  session.state.out(state), clock, hits),
+                                 answer)
+        if isinstance(reply, bytes):  # the usual decision's fixed record
+            try:
+                decision = wire.route_decision(reply)
+            except ValueError as exc:
+                session.fail(f"sent a routing decision that is not one ({exc})")
+            if len(decision.reason) > wire.MAX_TEXT * 2:
+                text(None, "reason")
+            return decision  # type: ignore[no-any-return]
         if reply[0] == "bad":
             return Unsendable(str(reply[1]))  # type: ignore[return-value]
         target, reason, scores, breakdown, filtered, prefill, decode = payload(reply, 7)

@@ -5,10 +5,13 @@ The two directions differ, as the two sides' trust does. The evaluator's calls g
 candidate as frames: a 4-byte length, then the message in `marshal`'s format (CPython's own
 encoding of plain values: numbers exact, floats bit for bit, nothing but plain types built),
 which both sides write and read in C, several times faster than JSON. The candidate's replies
-come back as one JSON line each, read by the evaluator with a size bound and checked field by
-field (`blis_simpy.search.remote`) before the policy guard checks what they mean: the
-evaluator never decodes anything richer than JSON from a candidate (`marshal` is not meant
-for untrusted input; the candidate's process may read the evaluator's messages with it).
+come back as frames too, each one JSON value, or, for the usual routing decision, a fixed
+binary record (`codec.route_reply`: the target, the reason, the scores as 64-bit floats),
+read by the evaluator with a size bound and checked field by field (`codec.route_decision`,
+`blis_simpy.search.remote`) before the policy guard checks what they mean: the evaluator
+never decodes anything richer than JSON from a candidate (`marshal` is not meant for
+untrusted input; the candidate's process may read the evaluator's messages with it). The
+per-decision encoding on both sides is compiled (`blis_simpy.search.codec`).
 
 Requests, snapshots, the router state and a scheduler's context go as positional tuples (each
 side builds the same frozen types from them). Two things are sent as changes rather than whole:
@@ -26,24 +29,32 @@ from __future__ import annotations
 
 import json
 import marshal
-import struct
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from itertools import islice
-from types import MappingProxyType
 from typing import IO, Any
 
-from blis_simpy.core.request import HintedView, LoraView, RequestView
+from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import LoadSample, RouterState
-from blis_simpy.core.snapshot import NO_EXTENDED, InstanceSnapshot, Role
 from blis_simpy.policies.scheduler import SchedulerContext
+from blis_simpy.search.codec import (  # noqa: F401 (the per-decision encoding, compiled)
+    MAX_FRAME,
+    frame,
+    framed,
+    hashes_out,
+    route_decision,
+    route_frame,
+    route_reply,
+    snapshot_in,
+    snapshot_out,
+    snapshots_in,
+    view_in,
+    whole,
+)
 
 MAX_LINE = 1 << 20  # bytes in one message from a candidate
 MAX_TEXT = 1000  # characters in a string a candidate returns (a reason, an id)
 VIEW_CACHE = 4096  # request views each side remembers by id
-ROLES = {role.value: role for role in Role}
-TUPLE_NEW = tuple.__new__
-ROLE_VALUES = {role: role.value for role in Role}  # faster than the enum's `.value`
 ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, check_circular=False)
 # The C encoder built once (`JSONEncoder.encode` builds it again for every message); None
 # where json has no C accelerator.
@@ -53,25 +64,19 @@ C_ENCODER = MAKE_ENCODER and MAKE_ENCODER(
     False, True)
 
 
-def line(message: Any) -> bytes:
-    """One message: JSON on one line (ASCII, so a newline never appears inside it)."""
+def encoded(message: Any) -> bytes:
+    """A message as JSON (ASCII, so a newline never appears inside it)."""
     if C_ENCODER is None or type(message) is not list:
-        return ENCODER.encode(message).encode("ascii") + b"\n"
-    return "".join(C_ENCODER(message, 0)).encode("ascii") + b"\n"
+        return ENCODER.encode(message).encode("ascii")
+    return "".join(C_ENCODER(message, 0)).encode("ascii")
+
+
+def line(message: Any) -> bytes:
+    """One message on the control socket: JSON on one line."""
+    return encoded(message) + b"\n"
 
 
 SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # one value at a position (without decode's regexes)
-FRAME = struct.Struct("<I")  # a frame's length
-MARSHAL_VERSION = 4
-
-
-def frame(message: Any) -> bytes:
-    """One message from the evaluator: its length, then the message in marshal's format
-    (ValueError if it holds anything but plain values). Numbers must be Python's own: marshal
-    writes any object with the buffer protocol (a numpy scalar) as its bytes; what crosses
-    comes from the engine's typed records and snapshots, which hold Python numbers."""
-    body = marshal.dumps(message, MARSHAL_VERSION)
-    return FRAME.pack(len(body)) + body
 
 
 def read_frame(reader: IO[bytes]) -> Any:
@@ -79,9 +84,14 @@ def read_frame(reader: IO[bytes]) -> Any:
     head = reader.read(4)
     if len(head) < 4:
         return None
-    (size,) = FRAME.unpack(head)
-    body = reader.read(size)
-    return marshal.loads(body) if len(body) == size else None
+    size = int.from_bytes(head, "little")
+    data = reader.read(size)
+    return marshal.loads(data) if len(data) == size else None
+
+
+def body(message: Any) -> bytes:
+    """A reply's JSON, framed (the candidate's side)."""
+    return framed(encoded(message))
 
 
 def parse(data: bytes) -> Any:
@@ -98,31 +108,6 @@ def parse(data: bytes) -> Any:
     return value
 
 
-def snapshot_out(s: InstanceSnapshot) -> tuple[Any, ...]:
-    """`(id, role, the twelve numbers in field order)`, and the `extended` values as a last
-    item when there are any."""
-    if s[14]:
-        return (s[0], ROLE_VALUES[s[1]], *s[2:14],
-                {str(k): float(v) for k, v in s[14].items()})
-    return (s[0], ROLE_VALUES[s[1]], *s[2:14])
-
-
-def snapshot_in(f: Sequence[Any]) -> InstanceSnapshot:
-    extended = MappingProxyType(dict(f[14])) if len(f) > 14 else NO_EXTENDED
-    # (the tuple built directly: a named tuple's own __new__ is a Python function)
-    return TUPLE_NEW(InstanceSnapshot, (f[0], ROLES[f[1]], *f[2:14], extended))
-
-
-def hashes_out(hashes: tuple[int, ...]) -> bytes | tuple[int, ...]:
-    """Block hashes (unsigned 64-bit) as their little-endian bytes: marshal writes and reads
-    big integers digit by digit, ten times slower than struct. Anything else as it is."""
-    try:
-        return pack(f"<{len(hashes)}Q", *hashes)
-    except struct.error:
-        return hashes
-
-
-pack, unpack = struct.pack, struct.unpack
 NOT_READ = ()  # a call's router state when the candidate has never read it
 
 
@@ -140,18 +125,6 @@ class ViewSender:
         return whole(view)
 
 
-def whole(view: RequestView) -> tuple[Any, ...]:
-    """A view as a tuple, sent whole (a routing call's, not kept by either side)."""
-    item = (view.id, view.arrival_us, view.input_tokens, view.tenant_id, view.slo_class,
-            hashes_out(view.prefix_hashes))
-    hints = view.priority_hints
-    if hints:  # a priority decision's hints (seed G.1): plain data, checked by the guard
-        return (*item, view.adapter, dict(hints))
-    if view.adapter:  # (a LoRA adapter's name only when there is one: the usual wire)
-        return (*item, view.adapter)
-    return item
-
-
 class ViewMirror:
     """The sandbox's half: builds each view once, keeps it under its id."""
 
@@ -164,18 +137,6 @@ class ViewMirror:
         view = view_in(item)
         remember(self.views, view.id, view)
         return view
-
-
-def view_in(item: Sequence[Any]) -> RequestView:
-    """The view a tuple from `whole` describes."""
-    hashes = item[5]
-    if type(hashes) is bytes:
-        hashes = unpack(f"<{len(hashes) >> 3}Q", hashes)
-    return (HintedView(item[0], item[1], item[2], item[3], item[4], hashes, item[6],
-                       MappingProxyType(item[7])) if len(item) > 7
-            else LoraView(item[0], item[1], item[2], item[3], item[4], hashes, item[6])
-            if len(item) > 6 else
-            RequestView(item[0], item[1], item[2], item[3], item[4], hashes))
 
 
 def remember(cache: OrderedDict[str, RequestView], key: str, view: RequestView) -> None:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import marshal
+import math
+import struct
 import sys
 import types
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from hypothesis import given, settings
@@ -22,9 +25,11 @@ from blis_simpy.core.request import RequestView
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.snapshot import InstanceSnapshot, Role
 from blis_simpy.policies.guard import GUARDS, guarded
+from blis_simpy.policies.routing import RoutingPolicy
 from blis_simpy.search import wire
 from blis_simpy.search.cell import AXIS_NAMES
 from blis_simpy.search.code import CodePolicy, check
+from blis_simpy.search.contain import ContainedFailure
 from blis_simpy.search.remote import SESSION, STAND_INS
 from blis_simpy.search.sweep import run_many
 from tests.search.helpers import prefix_scenario
@@ -219,6 +224,12 @@ class Scripted:
             return ["ok", 0, {"order_key": True, "reads_shadow_kv": True}]
         return self.reply
 
+    def exchange(self, data: bytes, answer: Any = None) -> Any:
+        return self.call(marshal.loads(data[4:]), answer)
+
+    def fail(self, what: str) -> NoReturn:
+        raise ContainedFailure(f"the candidate {what}")
+
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats()
                     | st.text(max_size=4),
@@ -267,6 +278,52 @@ def test_whatever_a_candidate_replies_is_a_decision_or_a_policy_error(axis, repl
             assert type(out) is float
         if axis == "scheduler":
             assert type(out[1]) is int and isinstance(out[0], tuple | int | float | str)
+    finally:
+        SESSION.reset(token)
+
+
+def record(target: bytes, reason: bytes, scores: bytes, count: int) -> bytes:
+    """A routing decision's fixed record as a candidate could write it, lengths included."""
+    return struct.pack("<cHHH", b"R", len(target), len(reason), count) + target + reason + scores
+
+
+RECORDS = st.one_of(
+    st.binary(max_size=40).map(lambda b: b"R" + b),
+    st.tuples(st.sampled_from([b"instance_0", b"instance_1", b"nowhere", b"\xff", b""]),
+              st.binary(max_size=8) | st.just(b"x" * 2001),
+              st.lists(st.floats(), max_size=3), st.integers(0, 4)).map(
+        lambda t: record(t[0], t[1], struct.pack(f"<{len(t[2])}d", *t[2]), t[3])),
+    st.tuples(st.sampled_from([b"instance_0", b"instance_1"]), st.binary(max_size=4),
+              st.lists(st.floats(), min_size=2, max_size=2)).map(
+        lambda t: record(t[0], t[1], struct.pack("<2d", *t[2]), 2)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(RECORDS)
+def test_whatever_routing_record_a_candidate_writes_is_a_decision_or_a_policy_error(body):
+    """The usual routing decision comes back as a fixed binary record: one whose lengths do
+    not add up, whose strings are not UTF-8, whose reason is too long, whose target is not
+    routable or whose scores are not finite is refused; what is accepted is exactly what it
+    says."""
+    token = SESSION.set(Scripted(body))  # type: ignore[arg-type]
+    try:
+        policy = guarded(STAND_INS["routing"](None), RoutingPolicy, "policies.routing", "c:Policy")
+        view = RequestView("r1", 0, 10, "t", "batch", (1, 2))
+        state = RouterState()
+        state.instances = ("instance_0", "instance_1")
+        snapshots = [InstanceSnapshot(i, Role.MONOLITHIC, 0, 0, 0, 0.0, 10, 0, 0, 0.0, 0.0,
+                                      0.0, 0.0) for i in state.instances]
+        try:
+            out = policy.route(view, 0.0, snapshots, state, 5)
+        except PolicyError:
+            return
+        target_size, reason_size, count = struct.unpack_from("<HHH", body, 1)
+        assert out.target in state.instances and count == 2
+        assert out.target.encode() == body[7:7 + target_size]
+        assert out.reason.encode() == body[7 + target_size:7 + target_size + reason_size]
+        assert len(out.reason) <= 2 * wire.MAX_TEXT
+        assert out.scores == struct.unpack_from("<2d", body, 7 + target_size + reason_size)
+        assert all(math.isfinite(s) for s in out.scores) and out[3:] == (None, (), "", "")
     finally:
         SESSION.reset(token)
 
