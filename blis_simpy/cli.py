@@ -457,8 +457,9 @@ def compare(
         "file instead")] = None,
     force: Annotated[bool, typer.Option(help="replace an existing --html file")] = False,
 ) -> None:
-    """Print two runs' summary.json side by side with the B/A ratio of each number; with
-    --html, write two or more runs' summaries, SLO attainment and plots to one file."""
+    """Print two runs' summary.json side by side with the B/A ratio of each number, after
+    each run's saturation verdict and warnings; with --html, write two or more runs'
+    verdicts, summaries, SLO attainment and plots to one file."""
     try:
         if html is not None:
             if len(runs) < 2:
@@ -473,11 +474,11 @@ def compare(
         from blis_simpy.report import compare as comparison
 
         run_a, run_b = runs
-        rows = comparison.compare_runs(run_a, run_b)
+        rows, states = comparison.compare_runs(run_a, run_b)
     except ScenarioError as exc:
         raise fail(exc) from None
     show = comparison.as_json if json_ else comparison.table
-    typer.echo(show(rows, run_a, run_b), nl=False)
+    typer.echo(show(rows, run_a, run_b, states), nl=False)
 
 
 register_accuracy_commands(app)

@@ -31,6 +31,7 @@ from blis_simpy.report import (
     read_table,
     run_folder,
 )
+from blis_simpy.report.compare import state
 from blis_simpy.report.pd_plots import QUEUE_COLUMNS, ROLE_COLUMNS, pool_busy_share
 from blis_simpy.report.plots import (
     REQUEST_COLUMNS,
@@ -184,6 +185,15 @@ def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Pa
     page.text("<p class='where'>" + "<br>".join(f"{esc(n)}: {esc(str(r.path))}"
                                                 for n, r in zip(names, runs, strict=True))
               + "</p>")
+    page.heading("Saturation and warnings")
+    states = [state(r.summary) for r in runs]
+    page.table(["run", "verdict", "level", "warnings"],
+               [[n, s.verdict, s.level, str(len(s.warnings))]
+                for n, s in zip(names, states, strict=True)])
+    for n, s in zip(names, states, strict=True):
+        if s.warnings:
+            page.text(f"<p>{esc(n)}:</p><ul class='warnings'>"
+                      + "".join(f"<li>{esc(w)}</li>" for w in s.warnings) + "</ul>")
     page.heading("Summary")
     header = ["", *names, *(f"{n} / {names[0]}" for n in names[1:])]
     rows = []
