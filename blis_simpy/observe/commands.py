@@ -103,6 +103,15 @@ def validate_real(
     except ScenarioError as exc:
         raise _fail(exc) from None
     typer.echo(report(rows, latency), nl=False)
+    if cv is None:
+        from blis_simpy.validate.harness import in_sample
+
+        fitted = in_sample(stages, latency)
+        if fitted:
+            typer.echo(f"in-sample: {len(fitted)} of {len(stages)} stages were fitted by these "
+                       "coefficients (their fit.stages), so their errors measure the fit, not "
+                       "a prediction; hold them out (calibrate --hold-out) or use --cv for "
+                       "out-of-sample figures")
 
 
 def calibrate(
@@ -137,6 +146,7 @@ def calibrate(
     from blis_simpy.calibrate.coefficients import (
         COEFFICIENTS_FILE,
         identification_table,
+        impossible,
         write_sets,
     )
     from blis_simpy.calibrate.fit import ROUNDS, fit
@@ -169,6 +179,8 @@ def calibrate(
     typer.echo(f"fitted on {len(fitted.stages)} stages; coefficients and what the data "
                "identified:")
     typer.echo(identification_table(fitted))
+    for warning in impossible(fitted):
+        typer.echo(f"warning: {warning}", err=True)
     if held:
         try:
             files = dict(zip(families, written, strict=True))
