@@ -506,6 +506,68 @@ def test_progress_shows_finished_requests_events_and_phases(tmp_path):
     assert json.loads(result.stdout)["completed_requests"] == 20
 
 
+def test_progress_to_a_non_terminal_prints_periodic_lines(capsys):
+    """newcomer 16's #15: with stderr on a file, --progress printed only the closing [done]
+    line, so a hung run showed nothing in its log; getting-started.md says --progress always.
+    A line is printed at once and then at most every StatusLine.EVERY_S seconds."""
+    from blis_simpy.cli import ProgressBar
+    from blis_simpy.core.status import StatusLine
+    from blis_simpy.sim.build import RunProgress
+
+    bar = ProgressBar(total=100, arrivals_end_us=None, horizon_us=None, forced=True)
+    try:
+        for finished in (10, 20, 30):
+            bar(RunProgress(now_us=5_000_000, arrived=60, finished=finished, events=1000,
+                            wall_s=2.0))
+    finally:
+        bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["[run] 10/100 requests finished (60 arrived), sim 5.0 s, 500 events/s, "
+                     "ETA 18 s"]  # at once, then not again within EVERY_S
+    assert StatusLine.EVERY_S == 10.0
+
+
+def test_a_status_line_on_a_non_terminal_is_printed_every_so_often(capsys):
+    from blis_simpy.core.status import StatusLine
+
+    for every, printed in ((0.0, ["line 0", "line 1", "line 2"]), (3600.0, ["line 0"])):
+        status = StatusLine(every_s=every)
+        try:
+            for i in range(3):
+                status.show(f"line {i}", i, 3)
+        finally:
+            status.close()
+        assert capsys.readouterr().err.splitlines() == printed
+
+
+def test_observe_counts_what_it_will_send():
+    """Its total was the scenario's whole plan (500) while --duration 5 sent 61."""
+    import asyncio
+
+    from blis_simpy.observe.run import Planned, drive
+
+    seen: list[tuple[int, int]] = []
+
+    async def main() -> None:
+        from blis_simpy.observe import run as observe_run
+
+        async def answer(*args, **kwargs):
+            from blis_simpy.observe.client import Timing
+
+            return Timing(sent=0.0, first_token=0.0, done=0.0, output_tokens=1)
+
+        original = observe_run.complete
+        observe_run.complete = answer
+        try:
+            planned = [Planned(at=0.01 * i, prompt=[1], output_tokens=1) for i in range(50)]
+            await drive(None, "m", planned, 4, 0.1, progress=lambda d, t: seen.append((d, t)))
+        finally:
+            observe_run.complete = original
+
+    asyncio.run(main())
+    assert seen and {total for _, total in seen} == {10}
+
+
 def test_progress_bar_reports_drain_and_eta():
     from blis_simpy.cli import ProgressBar
     from blis_simpy.sim.build import RunProgress

@@ -5,7 +5,6 @@ server with a scenario's workload). Each imports its layers when it runs."""
 
 # No `from __future__ import annotations`: typer reads these signatures on every start of the
 # command line (cli.py says why).
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -231,12 +230,18 @@ def observe(
         planned = plan(loaded, requests)
         check_out(out, force)
 
-        def shown(done: int, total: int) -> None:
-            sys.stderr.write(f"\robserve: {done}/{total}  ")
+        from blis_simpy.core.status import StatusLine
 
-        results = asyncio.run(drive(endpoint, served_model or loaded.model.name, planned,
-                                    concurrency, duration, grace, progress=shown))
-        sys.stderr.write("\n")
+        status = StatusLine()
+
+        def shown(done: int, total: int) -> None:
+            status.show(f"observe: {done}/{total} requests answered", done, total)
+
+        try:
+            results = asyncio.run(drive(endpoint, served_model or loaded.model.name, planned,
+                                        concurrency, duration, grace, progress=shown))
+        finally:
+            status.close()
         rows = [record(o) for o in results]
         write(out, rows, measured_set(loaded, rows, url, concurrency, duration), force)
     except ScenarioError as exc:
