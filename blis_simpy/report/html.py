@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,7 +282,7 @@ class Page:
         # only the core bundle: no WebGL, widgets, tables or MathJax (2.7 MB the report
         # does not use)
         resources = Resources(mode="inline", components=["bokeh"])
-        script, divs = components(self.plots) if self.plots else ("", ())
+        script, divs = stable_ids(*components(self.plots)) if self.plots else ("", ())
         body = "\n".join(part if isinstance(part, str) else
                          f"<div class='plot'>{divs[part]}</div>" for part in self.parts)
         return (f"<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
@@ -300,6 +301,31 @@ class Page:
         with replacing(out, str(out), HTML_FILE, force) as temp:
             temp.write_text(text, encoding="utf-8")
         return out
+
+
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def stable_ids(script: str, divs: Sequence[str]) -> tuple[str, list[str]]:
+    """Bokeh's ids made the same on every report of the same folder: its document and element
+    ids are random UUIDs, its model ids a counter that runs on across the reports one process
+    writes. Each is renamed by the order it first appears in, so the file is byte-identical
+    run to run. Only ids Bokeh gave are renamed (the document's, each plot's element and every
+    model's `"id"`), never a string of the data that looks like one."""
+    page = script + "".join(divs)
+    models = dict.fromkeys(re.findall(r'"id":"(p\d+)"', script)
+                           + re.findall(r'data-root-id="(p\d+)"', page))
+    model_ids = {old: f"m{n}" for n, old in enumerate(models)}
+    generated = dict.fromkeys(re.findall(rf'<div id="({UUID})"', page)
+                              + re.findall(rf'"docid":"({UUID})"', script))
+    uuids = {old: f"00000000-0000-4000-8000-{n:012x}" for n, old in enumerate(generated)}
+
+    def rename(text: str) -> str:
+        text = re.sub(r'"(p\d+)"', lambda m: f'"{model_ids.get(m.group(1), m.group(1))}"',
+                      text)
+        return re.sub(UUID, lambda m: uuids.get(m.group(0), m.group(0)), text)
+
+    return rename(script), [rename(div) for div in divs]
 
 
 def esc(text: str) -> str:

@@ -153,3 +153,28 @@ def test_cluster_total_sums_each_instances_latest_value():
     times, totals = html.cluster_total(steps, "queue_depth")
     assert times.tolist() == [0.0, 0.5, 1.0, 1.5]
     assert totals.tolist() == [3, 5, 3, 6]
+
+
+def test_report_html_is_byte_identical_run_to_run(runs, tmp_path):
+    """newcomer 16's #17: Bokeh's random document and element UUIDs (and its model counter,
+    which runs on within one process) made two reports of one folder differ."""
+    first, second = tmp_path / "r1.html", tmp_path / "r2.html"
+    html.render_html(runs[0], first)
+    html.render_html(runs[0], second)
+    assert first.read_bytes() == second.read_bytes()
+    text = first.read_text()
+    assert "00000000-0000-4000-8000-000000000000" in text
+    both = [tmp_path / "c1.html", tmp_path / "c2.html"]
+    for page in both:
+        html.compare_html(list(runs[:2]), page)
+    assert both[0].read_bytes() == both[1].read_bytes()
+
+
+def test_stable_ids_rename_only_what_bokeh_generated():
+    script = ('{"docid":"0f0e0d0c-0b0a-4988-8776-655443322110","roots":{"p1006":"x"},'
+              '"id":"p1006","attributes":{"label":"p99","ref":{"id":"p1006"}}}')
+    div = '<div id="11111111-2222-4333-8444-555555555555" data-root-id="p1006"></div>'
+    new_script, (new_div,) = html.stable_ids(script, [div])
+    assert '"p1006"' not in new_script + new_div and '"p99"' in new_script
+    assert '"m0"' in new_script and 'data-root-id="m0"' in new_div
+    assert "00000000-0000-4000-8000-000000000001" in new_script + new_div
