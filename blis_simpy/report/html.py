@@ -157,9 +157,14 @@ def render_html(run_dir: Path, out: Path, force: bool = False) -> Path:
     for key, title in (("per_slo_class", "SLO class"), ("per_tenant", "tenant")):
         groups = run.metrics.get(key) or {}
         if groups:
+            shown = busiest(groups)
             page.table([title, *(label for _, label in GROUP_COLUMNS)],
                        [[name or "default", *(cell(row.get(k)) for k, _ in GROUP_COLUMNS)]
-                        for name, row in groups.items()])
+                        for name, row in shown.items()])
+            if len(shown) < len(groups):
+                page.text(f"<p class='where'>the {len(shown)} {esc(title)}s with the most "
+                          f"requests of {len(groups):,}; metrics.json ({esc(key)}) has every "
+                          "one</p>")
     page.heading("Latency distributions")
     for column, title in LATENCIES:
         page.plot(cdf_plot(title, [(label, frame[column]) for label, frame in
@@ -204,7 +209,10 @@ def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Pa
         rows.append([label, *map(cell, values), *(cell(ratio(values[0], v)) for v in values[1:])])
     page.table(header, rows)
     page.heading("SLO attainment per SLO class")
-    classes = sorted({c for r in runs for c in (r.metrics.get("per_slo_class") or {})})
+    every = sorted({c for r in runs for c in (r.metrics.get("per_slo_class") or {})})
+    counts = {c: sum(float((r.metrics.get("per_slo_class") or {}).get(c, {}).get("requests")
+                           or 0) for r in runs) for c in every}
+    classes = [c for c in every if c in busiest(counts_rows(counts))]
     page.table(["SLO class", *names], [
         [c or "default", *(cell((r.metrics.get("per_slo_class") or {}).get(c, {})
                                 .get("slo_attainment")) for r in runs)] for c in classes])
@@ -223,6 +231,27 @@ def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Pa
         (n, *cluster_total(r.steps, "batch_size")) for n, r in zip(names, runs, strict=True)],
         x_range))
     return page.write(out, force)
+
+
+TOP_ROWS = 50  # rows of a per-tenant or per-class table; metrics.json has them all
+
+
+def counts_rows(counts: dict[str, float]) -> dict[str, Any]:
+    return {name: {"requests": n} for name, n in counts.items()}
+
+
+def busiest(groups: dict[str, Any], top: int = TOP_ROWS) -> dict[str, Any]:
+    """The `top` groups with the most requests, in their own order (all of them when there
+    are no more)."""
+    if len(groups) <= top:
+        return groups
+
+    def requests(item: tuple[str, Any]) -> float:
+        count = item[1].get("requests") if isinstance(item[1], dict) else None
+        return float(count) if numeric(count) else 0.0
+
+    kept = {name for name, _ in sorted(groups.items(), key=lambda i: -requests(i))[:top]}
+    return {name: row for name, row in groups.items() if name in kept}
 
 
 def unique_names(runs: Sequence[Run]) -> list[str]:

@@ -178,3 +178,28 @@ def test_stable_ids_rename_only_what_bokeh_generated():
     assert '"p1006"' not in new_script + new_div and '"p99"' in new_script
     assert '"m0"' in new_script and 'data-root-id="m0"' in new_div
     assert "00000000-0000-4000-8000-000000000001" in new_script + new_div
+
+
+def test_a_report_of_thousands_of_tenants_and_classes_caps_what_it_draws(tmp_path):
+    """newcomer 16's #10: a trace with a tenant per request and 2,000 SLO classes took 154 s
+    and 541 MB to report (a CDF line per class, a table row per tenant). The busiest
+    TOP_CLASSES classes are drawn, the rest pooled; the tables keep the busiest TOP_ROWS."""
+    from blis_simpy.report.plots import TOP_CLASSES
+
+    rows = "".join(f"{0.01 * i:.6f},r{i},m,\"[1,2,3]\",\"[1,2]\",tenant{i},class{i % 60}\n"
+                   for i in range(240))
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_time,request_id,model,prefill_tokens,decode_tokens,tenant_id,"
+                     "slo_class\n" + rows)
+    from blis_simpy.config.scenario import Scenario
+    from tests.conftest import BASE
+
+    data = {k: v for k, v in BASE.items() if k != "workload"}
+    run_dir = tmp_path / "run"
+    blis_simpy.run(Scenario.from_dict({**data, "workload": {"type": "trace",
+                                                            "path": str(trace)}})
+                   ).save(run_dir, "csv")
+    page = html.render_html(run_dir, tmp_path / "r.html").read_text()
+    assert f"other ({60 - TOP_CLASSES} classes)" in page
+    assert f"the {html.TOP_ROWS} tenants with the most requests of 240" in page
+    assert page.count("<td>tenant") == html.TOP_ROWS
