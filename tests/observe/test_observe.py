@@ -83,7 +83,7 @@ def test_impossible_server_token_counts_fail_the_request_when_observed(told):
     """newcomer 16's #12: usage.completion_tokens -5 was written as output_tokens -5, a file
     calibrate and validate-real then refused."""
     server = StreamingServer(ttft_s=0.01, itl_s=0.002, usage_tokens=told)
-    url, _, results = observe(server, concurrency=2, duration=30, requests=3)
+    _, _, results = observe(server, concurrency=2, duration=30, requests=3)
     rows = [record(o) for o in results]
     assert all("usage.completion_tokens is" in r["error"] for r in rows), rows
     assert all("output_tokens" not in r or r["output_tokens"] >= 0 for r in rows)
