@@ -247,7 +247,7 @@ def busiest(groups: dict[str, Any], top: int = TOP_ROWS) -> dict[str, Any]:
         return groups
 
     def requests(item: tuple[str, Any]) -> float:
-        count = item[1].get("requests") if isinstance(item[1], dict) else None
+        count: Any = item[1].get("requests") if isinstance(item[1], dict) else None
         return float(count) if numeric(count) else 0.0
 
     kept = {name for name, _ in sorted(groups.items(), key=lambda i: -requests(i))[:top]}

@@ -146,8 +146,8 @@ def slo_classes(requests: pd.DataFrame, top: int = TOP_CLASSES
         return []
     column = requests.get("slo_class", pd.Series("", index=requests.index))
     names = column.astype(object).where(column.notna(), "").astype(str)  # all-blank csv: NaN
-    parts = [(name or "default", rows) for name, rows in requests.groupby(names.to_numpy(),
-                                                                          sort=True)]
+    parts = [(str(name) or "default", rows)
+             for name, rows in requests.groupby(names.to_numpy(), sort=True)]
     if len(parts) <= top:
         return parts
     ranked = sorted(range(len(parts)), key=lambda i: (-len(parts[i][1]), parts[i][0]))
