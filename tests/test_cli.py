@@ -667,3 +667,45 @@ def test_summarize_bad_options_exit_2(tmp_path, args, needle):
 
 def test_summarize_a_folder_that_is_not_a_run_exits_2(tmp_path):
     assert_clean_usage_error(cli("summarize", tmp_path), "no summary.json")
+
+
+# --- newcomer 16's cosmetic items (#18) ---------------------------------------------------------
+
+
+def test_workload_sample_out_dash_writes_the_trace_to_stdout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("workload", "sample", "quickstart", "--out", "-", "--set",
+                 "workload.num_requests=3")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("arrival_time,request_id,model,")
+    assert len(result.stdout.splitlines()) == 4 and "wrote stdout (3 requests)" in result.stderr
+    assert not (tmp_path / "-").exists()
+
+
+def test_scenarios_lists_whole_first_sentences():
+    result = cli("scenarios")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("autoscale-diurnal "))
+    assert "(so a simulated hour is 12.5 s)" in line and line.endswith(".")
+
+
+def test_a_code_file_with_a_nul_byte_is_refused_in_words(tmp_path):
+    code = tmp_path / "nul.py"
+    code.write_bytes(b"x = 1\0\n")
+    result = cli("gepa-evaluate", "--workload", "quickstart", "--code", f"routing={code}")
+    assert result.exit_code == 2
+    assert "a NUL byte at character 5: not Python source text" in result.stderr
+    assert "line None" not in result.output
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("%YAML 1.1\n---\nversion: 1\n", "%YAML 1.1: the document asks for YAML 1.1 rules"),
+    ("version: 1\n~: 3\n", "(the document): key ~ (null) is not a name"),
+    ("version: 1\n7: 3\n", "key int 7 is not a name"),
+])
+def test_a_yaml_1_1_directive_and_a_key_that_is_no_name_are_refused_in_words(tmp_path, text,
+                                                                              needle):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    result = cli("run", path, "--quiet")
+    assert result.exit_code == 2 and needle in result.stderr, result.output

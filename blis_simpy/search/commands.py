@@ -147,7 +147,11 @@ def components(policy_config: Path | None, code: list[str] | None) -> dict[str, 
             raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
         if axis not in AXES:
             raise ScenarioError("--code", f"{axis!r} is not a policy axis", ", ".join(AXES))
-        out[axis] = read_text(path, "--code", "a Python source file")
+        source = read_text(path, "--code", "a Python source file")
+        if "\0" in source:  # Python's own words would be "line None: ... null bytes"
+            raise ScenarioError(f"--code {path}", f"a NUL byte at character "
+                                f"{source.index(chr(0)):,}: not Python source text")
+        out[axis] = source
     return out
 
 
