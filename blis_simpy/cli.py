@@ -266,16 +266,26 @@ def validate(
 
 
 def scenario_description(path: Path) -> str:
-    """A scenario file's first line, when it is a `# ...` comment (none for a file that
-    cannot be read: a FIFO or a folder named *.yaml is listed, not waited on)."""
+    """The first sentence of a scenario file's leading `# ...` comment, whole however many
+    lines it takes (none for a file that cannot be read: a FIFO or a folder named *.yaml is
+    listed, not waited on)."""
+    import re
+
     from blis_simpy.core.files import open_input
 
+    lines: list[str] = []
     try:
         with open_input(path, "--dir") as f:
-            first = f.readline(1000).decode("utf-8", errors="replace").strip()
+            for _ in range(20):
+                line = f.readline(1000).decode("utf-8", errors="replace").strip()
+                if not line.startswith("#"):
+                    break
+                lines.append(line.lstrip("#").strip())
     except (ScenarioError, OSError):
         return ""
-    return first.lstrip("#").strip() if first.startswith("#") else ""
+    text = " ".join(line for line in lines if line)
+    end = re.search(r"[.!?](\s|$)", text)
+    return text[:end.start() + 1] if end else text
 
 
 @app.command("scenarios")
@@ -331,7 +341,8 @@ def convert_policy_config(
 def workload_sample(
     scenario: Annotated[Path, typer.Argument(
         help="scenario YAML, or a library name (blis-simpy scenarios)")],
-    out: Annotated[Path, typer.Option(help="trace CSV to write (the reference's format)")],
+    out: Annotated[Path, typer.Option(help="trace CSV to write (the reference's format); "
+                                    "- for stdout")],
     seed: Annotated[int | None, typer.Option(help="override the scenario's seed")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a value")] = None,
     force: Annotated[bool, typer.Option(help="replace an existing --out file")] = False,
@@ -345,10 +356,21 @@ def workload_sample(
         loaded = Scenario.from_yaml(scenario_file(scenario), parse_sets(set_ or ()))
         if seed is not None:
             loaded = dataclasses.replace(loaded, seed=seed)
-        count = sample(loaded, out, force)
+        if str(out) == "-":  # stdout, as the usual meaning of -
+            import shutil
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as folder:
+                count = sample(loaded, Path(folder) / "trace.csv")
+                with (Path(folder) / "trace.csv").open("rb") as f:
+                    sys.stdout.flush()
+                    shutil.copyfileobj(f, sys.stdout.buffer)
+                    sys.stdout.buffer.flush()
+        else:
+            count = sample(loaded, out, force)
     except ScenarioError as exc:
         raise fail(exc) from None
-    typer.echo(f"wrote {out} ({count} requests)", err=True)
+    typer.echo(f"wrote {'stdout' if str(out) == '-' else out} ({count} requests)", err=True)
 
 
 @convert_app.command("workload-spec")
@@ -457,8 +479,9 @@ def compare(
         "file instead")] = None,
     force: Annotated[bool, typer.Option(help="replace an existing --html file")] = False,
 ) -> None:
-    """Print two runs' summary.json side by side with the B/A ratio of each number; with
-    --html, write two or more runs' summaries, SLO attainment and plots to one file."""
+    """Print two runs' summary.json side by side with the B/A ratio of each number, after
+    each run's saturation verdict and warnings; with --html, write two or more runs'
+    verdicts, summaries, SLO attainment and plots to one file."""
     try:
         if html is not None:
             if len(runs) < 2:
@@ -473,11 +496,11 @@ def compare(
         from blis_simpy.report import compare as comparison
 
         run_a, run_b = runs
-        rows = comparison.compare_runs(run_a, run_b)
+        rows, states = comparison.compare_runs(run_a, run_b)
     except ScenarioError as exc:
         raise fail(exc) from None
     show = comparison.as_json if json_ else comparison.table
-    typer.echo(show(rows, run_a, run_b), nl=False)
+    typer.echo(show(rows, run_a, run_b, states), nl=False)
 
 
 register_accuracy_commands(app)

@@ -506,6 +506,68 @@ def test_progress_shows_finished_requests_events_and_phases(tmp_path):
     assert json.loads(result.stdout)["completed_requests"] == 20
 
 
+def test_progress_to_a_non_terminal_prints_periodic_lines(capsys):
+    """newcomer 16's #15: with stderr on a file, --progress printed only the closing [done]
+    line, so a hung run showed nothing in its log; getting-started.md says --progress always.
+    A line is printed at once and then at most every StatusLine.EVERY_S seconds."""
+    from blis_simpy.cli import ProgressBar
+    from blis_simpy.core.status import StatusLine
+    from blis_simpy.sim.build import RunProgress
+
+    bar = ProgressBar(total=100, arrivals_end_us=None, horizon_us=None, forced=True)
+    try:
+        for finished in (10, 20, 30):
+            bar(RunProgress(now_us=5_000_000, arrived=60, finished=finished, events=1000,
+                            wall_s=2.0))
+    finally:
+        bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["[run] 10/100 requests finished (60 arrived), sim 5.0 s, 500 events/s, "
+                     "ETA 18 s"]  # at once, then not again within EVERY_S
+    assert StatusLine.EVERY_S == 10.0
+
+
+def test_a_status_line_on_a_non_terminal_is_printed_every_so_often(capsys):
+    from blis_simpy.core.status import StatusLine
+
+    for every, printed in ((0.0, ["line 0", "line 1", "line 2"]), (3600.0, ["line 0"])):
+        status = StatusLine(every_s=every)
+        try:
+            for i in range(3):
+                status.show(f"line {i}", i, 3)
+        finally:
+            status.close()
+        assert capsys.readouterr().err.splitlines() == printed
+
+
+def test_observe_counts_what_it_will_send():
+    """Its total was the scenario's whole plan (500) while --duration 5 sent 61."""
+    import asyncio
+
+    from blis_simpy.observe.run import Planned, drive
+
+    seen: list[tuple[int, int]] = []
+
+    async def main() -> None:
+        from blis_simpy.observe import run as observe_run
+
+        async def answer(*args, **kwargs):
+            from blis_simpy.observe.client import Timing
+
+            return Timing(sent=0.0, first_token=0.0, done=0.0, output_tokens=1)
+
+        original = observe_run.complete
+        observe_run.complete = answer
+        try:
+            planned = [Planned(at=0.01 * i, prompt=[1], output_tokens=1) for i in range(50)]
+            await drive(None, "m", planned, 4, 0.1, progress=lambda d, t: seen.append((d, t)))
+        finally:
+            observe_run.complete = original
+
+    asyncio.run(main())
+    assert seen and {total for _, total in seen} == {10}
+
+
 def test_progress_bar_reports_drain_and_eta():
     from blis_simpy.cli import ProgressBar
     from blis_simpy.sim.build import RunProgress
@@ -605,3 +667,45 @@ def test_summarize_bad_options_exit_2(tmp_path, args, needle):
 
 def test_summarize_a_folder_that_is_not_a_run_exits_2(tmp_path):
     assert_clean_usage_error(cli("summarize", tmp_path), "no summary.json")
+
+
+# --- newcomer 16's cosmetic items (#18) ---------------------------------------------------------
+
+
+def test_workload_sample_out_dash_writes_the_trace_to_stdout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("workload", "sample", "quickstart", "--out", "-", "--set",
+                 "workload.num_requests=3")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("arrival_time,request_id,model,")
+    assert len(result.stdout.splitlines()) == 4 and "wrote stdout (3 requests)" in result.stderr
+    assert not (tmp_path / "-").exists()
+
+
+def test_scenarios_lists_whole_first_sentences():
+    result = cli("scenarios")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("autoscale-diurnal "))
+    assert "(so a simulated hour is 12.5 s)" in line and line.endswith(".")
+
+
+def test_a_code_file_with_a_nul_byte_is_refused_in_words(tmp_path):
+    code = tmp_path / "nul.py"
+    code.write_bytes(b"x = 1\0\n")
+    result = cli("gepa-evaluate", "--workload", "quickstart", "--code", f"routing={code}")
+    assert result.exit_code == 2
+    assert "a NUL byte at character 5: not Python source text" in result.stderr
+    assert "line None" not in result.output
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("%YAML 1.1\n---\nversion: 1\n", "%YAML 1.1: the document asks for YAML 1.1 rules"),
+    ("version: 1\n~: 3\n", "(the document): key ~ (null) is not a name"),
+    ("version: 1\n7: 3\n", "key int 7 is not a name"),
+])
+def test_a_yaml_1_1_directive_and_a_key_that_is_no_name_are_refused_in_words(tmp_path, text,
+                                                                              needle):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    result = cli("run", path, "--quiet")
+    assert result.exit_code == 2 and needle in result.stderr, result.output

@@ -77,5 +77,33 @@ def identification_table(fitted: Fitted) -> str:
     return "\n".join(lines)
 
 
+# A kernel multiplier scales the time at the GPU's achievable rate (config/hardware.py); below
+# the achievable share of the peak it would beat the datasheet's peak itself.
+FLOORS = (("weights", "hbm_efficiency", "read the weights faster than its memory bandwidth"),
+          ("kv_reads", "hbm_efficiency", "read the KV cache faster than its memory bandwidth"),
+          ("gemm", "mfu", "multiply faster than its tensor cores' peak"),
+          ("link", "link_efficiency", "move data faster than its link's peak"))
+
+
+def impossible(fitted: Fitted) -> list[str]:
+    """The identified kernel multipliers no run on that GPU can have: the data are not what
+    the options said (another GPU, a smaller model, a server answering from a cache)."""
+    from blis_simpy.config.hardware import bundled_gpu
+
+    out = []
+    for gpu in fitted.gpus:
+        spec = bundled_gpu(gpu)
+        for name, share, what in FLOORS:
+            column = f"{name}@{gpu}"
+            value = fitted.values.get(column)
+            floor = None if spec is None else getattr(spec, share)
+            if value is None or floor is None or not fitted.identified(column) or value >= floor:
+                continue
+            out.append(f"{column} {value:.4g} is physically impossible: the GPU would {what} "
+                       f"({floor / value:.2g}x its peak); check --gpu, --tp and --model "
+                       "against what the server ran")
+    return out
+
+
 def _rounded(value: float) -> float:
     return float(f"{value:.5g}")

@@ -118,6 +118,11 @@ def load(cls: type, data: Any, path: str) -> Any:
         raise ScenarioError(path, f"expected a mapping, got {describe(data)}")
     hints = field_types(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if not isinstance(key, str):  # `~:` or `1:`: str(None) would read as a key "None"
+            text = "~ (null)" if key is None else describe(key)
+            raise ScenarioError(path or "(the document)", f"key {text} is not a name",
+                                "a field name")
     unknown = sorted(str(k) for k in data if k not in fields)
     if unknown:
         raise ScenarioError(join(path, unknown[0]), "unknown key",

@@ -140,6 +140,7 @@ def load_yaml(text: str, where: str) -> Any:
     """Parse one YAML document safely; `where` names the file or option in errors."""
     with parsing(text, where) as loader:
         node = loader.get_single_node()
+        check_version(loader, where)
         if node is None:
             return None
         check_expansion(node, where)
@@ -155,6 +156,17 @@ def first_node(text: str, where: str) -> yaml.Node | None:
         if node is not None:
             check_expansion(node, where)
         return node
+
+
+def check_version(loader: Loader, where: str) -> None:
+    """A `%YAML 1.1` directive asks for rules this reader does not follow (under 1.1 `yes`
+    is true and `024` is 20): refused rather than read by other rules than the file asked."""
+    version = loader.yaml_version
+    if version is not None and tuple(version) != (1, 2):
+        raise ScenarioError(where, f"%YAML {version[0]}.{version[1]}: the document asks for "
+                            f"YAML {version[0]}.{version[1]} rules, and blis-simpy reads "
+                            "YAML 1.2 (yes/no are text, 024 is 24)",
+                            "no %YAML directive, or %YAML 1.2")
 
 
 @contextmanager

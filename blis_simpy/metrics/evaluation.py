@@ -3,6 +3,7 @@ judged at the end, RawMetrics and the fitness."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
@@ -26,6 +27,7 @@ from blis_simpy.metrics.fitness import (
     objectives,
     score,
     sustained,
+    tenant_completion,
 )
 from blis_simpy.metrics.imbalance import load_imbalance
 from blis_simpy.metrics.raw import Measured, raw_metrics
@@ -80,8 +82,13 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
                           window.tokens(records.requests, everyone, records.ended_at),
                           conventions.hit_rate(records.instances) if window.whole
                           else window.hit_rate(records.requests, measure.arrived))
-    return evaluation(scenario, metrics, summary, anomalies, measure.seconds, wall_s, window,
-                      None if shadow is None else accuracy(shadow))
+    metrics, result, anomalies = evaluation(scenario, metrics, summary, anomalies,
+                                            measure.seconds, wall_s, window,
+                                            None if shadow is None else accuracy(shadow))
+    req = records.requests
+    done = req.in_state(State.COMPLETED) & measure.arrived
+    share = tenant_completion(req.tenant, req.input_len + req.output_len, measure.arrived, done)
+    return metrics, dataclasses.replace(result, tenant_completion=share), anomalies
 
 
 def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, Any],

@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 
 def latency(ms: float) -> float:
     """1 / (1 + latency in ms): the reference's normalisation of a latency."""
@@ -96,6 +98,10 @@ class EvaluationResult:
     workload_id: str
     simulated_s: float
     wall_s: float
+    # The default score's completion factor (`tenant_completion`); None where it was not
+    # computed (a streamed run: the completion stands in). Not written to evaluation.json,
+    # whose fitness is the weighted one.
+    tenant_completion: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,7 +109,7 @@ class EvaluationResult:
     def to_file_dict(self) -> dict[str, Any]:
         """Without the wall time: files must be byte-identical across runs of one scenario."""
         data = asdict(self)
-        del data["wall_s"]
+        del data["wall_s"], data["tenant_completion"]
         return data
 
 
@@ -112,11 +118,16 @@ class EvaluationResult:
 # Without weights a sweep scores every candidate against a baseline, the scenario's own
 # policies run on the same seed (common random numbers: the same requests), term by term:
 #
-#     fitness = completion x sustained x exp(mean over terms of clip(ln(ratio)))
+#     fitness = tenant completion x sustained x exp(mean over terms of clip(ln(ratio)))
 #
 # where a term's ratio is baseline / candidate for a latency or cost (lower is better) and
-# candidate / baseline for a rate or share (higher is better), so above 1 means better. The
-# baseline itself scores its completion (1.0 when every request completes); 10 % lower
+# candidate / baseline for a rate or share (higher is better), so above 1 means better.
+# `tenant completion` (`tenant_completion`, below) is the worst-served tenant's share of its
+# offered work (prompt + output tokens) that completed: shedding a request costs what it
+# weighs, so a candidate cannot buy the latency terms' clip by starving a tenant (its factor
+# is 0) or by rejecting the long prompts (which carry more than their number's share of the
+# work); with one tenant and requests of one size it is the completion rate. The
+# baseline itself scores its own factor (1.0 when every request completes); 10 % lower
 # latencies on every latency term score about 1.09; a run that completes nothing scores 0. A
 # log ratio is clipped to +-ln(10) so one term cannot outweigh the others, and a term the
 # baseline has no value for (nothing completed there) is left out. `sustained` scales a
@@ -165,6 +176,23 @@ def log_ratio(candidate: float | None, baseline: float, better: Better) -> float
     return max(-CLIP, min(CLIP, math.log(good / bad)))
 
 
+def tenant_completion(tenant: Sequence[str], work: np.ndarray, arrived: np.ndarray,
+                      done: np.ndarray) -> float:
+    """The worst-served tenant's completed share of its offered work: over the requests that
+    arrived (within the window), per tenant, the `work` (tokens) of those `done` over the work
+    of all; the minimum over the tenants that sent any (1.0 when none did: nothing was
+    offered, and the completion rate says the rest)."""
+    names = np.asarray(tenant, dtype=object)[arrived].astype(str)
+    if not len(names):
+        return 1.0
+    _, codes = np.unique(names, return_inverse=True)  # one pass, not one per tenant
+    work = work[arrived].astype(float)
+    offered = np.bincount(codes, weights=work)
+    served = np.bincount(codes, weights=np.where(done[arrived], work, 0.0))
+    sent = offered > 0
+    return min(1.0, float((served[sent] / offered[sent]).min())) if sent.any() else 1.0
+
+
 @dataclass(frozen=True)
 class RelativeScore:
     fitness: float
@@ -180,7 +208,9 @@ def relative_score(candidate: Mapping[str, Any], baseline: Mapping[str, Any],
         base = number(baseline.get(term.column))
         if base is not None:
             logs[term.name] = log_ratio(number(candidate.get(term.column)), base, term.better)
-    completion = number(candidate.get("completion_rate", candidate.get("completion"))) or 0.0
+    completion = number(candidate.get("tenant_completion"))
+    if completion is None:
+        completion = number(candidate.get("completion_rate", candidate.get("completion"))) or 0.0
     carried = number(candidate.get("sustained"))
     mean = sum(logs.values()) / len(logs) if logs else 0.0
     return RelativeScore(completion * (1.0 if carried is None else carried) * math.exp(mean),

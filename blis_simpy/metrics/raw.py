@@ -135,29 +135,58 @@ class GroupCounts:
     good_served: int  # served within their targets (requests with targets)
 
 
-def group_stats(requests: Table, group: np.ndarray, good: np.ndarray, judged: np.ndarray,
-                measured: Measured) -> dict[str, Any]:
-    """The statistics of the requests selected by the boolean mask `group` that arrived
-    within the window; their rates count the group's completions within it. SLO attainment
-    and goodput count only the requests with targets (`judged`), and are None without any."""
-    rows = group & measured.arrived
-    state = np.asarray(requests["final_state"], dtype=object)
-    done = rows & (state == "completed")
-    ended = rows & ((state == "completed") | (state == "rejected") | (state == "timed_out"))
-    served = group & measured.completed
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """What every group's statistics read, each column converted once for all the groups (a
+    trace keyed by user id has thousands of tenants: a conversion per group made the metrics
+    quadratic in the requests)."""
+
+    arrived: np.ndarray  # measured: arrived within the window
+    completed: np.ndarray  # completed within the window
+    done: np.ndarray  # final state completed
+    rejected: np.ndarray
+    timed_out: np.ndarray
+    good: np.ndarray
+    judged: np.ndarray
+    ttft: np.ndarray
+    tpot: np.ndarray
+    e2e: np.ndarray
+    streams: np.ndarray  # more than one output token: a TPOT sample
+
+    @classmethod
+    def of(cls, requests: Table, good: np.ndarray, judged: np.ndarray, measured: Measured
+           ) -> Columns:
+        state = np.asarray(requests["final_state"], dtype=object)
+        ttft, tpot, e2e = (requests.array(name).astype(float)
+                           for name in ("ttft_ms", "itl_mean_ms", "e2e_ms"))
+        return cls(np.asarray(measured.arrived, dtype=bool),
+                   np.asarray(measured.completed, dtype=bool), state == "completed",
+                   state == "rejected", state == "timed_out", np.asarray(good, dtype=bool),
+                   np.asarray(judged, dtype=bool), ttft, tpot, e2e,
+                   requests.array("output_tokens") > 1)
+
+
+def group_stats(columns: Columns, group: np.ndarray, seconds: float) -> dict[str, Any]:
+    """The statistics of the requests at the indices `group` (ascending) that arrived within
+    the window; their rates count the group's completions within it. SLO attainment and
+    goodput count only the requests with targets (`judged`), and are None without any."""
+    c = columns
+    rows = c.arrived[group]
+    done = rows & c.done[group]
+    ended = rows & (c.done[group] | c.rejected[group] | c.timed_out[group])
+    served = c.completed[group]
+    judged, good = c.judged[group], c.good[group]
     attained = ended & judged
     counts = GroupCounts(int(rows.sum()), int(done.sum()),
-                         int((rows & (state == "rejected")).sum()),
-                         int((rows & (state == "timed_out")).sum()), int(served.sum()),
+                         int((rows & c.rejected[group]).sum()),
+                         int((rows & c.timed_out[group]).sum()), int(served.sum()),
                          int((rows & judged).sum()), int(attained.sum()),
-                         int((good & attained).sum()), int((group & judged).sum()),
+                         int((good & attained).sum()), int(judged.sum()),
                          int((good & judged & served).sum()))
-    ttft, tpot, e2e = (requests.array(name).astype(float)
-                       for name in ("ttft_ms", "itl_mean_ms", "e2e_ms"))
-    return group_dict(counts, measured.seconds, {
-        **distribution("ttft", ttft[rows]),
-        **distribution("tpot", tpot[done & (requests.array("output_tokens") > 1)]),
-        **distribution("e2e", e2e[done])})
+    return group_dict(counts, seconds, {
+        **distribution("ttft", c.ttft[group][rows]),
+        **distribution("tpot", c.tpot[group][done & c.streams[group]]),
+        **distribution("e2e", c.e2e[group][done])})
 
 
 def group_dict(counts: GroupCounts, seconds: float, distributions: dict[str, float | None]
@@ -185,9 +214,16 @@ def group_dict(counts: GroupCounts, seconds: float, distributions: dict[str, flo
 
 
 def groups(requests: Table, column: str) -> list[tuple[str, np.ndarray]]:
-    """(value, mask) for each value of a string column, in order of the value."""
-    values = np.asarray(requests[column], dtype=object)
-    return [(key, values == key) for key in sorted(set(values.tolist()), key=str)]
+    """(value, the ascending indices of its rows) for each value of a string column, in order
+    of the value; one pass over the column, not one per value."""
+    values = np.asarray(requests[column], dtype=object).tolist()
+    keys = sorted(set(values), key=str)
+    position = {key: i for i, key in enumerate(keys)}
+    codes = np.fromiter((position[v] for v in values), dtype=np.int64, count=len(values))
+    order = np.argsort(codes, kind="stable")
+    ends = np.cumsum(np.bincount(codes, minlength=len(keys)))
+    return [(key, order[end - n:end]) for key, end, n in
+            zip(keys, ends.tolist(), np.diff(ends, prepend=0).tolist(), strict=True)]
 
 
 def time_weighted(instances: Sequence[InstanceRecord], start_us: int, seconds: float
@@ -246,17 +282,17 @@ def raw_metrics(requests: Table, targets: list[SLOTargets | None],
     within the window that starts at `start_us`. Without any SLO target the attainment,
     goodput and fairness are null: there is nothing to attain."""
     good, judged = meets(requests, targets), targeted(targets)
-    everyone = np.ones(len(requests), dtype=bool)
     done = (np.asarray(requests["final_state"], dtype=object) == "completed") & measured.arrived
     totals = Totals(int(measured.arrived.sum()), int(done.sum()),
                     int(requests.array("input_tokens")[measured.completed].sum()),
                     output_tokens,
                     int(requests.array("preemptions")[measured.arrived].sum()))
-    return assemble(group_stats(requests, everyone, good, judged, measured), totals,
+    columns, seconds = Columns.of(requests, good, judged, measured), measured.seconds
+    return assemble(group_stats(columns, np.arange(len(requests)), seconds), totals,
                     measured.seconds, cache_hit_rate,
-                    {cls: group_stats(requests, rows, good, judged, measured)
+                    {cls: group_stats(columns, rows, seconds)
                      for cls, rows in groups(requests, "slo_class")},
-                    {t: group_stats(requests, rows, good, judged, measured)
+                    {t: group_stats(columns, rows, seconds)
                      for t, rows in groups(requests, "tenant")},
                     time_weighted(instances, start_us, measured.seconds))
 

@@ -474,6 +474,7 @@ class StreamingRecords:
         self.trace_times = trace_times
         self.window = window = Window.of(scenario.evaluation.window)
         self.request_file = TableWriter(folder / f"requests.{fmt}")
+        self.simulated = 0  # every request handed over, within the window or not
         self.step_rows = StepFile(folder / ".steps.rows")
         self.instances: dict[int, InstanceSteps] = {}  # by position
         self.series = {name: Series(folder / f".{name}.samples", floats=name in FLOATS)
@@ -508,6 +509,7 @@ class StreamingRecords:
         lat = self.conventions.latencies(chunk, self.durations)
         table = request_table(chunk, lat, self.trace_times)
         self.request_file.write(table)
+        self.simulated += len(chunk)
         self.gaps(chunk)
         self.count(chunk, lat, table)
         for position, steps in self.instances.items():
@@ -627,7 +629,8 @@ class StreamingRecords:
         stats["saturation"] = saturation(self.timeline, window, lambda: capacity(
             scenario, [log.role for log in logs], self.step_sums(), self.started),
             scenario.evaluation.saturation.window_s)
-        stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario) + notes
+        stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario,
+                                         self.simulated) + notes
         stats["step_model"] = step_model_of(scenario)  # streamed runs are native
         seconds = window.seconds(records.ended_at)
         metrics = assemble(

@@ -17,12 +17,20 @@ from blis_simpy.core.units import MAX_ADMISSION_DELAYS, MAX_REQUESTS
 from blis_simpy.metrics.saturation import OVERLOADED, spans
 
 LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
+FEW_REQUESTS = 20  # below this many measured requests a percentile or a rate is vacuous
 
 
-def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario) -> list[str]:
-    """Every degenerate condition the run shows, most fundamental first."""
+def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario,
+                 simulated: int) -> list[str]:
+    """Every degenerate condition the run shows, most fundamental first; `simulated`: the
+    requests the whole run simulated (the summary counts those of the measurement window)."""
     arrived = summary["arrived_requests"]
+    window = scenario.evaluation.window
     if arrived == 0:
+        if simulated:
+            return [f"the measurement window ({span(window.warmup_s, window.end_s)}) holds none "
+                    f"of the {simulated} requests simulated: every latency, rate and count "
+                    "describes nothing (evaluation.window)"]
         return ["no request arrived (an empty trace, or a horizon before the first arrival): "
                 "nothing was simulated"]
     out = []
@@ -66,7 +74,17 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario)
                    "(closed-loop users): later ones were never sent")
     out.extend(silent_tenants(tenants, scenario))
     out.extend(unknown_acceptance_tenants(tenants, scenario))
+    if arrived < FEW_REQUESTS:
+        where = "" if window.warmup_s == 0 and window.end_s is None else \
+            f" in the measurement window ({span(window.warmup_s, window.end_s)})"
+        out.append(f"only {arrived} request{'' if arrived == 1 else 's'} measured{where}: "
+                   f"percentiles and rates from fewer than {FEW_REQUESTS} describe little "
+                   "(a p99 of so few is their maximum)")
     return out
+
+
+def span(start_s: float, end_s: float | None) -> str:
+    return f"from {start_s:g} s to " + ("the run's end" if end_s is None else f"{end_s:g} s")
 
 
 def unknown_acceptance_tenants(sent: Set[str], scenario: Scenario) -> list[str]:

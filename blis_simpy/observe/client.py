@@ -115,6 +115,19 @@ async def _body(reader: asyncio.StreamReader, chunked: bool):  # type: ignore[no
             yield line + b"\n"
 
 
+MAX_COUNT = 10**9  # tokens: more than any context a server holds
+
+
+def server_count(value: object) -> int:
+    """The server's usage.completion_tokens, checked where it is observed: a count that cannot
+    be (negative, fractional, not a number, beyond any context) fails the request, so the
+    files written hold only numbers calibrate and validate-real read."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"server error: usage.completion_tokens is {str(value)[:40]!r}, "
+                         f"not a whole number of tokens from 0 to {MAX_COUNT:,}")
+    return value
+
+
 async def _events(lines, timing: Timing) -> None:  # type: ignore[no-untyped-def]
     async for raw in lines:
         line = raw.decode("utf-8", "replace").strip()
@@ -128,8 +141,8 @@ async def _events(lines, timing: Timing) -> None:  # type: ignore[no-untyped-def
         if "error" in event:
             raise ValueError(f"server error: {event['error']}")
         usage = event.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            timing.output_tokens = usage["completion_tokens"]
+        if isinstance(usage, dict) and "completion_tokens" in usage:
+            timing.output_tokens = server_count(usage["completion_tokens"])
         choices = event.get("choices") or []
         if any(c.get("text") for c in choices if isinstance(c, dict)):
             if timing.first_token is None:

@@ -5,7 +5,6 @@ server with a scenario's workload). Each imports its layers when it runs."""
 
 # No `from __future__ import annotations`: typer reads these signatures on every start of the
 # command line (cli.py says why).
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -114,6 +113,15 @@ def validate_real(
     except ScenarioError as exc:
         raise _fail(exc) from None
     typer.echo(report(rows, latency), nl=False)
+    if cv is None:
+        from blis_simpy.validate.harness import in_sample
+
+        fitted = in_sample(stages, latency)
+        if fitted:
+            typer.echo(f"in-sample: {len(fitted)} of {len(stages)} stages were fitted by these "
+                       "coefficients (their fit.stages), so their errors measure the fit, not "
+                       "a prediction; hold them out (calibrate --hold-out) or use --cv for "
+                       "out-of-sample figures")
 
 
 def calibrate(
@@ -152,6 +160,7 @@ def calibrate(
     from blis_simpy.calibrate.coefficients import (
         COEFFICIENTS_FILE,
         identification_table,
+        impossible,
         write_sets,
     )
     from blis_simpy.calibrate.fit import ROUNDS, fit
@@ -185,6 +194,8 @@ def calibrate(
     typer.echo(f"fitted on {len(fitted.stages)} stages; coefficients and what the data "
                "identified:")
     typer.echo(identification_table(fitted))
+    for warning in impossible(fitted):
+        typer.echo(f"warning: {warning}", err=True)
     if held:
         try:
             files = dict(zip(families, written, strict=True))
@@ -235,12 +246,18 @@ def observe(
         planned = plan(loaded, requests)
         check_out(out, force)
 
-        def shown(done: int, total: int) -> None:
-            sys.stderr.write(f"\robserve: {done}/{total}  ")
+        from blis_simpy.core.status import StatusLine
 
-        results = asyncio.run(drive(endpoint, served_model or loaded.model.name, planned,
-                                    concurrency, duration, grace, progress=shown))
-        sys.stderr.write("\n")
+        status = StatusLine()
+
+        def shown(done: int, total: int) -> None:
+            status.show(f"observe: {done}/{total} requests answered", done, total)
+
+        try:
+            results = asyncio.run(drive(endpoint, served_model or loaded.model.name, planned,
+                                        concurrency, duration, grace, progress=shown))
+        finally:
+            status.close()
         rows = [record(o) for o in results]
         write(out, rows, measured_set(loaded, rows, url, concurrency, duration), force)
     except ScenarioError as exc:

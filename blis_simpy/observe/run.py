@@ -81,7 +81,7 @@ async def drive(endpoint: Endpoint, model: str, requests: list[Planned], concurr
             timing = await complete(endpoint, model, item.prompt, item.output_tokens, left)
             results.append(Observed(item, timing, start))
             if progress:
-                progress(len(results), len(requests))
+                progress(len(results), len(due))  # what will be sent, not the whole plan
 
     due = [item for item in requests if item.at < duration_s]
     await asyncio.gather(*(one(item) for item in due))

@@ -28,9 +28,43 @@ class Row:
     b_present: bool = True
 
 
-def compare_runs(run_a: Path, run_b: Path) -> list[Row]:
-    """Rows for every flat key of either run's summary.json."""
-    return compare(load_summary(run_a), load_summary(run_b))
+@dataclass(frozen=True)
+class State:
+    """What a run's summary says of its own trustworthiness: the saturation verdict, its
+    level and the run's warnings (a ratio between a saturated run and a stable one is no
+    like-for-like comparison, so each run's state is shown beside the ratios)."""
+
+    verdict: str
+    level: str
+    warnings: tuple[str, ...]
+
+    def line(self) -> str:
+        return f"saturation {self.verdict} ({self.level}), {len(self.warnings)} warning" \
+            + ("" if len(self.warnings) == 1 else "s")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "level": self.level, "warnings": list(self.warnings)}
+
+
+def state(summary: dict[str, Any]) -> State:
+    """The run's `State` from its summary.json; a key that is absent or not what a run
+    writes reads as "unknown" (an older or hand-made folder)."""
+    saturation = summary.get("saturation")
+    saturation = saturation if isinstance(saturation, dict) else {}
+    warnings = summary.get("warnings")
+    warnings = warnings if isinstance(warnings, list) else []
+
+    def text(key: str) -> str:
+        found = saturation.get(key)
+        return found if isinstance(found, str) else "unknown"
+
+    return State(text("verdict"), text("level"), tuple(str(w) for w in warnings))
+
+
+def compare_runs(run_a: Path, run_b: Path) -> tuple[list[Row], tuple[State, State]]:
+    """Rows for every flat key of either run's summary.json, and each run's `State`."""
+    a, b = load_summary(run_a), load_summary(run_b)
+    return compare(a, b), (state(a), state(b))
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
@@ -71,25 +105,32 @@ def cell(value: Any, present: bool = True) -> str:
     return json.dumps(value) if isinstance(value, bool) else str(value)
 
 
-def table(rows: list[Row], run_a: Path, run_b: Path) -> str:
-    """Aligned text: which folder is A and B, then key, A, B, B/A."""
+def table(rows: list[Row], run_a: Path, run_b: Path, states: tuple[State, State]) -> str:
+    """Aligned text: which folder is A and B with each one's saturation verdict and
+    warnings, then key, A, B, B/A."""
     cells = [("key", "A", "B", "B/A")]
     cells += [(r.key, cell(r.a, r.a_present), cell(r.b, r.b_present),
                "" if r.ratio is None else cell(r.ratio)) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(4)]
-    lines = [f"A: {run_a}", f"B: {run_b}"]
+    lines = []
+    for name, path, run in zip("AB", (run_a, run_b), states, strict=True):
+        lines.append(f"{name}: {path}: {run.line()}")
+        lines += [f"   warning: {w}" for w in run.warnings]
     for key, *values in cells:
         numbers = "  ".join(v.rjust(w) for v, w in zip(values, widths[1:], strict=True))
         lines.append(f"{key.ljust(widths[0])}  {numbers}".rstrip())
     return "\n".join(lines) + "\n"
 
 
-def as_json(rows: list[Row], run_a: Path, run_b: Path) -> str:
-    """The rows with raw values; absent keys and undefined ratios are null, non-finite
-    numbers are strings ("nan", "inf") so the output stays strict JSON."""
+def as_json(rows: list[Row], run_a: Path, run_b: Path, states: tuple[State, State]) -> str:
+    """Each run's state (`state_a`, `state_b`: verdict, level, warnings), then the rows with
+    raw values; absent keys and undefined ratios are null, non-finite numbers are strings
+    ("nan", "inf") so the output stays strict JSON."""
     data = {
         "a": str(run_a),
         "b": str(run_b),
+        "state_a": states[0].to_dict(),
+        "state_b": states[1].to_dict(),
         "rows": [{"key": r.key, "a": plain(r.a), "b": plain(r.b), "ratio": r.ratio,
                   "in_a": r.a_present, "in_b": r.b_present} for r in rows],
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from blis_simpy.report import (
     read_table,
     run_folder,
 )
+from blis_simpy.report.compare import state
 from blis_simpy.report.pd_plots import QUEUE_COLUMNS, ROLE_COLUMNS, pool_busy_share
 from blis_simpy.report.plots import (
     REQUEST_COLUMNS,
@@ -155,9 +157,14 @@ def render_html(run_dir: Path, out: Path, force: bool = False) -> Path:
     for key, title in (("per_slo_class", "SLO class"), ("per_tenant", "tenant")):
         groups = run.metrics.get(key) or {}
         if groups:
+            shown = busiest(groups)
             page.table([title, *(label for _, label in GROUP_COLUMNS)],
                        [[name or "default", *(cell(row.get(k)) for k, _ in GROUP_COLUMNS)]
-                        for name, row in groups.items()])
+                        for name, row in shown.items()])
+            if len(shown) < len(groups):
+                page.text(f"<p class='where'>the {len(shown)} {esc(title)}s with the most "
+                          f"requests of {len(groups):,}; metrics.json ({esc(key)}) has every "
+                          "one</p>")
     page.heading("Latency distributions")
     for column, title in LATENCIES:
         page.plot(cdf_plot(title, [(label, frame[column]) for label, frame in
@@ -184,6 +191,15 @@ def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Pa
     page.text("<p class='where'>" + "<br>".join(f"{esc(n)}: {esc(str(r.path))}"
                                                 for n, r in zip(names, runs, strict=True))
               + "</p>")
+    page.heading("Saturation and warnings")
+    states = [state(r.summary) for r in runs]
+    page.table(["run", "verdict", "level", "warnings"],
+               [[n, s.verdict, s.level, str(len(s.warnings))]
+                for n, s in zip(names, states, strict=True)])
+    for n, s in zip(names, states, strict=True):
+        if s.warnings:
+            page.text(f"<p>{esc(n)}:</p><ul class='warnings'>"
+                      + "".join(f"<li>{esc(w)}</li>" for w in s.warnings) + "</ul>")
     page.heading("Summary")
     header = ["", *names, *(f"{n} / {names[0]}" for n in names[1:])]
     rows = []
@@ -193,7 +209,10 @@ def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Pa
         rows.append([label, *map(cell, values), *(cell(ratio(values[0], v)) for v in values[1:])])
     page.table(header, rows)
     page.heading("SLO attainment per SLO class")
-    classes = sorted({c for r in runs for c in (r.metrics.get("per_slo_class") or {})})
+    every = sorted({c for r in runs for c in (r.metrics.get("per_slo_class") or {})})
+    counts = {c: sum(float((r.metrics.get("per_slo_class") or {}).get(c, {}).get("requests")
+                           or 0) for r in runs) for c in every}
+    classes = [c for c in every if c in busiest(counts_rows(counts))]
     page.table(["SLO class", *names], [
         [c or "default", *(cell((r.metrics.get("per_slo_class") or {}).get(c, {})
                                 .get("slo_attainment")) for r in runs)] for c in classes])
@@ -212,6 +231,27 @@ def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Pa
         (n, *cluster_total(r.steps, "batch_size")) for n, r in zip(names, runs, strict=True)],
         x_range))
     return page.write(out, force)
+
+
+TOP_ROWS = 50  # rows of a per-tenant or per-class table; metrics.json has them all
+
+
+def counts_rows(counts: dict[str, float]) -> dict[str, Any]:
+    return {name: {"requests": n} for name, n in counts.items()}
+
+
+def busiest(groups: dict[str, Any], top: int = TOP_ROWS) -> dict[str, Any]:
+    """The `top` groups with the most requests, in their own order (all of them when there
+    are no more)."""
+    if len(groups) <= top:
+        return groups
+
+    def requests(item: tuple[str, Any]) -> float:
+        count: Any = item[1].get("requests") if isinstance(item[1], dict) else None
+        return float(count) if numeric(count) else 0.0
+
+    kept = {name for name, _ in sorted(groups.items(), key=lambda i: -requests(i))[:top]}
+    return {name: row for name, row in groups.items() if name in kept}
 
 
 def unique_names(runs: Sequence[Run]) -> list[str]:
@@ -271,7 +311,7 @@ class Page:
         # only the core bundle: no WebGL, widgets, tables or MathJax (2.7 MB the report
         # does not use)
         resources = Resources(mode="inline", components=["bokeh"])
-        script, divs = components(self.plots) if self.plots else ("", ())
+        script, divs = stable_ids(*components(self.plots)) if self.plots else ("", ())
         body = "\n".join(part if isinstance(part, str) else
                          f"<div class='plot'>{divs[part]}</div>" for part in self.parts)
         return (f"<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
@@ -290,6 +330,31 @@ class Page:
         with replacing(out, str(out), HTML_FILE, force) as temp:
             temp.write_text(text, encoding="utf-8")
         return out
+
+
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def stable_ids(script: str, divs: Sequence[str]) -> tuple[str, list[str]]:
+    """Bokeh's ids made the same on every report of the same folder: its document and element
+    ids are random UUIDs, its model ids a counter that runs on across the reports one process
+    writes. Each is renamed by the order it first appears in, so the file is byte-identical
+    run to run. Only ids Bokeh gave are renamed (the document's, each plot's element and every
+    model's `"id"`), never a string of the data that looks like one."""
+    page = script + "".join(divs)
+    models = dict.fromkeys(re.findall(r'"id":"(p\d+)"', script)
+                           + re.findall(r'data-root-id="(p\d+)"', page))
+    model_ids = {old: f"m{n}" for n, old in enumerate(models)}
+    generated = dict.fromkeys(re.findall(rf'<div id="({UUID})"', page)
+                              + re.findall(rf'"docid":"({UUID})"', script))
+    uuids = {old: f"00000000-0000-4000-8000-{n:012x}" for n, old in enumerate(generated)}
+
+    def rename(text: str) -> str:
+        text = re.sub(r'"(p\d+)"', lambda m: f'"{model_ids.get(m.group(1), m.group(1))}"',
+                      text)
+        return re.sub(UUID, lambda m: uuids.get(m.group(0), m.group(0)), text)
+
+    return rename(script), [rename(div) for div in divs]
 
 
 def esc(text: str) -> str:

@@ -133,13 +133,28 @@ def completed(requests: pd.DataFrame) -> pd.DataFrame:
                 & np.isfinite(done["e2e_ms"].astype(float))]
 
 
-def slo_classes(requests: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(label, rows) per SLO class in name order; the unnamed class is shown as "default"."""
+TOP_CLASSES = 10  # SLO classes drawn as lines of their own; the rest are pooled
+
+
+def slo_classes(requests: pd.DataFrame, top: int = TOP_CLASSES
+                ) -> list[tuple[str, pd.DataFrame]]:
+    """(label, rows) per SLO class in name order; the unnamed class is shown as "default".
+    With more than `top` classes (a trace keyed by user), the `top` with the most requests
+    are kept and the rest pooled as one line, "other (N classes)": thousands of lines are
+    neither readable nor quick to draw."""
     if requests.empty:
         return []
     column = requests.get("slo_class", pd.Series("", index=requests.index))
     names = column.astype(object).where(column.notna(), "").astype(str)  # all-blank csv: NaN
-    return [(name or "default", requests[names == name]) for name in sorted(names.unique())]
+    parts = [(str(name) or "default", rows)
+             for name, rows in requests.groupby(names.to_numpy(), sort=True)]
+    if len(parts) <= top:
+        return parts
+    ranked = sorted(range(len(parts)), key=lambda i: (-len(parts[i][1]), parts[i][0]))
+    kept = sorted(ranked[:top])
+    rest = [parts[i][1] for i in sorted(ranked[top:])]
+    pooled = pd.concat(rest).sort_index()
+    return [parts[i] for i in kept] + [(f"other ({len(rest):,} classes)", pooled)]
 
 
 def ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -93,10 +93,23 @@ def sweep(
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    means = table.groupby(["scenario", "policy"], sort=False, as_index=False)["fitness"].mean()
-    for scenario, policy, fitness in means.itertuples(index=False):
-        typer.echo(f"{scenario}  {policy}  mean fitness {fitness:.6g}", err=True)
+    for line in pair_lines(table):
+        typer.echo(line, err=True)
     typer.echo(f"wrote {target} ({len(table)} runs)", err=True)
+
+
+def pair_lines(table: Any) -> list[str]:
+    """Each (scenario, policy) pair's mean fitness, and how many of its runs were saturated
+    (the `saturated` column): a mean over drowning runs ranks policies by how they drown."""
+    lines = []
+    for (scenario, policy), runs in table.groupby(["scenario", "policy"], sort=False):
+        line = f"{scenario}  {policy}  mean fitness {runs['fitness'].mean():.6g}"
+        if "saturated" in runs:
+            saturated = int(runs["saturated"].fillna(False).astype(bool).sum())
+            if saturated:
+                line += f"  ({saturated} of {len(runs)} runs saturated)"
+        lines.append(line)
+    return lines
 
 
 def check_table_target(target: Path, force: bool) -> None:
@@ -134,7 +147,11 @@ def components(policy_config: Path | None, code: list[str] | None) -> dict[str, 
             raise ScenarioError("--code", f"{item!r} has no '='", "AXIS=file.py")
         if axis not in AXES:
             raise ScenarioError("--code", f"{axis!r} is not a policy axis", ", ".join(AXES))
-        out[axis] = read_text(path, "--code", "a Python source file")
+        source = read_text(path, "--code", "a Python source file")
+        if "\0" in source:  # Python's own words would be "line None: ... null bytes"
+            raise ScenarioError(f"--code {path}", f"a NUL byte at character "
+                                f"{source.index(chr(0)):,}: not Python source text")
+        out[axis] = source
     return out
 
 

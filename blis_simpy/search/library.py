@@ -38,8 +38,12 @@ SEARCH_LIBRARY: dict[str, SearchScenario] = {s.name: s for s in (
         "token-bucket": {"admission.type": "token-bucket", "admission.capacity": 20000,
                          "admission.refill_per_s": 30000},
         "rate-limit": {"admission.type": "rate-limit", "admission.max_requests": 45},
+        # each tenant at most 96 active requests; capping the batch tenant alone
+        # (batch-quota) serves it 13 % of its work, which the default score's worst-tenant
+        # factor prices (the search loop tutorial starts from it)
         "tenant-quota": {"admission.type": "tenant-quota",
-                         "admission.quotas": {"batch": 8}},
+                         "admission.quotas": {"chat": 96, "batch": 96}},
+        "batch-quota": {"admission.type": "tenant-quota", "admission.quotas": {"batch": 8}},
         "reject-all": {"admission.type": "reject-all"},
     }, {"reject-all": "rejection_burst"}),
     SearchScenario("search-priority", "priority", {

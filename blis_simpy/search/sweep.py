@@ -398,6 +398,10 @@ def relative_row(row: dict[str, Any], base: Mapping[str, Any], terms: tuple[Term
     changes = ", ".join(f"{name} x{ratio:.3f}" for name, ratio in scored.ratios.items())
     if row.get("sustained", 1.0) < 1.0:
         changes += f"; saturated: x{row['sustained']:.3f} for the load it could not sustain"
+    share = row.get("tenant_completion")
+    if share is not None and share < 1.0:
+        changes += (f"; x{share:.3f} for the work not done (the worst-served tenant's "
+                    "completed share of its prompt and output tokens)")
     row["feedback"] = (f"Fitness {scored.fitness:.4g} against the scenario's own policies on "
                        f"the same requests (1 = as good; per term, > 1 is better: {changes})"
                        f"\n\n{row['feedback']}")
@@ -467,7 +471,9 @@ def zero_row(task: Task, error: str) -> dict[str, Any]:
 
 def row(result: Result) -> dict[str, Any]:
     """A run's columns after its ids: policy and workload ids, error (empty), fitness,
-    completion, sustained (the saturation factor), each normalised objective
+    completion, sustained (the saturation factor), tenant_completion (the default score's
+    completion factor: the worst-served tenant's completed share of its work), each
+    normalised objective
     (`objective.<key>`), the measurement window (`window_start_s`, `window_end_s`: null for
     the run's end), every scalar of the summary,
     the RawMetrics scalars the summary lacks, anomaly counts (`anomaly.<kind>`) and the number
@@ -477,7 +483,8 @@ def row(result: Result) -> dict[str, Any]:
     out: dict[str, Any] = {"policy_id": evaluation.policy_id,
                            "workload_id": evaluation.workload_id, "error": "",
                            "fitness": evaluation.fitness, "completion": evaluation.completion,
-                           "sustained": evaluation.sustained}
+                           "sustained": evaluation.sustained,
+                           "tenant_completion": evaluation.tenant_completion}
     out.update({f"objective.{k}": v for k, v in evaluation.objectives.items()})
     window = result.scenario.evaluation.window
     out["window_start_s"], out["window_end_s"] = window.warmup_s, window.end_s

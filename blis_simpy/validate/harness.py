@@ -106,6 +106,33 @@ class Latency:
         return section
 
 
+def in_sample(stages: Sequence[Stage], latency: Latency) -> list[str]:
+    """The keys of the stages the coefficients under test were fitted on (the `fit.stages`
+    of their file: a bundled family's or a calibrated one)."""
+    from blis_simpy.config.catalog import data_dir
+    from blis_simpy.config.step_models import STEP_DIR
+
+    fitted: dict[str, set[str]] = {}
+    out = []
+    for stage in stages:
+        section = latency.for_stage(stage)
+        name = section.get("coefficients") if section.get("type") == "physical" else None
+        if not isinstance(name, str):
+            continue
+        if name not in fitted:
+            path = Path(name) if name.endswith(".json") else \
+                data_dir() / STEP_DIR / f"{name}.json"
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))  # type: ignore[union-attr]
+                stages_fitted = data["fit"]["stages"]
+            except (OSError, ValueError, KeyError, TypeError):
+                stages_fitted = []
+            fitted[name] = {k for k in stages_fitted if isinstance(k, str)}
+        if stage.key in fitted[name]:
+            out.append(stage.key)
+    return out
+
+
 def length_config(dist: Mapping[str, Any]) -> dict[str, Any]:
     """A measured length distribution as a scenario's: measured files list observed token
     counts as `{type: empirical, values: [...]}`, a scenario resamples them as `samples`."""

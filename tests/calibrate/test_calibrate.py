@@ -172,3 +172,34 @@ def test_calibrate_rejects_what_it_cannot_fit(tmp_path: Path, args, message):
     result = CliRunner().invoke(app, ["calibrate", "--out", str(tmp_path / "x.json"), *args])
     assert result.exit_code == 2, result.output
     assert message in result.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_calibrate_warns_of_a_fitted_term_no_gpu_can_have():
+    """newcomer 16's #14: an ITL of 2.3 ms fitted weights@H100 0.2635, weight reads 3.8x
+    faster than HBM allows, with no warning."""
+    from types import SimpleNamespace
+
+    from blis_simpy.calibrate.coefficients import impossible
+    from blis_simpy.config.hardware import bundled_gpu
+
+    h100 = bundled_gpu("H100")
+    assert h100 is not None
+    values = {"weights@H100": 0.2635, "kv_reads@H100": 1.1, "gemm@H100": 0.1,
+              "link@H100": 0.5 * h100.link_efficiency}
+    fitted = SimpleNamespace(gpus=["H100"], values=values,
+                             identified=lambda column: column != "gemm@H100")
+    warnings = impossible(fitted)  # gemm is below its floor but the data did not identify it
+    assert [w.split()[0] for w in warnings] == ["weights@H100", "link@H100"]
+    assert "faster than its memory bandwidth" in warnings[0]
+    assert f"({h100.hbm_efficiency / 0.2635:.2g}x its peak)" in warnings[0]
+    assert impossible(SimpleNamespace(gpus=["H100"], values={"weights@H100": 1.0},
+                                      identified=lambda column: True)) == []
+
+
+def test_validate_real_says_when_its_figures_are_in_sample():
+    """The bundled coefficients were fitted on the bundled sets: their errors there are
+    in-sample, and the output says so."""
+    result = CliRunner().invoke(app, ["validate-real", "--only",
+                                      "datacrunch-h200-sglang:online-1rps", "--requests", "20"])
+    assert result.exit_code == 0, result.output
+    assert "in-sample: 1 of 1 stages were fitted by these coefficients" in result.stdout

@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -255,7 +256,8 @@ def test_evaluation_json_has_no_wall_time_and_is_reproducible(tmp_path: Path):
     text = (tmp_path / "a" / "evaluation.json").read_text()
     data = json.loads(text)
     assert "wall_s" not in data
-    assert set(data) == {f.name for f in dataclasses.fields(EvaluationResult)} - {"wall_s"}
+    assert set(data) == {f.name for f in dataclasses.fields(EvaluationResult)} - {
+        "wall_s", "tenant_completion"}
     assert first.evaluation is not None
     expected = first.evaluation.to_file_dict()
     assert data == json.loads(json.dumps(expected))
@@ -408,3 +410,47 @@ def test_relative_terms_follow_the_scenario():
     assert names("quickstart") == latency
     assert names("search-routing") == latency | {"slo_attainment", "goodput"}
     assert names("search-autoscale") == latency | {"slo_attainment", "goodput", "cost"}
+
+
+def test_the_default_score_counts_the_worst_served_tenants_share_of_its_work():
+    """A row's `tenant_completion` (the worst-served tenant's completed share of its prompt
+    and output tokens) is the factor in place of the completion rate: starving a tenant
+    scores 0, and shedding long prompts costs the work they carry, not their number."""
+    assert relative({"completion": 0.7, "tenant_completion": 0.0}).fitness == 0.0
+    assert relative({"completion": 0.85, "tenant_completion": 0.4}).fitness == \
+        pytest.approx(0.4)
+    tenants = ["chat", "chat", "batch", "batch"]
+    work = np.array([100, 100, 100, 900])
+    everyone = np.ones(4, dtype=bool)
+    # the long batch prompt rejected: 3 of 4 requests, but batch got 10 % of its work
+    assert fitness.tenant_completion(tenants, work, everyone,
+                                     np.array([True, True, True, False])) == pytest.approx(0.1)
+    assert fitness.tenant_completion(tenants, work, everyone, everyone) == 1.0
+    # only the requests measured (arrived within the window) count; none: nothing offered
+    measured = np.array([True, True, False, False])
+    assert fitness.tenant_completion(tenants, work, measured,
+                                     np.array([True, False, False, False])) == 0.5
+    assert fitness.tenant_completion(tenants, work, ~everyone, ~everyone) == 1.0
+
+
+def test_starving_a_tenant_or_shedding_long_prompts_never_beats_tenant_quota():
+    """newcomer 16's #6, on search-admission's held-out seeds: rejecting every request of
+    the batch tenant scored 1.78 and rejecting prompts over 2,000 tokens 2.12 (the latency
+    ratios clip at 10 once the queue is gone), above the tenant-quota template (1.82)."""
+    from blis_simpy.search.library import SEARCH_LIBRARY
+    from blis_simpy.search.sweep import run_many
+
+    def reject_if(signal: str, op: str, value: object) -> dict[str, object]:
+        return {"admission.type": "decision-tree", "admission.tree": {
+            "if": {"signal": signal, "op": op, "value": value},
+            "then": {"action": "reject"}, "else": {"action": "admit"}}}
+
+    table = run_many("search-admission", {
+        "tenant-quota": SEARCH_LIBRARY["search-admission"].templates["tenant-quota"],
+        "reject-batch": reject_if("request.tenant", "==", "batch"),
+        "reject-long": reject_if("request.input_tokens", ">", 2000),
+    }, seeds=(101, 102), workers=1)
+    score = table.groupby("policy").fitness.mean()
+    assert score["reject-batch"] == 0.0, table
+    assert score["reject-long"] < score["tenant-quota"] - 0.2, table
+    assert score["tenant-quota"] > 1.2, table

@@ -376,3 +376,20 @@ def test_metrics_are_plain_json_and_match_the_evaluation(tmp_path: Path):
     assert result.evaluation.simulated_s == result.metrics["duration_s"]
     written = copy.deepcopy(result.metrics)
     assert json.loads(json.dumps(written)) == written
+
+
+def test_groups_are_found_in_one_pass_with_the_rows_the_masks_gave():
+    """newcomer 16's #10: with a tenant per request (5,000) and 2,000 SLO classes the run's
+    metrics took 9.9 s against 1.2 s with one: every group converted and scanned every
+    column. The groups are now index arrays found in one pass; they select the same rows."""
+    import numpy as np
+
+    from blis_simpy.metrics.columns import Table
+    from blis_simpy.metrics.raw import groups
+
+    values = ["b", "", "a", "b", "c", "a", ""]
+    table = Table({"tenant": values})
+    found = groups(table, "tenant")
+    assert [key for key, _ in found] == ["", "a", "b", "c"]
+    for key, rows in found:
+        assert rows.tolist() == np.flatnonzero(np.array(values, dtype=object) == key).tolist()

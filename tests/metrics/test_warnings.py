@@ -13,7 +13,7 @@ from blis_simpy.cli import app
 from blis_simpy.config.scenario import Scenario
 from tests.conftest import BASE, merge, scenario
 
-SMALL = {"workload": {"num_requests": 12}}
+SMALL = {"workload": {"num_requests": 24}}  # enough that percentiles mean something
 
 
 def small(**changes):
@@ -26,8 +26,8 @@ def test_a_healthy_run_has_no_warnings():
 
 def test_everything_rejected_is_warned_with_its_reason_codes():
     result = run(small(policies={"admission": {"type": "reject-all"}}))
-    assert result.warnings == ["every request was rejected (12 admission)"]
-    assert result.summary["rejected_by_reason"] == {"admission": 12}
+    assert result.warnings == ["every request was rejected (24 admission)"]
+    assert result.summary["rejected_by_reason"] == {"admission": 24}
     assert result.summary["admitted_requests"] == 0
 
 
@@ -65,7 +65,7 @@ def test_low_completion_is_warned():
 def test_a_tenant_that_never_sends_is_warned():
     tenant = {"prompt": {"type": "constant", "value": 100},
               "output": {"type": "constant", "value": 10}}
-    workload = {"type": "tenants", "rate_per_s": 5, "duration_s": 2,
+    workload = {"type": "tenants", "rate_per_s": 10, "duration_s": 4,
                 "tenants": [{"id": "busy", "rate_fraction": 1.0, **tenant},
                             {"id": "quiet", "rate_fraction": 0.0, **tenant}]}
     data = {k: v for k, v in BASE.items() if k != "workload"}
@@ -76,12 +76,12 @@ def test_a_tenant_that_never_sends_is_warned():
 def test_warnings_are_printed_on_stderr_and_written_to_summary_json(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(merge(BASE, {
-        "workload": {"num_requests": 5}, "policies": {"admission": {"type": "reject-all"}}})))
+        "workload": {"num_requests": 25}, "policies": {"admission": {"type": "reject-all"}}})))
     out = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "o"), "--quiet"])
     assert out.exit_code == 0
-    assert "warning: every request was rejected (5 admission)" in out.stderr
+    assert "warning: every request was rejected (25 admission)" in out.stderr
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert summary["warnings"] == ["every request was rejected (5 admission)"]
+    assert summary["warnings"] == ["every request was rejected (25 admission)"]
 
 
 def test_a_speculation_rate_for_a_tenant_the_trace_lacks_is_warned(tmp_path):
@@ -94,3 +94,24 @@ def test_a_speculation_rate_for_a_tenant_the_trace_lacks_is_warned(tmp_path):
         "method": "ngram", "draft_tokens": 2, "acceptance_rate": 0.5,
         "tenant_acceptance": {"zzz": 0.9}}}))
     assert any("tenant_acceptance names 'zzz'" in w for w in result.warnings), result.warnings
+
+
+def test_a_window_that_excludes_every_request_says_so_not_that_none_arrived():
+    """newcomer 16's #11: a window starting after the run measured nothing, and the warning
+    said "no request arrived ... nothing was simulated" although every request was."""
+    result = run(small(evaluation={"window": {"warmup_s": 1000}}))
+    assert result.summary["arrived_requests"] == 0
+    assert result.warnings == ["the measurement window (from 1000 s to the run's end) holds "
+                               "none of the 24 requests simulated: every latency, rate and "
+                               "count describes nothing (evaluation.window)"]
+
+
+def test_a_percentile_from_few_requests_is_warned_with_their_number():
+    result = run(small(workload={"num_requests": 3}))
+    assert result.warnings == ["only 3 requests measured: percentiles and rates from fewer "
+                               "than 20 describe little (a p99 of so few is their maximum)"]
+    ends = sorted(run(small()).requests.arrival_s)
+    late = run(small(evaluation={"window": {"warmup_s": float(ends[-2])}}))
+    assert late.summary["arrived_requests"] == 2
+    assert late.warnings[-1].startswith("only 2 requests measured in the measurement window "
+                                        f"(from {float(ends[-2]):g} s to the run's end)")

@@ -15,8 +15,10 @@ import time
 
 class StreamingServer:
     def __init__(self, ttft_s: float = 0.02, itl_s: float = 0.005,
-                 per_prompt_token_s: float = 0.0, fail_every: int = 0) -> None:
+                 per_prompt_token_s: float = 0.0, fail_every: int = 0,
+                 usage_tokens: object = None) -> None:
         self.ttft_s, self.itl_s, self.per_token = ttft_s, itl_s, per_prompt_token_s
+        self.usage_tokens = usage_tokens  # what usage.completion_tokens says (None: the truth)
         self.fail_every = fail_every
         self.in_flight = 0
         self.max_in_flight = 0
@@ -62,7 +64,8 @@ class StreamingServer:
                 written.append(time.perf_counter())
                 self.send(writer, {"choices": [{"index": 0, "text": f" t{i}"}]})
                 await writer.drain()
-            self.send(writer, {"choices": [], "usage": {"completion_tokens": body["max_tokens"],
+            told = body["max_tokens"] if self.usage_tokens is None else self.usage_tokens
+            self.send(writer, {"choices": [], "usage": {"completion_tokens": told,
                                                          "prompt_tokens": len(body["prompt"])}})
             writer.write(self.chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             await writer.drain()

@@ -78,6 +78,17 @@ def test_a_failing_server_is_recorded_not_fatal():
     assert measured["measured"]["completed"] == 6 and measured["measured"]["failed"] == 3
 
 
+@pytest.mark.parametrize("told", [-5, 2.5, "7", True, 10**12])
+def test_impossible_server_token_counts_fail_the_request_when_observed(told):
+    """newcomer 16's #12: usage.completion_tokens -5 was written as output_tokens -5, a file
+    calibrate and validate-real then refused."""
+    server = StreamingServer(ttft_s=0.01, itl_s=0.002, usage_tokens=told)
+    _, _, results = observe(server, concurrency=2, duration=30, requests=3)
+    rows = [record(o) for o in results]
+    assert all("usage.completion_tokens is" in r["error"] for r in rows), rows
+    assert all("output_tokens" not in r or r["output_tokens"] >= 0 for r in rows)
+
+
 def test_an_unreachable_server_is_an_error_on_the_request():
     async def main():
         return await complete(Endpoint.parse("http://127.0.0.1:9/v1"), "m", [1, 2], 4, 2.0)

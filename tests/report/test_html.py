@@ -153,3 +153,53 @@ def test_cluster_total_sums_each_instances_latest_value():
     times, totals = html.cluster_total(steps, "queue_depth")
     assert times.tolist() == [0.0, 0.5, 1.0, 1.5]
     assert totals.tolist() == [3, 5, 3, 6]
+
+
+def test_report_html_is_byte_identical_run_to_run(runs, tmp_path):
+    """newcomer 16's #17: Bokeh's random document and element UUIDs (and its model counter,
+    which runs on within one process) made two reports of one folder differ."""
+    first, second = tmp_path / "r1.html", tmp_path / "r2.html"
+    html.render_html(runs[0], first)
+    html.render_html(runs[0], second)
+    assert first.read_bytes() == second.read_bytes()
+    text = first.read_text()
+    assert "00000000-0000-4000-8000-000000000000" in text
+    both = [tmp_path / "c1.html", tmp_path / "c2.html"]
+    for page in both:
+        html.compare_html(list(runs[:2]), page)
+    assert both[0].read_bytes() == both[1].read_bytes()
+
+
+def test_stable_ids_rename_only_what_bokeh_generated():
+    script = ('{"docid":"0f0e0d0c-0b0a-4988-8776-655443322110","roots":{"p1006":"x"},'
+              '"id":"p1006","attributes":{"label":"p99","ref":{"id":"p1006"}}}')
+    div = '<div id="11111111-2222-4333-8444-555555555555" data-root-id="p1006"></div>'
+    new_script, (new_div,) = html.stable_ids(script, [div])
+    assert '"p1006"' not in new_script + new_div and '"p99"' in new_script
+    assert '"m0"' in new_script and 'data-root-id="m0"' in new_div
+    assert "00000000-0000-4000-8000-000000000001" in new_script + new_div
+
+
+def test_a_report_of_thousands_of_tenants_and_classes_caps_what_it_draws(tmp_path):
+    """newcomer 16's #10: a trace with a tenant per request and 2,000 SLO classes took 154 s
+    and 541 MB to report (a CDF line per class, a table row per tenant). The busiest
+    TOP_CLASSES classes are drawn, the rest pooled; the tables keep the busiest TOP_ROWS."""
+    from blis_simpy.report.plots import TOP_CLASSES
+
+    rows = "".join(f"{0.01 * i:.6f},r{i},m,\"[1,2,3]\",\"[1,2]\",tenant{i},class{i % 60}\n"
+                   for i in range(240))
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_time,request_id,model,prefill_tokens,decode_tokens,tenant_id,"
+                     "slo_class\n" + rows)
+    from blis_simpy.config.scenario import Scenario
+    from tests.conftest import BASE
+
+    data = {k: v for k, v in BASE.items() if k != "workload"}
+    run_dir = tmp_path / "run"
+    blis_simpy.run(Scenario.from_dict({**data, "workload": {"type": "trace",
+                                                            "path": str(trace)}})
+                   ).save(run_dir, "csv")
+    page = html.render_html(run_dir, tmp_path / "r.html").read_text()
+    assert f"other ({60 - TOP_CLASSES} classes)" in page
+    assert f"the {html.TOP_ROWS} tenants with the most requests of 240" in page
+    assert page.count("<td>tenant") == html.TOP_ROWS

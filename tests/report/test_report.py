@@ -185,7 +185,9 @@ def test_compare_prints_key_a_b_and_ratio(runs):
     b = json.loads((fast / "summary.json").read_text())
     result = cli("compare", slow, fast)
     assert result.exit_code == 0, result.output
-    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
+    lines = result.stdout.splitlines()
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("key ")):]
+    rows = {line.split()[0]: line.split() for line in lines}
     assert rows["key"] == ["key", "A", "B", "B/A"]
     ratio = b["responses_per_sec"] / a["responses_per_sec"]
     assert rows["responses_per_sec"] == [
@@ -204,6 +206,39 @@ def test_compare_json(runs):
     row = by_key["ttft_mean_ms"]
     assert row["ratio"] == pytest.approx(row["b"] / row["a"])
     assert by_key["instance_id"]["ratio"] is None
+
+
+def saturated_copy(run: Path, folder: Path) -> Path:
+    """The run's folder with its summary saying saturated, overloaded, with one warning."""
+    import shutil
+
+    shutil.copytree(run, folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["saturation"].update(verdict="saturated", level="OVERLOADED")
+    summary["warnings"] = ["saturated: offered 39.7 req/s, served 15.6 req/s"]
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def test_compare_shows_each_runs_saturation_verdict_level_and_warnings(runs, tmp_path):
+    stable = runs[0]
+    saturated = saturated_copy(runs[1], tmp_path / "cap-2")
+    text = cli("compare", saturated, stable)
+    assert text.exit_code == 0, text.output
+    head = text.stdout.splitlines()[:3]
+    assert head[0].endswith("saturation saturated (OVERLOADED), 1 warning")
+    assert head[1] == "   warning: saturated: offered 39.7 req/s, served 15.6 req/s"
+    verdict = json.loads((stable / "summary.json").read_text())["saturation"]["verdict"]
+    assert f"saturation {verdict} (" in head[2]
+    data = json.loads(cli("compare", saturated, stable, "--json").stdout)
+    assert data["state_a"] == {"verdict": "saturated", "level": "OVERLOADED",
+                               "warnings": ["saturated: offered 39.7 req/s, served 15.6 req/s"]}
+    assert data["state_b"]["verdict"] == verdict
+    pytest.importorskip("bokeh")
+    page = tmp_path / "cmp.html"
+    assert cli("compare", saturated, stable, "--html", page).exit_code == 0
+    html = page.read_text()
+    assert "OVERLOADED" in html and "served 15.6 req/s" in html
 
 
 def test_compare_keys_missing_from_one_side_and_formatting():

@@ -98,6 +98,19 @@ def test_fuzzed_sweep_files_fail_with_a_scenario_error(tmp_path: Path, data):
         assert str(exc)
 
 
+def test_sweep_says_how_many_of_a_pairs_runs_were_saturated(tmp_path: Path):
+    """newcomer 16's #13: the console gave a mean fitness per pair with no word that every
+    run behind it was saturated."""
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "scenarios": ["quickstart"],
+        "set": {"workload.num_requests": 200, "workload.rate_per_s": 200},
+        "policies": {"rr": {"routing.type": "round-robin"}}, "seeds": [1, 2]}))
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "--out",
+                                      str(tmp_path / "t.csv")])
+    assert result.exit_code == 0, result.output
+    assert "  (2 of 2 runs saturated)\n" in result.output  # (scaled by what it sustained)
+
+
 def test_sweep_checks_its_table_before_any_run(tmp_path: Path):
     """A format it cannot write, a folder, or a table that exists (without --force) stops
     the sweep before its first run, never after all of them."""

