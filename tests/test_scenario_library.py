@@ -170,9 +170,11 @@ def test_scenarios_command_lists_the_bundled_scenarios(monkeypatch):
     listed = {line.split()[0]: line for line in lines}
     assert set(NAMES) == set(listed)
     assert "bench" not in listed and "10k-4inst" not in listed
-    for name in NAMES:
-        description = (SCENARIOS / f"{name}.yaml").read_text().splitlines()[0][2:].strip()
-        assert listed[name].endswith(description)
+    for name in NAMES:  # the header comment's first sentence, whole (it may span lines)
+        first_line = (SCENARIOS / f"{name}.yaml").read_text().splitlines()[0][2:].strip()
+        description = listed[name].split(None, 1)[1]
+        assert description.startswith(first_line.split(". ")[0])
+        assert description.endswith((".", "!", "?")) and ". " not in description
 
 
 def test_scenarios_command_takes_a_folder(tmp_path):

@@ -152,6 +152,10 @@ def test_without_a_fork_the_workload_is_drawn_in_process(monkeypatch):
 
 def test_used_only_when_it_pays(monkeypatch):
     monkeypatch.delenv(producer.ENV, raising=False)
+    # (earlier tests of the suite may leave a thread of their own alive: the gating under test
+    # here sees only this one, until the test starts another below)
+    real_count = threading.active_count
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert wanted(producer.THRESHOLD) and not wanted(producer.THRESHOLD - 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1})  # e.g. a pinned session
@@ -162,6 +166,7 @@ def test_used_only_when_it_pays(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert not wanted(10 * producer.THRESHOLD)
     monkeypatch.setenv(producer.ENV, "1")
+    monkeypatch.setattr(threading, "active_count", real_count)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()

@@ -4,6 +4,7 @@ the output folder), and each strategy gives its sections."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -42,8 +43,12 @@ def test_unfair_tenants_summary_names_the_starved_tenant_and_its_missed_target(u
     first = key_issues(text)[0]
     assert first.startswith("1. FAIRNESS: tenant realtime attains")
     assert "while bulk attains 100%" in first
-    assert "realtime's misses: tpot_ms" in text
-    assert "Protect tenant realtime's tpot_ms" in text.split("## Suggested Focus")[1]
+    # both targets missed, nearly equally since the physical model's refit (ttft_ms 129,
+    # tpot_ms 128 of its requests); the focus protects the one missed most
+    misses = re.search(r"realtime's misses: (\w+) (\d+), (\w+) (\d+)", text)
+    assert misses is not None and {misses[1], misses[3]} == {"ttft_ms", "tpot_ms"}
+    assert int(misses[2]) >= int(misses[4])
+    assert f"Protect tenant realtime's {misses[1]}" in text.split("## Suggested Focus")[1]
 
 
 def test_always_busiest_summary_names_the_load_imbalance(busiest):
