@@ -357,8 +357,7 @@ class PDHandoff:
         if move.event is not None and not move.event.triggered:  # waiting for room
             self._unwait(move)
         if reservation is not None and decode is not None:
-            decode.reservations.remove(reservation)
-            decode.kv.release(reservation)
+            decode.unreserve(reservation)
         move.prefill.let_go(move.req)
         self._record(move, self.env.now, outcome, reason)
         if reservation is not None and decode is not None:

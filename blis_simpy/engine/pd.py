@@ -74,21 +74,11 @@ def reservation(req: Request) -> Request:
     return holder
 
 
-def exact_for_batch_models(instance: Instance) -> None:
-    """A P/D instance steps a model that reads the batch (the physical model) on the exact
-    path. The steady path runs an empty step where the exact path runs none (a queue waiting
-    for KV that transfers hold, nothing running): it moved notebook 03's P:D 1:3 results by up
-    to 8 %; models that read token counts only have always taken it there."""
-    if instance.latency.per_request:
-        instance.steady = None
-
-
 class PrefillInstance(Instance):
     """Computes prompts and first tokens; holds each request's KV until it moves."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, role=Role.PREFILL, **kwargs)
-        exact_for_batch_models(self)
         self.handoff: Handoff | None = None  # set by the deployment that owns it
         self.bound = 1 << 62  # held requests at which admission stops (set with the handoff)
         self.holding: dict[str, Request] = {}  # prefilled, KV here, not yet moved
@@ -191,11 +181,11 @@ class DecodeInstance(Instance):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, role=Role.DECODE, **kwargs)
-        exact_for_batch_models(self)
         self.handoff: Handoff | None = None
         self.arrived: deque[Request] = deque()  # handed over, waiting for a batch slot
         self.reservations: list[Request] = []  # transfers under way into this instance
         self.awaiting = 0  # handoffs waiting for KV room here (kept by the handoff)
+        self.wake: simpy.Event | None = None
 
     @property
     def queue_depth(self) -> int:
@@ -216,6 +206,30 @@ class DecodeInstance(Instance):
         self.arrived.append(req)
         if self.inbox.get_queue:  # the step loop is idle, waiting on its inbox: wake it
             self.inbox.put(req)
+        self._wake()
+
+    def unreserve(self, holder: Request) -> None:
+        """A transfer under way into this instance ended early: its reserved blocks are free."""
+        self.reservations.remove(holder)
+        self.kv.release(holder)
+        self._wake()
+
+    def deliver(self, req: Request) -> None:
+        super().deliver(req)
+        self._wake()
+
+    def stalled(self) -> simpy.Event | None:
+        """Nothing runs and the queue's head does not fit: the KV that transfers under way
+        reserve here holds it. Wait until something changes (a transfer lands or ends, a
+        request arrives, leaves or completes) rather than step at the same instant for ever."""
+        self.wake = self.env.event()
+        return self.wake
+
+    def _wake(self) -> None:
+        wake = self.wake
+        if wake is not None:
+            self.wake = None
+            wake.succeed()
 
     def idle(self) -> bool:
         return super().idle() and not self.arrived
@@ -264,6 +278,7 @@ class DecodeInstance(Instance):
         this instance (their handoffs see to them)."""
         if self.handoff is not None:
             self.handoff.failed(self)
+        self.wake = None
         arrived = list(self.arrived)
         self.arrived.clear()
         for req in arrived:
@@ -273,6 +288,7 @@ class DecodeInstance(Instance):
     def _freed(self) -> None:
         if self.handoff is not None:
             self.handoff.room(self)
+        self._wake()
 
     def kv_holders(self) -> list[Request]:
         return [*super().kv_holders(), *self.arrived, *self.reservations]

@@ -54,6 +54,7 @@ NO_STEP: Final = 0
 QUIET: Final = 1
 EXACT: Final = 2
 STEADY: Final = 3
+NOTHING_RAN: Final = -1  # the steady path's "no step" (None there means: take the exact one)
 NO_REQUESTS: Final[list[Request]] = []  # never changed: an empty pending list, not allocated
 
 
@@ -312,7 +313,7 @@ class Stepper:
         if self.steady is not None:
             duration = self._steady_step(now, index)
             if duration is not None:
-                return duration
+                return None if duration == NOTHING_RAN else duration
             self._materialize(index)
         return self._exact_step(now, index)
 
@@ -387,7 +388,8 @@ class Stepper:
         """The same step when every running request fits the budget (the last one's prefill
         chunk cut to what is left, as the exact path does) and the KV cache: only explicit
         requests and implicit decoders with an event this step are touched. None
-        (with no side effects) when the step needs the exact path."""
+        (with no side effects) when the step needs the exact path; NOTHING_RAN when nothing
+        runs and nothing can be admitted (P/D: KV held for transfers), as the exact path."""
         running, explicit, steady, kv = self.running, self.explicit, self.steady, self.kv
         assert steady is not None
         block_size, threshold = kv.block_size, self.threshold
@@ -426,6 +428,8 @@ class Stepper:
             return None
         self._allocate_in_order(explicit, touched, index)
         admitted, admitted_tokens = self._admit_waiting(running, self.token_budget - demand)
+        if not running:  # nothing ran and nothing could be admitted: no step, as exactly
+            return NOTHING_RAN
         new_tokens += admitted_tokens
         decodes = demand - (new_tokens - admitted_tokens)
         batch = explicit + running[len(running) - admitted:] if admitted else explicit
