@@ -19,7 +19,7 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -128,6 +128,7 @@ rates = st.lists(st.integers(0, 60), min_size=6, max_size=6)
 
 @settings(max_examples=60, deadline=None)
 @given(rates, rates, st.one_of(st.none(), st.floats(0.5, 30)))
+@example([0, 0, 2, 18, 60, 60], [0] * 6, 1.0)  # waiting at the end exactly at the floor
 def test_windows_tile_the_span_and_levels_follow_their_definitions(arrive, serve, window_s):
     verdict = judged(queue([float(a) for a in arrive], [float(s) for s in serve]), window_s)
     if verdict["verdict"] == "undetermined":
@@ -138,7 +139,7 @@ def test_windows_tile_the_span_and_levels_follow_their_definitions(arrive, serve
     assert windows[-1]["span_s"][1] == pytest.approx(verdict["span_s"][1])
     for before, after in pairwise(windows):
         assert before["span_s"][1] == after["span_s"][0]
-    floor = max(10, 0.01 * sum(arrive) * 10)
+    floor = max(10, 0.01 * (sum(arrive) * 10))  # 1 % of the arrivals, as the detector counts
     for w in windows:
         queued = w["waiting_at_end"] >= floor
         grew = w["queue_growth_per_s"] > max(0.0, 0.02 * w["offered_rate_per_s"])
