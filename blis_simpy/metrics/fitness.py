@@ -72,9 +72,9 @@ def objectives(metrics: Mapping[str, Any], weights: Mapping[str, float]) -> dict
 def sustained(saturation: Mapping[str, Any]) -> float:
     """The share of the offered load a saturated run could carry for good; 1 otherwise."""
     best = saturation.get("max_sustainable_rate_per_s")
-    if saturation.get("verdict") != "saturated" or not best:
+    if saturation.get("verdict") != "saturated" or best is None:
         return 1.0
-    return min(1.0, best / saturation["offered_rate_per_s"])
+    return min(1.0, best / saturation["offered_rate_per_s"])  # 0 when it sustained nothing
 
 
 def score(values: Mapping[str, float], weights: Mapping[str, float], completion: float
@@ -118,21 +118,28 @@ class EvaluationResult:
 # Without weights a sweep scores every candidate against a baseline, the scenario's own
 # policies run on the same seed (common random numbers: the same requests), term by term:
 #
-#     fitness = tenant completion x sustained x exp(mean over terms of clip(ln(ratio)))
+#     fitness = served x sustained x exp(mean over terms of clip(ln ratio))
 #
 # where a term's ratio is baseline / candidate for a latency or cost (lower is better) and
 # candidate / baseline for a rate or share (higher is better), so above 1 means better.
-# `tenant completion` (`tenant_completion`, below) is the worst-served tenant's share of its
-# offered work (prompt + output tokens) that completed: shedding a request costs what it
-# weighs, so a candidate cannot buy the latency terms' clip by starving a tenant (its factor
-# is 0) or by rejecting the long prompts (which carry more than their number's share of the
-# work); with one tenant and requests of one size it is the completion rate. The
-# baseline itself scores its own factor (1.0 when every request completes); 10 % lower
-# latencies on every latency term score about 1.09; a run that completes nothing scores 0. A
-# log ratio is clipped to +-ln(10) so one term cannot outweigh the others, and a term the
-# baseline has no value for (nothing completed there) is left out. `sustained` scales a
-# saturated candidate down as it does a weighted fitness (module docstring); a baseline that
-# saturates makes every ratio easier to beat, not the candidate's own factor.
+# `served` (`tenant_completion`, below) is the worst-served tenant's share of its offered
+# work (prompt + output tokens) that completed: shedding a request costs what it weighs, so
+# a candidate cannot buy the latency terms' clip by starving a tenant (its factor is 0) or by
+# rejecting the long prompts (which carry more than their number's share of the work); with
+# one tenant and requests of one size it is the completion rate. The latency terms describe
+# only the requests that completed, so shedding load, which makes what is left faster, can
+# pay: on an overloaded scenario it does by SLO goodput too (search-admission: a third
+# rejected at random, goodput 32.6/s against the baseline's 25.2/s), and a row's feedback
+# says how many more requests a candidate left undone than the baseline. The baseline itself
+# scores its own factor (1.0 when every request completes); 10 % lower latencies on every
+# latency term score about 1.09; a run that completes nothing scores 0, and so does one with
+# no request in the measurement window (nothing was measured). A log ratio is clipped to
+# +-ln(10) so one term cannot outweigh the others; a term the baseline has no value for is
+# left out, and every term but cost when the baseline completed nothing in the window (its
+# latencies are then the summary's zeros, not measurements). `sustained` scales a saturated
+# candidate down as it does a weighted fitness (module docstring; 0 for one that sustained
+# nothing); a baseline that saturates makes every ratio easier to beat, not the candidate's
+# own factor.
 
 Better = Literal["lower", "higher"]
 CLIP = math.log(10.0)
@@ -202,16 +209,20 @@ class RelativeScore:
 def relative_score(candidate: Mapping[str, Any], baseline: Mapping[str, Any],
                    terms: Sequence[Term]) -> RelativeScore:
     """The candidate's fitness against the baseline's metrics (the rule above). Both are
-    mappings of metric name -> value: RawMetrics, or a sweep's rows."""
+    mappings of metric name -> value: RawMetrics, or a sweep's rows (whose `requests` and
+    `completed` count the window's arrivals and completions)."""
+    if number(candidate.get("requests")) == 0:  # nothing arrived in the window
+        return RelativeScore(0.0, {})
+    vacuous = number(baseline.get("completed")) == 0
     logs: dict[str, float] = {}
     for term in terms:
         base = number(baseline.get(term.column))
-        if base is not None:
+        if base is not None and not (vacuous and term not in COST_TERMS):
             logs[term.name] = log_ratio(number(candidate.get(term.column)), base, term.better)
-    completion = number(candidate.get("tenant_completion"))
-    if completion is None:
-        completion = number(candidate.get("completion_rate", candidate.get("completion"))) or 0.0
+    served = number(candidate.get("tenant_completion"))
+    if served is None:
+        served = number(candidate.get("completion_rate", candidate.get("completion"))) or 0.0
     carried = number(candidate.get("sustained"))
     mean = sum(logs.values()) / len(logs) if logs else 0.0
-    return RelativeScore(completion * (1.0 if carried is None else carried) * math.exp(mean),
+    return RelativeScore(served * (1.0 if carried is None else carried) * math.exp(mean),
                          {name: math.exp(value) for name, value in logs.items()})

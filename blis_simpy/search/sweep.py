@@ -402,6 +402,15 @@ def relative_row(row: dict[str, Any], base: Mapping[str, Any], terms: tuple[Term
     if share is not None and share < 1.0:
         changes += (f"; x{share:.3f} for the work not done (the worst-served tenant's "
                     "completed share of its prompt and output tokens)")
+    shed = base.get("completion", 1.0) - row.get("completion", 1.0)
+    if shed >= 0.005:
+        changes += (f"; it completed {shed:.1%} fewer of the requests than the baseline: the "
+                    "latency terms describe only those it served")
+    if row.get("requests") == 0:
+        changes += "; 0: no request arrived in the measurement window, nothing was measured"
+    elif base.get("completed") == 0:
+        changes += ("; the baseline completed nothing in the window, so only the work served "
+                    "(and the cost) is compared")
     row["feedback"] = (f"Fitness {scored.fitness:.4g} against the scenario's own policies on "
                        f"the same requests (1 = as good; per term, > 1 is better: {changes})"
                        f"\n\n{row['feedback']}")

@@ -369,6 +369,16 @@ def test_a_saturated_candidate_is_scaled_by_what_it_could_sustain():
     assert relative({"sustained": 1.0, "completion": 0.5}).fitness == pytest.approx(0.5)
 
 
+def test_a_saturated_run_that_sustained_nothing_scores_zero():
+    """newcomer 17's #4: every request delayed for 31 years is saturated with a sustainable
+    rate of 0; a measured 0 is the factor, not "no figure"."""
+    assert fitness.sustained({"verdict": "saturated", "max_sustainable_rate_per_s": 0.0,
+                              "offered_rate_per_s": 5.0}) == 0.0
+    assert fitness.sustained({"verdict": "saturated", "max_sustainable_rate_per_s": None,
+                              "offered_rate_per_s": 5.0}) == 1.0
+    assert fitness.sustained({"verdict": "sustainable"}) == 1.0
+
+
 def test_a_ten_percent_latency_gain_moves_the_score_visibly():
     """Every latency 10 % lower: every latency term's ratio is 1/0.9, and the score (the
     geometric mean of the ratios over the terms) rises by about 1.111^(4/8): 5 %."""
@@ -397,6 +407,24 @@ def test_nothing_completed_scores_zero_and_a_missing_baseline_term_is_left_out()
     no_base = fitness.relative_score(BASE_ROW, {**BASE_ROW, "ttft_mean_ms": None},
                                      fitness.LATENCY_TERMS)
     assert "ttft_mean" not in no_base.ratios and no_base.fitness == pytest.approx(1.0)
+
+
+def test_an_empty_window_scores_zero_and_a_vacuous_baseline_compares_only_the_work():
+    """newcomer 17's #3: with the window after the run's end, reject-all scored 1.0 like
+    always-admit; against a baseline that completed nothing (its latencies the summary's
+    zeros) every candidate serving anything scored 0.72. Now no request measured scores 0,
+    and a baseline with no completion leaves every term but cost out."""
+    assert relative({"requests": 0, "completion": 1.0}).fitness == 0.0
+    empty = {**BASE_ROW, "completed": 0, "ttft_mean_ms": 0.0, "ttft_p99_ms": 0.0,
+             "e2e_mean_ms": 0.0, "e2e_p99_ms": 0.0, "output_tokens_per_s": 0.0,
+             "slo_attainment": 0.0, "goodput_per_s": 0.0}
+    fast = fitness.relative_score({**BASE_ROW, "completed": 10}, empty, fitness.LATENCY_TERMS)
+    slow = fitness.relative_score({**BASE_ROW, "completed": 10, "ttft_mean_ms": 900.0},
+                                  empty, fitness.LATENCY_TERMS)
+    assert fast.ratios == slow.ratios == {} and fast.fitness == slow.fitness == 1.0
+    half = fitness.relative_score({**BASE_ROW, "completed": 5, "completion": 0.5}, empty,
+                                  fitness.LATENCY_TERMS)
+    assert half.fitness == pytest.approx(0.5)
 
 
 def test_relative_terms_follow_the_scenario():
@@ -454,3 +482,40 @@ def test_starving_a_tenant_or_shedding_long_prompts_never_beats_tenant_quota():
     assert score["reject-batch"] == 0.0, table
     assert score["reject-long"] < score["tenant-quota"] - 0.2, table
     assert score["tenant-quota"] > 1.2, table
+
+
+def test_degenerate_windows_and_baselines_score_nothing_in_a_sweep():
+    """newcomer 17's #3 end to end: a window after the run's end measures nothing, so
+    reject-all and always-admit both score 0 (they scored 1.0); against a baseline that
+    rejects everything, a fast and a slow candidate are told apart by nothing but the work
+    they served, and the feedback says why (they all scored 0.72, from the baseline's zero
+    latencies read as measurements)."""
+    from blis_simpy.api import load
+    from blis_simpy.search.sweep import run_many
+
+    late = load("search-admission", overrides={"evaluation.window.warmup_s": 1000})
+    table = run_many(late, {"admit": {"admission.type": "always-admit"},
+                            "reject": {"admission.type": "reject-all"}}, seeds=[1], workers=1)
+    assert (table.fitness == 0.0).all(), table
+    assert "nothing was measured" in table.feedback[0]
+    vacuous = load("search-admission", overrides={"policies.admission.type": "reject-all"})
+    table = run_many(vacuous, {"admit": {"admission.type": "always-admit"},
+                               "quota": {"admission.type": "tenant-quota",
+                                         "admission.quotas": {"chat": 96, "batch": 96}},
+                               "batch": {"admission.type": "tenant-quota",
+                                         "admission.quotas": {"batch": 8}}},
+                     seeds=[1], workers=1).set_index("policy")
+    assert table.fitness["admit"] == pytest.approx(1.0)
+    assert table.fitness["quota"] == pytest.approx(table.tenant_completion["quota"])
+    assert table.fitness["batch"] < table.fitness["quota"] < 1.0
+    assert "baseline completed nothing" in table.feedback["admit"]
+
+
+def test_a_candidate_that_completes_less_than_the_baseline_is_told_so():
+    from blis_simpy.search.sweep import relative_row
+
+    row = {**BASE_ROW, "completion": 0.6, "feedback": "..."}
+    scored = relative_row(row, BASE_ROW, fitness.LATENCY_TERMS)
+    assert "40.0% fewer of the requests than the baseline" in scored["feedback"]
+    assert "fewer" not in relative_row({**BASE_ROW, "feedback": ""}, BASE_ROW,
+                                       fitness.LATENCY_TERMS)["feedback"]
