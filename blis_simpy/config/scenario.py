@@ -100,8 +100,9 @@ class LatencyConfig:
     graph_max_batch: int | None = spec(
         None, help="physical: the largest step (requests) the server runs in captured graphs "
         "(vLLM's max_cudagraph_capture_size; SGLang's cuda_graph_max_bs, or torch_compile_max_bs "
-        "with --enable-torch-compile); a larger step pays the set's graph_layer_us per layer; "
-        "default: the coefficient set's", ge=0, omit_default=True
+        "with --enable-torch-compile; 0: none, vLLM's --enforce-eager); a larger step pays "
+        "the set's graph_layer_us per layer; default: the coefficient set's", ge=0,
+        omit_default=True
     )
     model_config: str | None = spec(
         None, help="roofline/physical: HuggingFace config.json (or its folder); default: "

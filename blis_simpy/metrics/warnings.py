@@ -40,9 +40,14 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario,
         reasons = ", ".join(f"{n} {code}" for code, n in by_reason.items())
         out.append(f"every request was rejected ({reasons})")
     elif completed == 0:
+        timed_out, queued = summary["timed_out_requests"], summary["still_queued"]
+        running = summary["still_running"]
+        elsewhere = arrived - rejected - timed_out - queued - running
+        before = (f", {elsewhere} not yet in an instance's queue (in an admission delay, "
+                  "routing or a transfer)") if elsewhere > 0 else ""
         out.append(f"no request completed ({arrived} arrived, {rejected} rejected, "
-                   f"{summary['timed_out_requests']} timed out, {summary['still_queued']} "
-                   f"still queued and {summary['still_running']} still running at the end)")
+                   f"{timed_out} timed out, {queued} still queued and {running} still running "
+                   f"at the end{before})")
     elif completed < LOW_COMPLETION * arrived:
         out.append(f"only {completed} of {arrived} arrived requests completed "
                    f"({completed / arrived:.0%}); the fitness is scaled by that fraction")

@@ -70,8 +70,9 @@ def validate_real(
     server: Annotated[str, typer.Option(help="inputs: the server family (vllm, sglang)")
                       ] = "vllm",
     graph_max_batch: Annotated[int | None, typer.Option(
-        min=1, help="inputs: the largest step the server ran in captured graphs (32 for SGLang "
-        "with --enable-torch-compile; docs/step-model.md); default: the server family's")
+        min=0, help="inputs: the largest step the server ran in captured graphs (32 for SGLang "
+        "with --enable-torch-compile; 0: none, vLLM's --enforce-eager; docs/step-model.md); "
+        "default: the server family's")
     ] = None,
     seed: Annotated[int, typer.Option(help="the scenarios' seed")] = 42,
 ) -> None:
@@ -149,8 +150,9 @@ def calibrate(
                       ] = "vllm",
     version: Annotated[str, typer.Option(help="the server's version, for the record")] = "",
     graph_max_batch: Annotated[int | None, typer.Option(
-        min=1, help="inputs: the largest step the server ran in captured graphs (32 for SGLang "
-        "with --enable-torch-compile; docs/step-model.md); default: the server family's")
+        min=0, help="inputs: the largest step the server ran in captured graphs (32 for SGLang "
+        "with --enable-torch-compile; 0: none, vLLM's --enforce-eager; docs/step-model.md); "
+        "default: the server family's")
     ] = None,
     seed: Annotated[int, typer.Option(help="the scenarios' seed")] = 42,
     force: Annotated[bool, typer.Option(help="replace an existing --out file")] = False,

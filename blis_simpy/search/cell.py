@@ -62,7 +62,6 @@ FORBIDDEN_NAMES = frozenset({
     "dir"})
 SAFE_BUILTINS = {name: getattr(builtins, name) for name in dir(builtins)
                  if not name.startswith("_") and name not in FORBIDDEN_NAMES}
-MAX_LOG = 20_000  # characters of a candidate's printed output kept
 MAX_ERROR = 2000  # characters of an error message sent back
 
 
@@ -224,7 +223,7 @@ def candidate(fd_in: int, fd_out: int, cpu_s: float, memory_mb: int) -> NoReturn
 
 
 class BoundedLog(io.TextIOBase):
-    """Where a candidate's print() goes: the first `MAX_LOG` characters, then a count."""
+    """Where a candidate's print() goes: the first `wire.MAX_LOG` characters, then a count."""
 
     def __init__(self) -> None:
         self.parts: list[str] = []
@@ -236,7 +235,7 @@ class BoundedLog(io.TextIOBase):
 
     def write(self, text: str) -> int:
         text = str(text)
-        room = MAX_LOG - self.kept
+        room = wire.MAX_LOG - self.kept
         if room > 0:
             self.parts.append(text[:room])
             self.kept += min(room, len(text))

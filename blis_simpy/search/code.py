@@ -224,6 +224,13 @@ def candidate_policy(candidate: Mapping[str, str]) -> PolicyBundle | CodePolicy 
     """Named text components (GEPA's candidate form) -> what a sweep runs: `bundle` is policy
     bundle YAML, an axis name holds code for that axis. Raises ScenarioError naming the
     component."""
+    if not isinstance(candidate, Mapping):
+        raise ScenarioError("candidate", f"a {type(candidate).__name__}, not a mapping",
+                            f"a mapping of component name ({BUNDLE} or an axis) to its text")
+    for name, text in candidate.items():
+        if not isinstance(text, str):
+            raise ScenarioError(str(name), f"a {type(text).__name__}, not text",
+                                "policy bundle YAML or code-policy source, as a string")
     unknown = sorted(set(candidate) - {BUNDLE, *AXES})
     if unknown:
         raise ScenarioError(unknown[0], "unknown candidate component",

@@ -450,7 +450,12 @@ class Session:
             return ""
         self.finish()
         log = reply[1] if len(reply) == 2 and reply[0] == "log" else ""
-        return log if isinstance(log, str) else ""
+        if not isinstance(log, str):
+            return ""
+        if len(log) > wire.MAX_LOG + 100:  # more than the cell keeps: an escaped candidate's
+            return log[:wire.MAX_LOG] + f"\n[{len(log) - wire.MAX_LOG} more characters cut " \
+                "by the evaluator]"
+        return log
 
 
 def shown(value: object) -> str:

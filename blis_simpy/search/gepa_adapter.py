@@ -60,6 +60,10 @@ class BlisAdapter:
         tasks: list[Task] = []
         spans: list[tuple[int, str]] = []  # (runs, why the candidate failed)
         for candidate, batch in items:
+            for i, scenario in enumerate(batch):
+                if not isinstance(scenario, Scenario):
+                    raise ScenarioError(f"batch[{i}]", f"a {type(scenario).__name__}, not a "
+                                        "Scenario", "scenarios from blis_simpy.load(...)")
             try:
                 policy = candidate_policy(candidate)
                 scenarios = {f"{i}:{s.name}": s for i, s in enumerate(batch)}

@@ -220,6 +220,9 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
     the static check refuses becomes zero rows (a search produces such candidates). A
     scenario without fitness weights adds its baseline runs (`baseline=True`, at the end)."""
     seed_list = None if seeds is None else integers("seeds", seeds)
+    if seed_list == []:
+        raise ScenarioError("seeds", "empty: no run would be made",
+                            "at least one seed, or None for each scenario's own")
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
     if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
         sandbox()  # code runs only in the sandbox: a machine without one refuses it now

@@ -54,6 +54,7 @@ from blis_simpy.search.codec import (  # noqa: F401 (the per-decision encoding, 
 
 MAX_LINE = 1 << 20  # bytes in one message from a candidate
 MAX_TEXT = 1000  # characters in a string a candidate returns (a reason, an id)
+MAX_LOG = 20_000  # characters of a candidate's printed output kept (then a count of the rest)
 VIEW_CACHE = 4096  # request views each side remembers by id
 ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, check_circular=False)
 # The C encoder built once (`JSONEncoder.encode` builds it again for every message); None

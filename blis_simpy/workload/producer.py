@@ -43,12 +43,15 @@ import numpy as np
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.request import Request
 from blis_simpy.workload.prehash import Scratch, chain_arrays
 from blis_simpy.workload.release import rebuilt
 from blis_simpy.workload.synthetic import compat_drawn, native_requests
 
 ENV = "BLIS_SIMPY_PRODUCER"  # 0: never; 1: whenever the platform allows; unset: when it pays
+OFF = ("0", "off", "false", "no")
+ON = ("1", "on", "true", "yes")
 THRESHOLD = 5_000  # requests: below, the fork and its copied pages cost about what it saves
 CHUNK_TOKENS = 1 << 18  # tokens hashed at a time (as `source.hashed`): ~340 bench requests
 FIRST_TOKENS = 1 << 13  # the first chunk's: the run waits for it (then each chunk doubles)
@@ -66,8 +69,12 @@ class ProducerError(RuntimeError):
 def wanted(requests: int) -> bool:
     """Whether a distribution workload of `requests` requests is drawn in a producer."""
     setting = os.environ.get(ENV, "").strip().lower()
-    if setting in ("0", "off", "false", "no"):
+    if setting in OFF:
         return False
+    if setting and setting not in ON:
+        raise ScenarioError(ENV, f"{setting!r} is not a setting",
+                            f"{', '.join(OFF)} (never), {', '.join(ON)} (whenever the "
+                            "platform allows) or unset (when it pays)")
     if not (sys.platform.startswith("linux") and hasattr(os, "sched_getaffinity")):
         return False
     if threading.active_count() > 1 or not main_thread():
@@ -75,7 +82,7 @@ def wanted(requests: int) -> bool:
     worker = sys.modules.get("multiprocessing")
     if worker is not None and worker.parent_process() is not None:
         return False  # a pool's worker: its siblings use the other cores
-    if setting in ("1", "on", "true", "yes"):
+    if setting in ON:
         return True
     return requests >= THRESHOLD and len(os.sched_getaffinity(0)) > 1
 

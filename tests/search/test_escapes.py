@@ -26,10 +26,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from blis_simpy.search.cell import MAX_LOG
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
 from blis_simpy.search.contain import SHARED, Limits, sandbox
 from blis_simpy.search.sweep import run_many
+from blis_simpy.search.wire import MAX_LOG
 from tests.search import escapes
 from tests.search.helpers import prefix_scenario, processes_with
 from tests.search.test_code import LEAST_LOADED
@@ -280,6 +280,16 @@ def test_output_floods_and_oversized_replies_are_bounded():
     assert flooded.error == "" and len(flooded.log) < MAX_LOG + 100
     assert "more characters not kept" in flooded.log
     assert oversized.fitness == 0 and "more than 1048576 bytes" in oversized.error
+
+
+def test_an_escaped_candidates_log_is_bounded_by_the_evaluator():
+    """newcomer 17's #6: an escaped candidate replaced the cell's bounded log and its row
+    carried 900,054 characters; the evaluator cuts what no cell would send."""
+    payload = escapes.attempt("biglog", 'import sys\n'
+                              'sys.modules["__main__"].BoundedLog.text = '
+                              'lambda self: "A" * 900000\nresult = "patched"')
+    [row] = evaluate(escapes.escaping(payload, name="biglog")).itertuples()
+    assert len(row.log) < MAX_LOG + 100 and "cut by the evaluator" in row.log
 
 
 # --- the same attacks through the command line ---------------------------------------------

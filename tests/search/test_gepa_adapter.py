@@ -4,8 +4,10 @@ scripted proposer (no LLM) reads the feedback and improves a routing policy."""
 from __future__ import annotations
 
 import gepa
+import pytest
 import yaml
 
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search.gepa_adapter import BlisAdapter, evaluator
 from blis_simpy.sim.run import load
 from tests.search.helpers import prefix_scenario
@@ -85,3 +87,22 @@ def test_batch_evaluate_equals_one_evaluate_per_pair():
     assert [r.scores for r in together] == [
         adapter.evaluate(batch, {"bundle": SEED_BUNDLE}).scores,
         adapter.evaluate(batch[:1], {"bundle": other}).scores]
+
+
+@pytest.mark.parametrize("candidate, needle", [
+    ({"bundle": 123}, "bundle: a int, not text"),
+    ({"routing": None}, "routing: a NoneType, not text"),
+    ({"routing": b"class P: pass"}, "routing: a bytes, not text"),
+    (["routing"], "candidate: a list, not a mapping"),
+])
+def test_a_candidate_of_the_wrong_type_scores_zero_with_its_reason(candidate, needle):
+    """newcomer 17's #8: these raised bare TypeError / AttributeError."""
+    adapter = BlisAdapter(workers=1)
+    result = adapter.evaluate([load("quickstart", seed=1)], candidate, capture_traces=True)
+    assert result.scores == [0.0]
+    assert needle in result.trajectories[0]["error"]
+
+
+def test_a_batch_item_that_is_not_a_scenario_is_refused_by_position():
+    with pytest.raises(ScenarioError, match=r"batch\[1\]: a dict, not a Scenario"):
+        BlisAdapter(workers=1).evaluate([load("quickstart", seed=1), {"name": "x"}], {})

@@ -104,3 +104,9 @@ def test_run_many_is_part_of_the_package_api():
 
     assert blis_simpy.run_many is run_many
     assert blis_simpy.compare_policies is compare_policies
+
+
+def test_no_seeds_is_refused_not_an_empty_table():
+    """newcomer 17's #8: `seeds=[]` returned a table without columns and no word."""
+    with pytest.raises(ScenarioError, match="seeds: empty"):
+        run_many("quickstart", {"x": {}}, seeds=[])

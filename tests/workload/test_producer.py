@@ -242,3 +242,17 @@ def test_no_process_left_when_the_parent_is_signalled(sig):
             break
         time.sleep(0.05)
     assert state(child) in ("", "Z") if sig == signal.SIGKILL else state(child) == ""
+
+
+def test_an_unknown_setting_of_the_switch_is_refused_by_name(monkeypatch, tmp_path):
+    """newcomer 17's #10: BLIS_SIMPY_PRODUCER=maybe was read as unset."""
+    from blis_simpy.core.errors import ScenarioError
+
+    monkeypatch.setenv(producer.ENV, "maybe")
+    with pytest.raises(ScenarioError, match="BLIS_SIMPY_PRODUCER: 'maybe' is not a setting"):
+        wanted(100_000)
+    done = subprocess.run([sys.executable, "-m", "blis_simpy", "run", "quickstart", "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True,
+                          env={**os.environ, producer.ENV: "maybe"}, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "BLIS_SIMPY_PRODUCER" in done.stderr and not (tmp_path / "out").exists()
