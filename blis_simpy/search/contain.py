@@ -34,6 +34,7 @@ import importlib.util
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import threading
@@ -120,7 +121,7 @@ PIN = True  # False: neither side of a session is pinned (for benchmarks: what p
 
 
 def take_cpu(taken: Any, cpus: Sequence[int]) -> None:
-    """A sweep worker's initializer: take the next of `cpus` (the sweep's allowed CPUs, in
+    """In a sweep worker (`pool_worker`): take the next of `cpus` (the sweep's allowed CPUs, in
     order; `taken` counts the workers started, a shared `multiprocessing.Value`), so workers
     take different CPUs while there are enough of them."""
     global WORKER_CPU
@@ -128,6 +129,41 @@ def take_cpu(taken: Any, cpus: Sequence[int]) -> None:
         index = taken.value
         taken.value += 1
     WORKER_CPU = cpus[index % len(cpus)]
+
+
+# --- a sweep's workers ----------------------------------------------------------------------
+
+
+def pool_worker(caller: int, taken: Any, cpus: Sequence[int]) -> None:
+    """A sweep worker's initializer: end with the `caller` (`end_with`), take a CPU
+    (`take_cpu`)."""
+    end_with(caller)
+    take_cpu(taken, cpus)
+
+
+def end_with(caller: int) -> None:
+    """End this process (a pool worker) when `caller`, the process that started the pool,
+    ends, however it ends: a worker waiting on its pipe would otherwise wait for ever, and its
+    sandbox with it. Forked by the caller (the default on Linux): the kernel's parent-death
+    signal (it follows the thread that forked the pool: the one that waits for it to end);
+    started by another process (a fork server): a thread waiting on the caller's pidfd."""
+    try:
+        jail.die_with_parent(caller)
+        return
+    except OSError:
+        pass
+    try:
+        watched = os.pidfd_open(caller)
+    except ProcessLookupError:  # it has ended already
+        os.kill(os.getpid(), signal.SIGKILL)
+    except (OSError, AttributeError):  # (a kernel before 5.3: no way to watch it)
+        return
+
+    def watch() -> None:
+        select.select([watched], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="blis-simpy-end-with-caller", daemon=True).start()
 
 
 @functools.cache
