@@ -40,12 +40,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
 from blis_simpy.core.errors import PolicyError, ScenarioError
-from blis_simpy.core.schema import spec
+from blis_simpy.core.schema import convert, field_types, spec
 from blis_simpy.search import jail, wire
 from blis_simpy.search.codec import DECISION_TAG
 
@@ -63,15 +63,28 @@ ENDINGS = {
 }
 
 
+MAX_LIMIT_S = 7 * 86_400  # a week: a longer limit is none (and overflows the kernel's waits)
+MAX_MEMORY_MB = 1 << 20  # 1 TiB: more does not fit the kernel's address-space limit
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one candidate evaluation may use."""
+    """What one candidate evaluation may use. Each value is checked when it is made (numpy
+    numbers taken as the Python numbers they hold): a bad one is a ScenarioError naming it."""
 
-    cpu_s: float = spec(30.0, help="CPU seconds of the candidate's process", gt=0)
+    cpu_s: float = spec(30.0, help="CPU seconds of the candidate's process", gt=0,
+                        le=MAX_LIMIT_S)
     wall_s: float = spec(60.0, help="seconds the evaluator waits for the candidate's answers "
-                         "in one evaluation, in all", gt=0)
+                         "in one evaluation, in all", gt=0, le=MAX_LIMIT_S)
     memory_mb: int = spec(1024, help="address space (MiB) of the candidate's process beyond "
-                          "the sandbox template's", ge=16)
+                          "the sandbox template's", ge=16, le=MAX_MEMORY_MB)
+
+    def __post_init__(self) -> None:
+        hints = field_types(Limits)
+        for item in fields(self):
+            value = convert(hints[item.name], getattr(self, item.name),
+                            f"limits.{item.name}", item.metadata)
+            object.__setattr__(self, item.name, value)
 
 
 class ContainedFailure(PolicyError):

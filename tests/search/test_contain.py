@@ -1,24 +1,37 @@
 """The sandbox's life: refused, never bypassed, where it cannot start; one warm template per
 evaluating process, restarted if it dies, gone with its process; evaluations in threads and
-in pool workers never cross."""
+in pool workers never cross; its limits checked when they are made. (When the evaluator is
+killed: test_sandbox_lifetime.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from blis_simpy.cli import app
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search import jail
 from blis_simpy.search.code import CodePolicy
-from blis_simpy.search.contain import SHARED, SandboxUnavailable, sandbox
+from blis_simpy.search.contain import (
+    MAX_LIMIT_S,
+    MAX_MEMORY_MB,
+    SHARED,
+    Limits,
+    SandboxUnavailable,
+    sandbox,
+)
 from blis_simpy.search.gepa_adapter import BlisAdapter
 from blis_simpy.search.sweep import run_many
 from tests.search.helpers import prefix_scenario, processes_with
@@ -139,3 +152,34 @@ def test_evaluations_in_threads_never_cross():
     with ThreadPoolExecutor(4) as pool:
         threaded = run_many(prefix_scenario(), policies, [1, 2, 3], executor=pool)
     pd.testing.assert_frame_equal(threaded, serial)
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"wall_s": "5"}, "limits.wall_s: expected float, got str '5'"),
+    ({"wall_s": math.inf}, "limits.wall_s: must be a finite number, got inf"),
+    ({"cpu_s": math.nan}, "limits.cpu_s: must be a finite number, got nan"),
+    ({"wall_s": -1}, "limits.wall_s: must be > 0, got -1.0"),
+    ({"cpu_s": 0}, "limits.cpu_s: must be > 0, got 0.0"),
+    ({"wall_s": 1e9}, f"limits.wall_s: must be <= {MAX_LIMIT_S}, got 1000000000.0"),
+    ({"memory_mb": 8}, "limits.memory_mb: must be >= 16, got 8"),
+    ({"memory_mb": 2**40}, f"limits.memory_mb: must be <= {MAX_MEMORY_MB}, got {2**40}"),
+    ({"memory_mb": 512.5}, "limits.memory_mb: expected int, got float 512.5"),
+    ({"memory_mb": True}, "limits.memory_mb: expected int, got bool True"),
+    ({"cpu_s": None}, "limits.cpu_s: expected float, got null"),
+])
+def test_bad_limits_are_refused_when_made_naming_the_field_and_the_value(given, message):
+    """Before, a string raised TypeError in the middle of an evaluation, inf an OverflowError,
+    and nan or -1 scored every candidate 0."""
+    with pytest.raises(ScenarioError) as refused:
+        Limits(**given)
+    assert str(refused.value) == message
+    with pytest.raises(ScenarioError, match=message.split(":")[0]):
+        dataclasses.replace(Limits(), **given)
+
+
+def test_limits_take_numpy_numbers_as_the_python_numbers_they_hold():
+    limits = Limits(cpu_s=np.float32(2.5), wall_s=np.int64(5), memory_mb=np.int64(512))
+    assert limits == Limits(cpu_s=2.5, wall_s=5.0, memory_mb=512)
+    assert [type(v) for v in (limits.cpu_s, limits.wall_s, limits.memory_mb)] == \
+        [float, float, int]
+    assert Limits(memory_mb=512.0).memory_mb == 512 and Limits() == Limits(30, 60, 1024)
