@@ -65,8 +65,10 @@ class CodePolicy:
 
     @property
     def module_name(self) -> str:
-        """Unique per source, so two candidates never share a module."""
-        digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        """Unique per axis, entry point and source, so two candidates never share a module
+        (their stand-ins differ in their class's name or base: `remote.Modules`)."""
+        identity = "\0".join((self.axis, self.entry, self.source))
+        digest = hashlib.sha256(identity.encode(errors="surrogatepass")).hexdigest()[:16]
         return f"blis_candidate_{digest}"
 
     @property

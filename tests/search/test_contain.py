@@ -154,6 +154,47 @@ def test_evaluations_in_threads_never_cross():
     pd.testing.assert_frame_equal(threaded, serial)
 
 
+FIRST = LEAST_LOADED + """
+
+class First(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        return RoutingDecision(snapshots[0].id, "first", tuple(1.0 for _ in snapshots))
+"""
+
+
+def test_one_source_with_two_entry_points_scores_alike_in_threads():
+    """Each candidate's stand-in module is its own (axis, entry point and source): two entry
+    points of one source, evaluated at once in a thread pool, scored one of them 0 ("defines
+    no 'First'")."""
+    policies = {"least": CodePolicy("routing", FIRST, id="least"),
+                "first": CodePolicy("routing", FIRST, entry="First", id="first")}
+    serial = run_many(prefix_scenario(), policies, [1, 2, 3], workers=1)
+    assert list(serial.error) == [""] * 6 and serial.fitness[0] != serial.fitness[3]
+    with ThreadPoolExecutor(4) as pool:
+        threaded = run_many(prefix_scenario(), policies, [1, 2, 3], executor=pool)
+    pd.testing.assert_frame_equal(threaded, serial)
+
+
+def test_stand_in_modules_open_at_once_never_share_a_class():
+    """The same source as two entry points, or as one entry point on two axes, while both
+    are open: each module holds its own stand-in, of its own axis."""
+    from blis_simpy.search.remote import MODULES, RemoteAdmission, RemoteRouting
+
+    codes = [CodePolicy("routing", FIRST), CodePolicy("routing", FIRST, entry="First"),
+             CodePolicy("admission", FIRST)]
+    assert len({code.module_name for code in codes}) == 3
+    for code in codes:
+        MODULES.add(code)
+    try:
+        for code, base in zip(codes, (RemoteRouting, RemoteRouting, RemoteAdmission),
+                              strict=True):
+            assert issubclass(getattr(sys.modules[code.module_name], code.entry), base)
+    finally:
+        for code in codes:
+            MODULES.discard(code)
+    assert not any(code.module_name in sys.modules for code in codes)
+
+
 @pytest.mark.parametrize("given, message", [
     ({"wall_s": "5"}, "limits.wall_s: expected float, got str '5'"),
     ({"wall_s": math.inf}, "limits.wall_s: must be a finite number, got inf"),
