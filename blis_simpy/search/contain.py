@@ -157,26 +157,26 @@ def pool_worker(caller: int, taken: Any, cpus: Sequence[int]) -> None:
 def end_with(caller: int) -> None:
     """End this process (a pool worker) when `caller`, the process that started the pool,
     ends, however it ends: a worker waiting on its pipe would otherwise wait for ever, and its
-    sandbox with it. Forked by the caller (the default on Linux): the kernel's parent-death
-    signal (it follows the thread that forked the pool: the one that waits for it to end);
-    started by another process (a fork server): a thread waiting on the caller's pidfd."""
-    try:
-        jail.die_with_parent(caller)
-        return
-    except OSError:
-        pass
+    sandbox with it. A thread waits on the caller's pidfd: it watches the process, where the
+    kernel's parent-death signal follows the thread that forked the worker (the first to use
+    a warm pool, such as the GEPA adapter's, which may end long before the pool). Without
+    pidfds (Linux before 5.3), the parent-death signal is the fallback."""
     try:
         watched = os.pidfd_open(caller)
     except ProcessLookupError:  # it has ended already
         os.kill(os.getpid(), signal.SIGKILL)
-    except (OSError, AttributeError):  # (a kernel before 5.3: no way to watch it)
+    except (OSError, AttributeError):
+        with contextlib.suppress(OSError):  # (not forked by the caller: nothing to hold on to)
+            jail.die_with_parent(caller)
         return
+    threading.Thread(target=die_when_readable, args=(watched,), daemon=True,
+                     name="blis-simpy-end-with-caller").start()
 
-    def watch() -> None:
-        select.select([watched], [], [])
-        os.kill(os.getpid(), signal.SIGKILL)
 
-    threading.Thread(target=watch, name="blis-simpy-end-with-caller", daemon=True).start()
+def die_when_readable(pidfd: int) -> None:
+    """SIGKILL this process once the process `pidfd` refers to has ended."""
+    select.select([pidfd], [], [])
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @functools.cache

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from blis_simpy.search.sweep import worker_pool
 from tests.search import escapes
 from tests.search.helpers import prefix_scenario
 from tests.search.test_code import routing
@@ -196,7 +198,7 @@ time.sleep(600)
 
 def test_a_pool_worker_not_forked_by_its_caller_still_ends_with_it():
     """A worker started by another process (a fork server's child: its parent is not the
-    caller, so no parent-death signal helps) watches the caller's pidfd instead."""
+    caller) watches the caller's pidfd all the same."""
     caller = subprocess.Popen(["sleep", "600"])
     worker = subprocess.Popen([sys.executable, "-c", WATCHED, str(caller.pid)],
                               stdout=subprocess.PIPE, cwd=ROOT)
@@ -220,3 +222,19 @@ def test_a_pool_worker_whose_caller_has_already_ended_ends_at_once():
     assert worker.wait(60) == -signal.SIGKILL
     assert worker.stdout is not None and worker.stdout.read() == b""
 
+
+
+def test_a_warm_pool_outlives_the_thread_that_first_used_it():
+    """The GEPA adapter keeps its pool for the whole search, and its workers are forked by the
+    first thread that submits: a parent-death signal (which follows that thread) would kill
+    them when it ends, breaking the pool. They watch the process instead."""
+    pool = worker_pool(2)
+    try:
+        first = threading.Thread(target=lambda: pool.submit(os.getpid).result())
+        first.start()
+        first.join()
+        workers = {pid for pid in below(os.getpid(), processes())}
+        time.sleep(0.5)
+        assert pool.submit(os.getpid).result(timeout=60) in workers
+    finally:
+        pool.shutdown()
