@@ -52,7 +52,7 @@ from blis_simpy.core.request import RejectCode, Request, State
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.shadow_kv import ShadowKV
 from blis_simpy.core.snapshot import InstanceSnapshot
-from blis_simpy.core.units import MAX_ADMISSION_DELAYS, MAX_SIM_US
+from blis_simpy.core.units import MAX_ADMISSION_DELAYS, MAX_SIM_US, US_PER_S
 from blis_simpy.engine.instance import Instance
 from blis_simpy.policies.admission import AdmissionPolicy
 from blis_simpy.policies.priority import PriorityDecision, PriorityPolicy
@@ -255,7 +255,7 @@ class Gateway:
             self._reject(req, RejectCode.ADMISSION_DELAYS, f"admission delayed it {count - 1} "
                          f"times and then by {delay_us} µs more: past the limit of "
                          f"{MAX_ADMISSION_DELAYS:,} delays or the simulated clock's "
-                         f"{MAX_SIM_US // 1_000_000:,} s")
+                         f"{MAX_SIM_US // US_PER_S:,} s")
             return
         self.delays[req] = count
         StageEvent(self.env, delay_us, ADMISSION, req, self._admit)

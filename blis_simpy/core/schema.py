@@ -255,11 +255,19 @@ def load_tagged(tags: dict[str, type], value: Any, path: str) -> Any:
 
 def plain(value: Any) -> Any:
     """A numpy scalar or array as the Python value it holds (`np.int64(3)` -> 3, `np.bool_`
-    -> bool, an array -> a list), so a value computed with numpy is valid wherever the Python
-    number it stands for is (numpy is not imported for it)."""
-    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
-        return value.tolist()
-    return value
+    -> bool, `np.longdouble(10)` -> 10.0, an array -> a list), so a value computed with numpy
+    is valid wherever the Python number it stands for is (numpy is not imported for it). A
+    time or a date (`timedelta64`, `datetime64`) is no number: it stays as it is, and is
+    refused where a number is expected."""
+    if type(value).__module__ != "numpy" or not hasattr(value, "tolist"):
+        return value
+    kind = getattr(getattr(value, "dtype", None), "kind", "")
+    if kind in ("m", "M"):
+        return value
+    held = value.tolist()
+    if kind == "f" and type(held).__module__ == "numpy":  # a long double, which no Python
+        return float(held)  # type holds: its value as a float (every limit is far below)
+    return held
 
 
 def scalar(tp: Any, value: Any, path: str) -> Any:

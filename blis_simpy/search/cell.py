@@ -173,6 +173,7 @@ def spawn(control: socket.socket, cpu_s: float, memory_mb: int, cpu: int) -> Non
     pinned); hand the evaluator its pid and its pipes' other ends (the end it reads the
     replies from, the end it writes the messages to)."""
     to_candidate, to_evaluator = os.pipe(), os.pipe()
+    template = os.getpid()
     pid = os.fork()
     if pid == 0:
         fd_in, fd_out = to_candidate[0], to_evaluator[1]
@@ -185,7 +186,7 @@ def spawn(control: socket.socket, cpu_s: float, memory_mb: int, cpu: int) -> Non
         if cpu >= 0:
             with contextlib.suppress(OSError):  # (a CPU outside the sandbox's set: anywhere)
                 os.sched_setaffinity(0, {cpu})
-        candidate(fd_in, fd_out, cpu_s, memory_mb)
+        candidate(fd_in, fd_out, cpu_s, memory_mb, template)
     os.close(to_candidate[0])
     os.close(to_evaluator[1])
     socket.send_fds(control, [wire.line(["spawned", pid])], [to_evaluator[0], to_candidate[1]])
@@ -208,11 +209,13 @@ def end(pid: int) -> list[Any]:
 # --- a candidate's process -----------------------------------------------------------------
 
 
-def candidate(fd_in: int, fd_out: int, cpu_s: float, memory_mb: int) -> NoReturn:
-    """Lock down, then serve the evaluator (read from `fd_in`, reply to `fd_out`) until it
-    closes; never returns into the template."""
+def candidate(fd_in: int, fd_out: int, cpu_s: float, memory_mb: int,
+              template: int) -> NoReturn:
+    """Tie this process's life to the `template`'s, lock down, then serve the evaluator (read
+    from `fd_in`, reply to `fd_out`) until it closes; never returns into the template."""
     reader = os.fdopen(fd_in, "rb", buffering=1 << 16, closefd=False)
     try:
+        jail.die_with_parent(template)
         random.seed(0)  # the global generator a standard module may reach: the same everywhere
         jail.lock_down(cpu_s, memory_mb)
     except BaseException as exc:

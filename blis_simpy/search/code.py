@@ -65,8 +65,10 @@ class CodePolicy:
 
     @property
     def module_name(self) -> str:
-        """Unique per source, so two candidates never share a module."""
-        digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        """Unique per axis, entry point and source, so two candidates never share a module
+        (their stand-ins differ in their class's name or base: `remote.Modules`)."""
+        identity = "\0".join((self.axis, self.entry, self.source))
+        digest = hashlib.sha256(identity.encode(errors="surrogatepass")).hexdigest()[:16]
         return f"blis_candidate_{digest}"
 
     @property
@@ -84,10 +86,17 @@ def check(code: CodePolicy) -> None:
         raise CodeRejected(f"unknown axis {code.axis!r} (valid: {', '.join(AXIS_NAMES)})")
     if len(code.source) > MAX_SOURCE:
         raise CodeRejected(f"source of {len(code.source)} characters; at most {MAX_SOURCE}")
+    nul = code.source.find("\0")
+    if nul >= 0:  # (ast.parse says so with no line, or raises ValueError: it varies)
+        line = code.source.count("\n", 0, nul) + 1
+        column = nul - code.source.rfind("\n", 0, nul)
+        raise CodeRejected(f"line {line}, column {column}: a NUL character (\\x00), which "
+                           "Python source cannot hold")
     try:
         tree = ast.parse(code.source)
     except SyntaxError as exc:
-        raise CodeRejected(f"line {exc.lineno}: syntax error: {exc.msg}") from None
+        at = "" if exc.lineno is None else f"line {exc.lineno}: "
+        raise CodeRejected(f"{at}syntax error: {exc.msg}") from None
     for node in ast.walk(tree):
         problem = node_problem(node)
         if problem:

@@ -34,17 +34,18 @@ import importlib.util
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
 from blis_simpy.core.errors import PolicyError, ScenarioError
-from blis_simpy.core.schema import spec
+from blis_simpy.core.schema import convert, field_types, spec
 from blis_simpy.search import jail, wire
 from blis_simpy.search.codec import DECISION_TAG
 
@@ -62,15 +63,28 @@ ENDINGS = {
 }
 
 
+MAX_LIMIT_S = 7 * 86_400  # a week: a longer limit is none (and overflows the kernel's waits)
+MAX_MEMORY_MB = 1 << 20  # 1 TiB: more does not fit the kernel's address-space limit
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one candidate evaluation may use."""
+    """What one candidate evaluation may use. Each value is checked when it is made (numpy
+    numbers taken as the Python numbers they hold): a bad one is a ScenarioError naming it."""
 
-    cpu_s: float = spec(30.0, help="CPU seconds of the candidate's process", gt=0)
+    cpu_s: float = spec(30.0, help="CPU seconds of the candidate's process", gt=0,
+                        le=MAX_LIMIT_S)
     wall_s: float = spec(60.0, help="seconds the evaluator waits for the candidate's answers "
-                         "in one evaluation, in all", gt=0)
+                         "in one evaluation, in all", gt=0, le=MAX_LIMIT_S)
     memory_mb: int = spec(1024, help="address space (MiB) of the candidate's process beyond "
-                          "the sandbox template's", ge=16)
+                          "the sandbox template's", ge=16, le=MAX_MEMORY_MB)
+
+    def __post_init__(self) -> None:
+        hints = field_types(Limits)
+        for item in fields(self):
+            value = convert(hints[item.name], getattr(self, item.name),
+                            f"limits.{item.name}", item.metadata)
+            object.__setattr__(self, item.name, value)
 
 
 class ContainedFailure(PolicyError):
@@ -120,7 +134,7 @@ PIN = True  # False: neither side of a session is pinned (for benchmarks: what p
 
 
 def take_cpu(taken: Any, cpus: Sequence[int]) -> None:
-    """A sweep worker's initializer: take the next of `cpus` (the sweep's allowed CPUs, in
+    """In a sweep worker (`pool_worker`): take the next of `cpus` (the sweep's allowed CPUs, in
     order; `taken` counts the workers started, a shared `multiprocessing.Value`), so workers
     take different CPUs while there are enough of them."""
     global WORKER_CPU
@@ -128,6 +142,41 @@ def take_cpu(taken: Any, cpus: Sequence[int]) -> None:
         index = taken.value
         taken.value += 1
     WORKER_CPU = cpus[index % len(cpus)]
+
+
+# --- a sweep's workers ----------------------------------------------------------------------
+
+
+def pool_worker(caller: int, taken: Any, cpus: Sequence[int]) -> None:
+    """A sweep worker's initializer: end with the `caller` (`end_with`), take a CPU
+    (`take_cpu`)."""
+    end_with(caller)
+    take_cpu(taken, cpus)
+
+
+def end_with(caller: int) -> None:
+    """End this process (a pool worker) when `caller`, the process that started the pool,
+    ends, however it ends: a worker waiting on its pipe would otherwise wait for ever, and its
+    sandbox with it. A thread waits on the caller's pidfd: it watches the process, where the
+    kernel's parent-death signal follows the thread that forked the worker (the first to use
+    a warm pool, such as the GEPA adapter's, which may end long before the pool). Without
+    pidfds (Linux before 5.3), the parent-death signal is the fallback."""
+    try:
+        watched = os.pidfd_open(caller)
+    except ProcessLookupError:  # it has ended already
+        os.kill(os.getpid(), signal.SIGKILL)
+    except (OSError, AttributeError):
+        with contextlib.suppress(OSError):  # (not forked by the caller: nothing to hold on to)
+            jail.die_with_parent(caller)
+        return
+    threading.Thread(target=die_when_readable, args=(watched,), daemon=True,
+                     name="blis-simpy-end-with-caller").start()
+
+
+def die_when_readable(pidfd: int) -> None:
+    """SIGKILL this process once the process `pidfd` refers to has ended."""
+    select.select([pidfd], [], [])
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @functools.cache

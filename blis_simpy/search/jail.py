@@ -6,9 +6,12 @@ The sandbox (`command`) is a fresh interpreter, never a fork of the evaluator: n
 network, IPC and UTS namespaces, an empty environment (but a fixed hash seed), no file system
 but the interpreter and the packages it imports, read-only, and a fresh /proc and /dev. It
 lives as long as its control socket: when the process that started it ends (however it
-ends), the template reads the end of the socket and exits, and the kernel ends everything
-else in its PID namespace with it. (Not bwrap's --die-with-parent: that follows the thread
-that started it, and evaluations run in threads.)
+ends, SIGKILL included), the template reads the end of the socket and exits. The template is
+its PID namespace's init (`--as-pid-1`: no bwrap reaper there waits for its orphans), so the
+kernel then kills everything else in the namespace, a candidate that spins and one blocked on
+a lock for ever alike; and each candidate's process dies with the template
+(`die_with_parent`). (Not bwrap's --die-with-parent: that follows the thread that started
+it, and evaluations run in threads.)
 
 A candidate's process (`lock_down`) then drops to: no core dumps, no files written, a CPU-time
 and an address-space limit, no new privileges, and a seccomp filter that lets through only
@@ -21,15 +24,19 @@ a system call stays readable: the interpreter's own locks read it.)
 from __future__ import annotations
 
 import ctypes
+import errno
+import functools
 import math
 import os
 import platform
 import resource
 import shutil
+import signal
 import struct
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 # Environment inside the sandbox: nothing of the caller's, a fixed hash seed (a set of strings
 # iterates in the same order in every sandbox), one BLAS thread (nothing runs in the
@@ -52,7 +59,8 @@ def command(bwrap_path: str, module: str, packages: Sequence[Path], fd: int) -> 
     folders of the packages it imports, and of their bundled libraries) readable, and file
     descriptor `fd` (the control socket) kept open."""
     python = os.path.realpath(sys.executable)
-    args = [bwrap_path, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+    args = [bwrap_path, "--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net",
+            "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--uid", "65534", "--gid", "65534",
             "--hostname", "sandbox", "--new-session", "--clearenv",
             "--chdir", "/"]
@@ -73,7 +81,7 @@ def command(bwrap_path: str, module: str, packages: Sequence[Path], fd: int) -> 
 
 # --- the candidate's own limits ----------------------------------------------------------------
 
-PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
 ADDR_NO_RANDOMIZE, PERSONALITY_QUERY = 0x0040000, 0xFFFFFFFF
 # Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
 LOAD_WORD, JUMP_EQ, JUMP_GE, RETURN = 0x20, 0x15, 0x35, 0x06
@@ -129,10 +137,16 @@ class Filter:
     def __init__(self) -> None:
         self.program = ctypes.create_string_buffer(seccomp_program(platform.machine()))
         self.fprog = SockFprog(len(self.program.raw) // 8, ctypes.addressof(self.program))
-        libc = ctypes.CDLL(None, use_errno=True)
-        self.prctl = libc.prctl
-        self.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
-                               ctypes.c_ulong)
+        self.prctl = prctl()
+
+
+@functools.cache
+def prctl() -> Any:
+    """The C library's `prctl` (made once; in the template, before it forks candidates)."""
+    function = ctypes.CDLL(None, use_errno=True).prctl
+    function.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                         ctypes.c_ulong)
+    return function
 
 
 FILTER: list[Filter] = []  # made on first use, kept
@@ -143,6 +157,16 @@ def prepare() -> Filter:
     if not FILTER:
         FILTER.append(Filter())
     return FILTER[0]
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent (`parent`, its pid) ends, however
+    it ends; OSError if the kernel refuses, or if the parent has already ended (this process
+    was handed to another before the request took hold)."""
+    if prctl()(PR_SET_PDEATHSIG, signal.SIGKILL, None, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:
+        raise OSError(errno.ESRCH, f"its parent (process {parent}) has ended")
 
 
 def lock_down(cpu_s: float, memory_mb: int) -> None:

@@ -45,7 +45,7 @@ from blis_simpy.metrics.fitness import Term, relative_score
 from blis_simpy.policies.autoscale import AUTOSCALE
 from blis_simpy.policies.bundle import AXES, REGISTRIES, PolicyBundle
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
-from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox, take_cpu
+from blis_simpy.search.contain import Limits, SandboxUnavailable, pool_worker, sandbox
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
 from blis_simpy.search.store import RunStore, normalised, run_key
@@ -368,11 +368,12 @@ def run_all(tasks: list[Task], executor: Executor | None, workers: int | None
 
 def worker_pool(workers: int | None) -> ProcessPoolExecutor:
     """A pool of `workers` processes (default: one per CPU), each taking a different CPU of
-    this process's mask for its code candidates' sessions (`contain.take_cpu`)."""
+    this process's mask for its code candidates' sessions, and each ending with this process
+    however it ends, its sandbox with it (`contain.pool_worker`)."""
     if not hasattr(os, "sched_getaffinity"):  # (no sandbox there, no sessions)
         return ProcessPoolExecutor(workers)
-    return ProcessPoolExecutor(workers, initializer=take_cpu,
-                               initargs=(multiprocessing.Value("i", 0),
+    return ProcessPoolExecutor(workers, initializer=pool_worker,
+                               initargs=(os.getpid(), multiprocessing.Value("i", 0),
                                          sorted(os.sched_getaffinity(0))))
 
 

@@ -256,3 +256,29 @@ def test_escape_through_a_module_attribute_scores_zero():
                         "        return RoutingDecision(snapshots[0].id, 'x', (1.0, 1.0))\n")
     row = run_many(prefix_scenario(), {"escape": escape}, [1], workers=1).iloc[0]
     assert row.fitness == 0 and "has no attribute 'sys'" in row.error
+
+
+def test_a_nul_character_in_the_source_is_refused_saying_where():
+    """It said "line None: syntax error: source code string cannot contain null bytes"."""
+    source = LEAST_LOADED.replace("import math", "import math  # \0")
+    with pytest.raises(CodeRejected) as refused:
+        check(CodePolicy("routing", source))
+    assert str(refused.value) == (r"line 2, column 16: a NUL character (\x00), which Python "
+                                  "source cannot hold")
+    row = run_many(prefix_scenario(), {"nul": CodePolicy("routing", source)}, [1],
+                   workers=1).iloc[0]
+    assert row.fitness == 0 and "line 2, column 16: a NUL character" in row.error
+
+
+def test_a_syntax_error_without_a_line_names_none():
+    """A SyntaxError may carry no line: the message then names none (never "line None")."""
+    from blis_simpy.search import code as code_module
+
+    def no_line(source: str) -> None:
+        raise SyntaxError("something Python could not place")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(code_module.ast, "parse", no_line)
+        with pytest.raises(CodeRejected) as refused:
+            check(CodePolicy("routing", LEAST_LOADED))
+    assert str(refused.value) == "syntax error: something Python could not place"

@@ -1,24 +1,37 @@
 """The sandbox's life: refused, never bypassed, where it cannot start; one warm template per
 evaluating process, restarted if it dies, gone with its process; evaluations in threads and
-in pool workers never cross."""
+in pool workers never cross; its limits checked when they are made. (When the evaluator is
+killed: test_sandbox_lifetime.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from blis_simpy.cli import app
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search import jail
 from blis_simpy.search.code import CodePolicy
-from blis_simpy.search.contain import SHARED, SandboxUnavailable, sandbox
+from blis_simpy.search.contain import (
+    MAX_LIMIT_S,
+    MAX_MEMORY_MB,
+    SHARED,
+    Limits,
+    SandboxUnavailable,
+    sandbox,
+)
 from blis_simpy.search.gepa_adapter import BlisAdapter
 from blis_simpy.search.sweep import run_many
 from tests.search.helpers import prefix_scenario, processes_with
@@ -139,3 +152,75 @@ def test_evaluations_in_threads_never_cross():
     with ThreadPoolExecutor(4) as pool:
         threaded = run_many(prefix_scenario(), policies, [1, 2, 3], executor=pool)
     pd.testing.assert_frame_equal(threaded, serial)
+
+
+FIRST = LEAST_LOADED + """
+
+class First(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        return RoutingDecision(snapshots[0].id, "first", tuple(1.0 for _ in snapshots))
+"""
+
+
+def test_one_source_with_two_entry_points_scores_alike_in_threads():
+    """Each candidate's stand-in module is its own (axis, entry point and source): two entry
+    points of one source, evaluated at once in a thread pool, scored one of them 0 ("defines
+    no 'First'")."""
+    policies = {"least": CodePolicy("routing", FIRST, id="least"),
+                "first": CodePolicy("routing", FIRST, entry="First", id="first")}
+    serial = run_many(prefix_scenario(), policies, [1, 2, 3], workers=1)
+    assert list(serial.error) == [""] * 6 and serial.fitness[0] != serial.fitness[3]
+    with ThreadPoolExecutor(4) as pool:
+        threaded = run_many(prefix_scenario(), policies, [1, 2, 3], executor=pool)
+    pd.testing.assert_frame_equal(threaded, serial)
+
+
+def test_stand_in_modules_open_at_once_never_share_a_class():
+    """The same source as two entry points, or as one entry point on two axes, while both
+    are open: each module holds its own stand-in, of its own axis."""
+    from blis_simpy.search.remote import MODULES, RemoteAdmission, RemoteRouting
+
+    codes = [CodePolicy("routing", FIRST), CodePolicy("routing", FIRST, entry="First"),
+             CodePolicy("admission", FIRST)]
+    assert len({code.module_name for code in codes}) == 3
+    for code in codes:
+        MODULES.add(code)
+    try:
+        for code, base in zip(codes, (RemoteRouting, RemoteRouting, RemoteAdmission),
+                              strict=True):
+            assert issubclass(getattr(sys.modules[code.module_name], code.entry), base)
+    finally:
+        for code in codes:
+            MODULES.discard(code)
+    assert not any(code.module_name in sys.modules for code in codes)
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"wall_s": "5"}, "limits.wall_s: expected float, got str '5'"),
+    ({"wall_s": math.inf}, "limits.wall_s: must be a finite number, got inf"),
+    ({"cpu_s": math.nan}, "limits.cpu_s: must be a finite number, got nan"),
+    ({"wall_s": -1}, "limits.wall_s: must be > 0, got -1.0"),
+    ({"cpu_s": 0}, "limits.cpu_s: must be > 0, got 0.0"),
+    ({"wall_s": 1e9}, f"limits.wall_s: must be <= {MAX_LIMIT_S}, got 1000000000.0"),
+    ({"memory_mb": 8}, "limits.memory_mb: must be >= 16, got 8"),
+    ({"memory_mb": 2**40}, f"limits.memory_mb: must be <= {MAX_MEMORY_MB}, got {2**40}"),
+    ({"memory_mb": 512.5}, "limits.memory_mb: expected int, got float 512.5"),
+    ({"memory_mb": True}, "limits.memory_mb: expected int, got bool True"),
+    ({"cpu_s": None}, "limits.cpu_s: expected float, got null"),
+])
+def test_bad_limits_are_refused_when_made_naming_the_field_and_the_value(given, message):
+    """Before, a string raised TypeError in the middle of an evaluation, inf an OverflowError,
+    and nan or -1 scored every candidate 0."""
+    with pytest.raises(ScenarioError) as refused:
+        Limits(**given)
+    assert str(refused.value) == message
+    with pytest.raises(ScenarioError, match=message.split(":")[0]):
+        dataclasses.replace(Limits(), **given)
+
+
+def test_limits_take_numpy_numbers_as_the_python_numbers_they_hold():
+    limits = Limits(cpu_s=np.float32(2.5), wall_s=np.int64(5), memory_mb=np.int64(512))
+    assert limits == Limits(cpu_s=2.5, wall_s=5.0, memory_mb=512)
+    assert [type(v) for v in (limits.cpu_s, limits.wall_s, limits.memory_mb)] == \
+        [float, float, int]
+    assert Limits(memory_mb=512.0).memory_mb == 512 and Limits() == Limits(30, 60, 1024)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blis_simpy.api import compare_policies, prepare, run, simulate
+from blis_simpy.api import compare_policies, load, prepare, run, simulate
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder
@@ -78,6 +78,26 @@ def test_numpy_scalars_are_accepted_wherever_python_numbers_are():
     assert result.summary == run(SMALL, seed=3, overrides={
         "cluster.instances": 2, "workload.rate_per_s": 2.5,
         "engine.max_running_requests": 8}).summary
+
+
+@pytest.mark.parametrize("value", [np.timedelta64(5), np.timedelta64(5, "s"),
+                                   np.datetime64(5, "s"), np.array([5], dtype="m8")])
+def test_numpy_times_and_dates_are_not_numbers(value):
+    """np.timedelta64(5) was taken as 5 requests per second (its tolist() is 5)."""
+    with pytest.raises(ScenarioError, match=r"^workload\.rate_per_s: expected float, got "
+                       r"(timedelta64|datetime64|ndarray)"):
+        load(SMALL, overrides={"workload.rate_per_s": value})
+
+
+def test_a_numpy_long_double_is_taken_as_the_float_it_holds():
+    """np.longdouble(10) was refused for an int field where 10.0 is accepted."""
+    long = load(SMALL, overrides={"cluster.instances": np.longdouble(2),
+                                  "workload.rate_per_s": np.longdouble(2.5)})
+    plain = load(SMALL, overrides={"cluster.instances": 2.0, "workload.rate_per_s": 2.5})
+    assert long == plain and type(long.cluster.instances) is int
+    with pytest.raises(ScenarioError, match=r"^cluster\.instances: expected int, got float "
+                       r"2\.5"):
+        load(SMALL, overrides={"cluster.instances": np.longdouble(2.5)})
 
 
 @pytest.mark.filterwarnings("ignore:fitness is 0")
