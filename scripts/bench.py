@@ -25,7 +25,8 @@ timed from the call to the table (planning, the default score's baseline run, th
 start-up and every row included): evaluations per second of wall time, and per second of
 CPU (the parent's and its workers'); on a busy machine the wall rate counts waiting for a
 core, the CPU rate times the workers is what that many free cores give. The median of
-`--repeat` runs. The same for code candidates (`--search-code N`, default 40; 0 skips it):
+`--repeat` runs. The same for code candidates (`--search-code N`, default as many as
+`--search`; 0 skips it):
 N least-loaded routing policies as code, each its own source (a numbered comment), every
 one evaluated in the sandbox (docs/security.md), so the rate includes the boundary.
 
@@ -307,9 +308,9 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, help="an earlier results JSON to compare with")
     parser.add_argument("--search", type=int, default=40, metavar="N",
                         help="candidates for the search evaluation rate (default 40; 0: skip)")
-    parser.add_argument("--search-code", type=int, default=40, metavar="N",
-                        help="code candidates (in the sandbox) for the same rate (default 40; "
-                        "0: skip)")
+    parser.add_argument("--search-code", type=int, metavar="N",
+                        help="code candidates (in the sandbox) for the same rate (default: as "
+                        "many as --search; 0: skip)")
     parser.add_argument("--workers", type=int, default=2,
                         help="worker processes for the search evaluation rate (default 2)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -343,8 +344,9 @@ def main() -> None:
     if args.search:
         result["search"] = search_rate(args.search, args.workers, args.repeat)
         print(search_line(result["search"]), flush=True)
-    if args.search_code:
-        result["search_code"] = search_rate(args.search_code, args.workers, args.repeat, True)
+    code = args.search if args.search_code is None else args.search_code
+    if code:
+        result["search_code"] = search_rate(code, args.workers, args.repeat, True)
         print(search_line(result["search_code"]), flush=True)
     args.save.parent.mkdir(parents=True, exist_ok=True)
     args.save.write_text(json.dumps(result, indent=2) + "\n")
