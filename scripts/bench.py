@@ -25,13 +25,16 @@ timed from the call to the table (planning, the default score's baseline run, th
 start-up and every row included): evaluations per second of wall time, and per second of
 CPU (the parent's and its workers'); on a busy machine the wall rate counts waiting for a
 core, the CPU rate times the workers is what that many free cores give. The median of
-`--repeat` runs.
+`--repeat` runs. The same for code candidates (`--search-code N`, default as many as
+`--search`; 0 skips it):
+N least-loaded routing policies as code, each its own source (a numbered comment), every
+one evaluated in the sandbox (docs/security.md), so the rate includes the boundary.
 
 Results are saved as JSON (`--save`, default out/bench/latest.json); `--compare OLD.json`
 prints the change of each case against an earlier file.
 
     python scripts/bench.py [CASE.yaml ...] [--repeat N] [--no-go] [--compare OLD.json]
-                            [--search N] [--workers N]
+                            [--search N] [--search-code N] [--workers N]
 """
 
 from __future__ import annotations
@@ -83,16 +86,24 @@ SEARCH_OVERRIDES = {"cluster.instances": 2, "workload.num_requests": 1000,
                     "workload.rate_per_s": 24}
 
 
-def measure_search(candidates: int, workers: int) -> dict[str, Any]:
-    """In a fresh interpreter: `candidates` weighted-routing candidates on the 1,000-request,
-    2-instance evaluation with run_many on `workers` processes."""
+def measure_search(candidates: int, workers: int, code: bool = False) -> dict[str, Any]:
+    """In a fresh interpreter: `candidates` weighted-routing candidates (`code`: least-loaded
+    routing as code, in the sandbox) on the 1,000-request, 2-instance evaluation with
+    run_many on `workers` processes."""
     from blis_simpy.search.sweep import run_many
     from blis_simpy.sim.run import load
 
     scenario = load("quickstart", overrides=SEARCH_OVERRIDES)
-    policies = {f"w{i}": {"routing.type": "weighted", "routing.weights.queue-depth": 1.0,
-                          "routing.weights.prefix-affinity": round(0.25 + 0.05 * i, 2)}
-                for i in range(candidates)}
+    policies: dict[str, Any] = {
+        f"w{i}": {"routing.type": "weighted", "routing.weights.queue-depth": 1.0,
+                  "routing.weights.prefix-affinity": round(0.25 + 0.05 * i, 2)}
+        for i in range(candidates)}
+    if code:
+        from bench_sandbox import LEAST_LOADED  # (this folder: sys.path[0])
+
+        from blis_simpy.search.code import CodePolicy
+        policies = {f"c{i}": CodePolicy("routing", f"# candidate {i}\n{LEAST_LOADED}",
+                                        id=f"c{i}") for i in range(candidates)}
     before, started = os.times(), time.perf_counter()
     table = run_many(scenario, policies, [42], workers=workers)
     wall, after = time.perf_counter() - started, os.times()
@@ -102,20 +113,23 @@ def measure_search(candidates: int, workers: int) -> dict[str, Any]:
             "per_s": candidates / wall, "per_cpu_s": candidates / cpu}
 
 
-def search_rate(candidates: int, workers: int, repeat: int) -> dict[str, Any]:
+def search_rate(candidates: int, workers: int, repeat: int, code: bool = False
+                ) -> dict[str, Any]:
     runs = []
     for _ in range(repeat):
         text, *_ = timed([sys.executable, __file__, "--one-search", str(candidates),
-                          "--workers", str(workers)])
+                          "--workers", str(workers), *(["--code"] if code else [])])
         runs.append(json.loads(text.strip().splitlines()[-1]))
     runs.sort(key=lambda r: r["per_s"])
     row = dict(runs[len(runs) // 2])
     row["per_cpu_s_median"] = statistics.median(r["per_cpu_s"] for r in runs)
+    row["code"] = code
     return row
 
 
 def search_line(row: dict[str, Any]) -> str:
-    return (f"search evaluations (1,000 requests, 2 instances, {row['evaluations']} weighted "
+    kind = "code (sandboxed)" if row.get("code") else "weighted"
+    return (f"search evaluations (1,000 requests, 2 instances, {row['evaluations']} {kind} "
             f"candidates, {row['workers']} workers): {row['per_s']:.1f}/s wall "
             f"({row['wall_s']:.2f} s), {row['per_cpu_s_median']:.1f} per CPU-second "
             f"(= {row['per_cpu_s_median'] * row['workers']:.1f}/s on {row['workers']} free "
@@ -294,16 +308,20 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, help="an earlier results JSON to compare with")
     parser.add_argument("--search", type=int, default=40, metavar="N",
                         help="candidates for the search evaluation rate (default 40; 0: skip)")
+    parser.add_argument("--search-code", type=int, metavar="N",
+                        help="code candidates (in the sandbox) for the same rate (default: as "
+                        "many as --search; 0: skip)")
     parser.add_argument("--workers", type=int, default=2,
                         help="worker processes for the search evaluation rate (default 2)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--one-search", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--code", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure_in_process(args.one)))
         return
     if args.one_search:
-        print(json.dumps(measure_search(args.one_search, args.workers)))
+        print(json.dumps(measure_search(args.one_search, args.workers, args.code)))
         return
     earlier = json.loads(args.compare.read_text()) if args.compare else None  # fail early
     paths = [Path(p) for p in args.cases] or sorted(BENCH.glob("*.yaml"))
@@ -326,6 +344,10 @@ def main() -> None:
     if args.search:
         result["search"] = search_rate(args.search, args.workers, args.repeat)
         print(search_line(result["search"]), flush=True)
+    code = args.search if args.search_code is None else args.search_code
+    if code:
+        result["search_code"] = search_rate(code, args.workers, args.repeat, True)
+        print(search_line(result["search_code"]), flush=True)
     args.save.parent.mkdir(parents=True, exist_ok=True)
     args.save.write_text(json.dumps(result, indent=2) + "\n")
     print(f"saved {args.save}")

@@ -19,22 +19,28 @@ each is the median of `--repeat` interleaved rounds.
   rate of `run_many` here (distinct candidates on one seed: weighted-routing templates, and
   least-loaded code candidates differing by a comment), which a loaded machine lowers.
 
-    python scripts/bench_sandbox.py [--repeat N] [--evaluations N]
+`--aligned` runs this evaluator with address-space randomisation off, as the sandbox runs, so
+the interpreter's code sits at the same addresses on both sides of the boundary (a
+measurement, not what a search does: docs/security.md, "Cost").
+
+    python scripts/bench_sandbox.py [--repeat N] [--evaluations N] [--unpinned] [--aligned]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.search import contain
+from blis_simpy.search import contain, jail
 from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.sweep import evaluate, plan, run_many
 from blis_simpy.sim.run import run
@@ -117,13 +123,31 @@ def forked_runs(scenario: Scenario, n: int) -> float:
     return total
 
 
+def aligned() -> bool:
+    """Whether this process runs without address-space randomisation; if not, turn it off
+    for the next exec (False)."""
+    personality = ctypes.CDLL(None, use_errno=True).personality
+    personality.argtypes = (ctypes.c_ulong,)
+    current = personality(jail.PERSONALITY_QUERY)
+    if current < 0 or current & jail.ADDR_NO_RANDOMIZE:
+        return True
+    if personality(current | jail.ADDR_NO_RANDOMIZE) < 0:
+        raise SystemExit("bench_sandbox: the kernel refused to turn randomisation off")
+    return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--evaluations", type=int, default=10)
     parser.add_argument("--unpinned", action="store_true",
                         help="run both sides of a session unpinned (what pinning saves)")
+    parser.add_argument("--aligned", action="store_true",
+                        help="run this evaluator without address-space randomisation, as the "
+                        "sandbox runs (what the layout costs)")
     args = parser.parse_args()
+    if args.aligned and not aligned():
+        os.execv(sys.executable, [sys.executable, *sys.argv])  # (now without randomisation)
     contain.PIN = not args.unpinned
     n = args.evaluations
     scenario = Scenario.from_dict(EVALUATION)
@@ -171,7 +195,8 @@ def main() -> None:
     per_eval = med["code"] - med["template"]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
           f"median of {args.repeat} rounds of {n} evaluations"
-          f"{'; sessions unpinned' if args.unpinned else ''}")
+          f"{'; sessions unpinned' if args.unpinned else ''}"
+          f"{'; evaluator at the sandbox addresses' if args.aligned else ''}")
     print(f"template start                      {start_wall:7.3f} s wall, {start_cpu:7.3f} s CPU")
     print(f"candidate process (fork..close)     {med['process'] * 1e3:7.1f} ms CPU")
     print(f"evaluation, template policy         {med['template'] * 1e3:7.1f} ms CPU "

@@ -32,6 +32,8 @@ def test_bench_runs_a_tiny_case_and_writes_comparable_json(tmp_path: Path) -> No
                 "--workers", "1")
     assert "tiny" in out and str(saved) in out
     assert "search evaluations (1,000 requests, 2 instances, 2 weighted candidates" in out
+    assert "search evaluations (1,000 requests, 2 instances, 2 code (sandboxed) candidates" \
+        in out
     data = json.loads(saved.read_text())
     row = data["cases"]["tiny"]
     assert row["arrived"] == 20 and row["completed"] == 20
@@ -40,6 +42,7 @@ def test_bench_runs_a_tiny_case_and_writes_comparable_json(tmp_path: Path) -> No
     assert "go_cpu_s" not in row
     search = data["search"]
     assert search["evaluations"] == 2 and search["per_s"] > 0 and search["per_cpu_s"] > 0
+    assert data["search_code"]["evaluations"] == 2 and data["search_code"]["code"]
     again = bench(str(case), "--repeat", "1", "--no-go", "--save", str(tmp_path / "b.json"),
                   "--compare", str(saved), "--search", "0")
     assert again.splitlines()[-1].startswith("tiny")

@@ -252,10 +252,15 @@ class BoundedLog(io.TextIOBase):
 
 class Snapshots(list):  # type: ignore[type-arg]
     """The routable instances' snapshots for one routing call; `refresh()` asks the evaluator
-    to re-read every field now, as `blis_simpy.cluster.snapshot.Snapshots.refresh` does."""
+    to re-read every field now, as `blis_simpy.cluster.snapshot.Snapshots.refresh` does.
+    Each server makes its own subclass with its `ask` (`asking`): a call's list is then made
+    by the type's C constructor, not an interpreted `__init__`."""
 
-    def __init__(self, ask: Callable[..., Any]) -> None:
-        self.ask = ask
+    ask: Callable[..., Any]
+
+    @staticmethod
+    def asking(ask: Callable[..., Any]) -> type[Snapshots]:
+        return type("Snapshots", (Snapshots,), {"ask": staticmethod(ask)})
 
     def refresh(self) -> None:
         self.clear()
@@ -305,6 +310,7 @@ class Server:
         self.state.state.fleet_view = FleetView(self.ask)
         self.shadow: ShadowView | None = None
         self.reader: BinaryIO | None = None
+        self.snapshots = Snapshots.asking(self.ask)
 
     def serve(self, reader: BinaryIO) -> None:
         self.reader = reader
@@ -316,8 +322,10 @@ class Server:
             self.send(self.handle(message))
 
     def send(self, data: bytes) -> None:
-        while data:
-            data = data[os.write(self.fd, data):]
+        written = os.write(self.fd, data)
+        while written < len(data):  # (a reply larger than the pipe's buffer)
+            data = data[written:]
+            written = os.write(self.fd, data)
 
     def ask(self, *question: Any) -> Any:
         """A question to the evaluator in the middle of a call (snapshot refresh, shadow KV
@@ -333,6 +341,8 @@ class Server:
         """The reply to one message, encoded."""
         kind = message[0]
         try:
+            if kind == "route":  # (the usual call: its fields read by `route` itself)
+                return self.route(self.objects[message[1]], message)
             if kind == "load":
                 return wire.body(self.load(*message[1:]))
             if kind == "new":
@@ -398,10 +408,11 @@ class Server:
                           else hints], out)
         return plain(["ok", out], out)
 
-    def route(self, obj: Any, view: Any, priority_: float, snapshots: list[Any],
-              delta: list[Any] | tuple[()], clock: int, hits: list[int] | None) -> bytes:
+    def route(self, obj: Any, message: list[Any]) -> bytes:
+        """`["route", handle, view, priority, snapshots, delta, clock, hits]`."""
+        _, _, view, priority_, snapshots, delta, clock, hits = message
         req = wire.view_in(view)  # (whole, and not kept: each request is routed once)
-        taken = Snapshots(self.ask)
+        taken = self.snapshots()
         wire.snapshots_in(snapshots, taken)
         state = self.state.apply(delta) if delta else self.state
         if hits is not None and self.shadow is not None:
@@ -440,7 +451,7 @@ class Server:
 
 
 HANDLERS: dict[str, Callable[..., bytes]] = {
-    "decide": Server.decide, "compute": Server.compute, "route": Server.route,
+    "decide": Server.decide, "compute": Server.compute,
     "order_key": Server.order_key, "victim": Server.victim, "make_batch": Server.make_batch,
     "on_request_arrival": Server.on_request_arrival}
 

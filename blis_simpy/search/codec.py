@@ -36,6 +36,7 @@ HEAD: Final = struct.Struct("<I")
 DECISION: Final = struct.Struct("<cHHH")  # b"R", target bytes, reason bytes, number of scores
 DECISION_TAG: Final = b"R"
 DECISION_SIZE: Final = DECISION.size
+FRAMED_DECISION: Final = struct.Struct("<IcHHH")  # a frame's length, then DECISION
 SCORE_STRUCTS: Final[dict[int, struct.Struct]] = {}  # the layout of n scores, made once per n
 DUMPS: Final = marshal.dumps
 HASH_PACKS: Final[dict[int, tuple[tuple[int, ...], object]]] = {}  # id -> (the tuple, its bytes)
@@ -172,9 +173,18 @@ def route_reply(out: object) -> bytes | None:
     count = len(scores)
     if len(target_bytes) > 0xFFFF or len(reason_bytes) > 0xFFFF or count > 0xFFFF:
         return None
-    body = b"".join((DECISION.pack(DECISION_TAG, len(target_bytes), len(reason_bytes), count),
-                     target_bytes, reason_bytes, struct.pack(f"<{count}d", *scores)))
-    return HEAD.pack(len(body)) + body
+    size = DECISION_SIZE + len(target_bytes) + len(reason_bytes) + 8 * count
+    return b"".join((FRAMED_DECISION.pack(size, DECISION_TAG, len(target_bytes),
+                                          len(reason_bytes), count),
+                     target_bytes, reason_bytes, score_struct(count).pack(*scores)))
+
+
+def score_struct(count: int) -> struct.Struct:
+    """The layout of `count` scores, made once per count."""
+    layout = SCORE_STRUCTS.get(count)
+    if layout is None:
+        layout = SCORE_STRUCTS[count] = struct.Struct(f"<{count}d")
+    return layout
 
 
 def route_decision(body: bytes) -> Any:
@@ -190,8 +200,5 @@ def route_decision(body: bytes) -> Any:
         raise ValueError(f"its lengths add up to {end + 8 * count} bytes, not its {size}")
     target = body[DECISION_SIZE:start].decode("utf-8")
     reason = body[start:end].decode("utf-8")
-    layout = SCORE_STRUCTS.get(count)
-    if layout is None:
-        layout = SCORE_STRUCTS[count] = struct.Struct(f"<{count}d")
-    scores = layout.unpack_from(body, end)
+    scores = score_struct(count).unpack_from(body, end)
     return TUPLE_NEW(RoutingDecision, (target, reason, scores, None, (), "", ""))

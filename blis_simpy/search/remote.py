@@ -121,6 +121,13 @@ class RemoteRouting(Remote, RoutingPolicy):
         attributes = self.connect(params)
         self.reads_shadow_kv = bool(attributes.get("reads_shadow_kv"))
         self.routes_pd = bool(attributes.get("routes_pd"))
+        self.asked: tuple[Sequence[InstanceSnapshot], RouterState] | None = None
+        self.answering = self.answer  # (bound once: a closure per call costs more)
+
+    def answer(self, ask: list[Any]) -> Any:
+        """The candidate's question during the current call (`self.asked`)."""
+        assert self.asked is not None
+        return answer_routing(ask, *self.asked, self.session)
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
@@ -129,13 +136,10 @@ class RemoteRouting(Remote, RoutingPolicy):
         shadow = state.shadow_kv
         if self.reads_shadow_kv and shadow is not None:
             hits = [shadow.expected_hit(s.id, req.prefix_hashes) for s in snapshots]
-
-        def answer(ask: list[Any]) -> Any:
-            return answer_routing(ask, snapshots, state, session)
-
+        self.asked = (snapshots, state)
         reply = session.exchange(wire.route_frame(self.handle, req, priority, snapshots,
                                                   session.state.out(state), clock, hits),
-                                 answer)
+                                 self.answering)
         if isinstance(reply, bytes):  # the usual decision's fixed record
             try:
                 decision = wire.route_decision(reply)
