@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from blis_simpy.config import catalog, hardware, step_models
+from blis_simpy.config.memory import model_weight_bytes
 from blis_simpy.config.resolve import kv_catalog_note, resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
@@ -55,12 +56,22 @@ def test_every_bundled_model_runs_out_of_the_box_on_every_bundled_gpu():
     configs = catalog.data_dir() / "model_configs"
     models = sorted(p.name for p in configs.iterdir() if (p / "config.json").is_file())
     assert {"llama-3.1-70b-instruct", "llama-3.3-70b-instruct", "qwen3-8b"} <= set(models)
+    too_big = 0
     for gpu in hardware.bundled():
+        eight = 8 * hardware.bundled_gpu(gpu).memory_mib * 2**20
         for model in models:
-            result = run(scenario(model={"name": f"org/{model}", "gpu": gpu},
-                                  workload={"num_requests": 3}))
+            weights = model_weight_bytes(catalog.bundled_model_config(model))
+            chosen = scenario(model={"name": f"org/{model}", "gpu": gpu},
+                              workload={"num_requests": 3})
+            if weights > eight:  # Llama-3.1-405B in BF16 on 8 x H100: the run says so
+                too_big += 1
+                with pytest.raises(ScenarioError, match="does not fit"):
+                    run(chosen)
+                continue
+            result = run(chosen)
             assert result.summary["completed_requests"] == 3, (model, gpu)
             assert result.summary["step_model"]["type"] == "physical"
+    assert 0 < too_big < len(hardware.bundled())  # the 405B fits on 8 H200s only
 
 
 def test_the_fewest_gpus_that_hold_the_weights_with_room_for_the_kv_cache():
