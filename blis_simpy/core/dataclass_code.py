@@ -123,8 +123,9 @@ def table_path() -> str | None:
         pyc = importlib.util.cache_from_source(package or "")
     except (NotImplementedError, ValueError):
         return None
-    return os.path.join(os.path.dirname(pyc),
-                        f"dataclass-methods.{sys.implementation.cache_tag}.marshal")
+    optimized = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""  # (-O, as .pyc)
+    return os.path.join(os.path.dirname(pyc), f"dataclass-methods."
+                        f"{sys.implementation.cache_tag}{optimized}.marshal")
 
 
 def install() -> MethodCode:
