@@ -230,7 +230,9 @@ class Result:
         if self.evaluation is not None:
             (folder / "evaluation.json").write_text(
                 json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
-        for name, text in {**self.extra_files, **self.trace_files}.items():
+        if self.reference is not None:
+            self.reference.write(folder)
+        for name, text in self.trace_files.items():
             (folder / name).write_text(text)
 
 
