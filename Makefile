@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'  # compiles the extensions (setup.py)
 	$(BIN)/python -m compileall -q blis_simpy  # what a wheel install does; an editable one does not
+	$(BIN)/python -c 'from blis_simpy.core.dataclass_code import build; build()'  # likewise
 	touch $(STAMP)
 
 # Rebuilt when a compiled source changed since the last build (not right after the install,

@@ -25,13 +25,20 @@ Reading guide (docs/architecture.md has the whole tour, docs/extending.md the ho
 
 The names below are imported the first time they are read (PEP 562), so `blis-simpy --help`
 and a single `blis-simpy run` do not load the search layer (process pools) or anything else
-they do not use; `import blis_simpy; blis_simpy.run(...)` works as before."""
+they do not use; `import blis_simpy; blis_simpy.run(...)` works as before.
+
+Before any of its modules makes a dataclass, the package has `dataclasses` take the generated
+methods' code from a table compiled by an earlier process (core/dataclass_code.py: compiling
+them was a fifth of a 1,000-request run's whole process)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from blis_simpy.core import dataclass_code
 from blis_simpy.core.lazy import lazy_names
+
+dataclass_code.install()
 
 if TYPE_CHECKING:
     from blis_simpy.api import compare_policies, load, prepare, run, run_many, simulate

@@ -330,8 +330,11 @@ def main() -> None:
         print("note: no Go reference binary ($BLIS_GO_DIR/blis, default ~/.cache/blis-go/blis):"
               " the Go columns are left empty", file=sys.stderr)
     # Time the package as installed: a wheel install compiles the bytecode, an editable one
-    # under PYTHONDONTWRITEBYTECODE=1 would compile every module on each start.
+    # under PYTHONDONTWRITEBYTECODE=1 would compile every module (and the dataclasses'
+    # methods: core/dataclass_code.py) on each start.
     compileall.compile_dir(ROOT / "blis_simpy", quiet=1)
+    subprocess.run([sys.executable, "-c", "from blis_simpy.core.dataclass_code import build; "
+                    "build()"], check=True, cwd=ROOT)  # the dataclass methods' likewise
     print(HEADER, flush=True)
     cases: dict[str, Any] = {}
     for path in paths:

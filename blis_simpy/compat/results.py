@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -80,17 +83,29 @@ class ReferenceOutputs:
     def files(self) -> dict[str, str]:
         return {"results.json": self.results_json(), "blis_stdout.txt": stdout_text(self.summary)}
 
+    def write(self, folder: Path) -> None:
+        """The files into `folder`, results.json a block of rows at a time: a 100K run's
+        rows are ~30 MB of text, which the whole file's string held twice over."""
+        with open(folder / "results.json", "w") as f:
+            f.writelines(self.results_json_parts())
+        (folder / "blis_stdout.txt").write_text(stdout_text(self.summary))
+
     def results_json(self) -> str:
         """The reference's --results-path file: the summary plus one row per injected request,
         ordered by arrival then id. Per-request itl_ms and scheduling_delay_ms hold µs, as the
-        reference writes them (Q10).
+        reference writes them (Q10)."""
+        return "".join(self.results_json_parts())
+
+    def results_json_parts(self, rows_per_part: int = 10_000) -> Iterator[str]:
+        """results.json's text in parts, `rows_per_part` request rows in each.
 
         The rows are rendered from a template (`ROW`), the bytes `gojson.dumps` gives for the
         same dicts at their depth, each field's column formatted at once; `row_dicts` is the
         dict form."""
         head = gojson.dumps(reference_summary(self.summary))
         if not self.ids:
-            return head[:-2] + ',\n  "requests": []\n}\n'
+            yield head[:-2] + ',\n  "requests": []\n}\n'
+            return
         order = None if self.in_file_order() else self.order()
 
         def ordered(values: list[Any]) -> list[Any]:
@@ -109,8 +124,12 @@ class ReferenceOutputs:
             floats(self.e2e / US_PER_MS),
             ordered(self.scheduling_delay.tolist()),
             quoted(ordered(self.handled_by)), strict=True)
-        rows = ",".join(map(ROW.__mod__, cells))
-        return f'{head[:-2]},\n  "requests": [{rows}\n  ]\n}}\n'
+        rows = map(ROW.__mod__, cells)
+        yield f'{head[:-2]},\n  "requests": ['
+        yield ",".join(islice(rows, rows_per_part))
+        while part := ",".join(islice(rows, rows_per_part)):
+            yield "," + part
+        yield "\n  ]\n}\n"
 
     def order(self) -> list[int]:
         """Rows by arrival time, then id."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
@@ -472,12 +472,13 @@ class RequestColumns:
                 for before, after in r.gaps]
         gap_cols = np.array(gaps, dtype=np.int64).reshape(-1, 3)
         state = [str(r.state) for r in requests]
+        instance = [r.instance for r in requests]
         return cls(
             id=[r.name for r in requests],
             **int_columns(requests),
-            instance=[r.instance for r in requests],
-            instance_index=np.fromiter((index.get(r.instance, -1) for r in requests),
-                                       dtype=np.int64, count=len(requests)),
+            instance=instance,
+            instance_index=np.fromiter(map(index.get, instance, repeat(-1, len(instance))),
+                                       dtype=np.int64, count=len(instance)),
             tenant=[r.tenant_id for r in requests],
             slo_class=[r.slo_class for r in requests],
             model=[r.model for r in requests],

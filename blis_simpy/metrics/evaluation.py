@@ -45,6 +45,8 @@ def has_targets(target: SLOTargets | None) -> bool:
 def request_targets(scenario: Scenario, requests: Table) -> list[SLOTargets | None]:
     """Each request's SLO targets: its tenant's own, else its SLO class's."""
     lookup = scenario.slo_targets()
+    if not (lookup.by_tenant or lookup.by_class):  # none set (most runs): not one per row
+        return [None] * len(requests)
     return [lookup.of(tenant, cls)
             for tenant, cls in zip(requests["tenant"], requests["slo_class"], strict=True)]
 

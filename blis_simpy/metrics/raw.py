@@ -218,6 +218,8 @@ def groups(requests: Table, column: str) -> list[tuple[str, np.ndarray]]:
     of the value; one pass over the column, not one per value."""
     values = np.asarray(requests[column], dtype=object).tolist()
     keys = sorted(set(values), key=str)
+    if len(keys) == 1:  # one value (no tenants, one class: most runs): every row, in order
+        return [(keys[0], np.arange(len(values), dtype=np.int64))]
     position = {key: i for i, key in enumerate(keys)}
     codes = np.fromiter((position[v] for v in values), dtype=np.int64, count=len(values))
     order = np.argsort(codes, kind="stable")

@@ -4,6 +4,7 @@ writes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -209,14 +210,6 @@ class Result:
         return folder.commit(self.write_files)
 
     def write_files(self, folder: Path, fmt: str) -> None:
-        (folder / "summary.json").write_text(self.summary_json())
-        (folder / "scenario.yaml").write_text(self.scenario.to_yaml())
-        (folder / "metrics.json").write_text(json.dumps(self.metrics, indent=2) + "\n")
-        if self.evaluation is not None:
-            (folder / "evaluation.json").write_text(
-                json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
-        for name, text in {**self.extra_files, **self.trace_files}.items():
-            (folder / name).write_text(text)
         streamed = STREAMED if self.streamed is not None else ()
         tables = [(table, folder / f"{name}.{fmt}") for name, table in (
             ("requests", self.request_table), ("steps", self.step_table),
@@ -227,14 +220,30 @@ class Result:
             ("placements", self.placement_table), ("preemptions", self.preemption_table),
             ("kv_transfers", self.kv_transfer_table), ("adapter_loads", self.adapter_load_table))
             if table is not None and name not in streamed]
-        write_tables(tables)
+        write_tables(tables, meanwhile=lambda: self.write_texts(folder))
+
+    def write_texts(self, folder: Path) -> None:
+        """The summary, the scenario, the metrics and the other text files."""
+        (folder / "summary.json").write_text(self.summary_json())
+        (folder / "scenario.yaml").write_text(self.scenario.to_yaml())
+        (folder / "metrics.json").write_text(json.dumps(self.metrics, indent=2) + "\n")
+        if self.evaluation is not None:
+            (folder / "evaluation.json").write_text(
+                json.dumps(self.evaluation.to_file_dict(), indent=2) + "\n")
+        if self.reference is not None:
+            self.reference.write(folder)
+        for name, text in self.trace_files.items():
+            (folder / name).write_text(text)
 
 
-def write_tables(tables: list[tuple[Table, Path]]) -> None:
+def write_tables(tables: list[tuple[Table, Path]],
+                 meanwhile: Callable[[], None] = lambda: None) -> None:
     """Each table to its file, two at a time (this thread and a `Background` one), the
     longest first: most of a long table's formatting is numpy work that lets the other thread
     run, so a long run's step and instance tables (a million rows each) take about a third
-    less time than one after the other. A failure stops both threads after the table each is
+    less time than one after the other. `meanwhile` (the text files: a compat run's
+    results.json, the scenario's YAML, mostly interpreted work) runs on this thread while the
+    other starts on the longest table. A failure stops both threads after the file each is
     writing, and is raised once both are done (never while one still writes)."""
     todo = sorted(tables, key=lambda item: len(item[0]))  # popped from the end: longest first
 
@@ -252,6 +261,11 @@ def write_tables(tables: list[tuple[Table, Path]]) -> None:
 
     helper = Background(work, "write-tables")
     try:
+        try:
+            meanwhile()
+        except BaseException:
+            todo.clear()
+            raise
         work()
     finally:
         helper.result()

@@ -69,3 +69,14 @@ def test_rows_are_ordered_by_arrival_then_id(arrivals: list[int], increasing: bo
 @cache
 def compat_run_once() -> ReferenceOutputs:
     return compat_run()
+
+
+def test_written_a_block_of_rows_at_a_time_it_is_the_same_file(tmp_path) -> None:
+    """`write` streams results.json in parts; any block size gives the whole text's bytes."""
+    ref = compat_run()
+    whole = ref.results_json()
+    for rows_per_part in (1, 7, 59, 60, 61, 10_000):
+        assert "".join(ref.results_json_parts(rows_per_part)) == whole
+    ref.write(tmp_path)
+    assert (tmp_path / "results.json").read_text() == whole
+    assert (tmp_path / "blis_stdout.txt").read_text() == ref.files()["blis_stdout.txt"]

@@ -34,3 +34,36 @@ def test_a_failed_table_write_is_raised_in_the_callers_thread(tmp_path, monkeypa
     monkeypatch.setattr(result_module, "write_table", full_disk)
     with pytest.raises(OSError, match="No space left"):
         write_tables([(table, tmp_path / f"t{i}.csv") for i, table in enumerate(tables(4))])
+
+
+def test_the_text_files_are_written_while_the_longest_table_is(tmp_path, monkeypatch):
+    """`meanwhile` runs on the caller's thread while the helper takes the tables; a failure
+    in it stops the tables not yet started and is raised once the helper's table is done."""
+    real = result_module.write_table
+    started, finished = [], []
+
+    def watched(table, path):
+        started.append(path.name)
+        real(table, path)
+        finished.append(path.name)
+
+    monkeypatch.setattr(result_module, "write_table", watched)
+
+    def texts():
+        (tmp_path / "summary.json").write_text("{}\n")
+
+    write_tables([(table, tmp_path / f"t{i}.csv") for i, table in enumerate(tables(4))],
+                 meanwhile=texts)
+    assert sorted(finished) == ["t0.csv", "t1.csv", "t2.csv", "t3.csv"]
+    assert (tmp_path / "summary.json").read_text() == "{}\n"
+
+    started.clear()
+    finished.clear()
+
+    def no_room():
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_tables([(table, tmp_path / f"u{i}.csv") for i, table in enumerate(tables(4))],
+                     meanwhile=no_room)
+    assert started == finished  # whatever was started was finished before the raise
