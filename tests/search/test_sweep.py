@@ -104,3 +104,41 @@ def test_run_many_is_part_of_the_package_api():
 
     assert blis_simpy.run_many is run_many
     assert blis_simpy.compare_policies is compare_policies
+
+
+def test_a_pooled_sweep_prepares_each_workload_once_before_its_workers_fork(monkeypatch, serial):
+    """Issue 30 item 6: the seed's requests are drawn and hashed once, in the caller, and the
+    forked workers inherit them (the rows are the same as ever)."""
+    import multiprocessing
+
+    from blis_simpy.search import sweep
+    from blis_simpy.workload.prepared import WorkloadCache
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("workers inherit the caller's memory only when they fork")
+    cache = WorkloadCache()
+    monkeypatch.setattr(sweep, "WORKLOADS", cache)
+    pd.testing.assert_frame_equal(run_many(prefix_scenario(), POLICIES, SEEDS, workers=2),
+                                  serial)
+    assert len(cache.kept) == len(SEEDS)  # one per seed: every policy shares it
+
+
+def test_an_evaluation_leaves_the_garbage_collector_as_it_found_it():
+    import gc
+
+    from blis_simpy.search.contain import Limits
+    from blis_simpy.search.sweep import evaluate, plan
+
+    task = plan({"s": prefix_scenario()}, {"rr": {"routing.type": "round-robin"}}, [1],
+                Limits())[0]
+    threshold, enabled = gc.get_threshold(), gc.isenabled()
+    try:
+        gc.set_threshold(700, 10, 10)
+        for state in (gc.disable, gc.enable):
+            state()
+            assert not evaluate(task)["error"]
+            assert gc.get_threshold() == (700, 10, 10)
+            assert gc.isenabled() == (state is gc.enable)
+    finally:
+        gc.set_threshold(*threshold)
+        (gc.enable if enabled else gc.disable)()
