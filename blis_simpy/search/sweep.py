@@ -49,7 +49,7 @@ from blis_simpy.search.contain import Limits, SandboxUnavailable, sandbox, take_
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
 from blis_simpy.search.store import RunStore, normalised, run_key
-from blis_simpy.sim.build import build, sparse_collection
+from blis_simpy.sim.build import build
 from blis_simpy.sim.modes import mode_of
 from blis_simpy.sim.result import Result
 from blis_simpy.sim.run import ScenarioForm, load, simulate
@@ -472,15 +472,6 @@ def plain(text: str) -> str:
 
 
 def evaluate_here(task: Task) -> dict[str, Any]:
-    """One run's row. Its garbage collection is sparse from the build to the row (not only
-    while the event loop runs): the run's objects then die by reference count before a
-    collection has to walk them (a sweep's worker, collecting them at the loop's end as a
-    single run does, spent 3 % of an evaluation there)."""
-    with sparse_collection():
-        return run_row(task)
-
-
-def run_row(task: Task) -> dict[str, Any]:
     scenario = task.scenario
     try:
         prepared = WORKLOADS.get(scenario, reference_draws=mode_of(scenario).reference_draws)

@@ -122,23 +122,3 @@ def test_a_pooled_sweep_prepares_each_workload_once_before_its_workers_fork(monk
                                   serial)
     assert len(cache.kept) == len(SEEDS)  # one per seed: every policy shares it
 
-
-def test_an_evaluation_leaves_the_garbage_collector_as_it_found_it():
-    import gc
-
-    from blis_simpy.search.contain import Limits
-    from blis_simpy.search.sweep import evaluate, plan
-
-    task = plan({"s": prefix_scenario()}, {"rr": {"routing.type": "round-robin"}}, [1],
-                Limits())[0]
-    threshold, enabled = gc.get_threshold(), gc.isenabled()
-    try:
-        gc.set_threshold(700, 10, 10)
-        for state in (gc.disable, gc.enable):
-            state()
-            assert not evaluate(task)["error"]
-            assert gc.get_threshold() == (700, 10, 10)
-            assert gc.isenabled() == (state is gc.enable)
-    finally:
-        gc.set_threshold(*threshold)
-        (gc.enable if enabled else gc.disable)()
