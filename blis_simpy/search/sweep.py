@@ -371,7 +371,8 @@ def share_workloads(tasks: Sequence[Task]) -> None:
     first run. Only where workers fork (the default start method on Linux), and only as many
     as `WORKLOADS` keeps; a workload that cannot be prepared is left to the workers, whose
     runs fail as they would have."""
-    if multiprocessing.get_start_method() != "fork":
+    method = multiprocessing.get_start_method(allow_none=True)  # (asking fixes nothing)
+    if (method or multiprocessing.get_all_start_methods()[0]) != "fork":
         return
     firsts: dict[tuple[str, int], Task] = {}
     for task in tasks:
@@ -382,7 +383,7 @@ def share_workloads(tasks: Sequence[Task]) -> None:
     for task in firsts.values():
         try:
             WORKLOADS.get(task.scenario, reference_draws=mode_of(task.scenario).reference_draws)
-        except Exception:  # noqa: BLE001 (the worker's run meets it again, and says so)
+        except Exception:  # the worker's run meets it again, and says so
             return
 
 

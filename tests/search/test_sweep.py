@@ -114,7 +114,8 @@ def test_a_pooled_sweep_prepares_each_workload_once_before_its_workers_fork(monk
     from blis_simpy.search import sweep
     from blis_simpy.workload.prepared import WorkloadCache
 
-    if multiprocessing.get_start_method() != "fork":
+    method = multiprocessing.get_start_method(allow_none=True)
+    if (method or multiprocessing.get_all_start_methods()[0]) != "fork":
         pytest.skip("workers inherit the caller's memory only when they fork")
     cache = WorkloadCache()
     monkeypatch.setattr(sweep, "WORKLOADS", cache)
