@@ -29,6 +29,10 @@ from collections.abc import Iterator, Sequence
 
 DEFAULT_CAPACITY = 10_000  # block hashes per instance (the reference's router index)
 
+# A block hash as the object it is: typed `int`, the compiled module would unbox each one it
+# reads and box it again (a new int object, for most 64-bit hashes) for every dict operation.
+Hash = object
+
 
 class Run:
     """The hashes `src[lo:hi]`, consecutive in an LRU set's order, oldest first; a node of the
@@ -36,7 +40,7 @@ class Run:
 
     __slots__ = ("hi", "lo", "newer", "older", "src")
 
-    def __init__(self, src: Sequence[int], lo: int, hi: int) -> None:
+    def __init__(self, src: Sequence[Hash], lo: int, hi: int) -> None:
         self.src = src
         self.lo = lo
         self.hi = hi
@@ -51,19 +55,19 @@ class LRUSet:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.where: dict[int, Run] = {}  # each hash in the set -> the run holding it
+        self.where: dict[Hash, Run] = {}  # each hash in the set -> the run holding it
         self.oldest: Run | None = None
         self.newest: Run | None = None
         self.size = 0
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Hash]:
         """The hashes, oldest first (for checks and tests; the router never iterates)."""
         run = self.oldest
         while run is not None:
             yield from run.src[run.lo:run.hi]
             run = run.newer
 
-    def leading(self, hashes: Sequence[int]) -> int:
+    def leading(self, hashes: Sequence[Hash]) -> int:
         """How many leading hashes are in the set."""
         where, n = self.where, len(hashes)
         i = 0
@@ -74,7 +78,7 @@ class LRUSet:
             i += matching(run.src, position(run, hashes[i]), run.hi, hashes, i)
         return i
 
-    def touch(self, hashes: Sequence[int]) -> None:
+    def touch(self, hashes: Sequence[Hash]) -> None:
         """Each hash in turn becomes the most recently used (added if new, evicting the
         oldest beyond the capacity)."""
         where, n = self.where, len(hashes)
@@ -91,7 +95,7 @@ class LRUSet:
             self._move_to_newest(run, start, start + m)
             i += m
 
-    def _add(self, hashes: Sequence[int], i: int, h: int) -> None:
+    def _add(self, hashes: Sequence[Hash], i: int, h: Hash) -> None:
         tail = self.newest
         if tail is not None and tail.src is hashes and tail.hi == i:
             tail.hi = i + 1  # the prompt's previous hash was new too: one run
@@ -141,7 +145,7 @@ class LRUSet:
                 self._insert_before(run, self._split(run.src, lo, start))
         self._append(piece)
 
-    def _split(self, src: Sequence[int], lo: int, hi: int) -> Run:
+    def _split(self, src: Sequence[Hash], lo: int, hi: int) -> Run:
         """A new run for src[lo:hi] (hashes of an existing run), its hashes pointed at it."""
         piece = Run(src, lo, hi)
         where = self.where
@@ -182,7 +186,7 @@ class LRUSet:
         run.older = run.newer = None
 
 
-def position(run: Run, h: int) -> int:
+def position(run: Run, h: Hash) -> int:
     """Where the hash h (in the run) is in its source sequence."""
     src, lo = run.src, run.lo
     if src[lo] == h:
@@ -193,7 +197,7 @@ def position(run: Run, h: int) -> int:
     raise AssertionError(f"hash {h} is not in its run")
 
 
-def matching(src: Sequence[int], start: int, hi: int, hashes: Sequence[int], i: int) -> int:
+def matching(src: Sequence[Hash], start: int, hi: int, hashes: Sequence[Hash], i: int) -> int:
     """How many of hashes[i:] equal src[start:hi] one for one, from the first (>= 1)."""
     k = min(hi - start, len(hashes) - i)
     if type(src) is type(hashes) and src[start:start + k] == hashes[i:i + k]:
@@ -213,12 +217,12 @@ class ShadowKV:
         self.capacity = capacity
         self.sets: dict[str, LRUSet] = {}
 
-    def expected_hit(self, instance: str, hashes: Sequence[int]) -> int:
+    def expected_hit(self, instance: str, hashes: Sequence[Hash]) -> int:
         """How many leading blocks of a prompt the router expects `instance` to have cached."""
         seen = self.sets.get(instance)
         return 0 if seen is None else seen.leading(hashes)
 
-    def routed(self, instance: str, hashes: Sequence[int]) -> None:
+    def routed(self, instance: str, hashes: Sequence[Hash]) -> None:
         """A prompt was sent to `instance`: its blocks become the most recently used there,
         the least recently used beyond the capacity are predicted evicted."""
         seen = self.sets.get(instance)

@@ -20,7 +20,7 @@ from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.schema import spec
 from blis_simpy.core.snapshot import InstanceSnapshot
 from blis_simpy.policies.registry import Registry
-from blis_simpy.policies.scorers import SCORERS, combine, tell
+from blis_simpy.policies.scorers import SCORERS, weighted_choice
 
 
 class RoutingDecision(NamedTuple):
@@ -155,21 +155,10 @@ class Weighted(RoutingPolicy):
 
     def route(self, req: RequestView, priority: float, snapshots: Sequence[InstanceSnapshot],
               state: RouterState, clock: int) -> RoutingDecision:
-        snaps = list(snapshots)  # every scorer reads every instance: take them once
-        composite, breakdown = combine(self.scorers, req, snaps, state)
-        if self.bonus:
-            shadow = state.shadow_kv
-            assert shadow is not None  # kept by the gateway: the bonus reads it
-            first = req.prefix_hashes[:1]
-            shares = [self.bonus if first and shadow.expected_hit(s.id, first) else 0.0
-                      for s in snaps]
-            breakdown["prefix-match-bonus"] = tuple(shares)
-            composite = [total + share for total, share in zip(composite, shares, strict=True)]
-        best = argmax(composite)
-        target = snaps[best].id
-        tell(self.scorers, req, target)
-        return RoutingDecision(target, f"weighted-scoring (score={composite[best]:.3f})",
-                               tuple(composite), breakdown)
+        # scored, chosen and worded in the compiled scorers module (one call a request)
+        target, reason, scores, breakdown = weighted_choice(self.scorers, self.bonus, req,
+                                                            snapshots, state)
+        return RoutingDecision(target, reason, scores, breakdown)
 
 
 @ROUTING.register("prefix-affinity")

@@ -65,6 +65,33 @@ def combine(scorers: Sequence[tuple[str, Scorer, float]], req: RequestView,
     return composite, breakdown
 
 
+def weighted_choice(scorers: Sequence[tuple[str, Scorer, float]], bonus: float,
+                    req: RequestView, snapshots: Sequence[InstanceSnapshot],
+                    state: RouterState
+                    ) -> tuple[str, str, tuple[float, ...], dict[str, tuple[float, ...]]]:
+    """The `weighted` template's decision, compiled: (target, reason, composite scores,
+    breakdown). The composite is `combine`'s, plus `bonus` for every instance the shadow KV
+    expects to hold the prompt's first block; the highest wins, the first among equals; each
+    scorer is told the choice (`tell`)."""
+    snaps = [snapshots[i] for i in range(len(snapshots))]  # every scorer reads every one
+    composite, breakdown = combine(scorers, req, snaps, state)
+    if bonus:
+        shadow = state.shadow_kv
+        assert shadow is not None  # kept by the gateway: the bonus reads it
+        first = req.prefix_hashes[:1]
+        shares = [bonus if first and shadow.expected_hit(s.id, first) else 0.0
+                  for s in snaps]
+        breakdown["prefix-match-bonus"] = tuple(shares)
+        composite = [total + share for total, share in zip(composite, shares, strict=True)]
+    best, best_score = 0, composite[0]
+    for i in range(1, len(composite)):
+        if composite[i] > best_score:
+            best, best_score = i, composite[i]
+    target = snaps[best].id
+    tell(scorers, req, target)
+    return target, f"weighted-scoring (score={best_score:.3f})", tuple(composite), breakdown
+
+
 def tell(scorers: Sequence[tuple[str, Scorer, float]], req: RequestView, target: str) -> None:
     """Tell each scorer where the router sent `req`."""
     for _, scorer, _ in scorers:

@@ -354,6 +354,8 @@ def run_all(tasks: list[Task], executor: Executor | None, workers: int | None
             yield task.key, evaluate(task)
         return
     own = executor is None
+    if own:
+        share_workloads(tasks)
     pool = worker_pool(min(count, len(tasks))) if own else executor
     assert pool is not None
     try:
@@ -364,6 +366,28 @@ def run_all(tasks: list[Task], executor: Executor | None, workers: int | None
     finally:
         if own:
             pool.shutdown(cancel_futures=True)
+
+
+def share_workloads(tasks: Sequence[Task]) -> None:
+    """Prepare each (workload, seed) of the tasks here, once, before the pool's workers fork:
+    they inherit it (`WORKLOADS`) instead of each drawing and hashing the same requests on its
+    first run. Only where workers fork (the default start method on Linux), and only as many
+    as `WORKLOADS` keeps; a workload that cannot be prepared is left to the workers, whose
+    runs fail as they would have."""
+    method = multiprocessing.get_start_method(allow_none=True)  # (asking fixes nothing)
+    if (method or multiprocessing.get_all_start_methods()[0]) != "fork":
+        return
+    firsts: dict[tuple[str, int], Task] = {}
+    for task in tasks:
+        if not task.rejected:
+            firsts.setdefault((task.scenario_name, task.seed), task)
+    if len(firsts) > WORKLOADS.size:
+        return
+    for task in firsts.values():
+        try:
+            WORKLOADS.get(task.scenario, reference_draws=mode_of(task.scenario).reference_draws)
+        except Exception:  # the worker's run meets it again, and says so
+            return
 
 
 def worker_pool(workers: int | None) -> ProcessPoolExecutor:

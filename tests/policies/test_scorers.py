@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from blis_simpy.core.router_state import RouterState
 from blis_simpy.core.shadow_kv import ShadowKV
-from blis_simpy.policies.scorers import SCORERS, NoHitLRU
+from blis_simpy.policies.scorers import SCORERS, NoHitLRU, combine
 from tests.policies.helpers import routing, snap, view
 
 
@@ -166,3 +166,32 @@ def test_every_scorer_gives_one_score_in_the_unit_interval_per_instance(snaps, c
     got = scores(name, snaps, hashes=(1, 2, 3, 4, 5, 6), state=state)
     assert len(got) == len(snaps)
     assert all(0.0 <= s <= 1.0 for s in got), got
+
+
+@settings(max_examples=100, deadline=None)
+@given(snaps=snapshot_lists, weights=st.dictionaries(st.sampled_from(sorted(SCORERS)),
+                                                     st.floats(0.1, 5), min_size=1),
+       bonus=st.sampled_from([0.0, 0.5]), routed=st.lists(st.integers(0, 7), max_size=4))
+def test_the_weighted_decision_is_the_first_highest_weighted_sum(snaps, weights, bonus, routed):
+    """The compiled `weighted_choice` (the weighted template's route) against its definition:
+    `combine`'s composite plus the bonus where the shadow KV holds the first block, the first
+    highest wins, its score in the reason."""
+    hashes = (1, 2, 3)
+    state = state_with({f"instance_{i}": i % 3 for i in range(8)})
+    assert state.shadow_kv is not None
+    for i in routed:  # some instances expected to hold the prompt's leading blocks
+        state.shadow_kv.routed(f"instance_{i}", hashes[:1 + i % 3])
+    policy = routing("weighted", scorers=weights, prefix_match_bonus=bonus)
+    reference = routing("weighted", scorers=weights, prefix_match_bonus=bonus)
+    decision = policy.route(view(hashes=hashes), 0.0, snaps, state, 0)
+    composite, breakdown = combine(reference.scorers, view(hashes=hashes), snaps, state)
+    if bonus:
+        shares = [bonus if state.shadow_kv.expected_hit(s.id, hashes[:1]) else 0.0
+                  for s in snaps]
+        breakdown["prefix-match-bonus"] = tuple(shares)
+        composite = [c + b for c, b in zip(composite, shares, strict=True)]
+    best = composite.index(max(composite))
+    assert decision.target == snaps[best].id
+    assert decision.scores == tuple(composite)
+    assert decision.breakdown == breakdown
+    assert decision.reason == f"weighted-scoring (score={composite[best]:.3f})"

@@ -110,3 +110,22 @@ def test_no_seeds_is_refused_not_an_empty_table():
     """newcomer 17's #8: `seeds=[]` returned a table without columns and no word."""
     with pytest.raises(ScenarioError, match="seeds: empty"):
         run_many("quickstart", {"x": {}}, seeds=[])
+
+
+def test_a_pooled_sweep_prepares_each_workload_once_before_its_workers_fork(monkeypatch, serial):
+    """Issue 30 item 6: the seed's requests are drawn and hashed once, in the caller, and the
+    forked workers inherit them (the rows are the same as ever)."""
+    import multiprocessing
+
+    from blis_simpy.search import sweep
+    from blis_simpy.workload.prepared import WorkloadCache
+
+    method = multiprocessing.get_start_method(allow_none=True)
+    if (method or multiprocessing.get_all_start_methods()[0]) != "fork":
+        pytest.skip("workers inherit the caller's memory only when they fork")
+    cache = WorkloadCache()
+    monkeypatch.setattr(sweep, "WORKLOADS", cache)
+    pd.testing.assert_frame_equal(run_many(prefix_scenario(), POLICIES, SEEDS, workers=2),
+                                  serial)
+    assert len(cache.kept) == len(SEEDS)  # one per seed: every policy shares it
+
