@@ -232,6 +232,7 @@ def openevolve_evaluate(
         paths = [scenario_file(str(p), Path.cwd(), f"--workload[{i}]")
                  for i, p in enumerate(workload)]
         blis = BlisEvaluator(paths, axis=axis, seeds=seed)
+        blis.candidate(program)  # a path the user mistyped is refused; the evaluator scores 0
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

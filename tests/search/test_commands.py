@@ -77,6 +77,21 @@ def test_openevolve_evaluate_prints_metrics_and_artifacts(tmp_path: Path):
     assert "feedback" in report["artifacts"] and "k4_export" in report["artifacts"]
 
 
+def test_evaluators_exit_2_for_a_program_or_bundle_that_is_not_there(tmp_path: Path):
+    """A mistyped path is the user's error, not a candidate scoring 0 (the evaluator API still
+    scores an unreadable program 0: OpenEvolve wrote it, so the search goes on)."""
+    missing = tmp_path / "missing.py"
+    runner = CliRunner()
+    open_evolve = runner.invoke(app, ["openevolve-evaluate", str(missing), "--workload",
+                                      "search-routing", "--stage1"])
+    gepa = runner.invoke(app, ["gepa-evaluate", "--workload", "search-routing",
+                               "--policy-config", str(tmp_path / "missing.yaml")])
+    for result in (open_evolve, gepa):
+        assert result.exit_code == 2, result.output
+        assert "missing" in result.output and "Traceback" not in result.output
+        assert "combined_score" not in result.output
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(
