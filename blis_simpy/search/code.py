@@ -128,11 +128,8 @@ def node_problem(node: ast.AST) -> str:
         return "global/nonlocal state is not allowed: keep state on the policy object"
     if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
         return f"{node.id} is not allowed in a policy (no I/O, reflection or dynamic code)"
-    if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
-            and node.attr != "__init__":
-        return f"attribute {node.attr} is not allowed (no dunder or private access)"
-    if isinstance(node, ast.Attribute) and node.attr.startswith(INTROSPECTION):
-        return f"attribute {node.attr} is not allowed (no frame or code introspection)"
+    if isinstance(node, ast.Attribute):
+        return attribute_problem(node.attr)
     pattern = pattern_problem(node)
     if pattern:
         return pattern
@@ -151,15 +148,28 @@ def node_problem(node: ast.AST) -> str:
     return ""
 
 
+def attribute_problem(attr: str) -> str:
+    """Why reading attribute `attr` is refused, whether written `x.attr` or matched as
+    `case x(attr=...)`, else ""."""
+    if attr.startswith("_") and attr != "__init__":
+        return f"attribute {attr} is not allowed (no dunder or private access)"
+    if attr.startswith(INTROSPECTION):
+        return f"attribute {attr} is not allowed (no frame or code introspection)"
+    if attr in EVALUATING:
+        return f"attribute {attr} is not allowed (it evaluates annotation strings with the " \
+            "real builtins)"
+    return ""
+
+
 def pattern_problem(node: ast.AST) -> str:
     """Pattern matching names attributes and bindings as plain strings, which no Attribute or
     Name node shows: `case object(__globals__=g)` reads an attribute as `g.__globals__`
-    would, so the same names are refused."""
+    would, so the same names are refused (`attribute_problem`)."""
     if isinstance(node, ast.MatchClass):
         for attr in node.kwd_attrs:
-            if attr.startswith("_") or attr.startswith(INTROSPECTION):
-                return (f"pattern attribute {attr} is not allowed (no dunder, private or "
-                        "introspection access)")
+            problem = attribute_problem("_" if attr == "__init__" else attr)
+            if problem:  # (`case x(__init__=i)` has no `super().__init__` to allow)
+                return f"pattern {problem.replace(' _ ', f' {attr} ')}"
     bound = node.name if isinstance(node, ast.MatchAs | ast.MatchStar) else \
         node.rest if isinstance(node, ast.MatchMapping) else None
     if bound is not None and (bound.startswith("__") or bound in FORBIDDEN_NAMES):

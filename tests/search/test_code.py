@@ -143,6 +143,13 @@ def test_code_policy_rows_are_deterministic_across_workers():
      "            case object(_secret=s):\n                return s\n", "pattern attribute"),
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
      "            case object(gi_frame=f):\n                return f\n", "introspection"),
+    # newcomer 18: a pattern keyword named an annotation-evaluating helper (to the clock)
+    ("import typing\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        match typing:\n            case object(get_type_hints=hints):\n"
+     "                return hints\n", "pattern attribute get_type_hints"),
+    ("import typing\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        match typing:\n            case object(ForwardRef=ref):\n"
+     "                return ref\n", "pattern attribute ForwardRef"),
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
      "            case {**__builtins__}:\n                return 1\n", "pattern name"),
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
