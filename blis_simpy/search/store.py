@@ -21,16 +21,20 @@ import functools
 import hashlib
 import importlib.util
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from blis_simpy.core.errors import ScenarioError
 
 FORMAT = 1  # the layout of the store's tables; another one is refused by name
-# Scenario keys whose value names a file the run reads: its content is part of the key.
+# Scenario keys whose value names a file the run reads: its content is part of the key, as is
+# the content of any other value that names a file (`latency.coefficients`, a draft model's
+# config: newcomer 18 found a recalibrated coefficients file served the old rows).
 FILE_KEYS = ("path", "model_config", "hardware_config")
 
 
@@ -62,10 +66,10 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
 def file_digest(path: str) -> str | None:
     """The content digest of a file the scenario names; None if it is not a file."""
     try:
-        stat = Path(path).stat()
+        stat = os.stat(path)
     except (OSError, ValueError):
         return None
-    if not Path(path).is_file():
+    if not S_ISREG(stat.st_mode):
         return None
     return _file_digest(path, stat.st_size, stat.st_mtime_ns)
 
@@ -82,7 +86,8 @@ def module_digest(policy_type: str) -> str | None:
 
 
 def referenced(data: Any) -> dict[str, str | None]:
-    """Every file a scenario dict reads and every user policy module it names -> digest."""
+    """Every file a scenario dict reads (every string naming a file, whatever its key) and every
+    user policy module it names -> digest."""
     found: dict[str, str | None] = {}
 
     def walk(node: Any, key: str) -> None:
@@ -93,10 +98,10 @@ def referenced(data: Any) -> dict[str, str | None]:
             for item in node:
                 walk(item, key)
         elif isinstance(node, str):
-            if key in FILE_KEYS:
-                found[node] = file_digest(node)
-            elif key == "type" and ":" in node:
+            if key == "type" and ":" in node:
                 found[node] = module_digest(node)
+            elif (digest := file_digest(node)) is not None or key in FILE_KEYS:
+                found[node] = digest
 
     walk(data, "")
     return found

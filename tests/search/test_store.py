@@ -57,6 +57,31 @@ def test_key_changes_with_scenario_seed_code_files_and_simulator(tmp_path, monke
     assert run_key(data, 1) != base
 
 
+def test_a_recalibrated_coefficients_file_is_run_again_not_served_stale(tmp_path):
+    """newcomer 18: `latency.coefficients` names a file outside FILE_KEYS; its content must key
+    the run, or a sweep after `calibrate` reports the old step model's numbers."""
+    import json
+
+    from blis_simpy.config.scenario import Scenario
+
+    bundled = Path(store_module.__file__).resolve().parents[1] / "data" / "step_models"
+    fitted = json.loads((bundled / "vllm.json").read_text())
+    coefficients = tmp_path / "mine.json"
+    coefficients.write_text(json.dumps(fitted))
+    data = prefix_scenario().to_dict()
+    data["latency"] = {"type": "physical", "coefficients": str(coefficients)}
+    scenario = Scenario.from_dict(data)
+    runs = tmp_path / "runs.sqlite"
+    first = run_many(scenario, POLICIES, [1], workers=1, store=runs)
+    fitted["coefficients"] = {k: v * 3 if isinstance(v, float) else v
+                              for k, v in fitted["coefficients"].items()}
+    coefficients.write_text(json.dumps(fitted))
+    again = run_many(scenario, POLICIES, [1], workers=1, store=runs)
+    fresh = run_many(scenario, POLICIES, [1], workers=1)
+    assert list(again.ttft_mean_ms) == list(fresh.ttft_mean_ms)
+    assert (again.ttft_mean_ms > first.ttft_mean_ms).all()
+
+
 def test_rows_round_trip_exactly(tmp_path):
     row = {"a": 1, "b": 0.1 + 0.2, "c": float("nan"), "d": None, "e": "x", "f": True,
            "g": -float("inf")}
