@@ -218,10 +218,11 @@ class Sandbox:
             raise SandboxUnavailable(problem or "bubblewrap (bwrap) is not installed")
         ours, theirs = socket.socketpair()
         try:
-            self.process = subprocess.Popen(
-                jail.command(path, "blis_simpy.search.cell", packages(), theirs.fileno()),
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            with jail.unrandomised():  # (at the sandbox's layout from the start)
+                self.process = subprocess.Popen(
+                    jail.command(path, "blis_simpy.search.cell", packages(), theirs.fileno()),
+                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError as exc:
             raise SandboxUnavailable(f"bwrap did not start: {exc}") from None
         finally:

@@ -23,6 +23,7 @@ a system call stays readable: the interpreter's own locks read it.)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -34,7 +35,7 @@ import shutil
 import signal
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,14 +192,39 @@ def lock_down(cpu_s: float, memory_mb: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 
+@functools.cache
+def personality() -> Any:
+    """The C library's `personality` (the calling thread's execution domain and its flags)."""
+    function = ctypes.CDLL(None, use_errno=True).personality
+    function.argtypes = (ctypes.c_ulong,)
+    return function
+
+
 def fixed_addresses(module: str, argv: Sequence[str]) -> None:
     """Run `python -m module argv` again with address-space randomisation off, unless it is
-    already off: an object's default repr shows its address, so the same candidate would
-    print and order differently in two sandboxes. Called first thing in the sandbox."""
-    personality = ctypes.CDLL(None, use_errno=True).personality
-    personality.argtypes = (ctypes.c_ulong,)
-    current = personality(PERSONALITY_QUERY)
+    already off (the evaluator starts the sandbox so: `unrandomised`): an object's default
+    repr shows its address, so the same candidate would print and order differently in two
+    sandboxes. Called first thing in the sandbox."""
+    current = personality()(PERSONALITY_QUERY)
     if current < 0 or current & ADDR_NO_RANDOMIZE:
         return
-    if personality(current | ADDR_NO_RANDOMIZE) >= 0:
+    if personality()(current | ADDR_NO_RANDOMIZE) >= 0:
         os.execv(sys.executable, [sys.executable, *PYTHON_FLAGS, "-m", module, *argv])
+
+
+@contextlib.contextmanager
+def unrandomised() -> Iterator[None]:
+    """The programs the calling thread starts meanwhile run without address-space
+    randomisation, as the sandbox does (`fixed_addresses`), so the template does not start
+    a second interpreter to get there. The flag is the thread's own, inherited by what it
+    starts and read when a program is loaded: this process's layout, and what its other
+    threads start, stay randomised. (A kernel that refuses changes nothing; a set-user-ID
+    bwrap drops the flag, and the template then starts again itself, as before.)"""
+    current = personality()(PERSONALITY_QUERY)
+    changed = current >= 0 and not current & ADDR_NO_RANDOMIZE \
+        and personality()(current | ADDR_NO_RANDOMIZE) >= 0
+    try:
+        yield
+    finally:
+        if changed:
+            personality()(current)

@@ -100,6 +100,22 @@ def test_the_search_entry_points_refuse_rather_than_score_zero(no_bwrap, tmp_pat
         BlisAdapter(workers=1).evaluate([prefix_scenario()], {"routing": LEAST_LOADED})
 
 
+def test_the_sandbox_starts_at_its_layout_and_this_thread_keeps_its_own():
+    """bubblewrap is started without address-space randomisation, so the template does not
+    start a second interpreter to turn it off; the flag was the starting thread's for the
+    moment only."""
+    own = Path("/proc/thread-self/personality").read_text()
+    SHARED.forget()
+    try:
+        started = sandbox()
+        flags = int(Path(f"/proc/{started.process.pid}/personality").read_text(), 16)
+        assert flags & jail.ADDR_NO_RANDOMIZE
+        assert Path("/proc/thread-self/personality").read_text() == own
+        assert not int(own, 16) & jail.ADDR_NO_RANDOMIZE
+    finally:
+        SHARED.forget()
+
+
 def sandbox_processes() -> set[int]:
     """Every process running this checkout's sandbox template or a candidate."""
     return processes_with("blis_simpy.search.cell")
