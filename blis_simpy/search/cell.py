@@ -140,12 +140,37 @@ def main(argv: list[str]) -> None:
     if problem:
         return
     reader = control.makefile("rb")
+    rehearse()
     for data in reader:
-        message = wire.parse(data)
-        if message[0] == "spawn":
-            spawn(control, float(message[1]), int(message[2]), int(message[3]))
-        elif message[0] == "end":
-            control.sendall(wire.line(["ended", *end(int(message[1]))]))
+        answer(control, data)
+
+
+def answer(control: socket.socket, data: bytes) -> None:
+    """One request of the evaluator's: fork a candidate's process, or end one."""
+    message = wire.parse(data)
+    if message[0] == "spawn":
+        spawn(control, float(message[1]), int(message[2]), int(message[3]))
+    elif message[0] == "end":
+        control.sendall(wire.line(["ended", *end(int(message[1]))]))
+
+
+def rehearse() -> None:
+    """Fork, hand over and end one candidate's process that runs nothing, through the same
+    code as a real one: the first request's first-time work (a module imported, caches
+    filled) would otherwise leave the template's memory different for its first candidate
+    than for every later one, and a candidate's default reprs (its objects' addresses)
+    would depend on whether its evaluation came first."""
+    ours, theirs = socket.socketpair()
+    try:
+        answer(theirs, wire.line(["spawn", 1.0, 16, -1]))
+        data, fds, _, _ = socket.recv_fds(ours, 4096, 2)
+        for fd in fds:  # (its process reads the end of its pipe and exits)
+            os.close(fd)
+        answer(theirs, wire.line(["end", wire.parse(data)[1]]))
+        ours.recv(4096)
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def self_test() -> str:
