@@ -1,6 +1,6 @@
 """The candidate's side of the boundary: what runs inside the sandbox (docs/security.md).
 
-`python -m blis_simpy.search.cell FD` is the template: started fresh in the sandbox by the
+`python -m blis_simpy.search.cell 0` is the template: started fresh in the sandbox by the
 evaluator (`blis_simpy.search.contain`), it imports what a candidate may use, then waits on its
 control socket. For each evaluation it forks one candidate process, which holds nothing but
 these imports: the template never sees a candidate (the evaluator sends the source to the
@@ -124,7 +124,11 @@ def main(argv: list[str]) -> None:
     """The template: import everything a candidate may use, prove a candidate's process can be
     locked down, say ready, then fork candidates on request until the evaluator hangs up."""
     jail.fixed_addresses("blis_simpy.search.cell", argv)
-    control = socket.socket(fileno=int(argv[0]))
+    # The control socket (the template's standard input) moved to the lowest free
+    # descriptor, 3: the template's descriptors, and so its candidates' memory, are then the
+    # same whatever the evaluator had open (the descriptors' numbers showed in candidates'
+    # addresses).
+    control = socket.socket(fileno=os.dup(int(argv[0])))
     for name in PRELOADED:
         importlib.import_module(name)
     jail.prepare()  # (the filter made once here, not in every candidate's process)

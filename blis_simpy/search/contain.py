@@ -219,10 +219,11 @@ class Sandbox:
         ours, theirs = socket.socketpair()
         try:
             with jail.unrandomised():  # (at the sandbox's layout from the start)
+                # The control socket as its standard input: the same descriptors in every
+                # template, however many this process has open (`cell.main`).
                 self.process = subprocess.Popen(
-                    jail.command(path, "blis_simpy.search.cell", packages(), theirs.fileno()),
-                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                    jail.command(path, "blis_simpy.search.cell", packages()),
+                    stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError as exc:
             raise SandboxUnavailable(f"bwrap did not start: {exc}") from None
         finally:

@@ -55,10 +55,10 @@ def bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def command(bwrap_path: str, module: str, packages: Sequence[Path], fd: int) -> list[str]:
-    """The command line that runs `python -m module` in the sandbox with `packages` (the
-    folders of the packages it imports, and of their bundled libraries) readable, and file
-    descriptor `fd` (the control socket) kept open."""
+def command(bwrap_path: str, module: str, packages: Sequence[Path]) -> list[str]:
+    """The command line that runs `python -m module 0` in the sandbox with `packages` (the
+    folders of the packages it imports, and of their bundled libraries) readable; its
+    standard input (descriptor 0) is the control socket."""
     python = os.path.realpath(sys.executable)
     args = [bwrap_path, "--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net",
             "--unshare-ipc",
@@ -77,7 +77,7 @@ def command(bwrap_path: str, module: str, packages: Sequence[Path], fd: int) -> 
     for name, value in {**ENVIRONMENT, "PYTHONPATH": os.pathsep.join(parents)}.items():
         args += ["--setenv", name, value]
     return [*args, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",
-            python, *PYTHON_FLAGS, "-m", module, str(fd)]
+            python, *PYTHON_FLAGS, "-m", module, "0"]
 
 
 # --- the candidate's own limits ----------------------------------------------------------------

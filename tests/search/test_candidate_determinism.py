@@ -105,6 +105,14 @@ class Policy(RoutingPolicy):
         return RoutingDecision(snapshots[0].id, "first", tuple(0.0 for _ in snapshots))
 """
 
+FRESH_RUN = """import sys
+from blis_simpy.search.code import CodePolicy
+from blis_simpy.search.sweep import run_many
+from tests.search.helpers import prefix_scenario
+code = CodePolicy("routing", sys.stdin.read())
+sys.stdout.write(run_many(prefix_scenario(), {"a": code}, [1], workers=1).log[0])
+"""
+
 
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory) -> Path:
@@ -200,17 +208,24 @@ def test_benign_module_level_dataclass_is_accepted():
     assert row.error == "" and row.fitness > 0
 
 
-def test_default_reprs_show_the_same_addresses_in_every_evaluation_of_a_template(
-        monkeypatch):
+def test_default_reprs_show_the_same_addresses_in_every_evaluation(monkeypatch):
     """The sandbox runs without address-space randomisation, so a candidate printing an
     object's repr prints the same addresses in a template's first, second and third
-    evaluation, whether the template was started at that layout (`jail.unrandomised`) or had
-    to start itself again to get there (`jail.fixed_addresses`). (On main the first
-    candidate of every template printed other addresses than the later ones: the template's
-    first request did first-time work, `cell.rehearse`.)"""
+    evaluation, in a sweep's pool workers, in a fresh process with few files open, and whether
+    the template was started at that layout (`jail.unrandomised`) or had to start itself
+    again to get there (`jail.fixed_addresses`). On main the first candidate of every
+    template printed other addresses than the later ones (the template's first request did
+    first-time work: `cell.rehearse`), and so did a template started by a process with
+    other descriptors open (a pool worker: the control socket's number)."""
     three = {name: CodePolicy("routing", f"{ADDRESSES}# {name}\n") for name in "abc"}
     SHARED.forget()
     logs = list(run_many(prefix_scenario(), three, [1], workers=1).log)
+    logs += list(run_many(prefix_scenario(), three, [1], workers=2).log)
+    fresh = subprocess.run(  # (a process with few descriptors open)
+        [sys.executable, "-c", FRESH_RUN], input=three["a"].source, capture_output=True,
+        text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert fresh.returncode == 0, fresh.stderr
+    logs.append(fresh.stdout)
     monkeypatch.setattr(jail, "unrandomised", contextlib.nullcontext)
     SHARED.forget()
     try:
