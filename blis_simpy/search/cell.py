@@ -140,11 +140,12 @@ def main(argv: list[str]) -> None:
         os.dup2(devnull, fd)
     os.close(devnull)
     problem = self_test()
-    control.sendall(wire.line(["broken", problem] if problem else ["ready"]))
     if problem:
+        control.sendall(wire.line(["broken", problem]))
         return
     reader = control.makefile("rb")
-    rehearse()
+    rehearse()  # (before "ready": its process is gone when the evaluator goes on)
+    control.sendall(wire.line(["ready"]))
     for data in reader:
         answer(control, data)
 

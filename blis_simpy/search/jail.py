@@ -59,6 +59,18 @@ def command(bwrap_path: str, module: str, packages: Sequence[Path]) -> list[str]
     """The command line that runs `python -m module 0` in the sandbox with `packages` (the
     folders of the packages it imports, and of their bundled libraries) readable; its
     standard input (descriptor 0) is the control socket."""
+    return sandboxed(bwrap_path, packages, "-m", module, "0")
+
+
+def probe(bwrap_path: str, packages: Sequence[Path]) -> list[str]:
+    """The command line that starts the same sandbox and an interpreter in it that exits at
+    once: whether the sandbox can start here, at a tenth of a template's cost."""
+    return sandboxed(bwrap_path, packages, "-c", "")
+
+
+def sandboxed(bwrap_path: str, packages: Sequence[Path], *arguments: str) -> list[str]:
+    """bubblewrap's command line for the sandbox, running the interpreter with
+    `arguments`."""
     python = os.path.realpath(sys.executable)
     args = [bwrap_path, "--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net",
             "--unshare-ipc",
@@ -77,7 +89,7 @@ def command(bwrap_path: str, module: str, packages: Sequence[Path]) -> list[str]
     for name, value in {**ENVIRONMENT, "PYTHONPATH": os.pathsep.join(parents)}.items():
         args += ["--setenv", name, value]
     return [*args, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",
-            python, *PYTHON_FLAGS, "-m", module, "0"]
+            python, *PYTHON_FLAGS, *arguments]
 
 
 # --- the candidate's own limits ----------------------------------------------------------------
