@@ -21,7 +21,7 @@ each is the median of `--repeat` interleaved rounds.
 
 `--aligned` runs this evaluator with address-space randomisation off, as the sandbox runs, so
 the interpreter's code sits at the same addresses on both sides of the boundary (a
-measurement, not what a search does: docs/security.md, "Cost").
+measurement, not what a search does, and left off: docs/security.md, "The address layout").
 
     python scripts/bench_sandbox.py [--repeat N] [--evaluations N] [--unpinned] [--aligned]
 """
@@ -29,7 +29,6 @@ measurement, not what a search does: docs/security.md, "Cost").
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import resource
 import statistics
@@ -126,12 +125,10 @@ def forked_runs(scenario: Scenario, n: int) -> float:
 def aligned() -> bool:
     """Whether this process runs without address-space randomisation; if not, turn it off
     for the next exec (False)."""
-    personality = ctypes.CDLL(None, use_errno=True).personality
-    personality.argtypes = (ctypes.c_ulong,)
-    current = personality(jail.PERSONALITY_QUERY)
+    current = jail.personality()(jail.PERSONALITY_QUERY)
     if current < 0 or current & jail.ADDR_NO_RANDOMIZE:
         return True
-    if personality(current | jail.ADDR_NO_RANDOMIZE) < 0:
+    if jail.personality()(current | jail.ADDR_NO_RANDOMIZE) < 0:
         raise SystemExit("bench_sandbox: the kernel refused to turn randomisation off")
     return False
 

@@ -1,6 +1,6 @@
 """The candidate's side of the boundary: what runs inside the sandbox (docs/security.md).
 
-`python -m blis_simpy.search.cell FD` is the template: started fresh in the sandbox by the
+`python -m blis_simpy.search.cell 0` is the template: started fresh in the sandbox by the
 evaluator (`blis_simpy.search.contain`), it imports what a candidate may use, then waits on its
 control socket. For each evaluation it forks one candidate process, which holds nothing but
 these imports: the template never sees a candidate (the evaluator sends the source to the
@@ -124,7 +124,11 @@ def main(argv: list[str]) -> None:
     """The template: import everything a candidate may use, prove a candidate's process can be
     locked down, say ready, then fork candidates on request until the evaluator hangs up."""
     jail.fixed_addresses("blis_simpy.search.cell", argv)
-    control = socket.socket(fileno=int(argv[0]))
+    # The control socket (the template's standard input) moved to the lowest free
+    # descriptor, 3: the template's descriptors, and so its candidates' memory, are then the
+    # same whatever the evaluator had open (the descriptors' numbers showed in candidates'
+    # addresses).
+    control = socket.socket(fileno=os.dup(int(argv[0])))
     for name in PRELOADED:
         importlib.import_module(name)
     jail.prepare()  # (the filter made once here, not in every candidate's process)
@@ -136,16 +140,42 @@ def main(argv: list[str]) -> None:
         os.dup2(devnull, fd)
     os.close(devnull)
     problem = self_test()
-    control.sendall(wire.line(["broken", problem] if problem else ["ready"]))
     if problem:
+        control.sendall(wire.line(["broken", problem]))
         return
     reader = control.makefile("rb")
+    rehearse()  # (before "ready": its process is gone when the evaluator goes on)
+    control.sendall(wire.line(["ready"]))
     for data in reader:
-        message = wire.parse(data)
-        if message[0] == "spawn":
-            spawn(control, float(message[1]), int(message[2]), int(message[3]))
-        elif message[0] == "end":
-            control.sendall(wire.line(["ended", *end(int(message[1]))]))
+        answer(control, data)
+
+
+def answer(control: socket.socket, data: bytes) -> None:
+    """One request of the evaluator's: fork a candidate's process, or end one."""
+    message = wire.parse(data)
+    if message[0] == "spawn":
+        spawn(control, float(message[1]), int(message[2]), int(message[3]))
+    elif message[0] == "end":
+        control.sendall(wire.line(["ended", *end(int(message[1]))]))
+
+
+def rehearse() -> None:
+    """Fork, hand over and end one candidate's process that runs nothing, through the same
+    code as a real one: the first request's first-time work (a module imported, caches
+    filled) would otherwise leave the template's memory different for its first candidate
+    than for every later one, and a candidate's default reprs (its objects' addresses)
+    would depend on whether its evaluation came first."""
+    ours, theirs = socket.socketpair()
+    try:
+        answer(theirs, wire.line(["spawn", 1.0, 16, -1]))
+        data, fds, _, _ = socket.recv_fds(ours, 4096, 2)
+        for fd in fds:  # (its process reads the end of its pipe and exits)
+            os.close(fd)
+        answer(theirs, wire.line(["end", wire.parse(data)[1]]))
+        ours.recv(4096)
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def self_test() -> str:

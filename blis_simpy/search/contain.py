@@ -212,16 +212,15 @@ class Sandbox:
     """The template process in its sandbox, and the control socket to it."""
 
     def __init__(self) -> None:
-        problem = jail.supported()
-        path = jail.bwrap()
-        if problem or path is None:
-            raise SandboxUnavailable(problem or "bubblewrap (bwrap) is not installed")
+        path = bwrap_path()
         ours, theirs = socket.socketpair()
         try:
-            self.process = subprocess.Popen(
-                jail.command(path, "blis_simpy.search.cell", packages(), theirs.fileno()),
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            with jail.unrandomised():  # (at the sandbox's layout from the start)
+                # The control socket as its standard input: the same descriptors in every
+                # template, however many this process has open (`cell.main`).
+                self.process = subprocess.Popen(
+                    jail.command(path, "blis_simpy.search.cell", packages()),
+                    stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError as exc:
             raise SandboxUnavailable(f"bwrap did not start: {exc}") from None
         finally:
@@ -258,9 +257,7 @@ class Sandbox:
             self.process.kill()
             return "the template process did not answer"
         assert self.process.stderr is not None
-        lines = self.process.stderr.read(4000).decode(errors="replace").strip().splitlines()
-        status = self.process.returncode
-        return (lines[-1] if lines else "") + f" (exit status {status})"
+        return last_line(self.process.stderr.read(4000), self.process.returncode)
 
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.process.poll() is None
@@ -306,6 +303,42 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def bwrap_path() -> str:
+    """bubblewrap's path; SandboxUnavailable where there is none, or no sandbox here."""
+    problem = jail.supported()
+    path = jail.bwrap()
+    if problem or path is None:
+        raise SandboxUnavailable(problem or "bubblewrap (bwrap) is not installed")
+    return path
+
+
+def last_line(stderr: bytes, status: int | None) -> str:
+    """Why bubblewrap (or the template) ended: the last line it wrote, and its status."""
+    lines = stderr[-4000:].decode(errors="replace").strip().splitlines()
+    return (lines[-1] if lines else "") + f" (exit status {status})"
+
+
+def require_sandbox() -> None:
+    """SandboxUnavailable now where the sandbox cannot start (no bwrap, namespaces refused,
+    no interpreter inside), without starting a template if this process has none: a sweep's
+    pool workers start their own, and this process starts its own at its first evaluation.
+    The sandbox is started once, with an interpreter that exits at once (`jail.probe`); what
+    only a template finds (its lock-down's self-test) is refused, as SandboxUnavailable, at
+    the first evaluation."""
+    if SHARED.current is not None and SHARED.current.alive():
+        return
+    try:
+        done = subprocess.run(jail.probe(bwrap_path(), packages()), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              timeout=START_S)
+    except subprocess.TimeoutExpired:
+        raise SandboxUnavailable(f"bwrap did not start within {START_S:g} s") from None
+    except OSError as exc:
+        raise SandboxUnavailable(f"bwrap did not start: {exc}") from None
+    if done.returncode != 0:
+        raise SandboxUnavailable(last_line(done.stderr, done.returncode))
 
 
 class Shared:

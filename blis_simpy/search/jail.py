@@ -23,6 +23,7 @@ a system call stays readable: the interpreter's own locks read it.)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -34,7 +35,7 @@ import shutil
 import signal
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,22 @@ def bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def command(bwrap_path: str, module: str, packages: Sequence[Path], fd: int) -> list[str]:
-    """The command line that runs `python -m module` in the sandbox with `packages` (the
-    folders of the packages it imports, and of their bundled libraries) readable, and file
-    descriptor `fd` (the control socket) kept open."""
+def command(bwrap_path: str, module: str, packages: Sequence[Path]) -> list[str]:
+    """The command line that runs `python -m module 0` in the sandbox with `packages` (the
+    folders of the packages it imports, and of their bundled libraries) readable; its
+    standard input (descriptor 0) is the control socket."""
+    return sandboxed(bwrap_path, packages, "-m", module, "0")
+
+
+def probe(bwrap_path: str, packages: Sequence[Path]) -> list[str]:
+    """The command line that starts the same sandbox and an interpreter in it that exits at
+    once: whether the sandbox can start here, at a tenth of a template's cost."""
+    return sandboxed(bwrap_path, packages, "-c", "")
+
+
+def sandboxed(bwrap_path: str, packages: Sequence[Path], *arguments: str) -> list[str]:
+    """bubblewrap's command line for the sandbox, running the interpreter with
+    `arguments`."""
     python = os.path.realpath(sys.executable)
     args = [bwrap_path, "--unshare-user", "--unshare-pid", "--as-pid-1", "--unshare-net",
             "--unshare-ipc",
@@ -76,7 +89,7 @@ def command(bwrap_path: str, module: str, packages: Sequence[Path], fd: int) -> 
     for name, value in {**ENVIRONMENT, "PYTHONPATH": os.pathsep.join(parents)}.items():
         args += ["--setenv", name, value]
     return [*args, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",
-            python, *PYTHON_FLAGS, "-m", module, str(fd)]
+            python, *PYTHON_FLAGS, *arguments]
 
 
 # --- the candidate's own limits ----------------------------------------------------------------
@@ -191,14 +204,39 @@ def lock_down(cpu_s: float, memory_mb: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 
+@functools.cache
+def personality() -> Any:
+    """The C library's `personality` (the calling thread's execution domain and its flags)."""
+    function = ctypes.CDLL(None, use_errno=True).personality
+    function.argtypes = (ctypes.c_ulong,)
+    return function
+
+
 def fixed_addresses(module: str, argv: Sequence[str]) -> None:
     """Run `python -m module argv` again with address-space randomisation off, unless it is
-    already off: an object's default repr shows its address, so the same candidate would
-    print and order differently in two sandboxes. Called first thing in the sandbox."""
-    personality = ctypes.CDLL(None, use_errno=True).personality
-    personality.argtypes = (ctypes.c_ulong,)
-    current = personality(PERSONALITY_QUERY)
+    already off (the evaluator starts the sandbox so: `unrandomised`): an object's default
+    repr shows its address, so the same candidate would print and order differently in two
+    sandboxes. Called first thing in the sandbox."""
+    current = personality()(PERSONALITY_QUERY)
     if current < 0 or current & ADDR_NO_RANDOMIZE:
         return
-    if personality(current | ADDR_NO_RANDOMIZE) >= 0:
+    if personality()(current | ADDR_NO_RANDOMIZE) >= 0:
         os.execv(sys.executable, [sys.executable, *PYTHON_FLAGS, "-m", module, *argv])
+
+
+@contextlib.contextmanager
+def unrandomised() -> Iterator[None]:
+    """The programs the calling thread starts meanwhile run without address-space
+    randomisation, as the sandbox does (`fixed_addresses`), so the template does not start
+    a second interpreter to get there. The flag is the thread's own, inherited by what it
+    starts and read when a program is loaded: this process's layout, and what its other
+    threads start, stay randomised. (A kernel that refuses changes nothing; a set-user-ID
+    bwrap drops the flag, and the template then starts again itself, as before.)"""
+    current = personality()(PERSONALITY_QUERY)
+    changed = current >= 0 and not current & ADDR_NO_RANDOMIZE \
+        and personality()(current | ADDR_NO_RANDOMIZE) >= 0
+    try:
+        yield
+    finally:
+        if changed:
+            personality()(current)

@@ -45,7 +45,7 @@ from blis_simpy.metrics.fitness import Term, relative_score
 from blis_simpy.policies.autoscale import AUTOSCALE
 from blis_simpy.policies.bundle import AXES, REGISTRIES, PolicyBundle
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
-from blis_simpy.search.contain import Limits, SandboxUnavailable, pool_worker, sandbox
+from blis_simpy.search.contain import Limits, SandboxUnavailable, pool_worker, require_sandbox
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
 from blis_simpy.search.store import RunStore, normalised, run_key
@@ -225,7 +225,7 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
                             "at least one seed, or None for each scenario's own")
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
     if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
-        sandbox()  # code runs only in the sandbox: a machine without one refuses it now
+        require_sandbox()  # code runs only in the sandbox: a machine without one refuses it now
     tasks: list[Task] = []
     baselines: list[Task] = []
     for scenario_name, scenario in scenarios.items():

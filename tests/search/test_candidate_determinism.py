@@ -4,6 +4,7 @@ evaluator's stdout. Each case found on main is a test named after it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from blis_simpy.search import jail
 from blis_simpy.search.code import CodePolicy, check
+from blis_simpy.search.contain import SHARED
 from blis_simpy.search.sweep import run_many
 from tests.search.helpers import prefix_scenario
 
@@ -84,6 +87,30 @@ class Policy(RoutingPolicy):
         best = costs.index(min(costs))
         self.seen.counts[snapshots[best].id] = self.seen.counts.get(snapshots[best].id, 0) + 1
         return RoutingDecision(snapshots[best].id, "weighted", tuple(-c for c in costs))
+"""
+# Prints objects' default reprs, which show their addresses in the sandbox's memory.
+ADDRESSES = """
+class Marker:
+    pass
+
+class Policy(RoutingPolicy):
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.markers = [Marker(), Marker()]
+        print("made", repr(object()), [repr(m) for m in self.markers])
+
+    def route(self, req, priority, snapshots, state, clock):
+        if req.id in ("request_0", "request_7"):
+            print(req.id, repr(object()), [repr(m) for m in self.markers])
+        return RoutingDecision(snapshots[0].id, "first", tuple(0.0 for _ in snapshots))
+"""
+
+FRESH_RUN = """import sys
+from blis_simpy.search.code import CodePolicy
+from blis_simpy.search.sweep import run_many
+from tests.search.helpers import prefix_scenario
+code = CodePolicy("routing", sys.stdin.read())
+sys.stdout.write(run_many(prefix_scenario(), {"a": code}, [1], workers=1).log[0])
 """
 
 
@@ -179,3 +206,31 @@ def test_benign_module_level_dataclass_is_accepted():
     check(code)  # annotated fields without defaults, field(default_factory=...)
     row = run_many(prefix_scenario(), {"dataclass": code}, [1], workers=1).iloc[0]
     assert row.error == "" and row.fitness > 0
+
+
+def test_default_reprs_show_the_same_addresses_in_every_evaluation(monkeypatch):
+    """The sandbox runs without address-space randomisation, so a candidate printing an
+    object's repr prints the same addresses in a template's first, second and third
+    evaluation, in a sweep's pool workers, in a fresh process with few files open, and whether
+    the template was started at that layout (`jail.unrandomised`) or had to start itself
+    again to get there (`jail.fixed_addresses`). On main the first candidate of every
+    template printed other addresses than the later ones (the template's first request did
+    first-time work: `cell.rehearse`), and so did a template started by a process with
+    other descriptors open (a pool worker: the control socket's number)."""
+    three = {name: CodePolicy("routing", f"{ADDRESSES}# {name}\n") for name in "abc"}
+    SHARED.forget()
+    logs = list(run_many(prefix_scenario(), three, [1], workers=1).log)
+    logs += list(run_many(prefix_scenario(), three, [1], workers=2).log)
+    fresh = subprocess.run(  # (a process with few descriptors open)
+        [sys.executable, "-c", FRESH_RUN], input=three["a"].source, capture_output=True,
+        text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert fresh.returncode == 0, fresh.stderr
+    logs.append(fresh.stdout)
+    monkeypatch.setattr(jail, "unrandomised", contextlib.nullcontext)
+    SHARED.forget()
+    try:
+        logs += list(run_many(prefix_scenario(), three, [1], workers=1).log)
+    finally:
+        SHARED.forget()
+    assert "object at 0x" in logs[0] and "request_7" in logs[0]
+    assert len(set(logs)) == 1, logs

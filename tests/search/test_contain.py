@@ -100,6 +100,39 @@ def test_the_search_entry_points_refuse_rather_than_score_zero(no_bwrap, tmp_pat
         BlisAdapter(workers=1).evaluate([prefix_scenario()], {"routing": LEAST_LOADED})
 
 
+def test_a_sweep_on_a_pool_checks_the_sandbox_without_starting_a_template_here():
+    """The caller only checks that the sandbox can start (bwrap, one interpreter that exits):
+    its pool workers evaluate, each with its own template, so none is started here."""
+    SHARED.forget()
+    before = sandbox_processes()
+    try:
+        table = run_many(prefix_scenario(), {"a": CODE, "b": CODE}, [1, 2], workers=2)
+        assert list(table.error) == [""] * 4 and SHARED.current is None
+        run_many(prefix_scenario(), {"a": CODE}, [1], workers=1)  # evaluated here: started
+        assert SHARED.current is not None and SHARED.current.alive()
+    finally:
+        SHARED.forget()
+    deadline = time.monotonic() + 10  # (the workers' templates end with the pool)
+    while sandbox_processes() != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_the_sandbox_starts_at_its_layout_and_this_thread_keeps_its_own():
+    """bubblewrap is started without address-space randomisation, so the template does not
+    start a second interpreter to turn it off; the flag was the starting thread's for the
+    moment only."""
+    own = Path("/proc/thread-self/personality").read_text()
+    SHARED.forget()
+    try:
+        started = sandbox()
+        flags = int(Path(f"/proc/{started.process.pid}/personality").read_text(), 16)
+        assert flags & jail.ADDR_NO_RANDOMIZE
+        assert Path("/proc/thread-self/personality").read_text() == own
+        assert not int(own, 16) & jail.ADDR_NO_RANDOMIZE
+    finally:
+        SHARED.forget()
+
+
 def sandbox_processes() -> set[int]:
     """Every process running this checkout's sandbox template or a candidate."""
     return processes_with("blis_simpy.search.cell")
