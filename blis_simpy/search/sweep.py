@@ -489,7 +489,7 @@ def evaluate_here(task: Task) -> dict[str, Any]:
     scenario = task.scenario
     try:
         prepared = WORKLOADS.get(scenario, reference_draws=mode_of(scenario).reference_draws)
-        result = simulate(build(scenario, prepared=prepared))
+        result = simulate(build(scenario, prepared=prepared), series=False)  # (not in a row)
     except PolicyError as exc:  # a user policy failed while running: a zero, not a crash
         return zero_row(task, str(exc))
     return {**ids(task), **row(result)}
