@@ -41,51 +41,68 @@ MIN_TOKENS = 100
 class Rows:
     """A table as the summary reads it, without pandas (a sweep's workers never import it):
     columns by name as numpy arrays, the text ones as str ("" where empty), from a run's
-    `Table` or a DataFrame read from its files. `rows.name` and `rows["name"]` are a column,
-    `rows[mask]` the rows picked; `frame()` a DataFrame, for the sections that group by many
-    columns (pattern_mining)."""
+    `Table` or a DataFrame read from its files, each made the first time it is read (a few
+    of the requests' thirty are). `rows.name` and `rows["name"]` are a column, `rows[mask]`
+    the rows picked; `frame()` a DataFrame, for the sections that group by many columns
+    (pattern_mining)."""
 
-    __slots__ = ("columns",)
+    __slots__ = ("length", "made", "picked", "source", "text")
 
-    def __init__(self, columns: dict[str, np.ndarray]) -> None:
-        self.columns = columns
+    def __init__(self, source: Table | pd.DataFrame, text: Sequence[str],
+                 picked: np.ndarray | None = None) -> None:
+        self.source = source
+        self.text = frozenset(text)  # made text however the table was read (a CSV reader
+        # turns "True" into a bool and "" into NaN)
+        self.picked = picked  # the rows of the source, in order (None: all)
+        self.length = len(source) if picked is None else len(picked)
+        self.made: dict[str, np.ndarray] = {}
 
-    @classmethod
-    def of(cls, table: Table | pd.DataFrame, text: Sequence[str]) -> Rows:
-        """Every text column as text, however the table was read (a CSV reader turns "True"
-        into a bool and "" into NaN)."""
-        if isinstance(table, Table):
-            columns = {name: plain(values) for name, values in table.columns.items()}
-        else:
-            columns = {str(name): table[name].to_numpy() for name in table.columns}
-        return cls({name: as_text(values) if name in text else np.asarray(values)
-                    for name, values in columns.items()})
+    def names(self) -> list[str]:
+        source = self.source
+        return list(source.columns) if isinstance(source, Table) else \
+            [str(name) for name in source.columns]
+
+    def column(self, name: str) -> np.ndarray:
+        made = self.made.get(name)
+        if made is None:
+            source = self.source
+            values = plain(source.columns[name]) if isinstance(source, Table) \
+                else source[name].to_numpy()
+            made = as_text(values) if name in self.text else np.asarray(values)
+            if self.picked is not None:
+                made = made[self.picked]
+            self.made[name] = made
+        return made
 
     def __len__(self) -> int:
-        return len(next(iter(self.columns.values()))) if self.columns else 0
+        return self.length
 
     def __contains__(self, name: str) -> bool:
-        return name in self.columns
+        return name in self.names()
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
-            return self.columns[key]
-        return Rows({name: values[key] for name, values in self.columns.items()})
+            return self.column(key)
+        picked = np.flatnonzero(key) if self.picked is None else self.picked[key]
+        return Rows(self.source, tuple(self.text), picked)
 
     def __getattr__(self, name: str) -> np.ndarray:
+        if name in Rows.__slots__:  # (not set yet)
+            raise AttributeError(name)
         try:
-            return object.__getattribute__(self, "columns")[name]
+            return self.column(name)
         except KeyError:
             raise AttributeError(name) from None
 
     def row(self, index: int) -> dict[str, Any]:
-        return {name: values[index] for name, values in self.columns.items()}
+        return {name: self.column(name)[index] for name in self.names()}
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame({name: values.tolist() if values.dtype == object else values
-                             for name, values in self.columns.items()})
+                             for name in self.names()
+                             for values in [self.column(name)]})
 
 
 def as_text(values: Iterable[Any]) -> np.ndarray:
@@ -117,8 +134,8 @@ class TraceInputs:
         """The inputs within the measurement window, with every text column as text (a run's
         tables, or as read from its files). Only decisions make this import pandas."""
         start, end = window_of(scenario)
-        rows = within(Rows.of(requests, TEXT_COLUMNS["requests"]), "arrival_s", start, end)
-        found = None if anomalies is None else Rows.of(anomalies, TEXT_COLUMNS["anomalies"])
+        rows = within(Rows(requests, TEXT_COLUMNS["requests"]), "arrival_s", start, end)
+        found = None if anomalies is None else Rows(anomalies, TEXT_COLUMNS["anomalies"])
         if found is not None and (start or end is not None):
             # a violation belongs to its request (measured by arrival), the rest by time
             judged = found.type == "slo_violation"
