@@ -138,16 +138,29 @@ def data_dir() -> Traversable:
 
 
 def bundled_model_config(model: str) -> dict:
-    """config.json of a bundled model, looked up by the model name's last path part, lower-cased."""
-    configs = data_dir() / "model_configs"
+    """config.json of a bundled model, looked up by the model name's last path part, lower-cased
+    (a new dict each time: the caller may change it)."""
     name = model.rsplit("/", 1)[-1].lower()
-    available = sorted(p.name for p in configs.iterdir() if (p / "config.json").is_file())
+    available = bundled_models()
     if name not in available:
         raise ValueError(
             f"no bundled model config for {model!r} (looked for {name!r}); "
             f"available: {', '.join(available)}"
         )
-    return json.loads((configs / name / "config.json").read_text(encoding="utf-8"))
+    return json.loads(bundled_model_text(name))
+
+
+@functools.cache
+def bundled_models() -> tuple[str, ...]:
+    """The bundled model configs' names, listed once per process (read-only data: a policy
+    search resolves and builds a scenario per run)."""
+    configs = data_dir() / "model_configs"
+    return tuple(sorted(p.name for p in configs.iterdir() if (p / "config.json").is_file()))
+
+
+@functools.cache
+def bundled_model_text(name: str) -> str:
+    return (data_dir() / "model_configs" / name / "config.json").read_text(encoding="utf-8")
 
 
 def bundled_hardware_config() -> dict:

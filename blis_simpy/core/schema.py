@@ -316,6 +316,17 @@ def duration(path: str) -> bool:
     return name.endswith("_s") and not name.endswith(("per_s", "gb_s"))
 
 
+@functools.cache
+def plain_fields(cls: Any) -> tuple[tuple[dataclasses.Field[Any], bool], ...] | None:
+    """A dataclass's fields `to_plain` writes, each with whether it is left out at its
+    default; None for any other type. Found once per class: a sweep writes every run's
+    scenario to key it."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple((f, bool(f.metadata.get("omit_default"))) for f in dataclasses.fields(cls)
+                 if f.init)
+
+
 def default_of(f: dataclasses.Field[Any]) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
@@ -326,7 +337,11 @@ def to_plain(obj: Any) -> Any:
     """Dataclass -> plain dict/list tree in field order (for the resolved-scenario file). A
     field declared with `omit_default=True` is left out while it has its default, so an
     optional feature that is off does not change the file."""
-    if dataclasses.is_dataclass(obj):
+    fields = None if isinstance(obj, type) else plain_fields(type(obj))  # type: ignore[arg-type]
+    if fields is not None:
+        return {f.name: to_plain(getattr(obj, f.name)) for f, omit in fields
+                if not (omit and getattr(obj, f.name) == default_of(f))}
+    if dataclasses.is_dataclass(obj):  # (a dataclass itself, not an instance)
         return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                 if f.init and not (f.metadata.get("omit_default")
                                    and getattr(obj, f.name) == default_of(f))}

@@ -113,6 +113,7 @@ def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, A
     values = objectives(metrics, weights)
     completion = metrics["completion_rate"]
     carried = sustained(verdict)
+    plain = scenario.to_dict()  # (once for both ids)
     metrics["saturated"] = verdict.get("verdict") == "saturated"
     metrics["headroom"] = verdict.get("headroom")
     metrics["max_sustainable_rate_per_s"] = verdict.get("max_sustainable_rate_per_s")
@@ -120,8 +121,8 @@ def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, A
         fitness=score(values, weights, completion) * carried, completion=completion,
         sustained=carried, objectives=values,
         weights=dict(weights),
-        metrics=metrics, summary=summary, policy_id=policy_id(scenario),
-        workload_id=workload_id(scenario), simulated_s=seconds, wall_s=wall_s)
+        metrics=metrics, summary=summary, policy_id=policy_id(scenario, plain),
+        workload_id=workload_id(scenario, plain), simulated_s=seconds, wall_s=wall_s)
     return metrics, result, anomalies
 
 
@@ -146,18 +147,19 @@ def digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def policy_id(scenario: Scenario) -> str:
-    """Readable and stable: the four templates plus a hash of all policy parameters."""
-    plain = scenario.to_dict()["policies"]
-    names = ",".join(f"{axis}={plain[axis]['type']}" for axis in
+def policy_id(scenario: Scenario, plain: dict[str, Any] | None = None) -> str:
+    """Readable and stable: the four templates plus a hash of all policy parameters.
+    (`plain`: `scenario.to_dict()`, when the caller has it.)"""
+    policies = (plain or scenario.to_dict())["policies"]
+    names = ",".join(f"{axis}={policies[axis]['type']}" for axis in
                      ("admission", "priority", "routing", "scheduler"))
-    return f"{names}#{digest(plain)}"
+    return f"{names}#{digest(policies)}"
 
 
-def workload_id(scenario: Scenario) -> str:
+def workload_id(scenario: Scenario, plain: dict[str, Any] | None = None) -> str:
     """The requests a run served: the workload section and the seed they were drawn with
     (`seeds.workload`, else `seed`: the SimulationKey's workload seed, 001 §13)."""
-    plain = scenario.to_dict()
+    plain = plain or scenario.to_dict()
     return f"{scenario.name}:{plain['workload']['type']}:seed={scenario.workload_seed}#" \
         f"{digest(plain['workload'])}"
 

@@ -27,6 +27,7 @@ give them back (`store.normalised`).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import multiprocessing
 import os
 import re
@@ -113,8 +114,6 @@ def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, Sce
     core); `workers=1` runs them here, one after another. `store` (a file, made if new):
     every finished run is written there at once, and runs already there are not run again
     (`blis_simpy.search.store`)."""
-    import pandas as pd
-
     instance("policies", policies if policies is not None else {}, Mapping,
              "a mapping of names to candidates, or None")
     workers = None if workers is None else integer("workers", workers, low=1)
@@ -129,10 +128,15 @@ def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, Sce
                  limits or Limits())
     opened = RunStore(store) if isinstance(store, str | Path) else store
     try:
-        rows = execute(tasks, executor, workers, progress, opened)
+        # The table's pandas is imported while the workers run: they are forked without it,
+        # and an evaluation never needs it (its feedback reads the run's columns).
+        rows = execute(tasks, executor, workers, progress, opened,
+                       meanwhile=lambda: importlib.import_module("pandas"))
     finally:
         if opened is not store and opened is not None:
             opened.close()
+    import pandas as pd
+
     frame = pd.DataFrame(rows)
     counted = [c for c in frame.columns if c.startswith("anomaly.")]
     frame[counted] = frame[counted].fillna(0).astype(int)  # a kind absent from a run: 0
@@ -314,10 +318,12 @@ def rejection(code: CodePolicy) -> str:
 
 
 def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
-            progress: Progress | None, store: RunStore | None = None) -> list[dict[str, Any]]:
+            progress: Progress | None, store: RunStore | None = None,
+            meanwhile: Callable[[], object] = lambda: None) -> list[dict[str, Any]]:
     """Each task's row (baselines left out), in task order, whatever order the workers finish
     in, scored (`rescore`). A run is done once per content key: from the store when it is
-    there, else on the workers, and then stored at once."""
+    there, else on the workers, and then stored at once. `meanwhile` is called here once the
+    runs are handed to the workers (or before they run here)."""
     found = {} if store is None else store.get(t.key for t in tasks)
     todo: dict[str, list[Task]] = {}
     for task in tasks:
@@ -328,7 +334,8 @@ def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
     done = total - sum(len(group) for group in todo.values())
     if progress is not None and done:
         progress(done, total)
-    for run_key_, row in run_all([group[0] for group in todo.values()], executor, workers):
+    for run_key_, row in run_all([group[0] for group in todo.values()], executor, workers,
+                                 meanwhile):
         content = normalised({k: v for k, v in row.items() if k not in LABELS})
         contents[run_key_] = content
         if store is not None and storable(todo[run_key_][0], content):
@@ -345,11 +352,14 @@ def storable(task: Task, content: Mapping[str, Any]) -> bool:
     return task.code is None or not content["error"] or bool(task.rejected)
 
 
-def run_all(tasks: list[Task], executor: Executor | None, workers: int | None
+def run_all(tasks: list[Task], executor: Executor | None, workers: int | None,
+            meanwhile: Callable[[], object] = lambda: None
             ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(key, row) of every task as it finishes: here, or on `executor` or a process pool."""
+    """(key, row) of every task as it finishes: here, or on `executor` or a process pool;
+    `meanwhile()` once every task is submitted."""
     count = workers or os.cpu_count() or 1
     if executor is None and (count == 1 or len(tasks) <= 1):
+        meanwhile()
         for task in tasks:
             yield task.key, evaluate(task)
         return
@@ -361,6 +371,7 @@ def run_all(tasks: list[Task], executor: Executor | None, workers: int | None
     try:
         futures: dict[Future[dict[str, Any]], str] = {
             pool.submit(evaluate, task): task.key for task in tasks}
+        meanwhile()
         for future in as_completed(futures):
             yield futures[future], future.result()
     finally:
@@ -489,7 +500,7 @@ def evaluate_here(task: Task) -> dict[str, Any]:
     scenario = task.scenario
     try:
         prepared = WORKLOADS.get(scenario, reference_draws=mode_of(scenario).reference_draws)
-        result = simulate(build(scenario, prepared=prepared))
+        result = simulate(build(scenario, prepared=prepared), series=False)  # (not in a row)
     except PolicyError as exc:  # a user policy failed while running: a zero, not a crash
         return zero_row(task, str(exc))
     return {**ids(task), **row(result)}

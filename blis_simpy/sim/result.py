@@ -180,8 +180,10 @@ class Result:
     def trace_inputs(self) -> TraceInputs:
         from blis_simpy.metrics.trace.summary import TraceInputs
 
-        return TraceInputs.of(self.summary, self.metrics, self.requests, self.anomalies,
-                              self.decisions, self.scenario.to_dict())
+        # (the tables themselves: a DataFrame, and pandas, only for the decisions)
+        requests = self.request_table if self.streamed is None else self.requests
+        return TraceInputs.of(self.summary, self.metrics, requests, self.anomaly_table,
+                              self.decision_table, self.scenario.to_dict())
 
     def __repr__(self) -> str:
         """A line a notebook can show: which run and its headline figures, not the tables."""

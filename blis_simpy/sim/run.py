@@ -109,11 +109,13 @@ def run(scenario: ScenarioForm, progress: Progress | None = None, *,
 
 
 def simulate(sim: Simulation, progress: Progress | None = None, *,
-             folder: OutputFolder | None = None, record_mode: str = "auto") -> Result:
+             folder: OutputFolder | None = None, record_mode: str = "auto",
+             series: bool = True) -> Result:
     """Run a prepared simulation to its end and build the Result from its records. With an
     output `folder` (to `save` the Result into), `record_mode` chooses whether they are kept
     in memory or streamed into the folder as the run goes: auto, memory or stream
-    (sim/stream.py)."""
+    (sim/stream.py). `series=False` leaves out the instances' levels over time
+    (`instance_table` None): a sweep's row never reads them."""
     instance("sim", sim, Simulation, "a Simulation, from prepare()")
     progress = callback("progress", progress, PROGRESS)
     if streams(sim, folder, record_mode):
@@ -121,7 +123,8 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         return simulate_streaming(sim, folder, progress)
     wall = sim.run(progress)
     records = sim.records()
-    series = Background(lambda: instance_series(records), "instance-series")
+    levels = Background(lambda: instance_series(records), "instance-series") if series \
+        else None
     scenario, conventions = sim.scenario, sim.conventions
     lat = conventions.latencies(records.requests, step_durations(records.instances))
     window = Window.of(scenario.evaluation.window)
@@ -213,7 +216,7 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
         metrics=metrics,
         evaluation=evaluation,
         anomaly_table=anomaly_rows,
-        instance_table=series.result(),
+        instance_table=None if levels is None else levels.result(),
         trace_files=trace_files,
         reference=reference_outputs(stats, lat, records) if sim.mode.reference_reporting
         else None,

@@ -129,3 +129,28 @@ def test_a_pooled_sweep_prepares_each_workload_once_before_its_workers_fork(monk
                                   serial)
     assert len(cache.kept) == len(SEEDS)  # one per seed: every policy shares it
 
+
+
+def test_an_evaluation_never_imports_pandas():
+    """Issue 30 item 6: a sweep's workers are forked before the caller imports pandas (for
+    the table, while they run) and never import it themselves: the row, its feedback text
+    included, is computed from the run's columns."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import sys
+        from blis_simpy.search.contain import Limits
+        from blis_simpy.search.sweep import evaluate, plan
+        from blis_simpy.sim.run import load
+        scenario = load("quickstart", overrides={"cluster.instances": 2,
+                                                 "workload.num_requests": 50})
+        candidate = {"routing.type": "weighted", "routing.weights.queue-depth": 1.0}
+        rows = [evaluate(task) for task in plan({"q": scenario}, {"c": candidate}, [3],
+                                                Limits())]
+        assert all(not row["error"] and "## Outcome" in row["feedback"] for row in rows)
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "pandas"))
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"

@@ -19,10 +19,15 @@ Size: a token is counted as 4 characters; sections are filled in order of import
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from blis_simpy.metrics.columns import Table, plain
 from blis_simpy.metrics.saturation import BACKLOGGED, OVERLOADED, spans
 
 if TYPE_CHECKING:
@@ -33,38 +38,114 @@ CHARS_PER_TOKEN = 4
 MIN_TOKENS = 100
 
 
+class Rows:
+    """A table as the summary reads it, without pandas (a sweep's workers never import it):
+    columns by name as numpy arrays, the text ones as str ("" where empty), from a run's
+    `Table` or a DataFrame read from its files, each made the first time it is read (a few
+    of the requests' thirty are). `rows.name` and `rows["name"]` are a column, `rows[mask]`
+    the rows picked; `frame()` a DataFrame, for the sections that group by many columns
+    (pattern_mining)."""
+
+    __slots__ = ("length", "made", "picked", "source", "text")
+
+    def __init__(self, source: Table | pd.DataFrame, text: Sequence[str],
+                 picked: np.ndarray | None = None) -> None:
+        self.source = source
+        self.text = frozenset(text)  # made text however the table was read (a CSV reader
+        # turns "True" into a bool and "" into NaN)
+        self.picked = picked  # the rows of the source, in order (None: all)
+        self.length = len(source) if picked is None else len(picked)
+        self.made: dict[str, np.ndarray] = {}
+
+    def names(self) -> list[str]:
+        source = self.source
+        return list(source.columns) if isinstance(source, Table) else \
+            [str(name) for name in source.columns]
+
+    def column(self, name: str) -> np.ndarray:
+        made = self.made.get(name)
+        if made is None:
+            source = self.source
+            values = plain(source.columns[name]) if isinstance(source, Table) \
+                else source[name].to_numpy()
+            made = as_text(values) if name in self.text else np.asarray(values)
+            if self.picked is not None:
+                made = made[self.picked]
+            self.made[name] = made
+        return made
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names()
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return self.column(key)
+        picked = np.flatnonzero(key) if self.picked is None else self.picked[key]
+        return Rows(self.source, tuple(self.text), picked)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name in Rows.__slots__:  # (not set yet)
+            raise AttributeError(name)
+        try:
+            return self.column(name)
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def row(self, index: int) -> dict[str, Any]:
+        return {name: self.column(name)[index] for name in self.names()}
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame({name: values.tolist() if values.dtype == object else values
+                             for name in self.names()
+                             for values in [self.column(name)]})
+
+
+def as_text(values: Iterable[Any]) -> np.ndarray:
+    """A text column's values as str: "" for a missing one (None, NaN), str() of the rest."""
+    texts = [v if isinstance(v, str) else "" if v is None or v != v else str(v)
+             for v in values]
+    out = np.empty(len(texts), dtype=object)
+    out[:] = texts
+    return out
+
+
 @dataclass(frozen=True)
 class TraceInputs:
-    """What a summary reads: summary.json, metrics.json, the requests, anomalies and decisions
-    tables (decisions None when the run was not traced) and the resolved scenario."""
+    """What a summary reads: summary.json, metrics.json, the requests and anomalies tables
+    (`Rows`), the decisions (a DataFrame; None when the run was not traced) and the resolved
+    scenario."""
 
     summary: dict[str, Any]
     metrics: dict[str, Any]
-    requests: pd.DataFrame
-    anomalies: pd.DataFrame | None
+    requests: Rows
+    anomalies: Rows | None
     decisions: pd.DataFrame | None
     scenario: dict[str, Any]
 
     @classmethod
-    def of(cls, summary: dict[str, Any], metrics: dict[str, Any], requests: pd.DataFrame,
-           anomalies: pd.DataFrame | None, decisions: pd.DataFrame | None,
-           scenario: dict[str, Any]) -> TraceInputs:
-        """The inputs with every text column as text ("" where empty), however the tables
-        were read (a CSV reader turns "True" into a bool and "" into NaN)."""
+    def of(cls, summary: dict[str, Any], metrics: dict[str, Any],
+           requests: Table | pd.DataFrame, anomalies: Table | pd.DataFrame | None,
+           decisions: Table | pd.DataFrame | None, scenario: dict[str, Any]) -> TraceInputs:
+        """The inputs within the measurement window, with every text column as text (a run's
+        tables, or as read from its files). Only decisions make this import pandas."""
         start, end = window_of(scenario)
-        requests = within(requests, "arrival_s", start, end)
-        if anomalies is not None and (start or end is not None):
-            import pandas as pd
-
+        rows = within(Rows(requests, TEXT_COLUMNS["requests"]), "arrival_s", start, end)
+        found = None if anomalies is None else Rows(anomalies, TEXT_COLUMNS["anomalies"])
+        if found is not None and (start or end is not None):
             # a violation belongs to its request (measured by arrival), the rest by time
-            judged = anomalies.type == "slo_violation"
-            anomalies = pd.concat([anomalies[judged & anomalies.requests.isin(requests.id)],
-                                   within(anomalies[~judged], "time_s", start, end)]
-                                  ).sort_index()
-        decisions = None if decisions is None else within(decisions, "time_s", start, end)
-        return cls(summary, metrics, as_text(requests, "requests"),
-                   None if anomalies is None else as_text(anomalies, "anomalies"),
-                   None if decisions is None else as_text(decisions, "decisions"), scenario)
+            judged = found.type == "slo_violation"
+            ids = set(rows.id.tolist())
+            theirs = np.array([r in ids for r in found.requests.tolist()], dtype=bool)
+            found = found[judged & theirs | ~judged & in_window(found.time_s, start, end)]
+        if decisions is not None:
+            frame = decisions.frame() if isinstance(decisions, Table) else decisions
+            decisions = text_frame(within(frame, "time_s", start, end), "decisions")
+        return cls(summary, metrics, rows, found, decisions, scenario)
 
     @property
     def routing(self) -> pd.DataFrame | None:
@@ -88,24 +169,26 @@ def window_of(scenario: dict[str, Any]) -> tuple[float, float | None]:
     return float(window.get("warmup_s") or 0.0), window.get("end_s")
 
 
-def within(frame: pd.DataFrame, column: str, start: float, end: float | None
-           ) -> pd.DataFrame:
-    """The rows whose `column` time lies in the measurement window (all of them by default):
-    the summary describes what the metrics measured."""
+def in_window(times: Any, start: float, end: float | None) -> Any:
+    keep = times >= start
+    if end is not None:
+        keep &= times < end
+    return keep
+
+
+def within(frame: Any, column: str, start: float, end: float | None) -> Any:
+    """The rows (of `Rows` or a DataFrame) whose `column` time lies in the measurement
+    window (all of them by default): the summary describes what the metrics measured."""
     if start == 0 and end is None:
         return frame
-    keep = frame[column] >= start
-    if end is not None:
-        keep &= frame[column] < end
-    return frame[keep]
+    return frame[in_window(frame[column], start, end)]
 
 
-def as_text(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+def text_frame(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     frame = frame.copy()
     for name in TEXT_COLUMNS[table]:
         if name in frame and not all_text(frame[name]):
-            frame[name] = [v if isinstance(v, str) else "" if v is None or v != v else str(v)
-                           for v in frame[name]]
+            frame[name] = as_text(frame[name]).tolist()
     return frame
 
 
@@ -114,6 +197,29 @@ def all_text(column: pd.Series) -> bool:
     from pandas.api.types import is_string_dtype
 
     return is_string_dtype(column) and not column.isna().any()
+
+
+def tally(values: Iterable[Any]) -> dict[Any, int]:
+    """How often each value occurs, most first, ties in the order they first occur (as
+    pandas' `value_counts`)."""
+    return dict(Counter(values).most_common())
+
+
+def quantile(values: np.ndarray, q: float) -> float:
+    """The `q` quantile of the values that are not NaN, interpolated linearly as pandas'
+    groupby does it (its rounding, not numpy's); NaN when there are none."""
+    x = np.sort(values[~np.isnan(values)])
+    if not len(x):
+        return math.nan
+    position = q * (len(x) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(x) - 1)
+    return float(x[low] + (x[high] - x[low]) * (position - low))
+
+
+def worst_of(rows: Rows) -> SimpleNamespace:
+    """The row of highest severity, the earliest of those (the first of full ties)."""
+    return SimpleNamespace(**rows.row(int(np.lexsort((rows.time_s, -rows.severity))[0])))
 
 
 @dataclass(frozen=True)
@@ -363,8 +469,9 @@ def tenant_fairness(inputs: TraceInputs) -> list[Issue]:
     if gap < 0.2 and jain >= 0.9:
         return []
     req = inputs.requests
-    share = req.tenant.value_counts(normalize=True)
-    tokens = req.groupby("tenant").input_tokens.sum() / max(1, req.input_tokens.sum())
+    share = {t: n / len(req) for t, n in tally(req.tenant.tolist()).items()}
+    total = max(1, req.input_tokens.sum())
+    tokens = {t: req.input_tokens[req.tenant == t].sum() / total for t in share}
     missed = missed_targets(inputs, req[req.tenant == worst].id)
     evidence = [f"tenant {t}: {pct(share.get(t, 0))} of requests, {pct(tokens.get(t, 0))} of "
                 f"prompt tokens, SLO attainment {pct(per[t]['slo_attainment'])}, TTFT p99 "
@@ -372,7 +479,7 @@ def tenant_fairness(inputs: TraceInputs) -> list[Issue]:
                 ][:4]
     if missed:
         evidence.append(f"{worst}'s misses: " + ", ".join(f"{k} {n}" for k, n in missed))
-    heavy = share.idxmax()
+    heavy = max(share, key=share.__getitem__)  # the first of the most frequent
     what = missed[0][0] if missed else "its targets"
     focus = (f"Protect tenant {worst}'s {what}: "
              + ("keep its requests out of batches crowded by " if what == "tpot_ms" else
@@ -404,14 +511,14 @@ def load_imbalance(inputs: TraceInputs) -> list[Issue]:
     n = int(inputs.scenario.get("cluster", {}).get("instances", 1))
     if n < 2 or len(routed) < 2 * n:
         return []
-    counts = routed.instance.value_counts()
+    counts = tally(routed.instance.tolist())
     ids = [f"instance_{i}" for i in range(n)]
     shares = {i: counts.get(i, 0) / len(routed) for i in ids}
     top = max(ids, key=lambda i: (shares[i], -ids.index(i)))
     fair = 1 / n
     if shares[top] < 1.5 * fair:
         return []
-    ttft = routed.groupby("instance").ttft_ms.quantile(0.99)
+    ttft = {i: quantile(routed.ttft_ms[routed.instance == i], 0.99) for i in counts}
     idle = [i for i in ids if shares[i] < 0.5 * fair]
     evidence = ["requests per instance: " + ", ".join(f"{i} {pct(shares[i])}" for i in ids),
                 f"TTFT p99 on {top}: {ms(ttft.get(top, math.nan))}; elsewhere: "
@@ -430,10 +537,11 @@ def slo_misses(inputs: TraceInputs) -> list[Issue]:
     if a is None or not (a.type == "slo_violation").any():
         return []
     v = a[a.type == "slo_violation"]
-    req = inputs.requests.set_index("id")
-    by_class = req.loc[v.requests, "slo_class"].value_counts()
+    req = inputs.requests
+    slo_class = dict(zip(req.id.tolist(), req.slo_class.tolist(), strict=True))
+    by_class = tally(slo_class[r] for r in v.requests.tolist())
     missed = missed_targets(inputs, v.requests)
-    worst = v.sort_values(["severity", "time_s"], ascending=[False, True]).iloc[0]
+    worst = worst_of(v)
     evidence = ("by SLO class: " + ", ".join(f"{c or 'default'} {n}" for c, n in
                                             by_class.items()),
                 "targets missed: " + ", ".join(f"{k} {n}" for k, n in missed),
@@ -476,7 +584,8 @@ def capacity(inputs: TraceInputs) -> list[Issue]:
         return found
     evidence = [f"{m['rejected']} rejected, {m['timed_out']} timed out, {unfinished} "
                 "unfinished at the end", f"mean queue depth {m['queue_depth_avg']:.1f}"]
-    several = (inputs.requests.slo_class.nunique() > 1 or inputs.requests.tenant.nunique() > 1)
+    several = (len(set(inputs.requests.slo_class.tolist())) > 1
+               or len(set(inputs.requests.tenant.tolist())) > 1)
     focus = ("Shed or delay the least urgent class's load at admission before queues grow"
              if several else "Add instances, or KV blocks if requests are rejected as too "
              "large")
@@ -509,15 +618,15 @@ def anomaly_types(inputs: TraceInputs) -> list[Issue]:
         return []
     out = []
     total = max(1, inputs.metrics["requests"])
-    for kind in sorted(set(a.type) - {"slo_violation"}):
+    for kind in sorted(set(a.type.tolist()) - {"slo_violation"}):
         rows = a[a.type == kind]
-        worst = rows.sort_values(["severity", "time_s"], ascending=[False, True]).iloc[0]
+        worst = worst_of(rows)
         where = f" on {worst.instance}" if worst.instance else ""
+        severity = float(np.nanmean(rows.severity))  # (pandas' mean: NaN left out)
         out.append(Issue(
-            "ANOMALY", f"{kind}: {len(rows)} occurrences, mean severity "
-            f"{rows.severity.mean():.2f}",
+            "ANOMALY", f"{kind}: {len(rows)} occurrences, mean severity {severity:.2f}",
             (f"worst at t={worst.time_s:.2f}s{where}: {worst.detail}",),
-            0.5 * float(rows.severity.mean()) * min(1.0, len(rows) / (0.05 * total)),
+            0.5 * severity * min(1.0, len(rows) / (0.05 * total)),
             focus_for(kind, inputs)))
     return out
 
@@ -722,7 +831,7 @@ def patterns(inputs: TraceInputs) -> Section:
     """Request features over-represented among poor outcomes (an SLO miss; without targets, a
     TTFT above the run's p90 or not completing)."""
     section = Section("Patterns in Poor Outcomes", 1)
-    req = inputs.requests.copy()
+    req = inputs.requests.frame()
     a = inputs.anomalies
     if a is not None and (a.type == "slo_violation").any():
         poor = req.id.isin(set(a.requests[a.type == "slo_violation"]))
