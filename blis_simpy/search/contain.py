@@ -32,6 +32,7 @@ import ctypes
 import functools
 import importlib.util
 import json
+import multiprocessing.util
 import os
 import select
 import signal
@@ -149,9 +150,12 @@ def take_cpu(taken: Any, cpus: Sequence[int]) -> None:
 
 def pool_worker(caller: int, taken: Any, cpus: Sequence[int]) -> None:
     """A sweep worker's initializer: end with the `caller` (`end_with`), take a CPU
-    (`take_cpu`)."""
+    (`take_cpu`), and close its template when the pool shuts it down (a worker's exit runs
+    multiprocessing's finalizers, not atexit), so the template and its candidates are reaped
+    and their CPU time is the caller's children's, as a benchmark counts it."""
     end_with(caller)
     take_cpu(taken, cpus)
+    multiprocessing.util.Finalize(SHARED, SHARED.forget, exitpriority=0)
 
 
 def end_with(caller: int) -> None:
