@@ -124,46 +124,49 @@ class EvaluationResult:
 # Without weights a sweep scores every candidate against a baseline, the scenario's own
 # policies run on the same seed (common random numbers: the same requests), term by term:
 #
-#     fitness = served x sustained x exp(mean over quality terms of clip(ln ratio))
-#                                  x clip(cost ratio)            (only where replicas cost money)
+#     fitness = evenness x sustained x quality x clip(cost ratio)   (cost: where priced)
+#     quality = exp(mean over the latency terms of clip(ln ratio)), and with SLO targets
+#               exp((that mean + clip(ln SLO attainment ratio)) / 2)
 #
 # where a term's ratio is baseline / candidate for a latency or cost (lower is better) and
 # candidate / baseline for a rate or share (higher is better), so above 1 means better.
 #
-# Every quality term describes every request that arrived in the window, served or not
+# Every term describes every request that arrived in the window, served or not
 # (`arrivals`, below): a request the candidate did not serve (rejected, timed out, or still
 # waiting when the run ended) is charged the time from its arrival to the run's end as its
 # latency, the wait it was still in when the run stopped (a request left queued to the end
 # is charged the same, so turning a request away is never cheaper than making it wait for
 # ever), and it counts as an SLO miss. So shedding load pays only when what the served
-# requests gain outweighs what the unserved ones are charged: a queue that grows for good,
-# not a passing burst that admitting everything rides out late but served; a load-blind
-# dropper pays for every request it drops (on search-admission a random third dropped
-# scored 1.36, above every template, on the completed requests' latencies).
+# requests gain outweighs what the unserved ones are charged: a load the replicas can never
+# carry, not a burst that admitting everything rides out late but served. (Before, the
+# latency terms described the completed requests only: on search-admission a load-blind
+# dropper rejecting a random third scored 1.36, above every template.)
 #
-# The quality terms: TTFT and E2E mean and p99 (over every arrival) and output tokens/s;
-# SLO attainment (the arrivals served within their targets over the arrivals with targets)
-# when the scenario sets SLO targets. Where an autoscaler can change the cost and replicas
-# have a price, the scenario's SLO states what latency is worth paying for: the quality is
-# its SLO attainment alone (without targets, the latency terms), and the score is that
-# quality per dollar (the cost ratio multiplies it), so an autoscaler that triples the
-# spend for latency the SLO does not value cannot win (always at the maximum replicas scored
-# 2.7 on search-autoscale, above every autoscaler, with cost one term of eight).
+# The latency terms: TTFT and E2E mean and p99 (over every arrival) and output tokens/s.
+# Where the scenario sets SLO targets they are half the quality and SLO attainment (the
+# arrivals served within their targets over the arrivals with targets) the other half.
+# Where an autoscaler can change the cost and replicas have a price, the quality is the
+# SLO attainment alone (the latency terms without targets: the SLO states what latency is
+# worth paying for) and the cost ratio multiplies it, quality per dollar, so an autoscaler
+# that triples the spend for latency the SLO does not value cannot win (always at the
+# maximum replicas scored 2.7 on search-autoscale, above every autoscaler, when cost was
+# one term of eight).
 #
-# `served` (`tenant_completion`, below) is the worst-served tenant's share of its offered
-# work (prompt + output tokens) that completed: a candidate cannot buy the other tenants'
-# terms by starving one (its factor is 0) or by rejecting the long prompts (which carry
-# more than their number's share of the work); with one tenant and requests of one size it
-# is the completion rate. The baseline itself scores its own factor (1.0 when every request
-# completes); 10 % lower latencies on every latency term score (1/0.9)^(4/6) = 1.07 with
-# SLO targets (4/5 without); a run that completes nothing scores 0, and so does one with no
-# request in the measurement window (nothing was measured). A log ratio is clipped to
-# +-ln(10) so one term cannot outweigh the others; a term the baseline has no value for is
-# left out, and every term but cost when the baseline completed nothing in the window.
-# `sustained` scales a saturated candidate down as it does a weighted fitness (module
-# docstring; 0 for one that sustained nothing); a baseline that saturates makes every ratio
-# easier to beat, not the candidate's own factor. A streamed run keeps no per-request
-# records: its terms fall back to the completed requests' figures (`Term.fallback`).
+# `evenness` (below) is the worst-served tenant's completed share of its offered work
+# (prompt + output tokens: `tenant_completion`) over every tenant's together: starving a
+# tenant scores 0, and rejecting the long prompts costs the work they carry; shedding
+# evenly is charged by the terms, not twice. The baseline scores its own evenness (1.0 when
+# its tenants are served alike); 10 % lower latencies on every latency term score
+# (1/0.9)^(4/5) = 1.088 without SLO targets, (1/0.9)^(2/5) = 1.043 with them; a run that
+# completes nothing scores 0, and so does one with no request in the measurement window
+# (nothing was measured). A log ratio is clipped to +-ln(10) so one term cannot outweigh
+# the others; a term the baseline has no value for is left out, and every term but cost
+# when the baseline completed nothing in the window (then only the work served is
+# compared: the factor is the worst-served tenant's share of it). `sustained` scales a
+# saturated candidate down as it does a weighted fitness (module docstring; 0 for one that
+# sustained nothing); a baseline that saturates makes every ratio easier to beat, not the
+# candidate's own factor. A streamed run keeps no per-request records: its terms fall back
+# to the completed requests' figures (`Term.fallback`).
 
 Better = Literal["lower", "higher"]
 CLIP = math.log(10.0)
