@@ -83,7 +83,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
         anomalies += divergences(shadow)
     measure = measured(records, window)
     everyone = np.ones(len(records.requests), dtype=bool)
-    metrics = raw_metrics(requests, targets, records.instances, measure, window.start,
+    good, with_target = meets(requests, targets), targeted(targets)
+    metrics = raw_metrics(requests, good, with_target, records.instances, measure, window.start,
                           window.tokens(records.requests, everyone, records.ended_at),
                           conventions.hit_rate(records.instances) if window.whole
                           else window.hit_rate(records.requests, measure.arrived))
@@ -95,8 +96,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
     work = req.input_len + req.output_len
     share = tenant_completion(req.tenant, work, measure.arrived, done)
     over = arrivals(requests.array("ttft_ms"), requests.array("e2e_ms"),
-                    requests.array("arrival_s"), req.in_state(State.COMPLETED),
-                    meets(requests, targets), targeted(targets),
+                    requests.array("arrival_s"), req.in_state(State.COMPLETED), good,
+                    with_target,
                     np.asarray(measure.arrived, dtype=bool), records.ended_at / US_PER_S)
     over["work_completion"] = work_completion(work, measure.arrived, done)
     return metrics, dataclasses.replace(result, tenant_completion=share, arrivals=over), \
