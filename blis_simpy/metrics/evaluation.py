@@ -15,6 +15,7 @@ from blis_simpy.config.workload import SLOTargets, TenantsWorkload
 from blis_simpy.core.records import Anomaly, Records
 from blis_simpy.core.request import State
 from blis_simpy.core.scale_log import ScaleLog
+from blis_simpy.core.units import US_PER_S
 from blis_simpy.metrics.anomalies import counts, judged, oscillations
 from blis_simpy.metrics.columns import Table
 from blis_simpy.metrics.conventions import Conventions
@@ -24,13 +25,15 @@ from blis_simpy.metrics.fitness import (
     SLO_TERMS,
     EvaluationResult,
     Term,
+    arrivals,
     objectives,
     score,
     sustained,
     tenant_completion,
+    work_completion,
 )
 from blis_simpy.metrics.imbalance import load_imbalance
-from blis_simpy.metrics.raw import Measured, raw_metrics
+from blis_simpy.metrics.raw import Measured, meets, raw_metrics, targeted
 from blis_simpy.metrics.saturation import overloads
 from blis_simpy.metrics.trace.decisions import outcomes
 from blis_simpy.metrics.trace.severity import with_severity
@@ -80,7 +83,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
         anomalies += divergences(shadow)
     measure = measured(records, window)
     everyone = np.ones(len(records.requests), dtype=bool)
-    metrics = raw_metrics(requests, targets, records.instances, measure, window.start,
+    good, with_target = meets(requests, targets), targeted(targets)
+    metrics = raw_metrics(requests, good, with_target, records.instances, measure, window.start,
                           window.tokens(records.requests, everyone, records.ended_at),
                           conventions.hit_rate(records.instances) if window.whole
                           else window.hit_rate(records.requests, measure.arrived))
@@ -89,8 +93,15 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
                                             None if shadow is None else accuracy(shadow))
     req = records.requests
     done = req.in_state(State.COMPLETED) & measure.arrived
-    share = tenant_completion(req.tenant, req.input_len + req.output_len, measure.arrived, done)
-    return metrics, dataclasses.replace(result, tenant_completion=share), anomalies
+    work = req.input_len + req.output_len
+    share = tenant_completion(req.tenant, work, measure.arrived, done)
+    over = arrivals(requests.array("ttft_ms"), requests.array("e2e_ms"),
+                    requests.array("arrival_s"), req.in_state(State.COMPLETED), good,
+                    with_target,
+                    np.asarray(measure.arrived, dtype=bool), records.ended_at / US_PER_S)
+    over["work_completion"] = work_completion(work, measure.arrived, done)
+    return metrics, dataclasses.replace(result, tenant_completion=share, arrivals=over), \
+        anomalies
 
 
 def evaluation(scenario: Scenario, metrics: dict[str, Any], summary: dict[str, Any],
@@ -166,17 +177,16 @@ def workload_id(scenario: Scenario, plain: dict[str, Any] | None = None) -> str:
 
 def relative_terms(scenario: Scenario) -> tuple[Term, ...]:
     """The terms of the default (baseline-relative) score for this scenario: the latencies and
-    throughput always; SLO attainment and goodput when it sets SLO targets; cost when an
-    autoscaler can change it and replicas have a price (`blis_simpy.metrics.fitness`)."""
-    terms: tuple[Term, ...] = LATENCY_TERMS
+    throughput, and SLO attainment when it sets SLO targets; where an autoscaler can change the
+    cost and replicas have a price, SLO attainment (the latencies without targets) and the
+    cost, the quality per dollar (`blis_simpy.metrics.fitness`)."""
     workload = scenario.workload
-    if any(has_targets(t) for t in scenario.evaluation.slo_targets.values()) or (
-            isinstance(workload, TenantsWorkload)
-            and any(has_targets(t.slo) for t in workload.tenants)):
-        terms += SLO_TERMS
+    slo = any(has_targets(t) for t in scenario.evaluation.slo_targets.values()) or (
+        isinstance(workload, TenantsWorkload)
+        and any(has_targets(t.slo) for t in workload.tenants))
     deployment = scenario.deployment
     if deployment is not None and deployment.autoscaler is not None and any(
             config.cost_per_replica_hour > 0 for model in deployment.models
             for config in model.configs):
-        terms += COST_TERMS
-    return terms
+        return (SLO_TERMS if slo else LATENCY_TERMS) + COST_TERMS
+    return LATENCY_TERMS + SLO_TERMS if slo else LATENCY_TERMS

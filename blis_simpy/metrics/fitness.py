@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from blis_simpy.metrics.raw import percentile
+
 
 def latency(ms: float) -> float:
     """1 / (1 + latency in ms): the reference's normalisation of a latency."""
@@ -102,6 +104,10 @@ class EvaluationResult:
     # computed (a streamed run: the completion stands in). Not written to evaluation.json,
     # whose fitness is the weighted one.
     tenant_completion: float | None = None
+    # The default score's measures over every request that arrived in the window (`arrivals`,
+    # below): None where not computed (a streamed run: the completed requests' stand in). Not
+    # written to evaluation.json either.
+    arrivals: dict[str, float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,7 +115,7 @@ class EvaluationResult:
     def to_file_dict(self) -> dict[str, Any]:
         """Without the wall time: files must be byte-identical across runs of one scenario."""
         data = asdict(self)
-        del data["wall_s"], data["tenant_completion"]
+        del data["wall_s"], data["tenant_completion"], data["arrivals"]
         return data
 
 
@@ -118,28 +124,49 @@ class EvaluationResult:
 # Without weights a sweep scores every candidate against a baseline, the scenario's own
 # policies run on the same seed (common random numbers: the same requests), term by term:
 #
-#     fitness = served x sustained x exp(mean over terms of clip(ln ratio))
+#     fitness = evenness x sustained x quality x clip(cost ratio)   (cost: where priced)
+#     quality = exp(mean over the latency terms of clip(ln ratio)), and with SLO targets
+#               exp((that mean + clip(ln SLO attainment ratio)) / 2)
 #
 # where a term's ratio is baseline / candidate for a latency or cost (lower is better) and
 # candidate / baseline for a rate or share (higher is better), so above 1 means better.
-# `served` (`tenant_completion`, below) is the worst-served tenant's share of its offered
-# work (prompt + output tokens) that completed: shedding a request costs what it weighs, so
-# a candidate cannot buy the latency terms' clip by starving a tenant (its factor is 0) or by
-# rejecting the long prompts (which carry more than their number's share of the work); with
-# one tenant and requests of one size it is the completion rate. The latency terms describe
-# only the requests that completed, so shedding load, which makes what is left faster, can
-# pay: on an overloaded scenario it does by SLO goodput too (search-admission: a third
-# rejected at random, goodput 32.6/s against the baseline's 25.2/s), and a row's feedback
-# says how many more requests a candidate left undone than the baseline. The baseline itself
-# scores its own factor (1.0 when every request completes); 10 % lower latencies on every
-# latency term score about 1.09; a run that completes nothing scores 0, and so does one with
-# no request in the measurement window (nothing was measured). A log ratio is clipped to
-# +-ln(10) so one term cannot outweigh the others; a term the baseline has no value for is
-# left out, and every term but cost when the baseline completed nothing in the window (its
-# latencies are then the summary's zeros, not measurements). `sustained` scales a saturated
-# candidate down as it does a weighted fitness (module docstring; 0 for one that sustained
-# nothing); a baseline that saturates makes every ratio easier to beat, not the candidate's
-# own factor.
+#
+# Every term describes every request that arrived in the window, served or not
+# (`arrivals`, below): a request the candidate did not serve (rejected, timed out, or still
+# waiting when the run ended) is charged the time from its arrival to the run's end as its
+# latency, the wait it was still in when the run stopped (a request left queued to the end
+# is charged the same, so turning a request away is never cheaper than making it wait for
+# ever), and it counts as an SLO miss. So shedding load pays only when what the served
+# requests gain outweighs what the unserved ones are charged: a load the replicas can never
+# carry, not a burst that admitting everything rides out late but served. (Before, the
+# latency terms described the completed requests only: on search-admission a load-blind
+# dropper rejecting a random third scored 1.36, above every template.)
+#
+# The latency terms: TTFT and E2E mean and p99 (over every arrival) and output tokens/s.
+# Where the scenario sets SLO targets they are half the quality and SLO attainment (the
+# arrivals served within their targets over the arrivals with targets) the other half.
+# Where an autoscaler can change the cost and replicas have a price, the quality is the
+# SLO attainment alone (the latency terms without targets: the SLO states what latency is
+# worth paying for) and the cost ratio multiplies it, quality per dollar, so an autoscaler
+# that triples the spend for latency the SLO does not value cannot win (always at the
+# maximum replicas scored 2.7 on search-autoscale, above every autoscaler, when cost was
+# one term of eight).
+#
+# `evenness` (below) is the worst-served tenant's completed share of its offered work
+# (prompt + output tokens: `tenant_completion`) over every tenant's together: starving a
+# tenant scores 0, and rejecting the long prompts costs the work they carry; shedding
+# evenly is charged by the terms, not twice. The baseline scores its own evenness (1.0 when
+# its tenants are served alike); 10 % lower latencies on every latency term score
+# (1/0.9)^(4/5) = 1.088 without SLO targets, (1/0.9)^(2/5) = 1.043 with them; a run that
+# completes nothing scores 0, and so does one with no request in the measurement window
+# (nothing was measured). A log ratio is clipped to +-ln(10) so one term cannot outweigh
+# the others; a term the baseline has no value for is left out, and every term but cost
+# when the baseline completed nothing in the window (then only the work served is
+# compared: the factor is the worst-served tenant's share of it). `sustained` scales a
+# saturated candidate down as it does a weighted fitness (module docstring; 0 for one that
+# sustained nothing); a baseline that saturates makes every ratio easier to beat, not the
+# candidate's own factor. A streamed run keeps no per-request records: its terms fall back
+# to the completed requests' figures (`Term.fallback`).
 
 Better = Literal["lower", "higher"]
 CLIP = math.log(10.0)
@@ -148,18 +175,21 @@ CLIP = math.log(10.0)
 @dataclass(frozen=True, slots=True)
 class Term:
     name: str
-    column: str  # the metric (a RawMetrics / summary key, a column of a sweep's rows)
+    column: str  # the metric (a column of a sweep's rows: `arrivals.*`, a RawMetrics key)
     better: Better
+    fallback: str | None = None  # the column read where a row lacks `column`
 
 
-LATENCY_TERMS = (Term("ttft_mean", "ttft_mean_ms", "lower"),
-                 Term("ttft_p99", "ttft_p99_ms", "lower"),
-                 Term("e2e_mean", "e2e_mean_ms", "lower"),
-                 Term("e2e_p99", "e2e_p99_ms", "lower"),
-                 Term("throughput", "output_tokens_per_s", "higher"))
-SLO_TERMS = (Term("slo_attainment", "slo_attainment", "higher"),
-             Term("goodput", "goodput_per_s", "higher"))
+LATENCY_TERMS = (
+    Term("ttft_mean", "arrivals.ttft_mean_ms", "lower", "ttft_mean_ms"),
+    Term("ttft_p99", "arrivals.ttft_p99_ms", "lower", "ttft_p99_ms"),
+    Term("e2e_mean", "arrivals.e2e_mean_ms", "lower", "e2e_mean_ms"),
+    Term("e2e_p99", "arrivals.e2e_p99_ms", "lower", "e2e_p99_ms"),
+    Term("throughput", "output_tokens_per_s", "higher"))
+SLO_TERMS = (Term("slo_attainment", "arrivals.slo_attainment", "higher", "slo_attainment"),)
 COST_TERMS = (Term("cost", "cost", "lower"),)
+PRICED = frozenset(term.name for term in COST_TERMS)  # multiply the quality, not in its mean
+SLO_NAMES = frozenset(term.name for term in SLO_TERMS)  # half the quality
 
 
 def number(value: Any) -> float | None:
@@ -168,6 +198,13 @@ def number(value: Any) -> float | None:
         return None
     x = float(value)
     return x if math.isfinite(x) else None
+
+
+def value(row: Mapping[str, Any], term: Term) -> float | None:
+    """The term's figure in a row: its column, else its fallback where the row lacks it."""
+    if term.column in row or term.fallback is None:
+        return number(row.get(term.column))
+    return number(row.get(term.fallback))
 
 
 def log_ratio(candidate: float | None, baseline: float, better: Better) -> float:
@@ -181,6 +218,29 @@ def log_ratio(candidate: float | None, baseline: float, better: Better) -> float
     if good <= 0:
         return -CLIP
     return max(-CLIP, min(CLIP, math.log(good / bad)))
+
+
+def arrivals(ttft_ms: np.ndarray, e2e_ms: np.ndarray, arrival_s: np.ndarray,
+             completed: np.ndarray, good: np.ndarray, judged: np.ndarray,
+             arrived: np.ndarray, ended_s: float) -> dict[str, float | None]:
+    """The default score's measures over every request that `arrived` within the window: the
+    TTFT and E2E means and 99th percentiles, a request not `completed` charged the time from
+    its arrival to the run's end (`ended_s`) as its E2E, and as its TTFT unless it had a first
+    token; and the SLO attainment, the `good` (completed within their targets) among the
+    `judged` (with a target) over those judged (None without any). Nothing arrived: None."""
+    if not arrived.any():
+        return {"ttft_mean_ms": None, "ttft_p99_ms": None, "e2e_mean_ms": None,
+                "e2e_p99_ms": None, "slo_attainment": None}
+    done = completed[arrived]
+    waited = np.maximum(ended_s - arrival_s[arrived].astype(float), 0.0) * 1000.0
+    first = ttft_ms[arrived].astype(float)
+    ttft = np.where(np.isfinite(first), first, waited)
+    e2e = np.where(done, e2e_ms[arrived].astype(float), waited)
+    measured = judged[arrived]
+    return {"ttft_mean_ms": float(ttft.mean()), "ttft_p99_ms": percentile(ttft, 99),
+            "e2e_mean_ms": float(e2e.mean()), "e2e_p99_ms": percentile(e2e, 99),
+            "slo_attainment": float((good[arrived] & measured).sum() / measured.sum())
+            if measured.any() else None}
 
 
 def tenant_completion(tenant: Sequence[str], work: np.ndarray, arrived: np.ndarray,
@@ -200,6 +260,26 @@ def tenant_completion(tenant: Sequence[str], work: np.ndarray, arrived: np.ndarr
     return min(1.0, float((served[sent] / offered[sent]).min())) if sent.any() else 1.0
 
 
+def work_completion(work: np.ndarray, arrived: np.ndarray, done: np.ndarray) -> float:
+    """The completed share of the offered work (tokens) of every request that arrived (within
+    the window); 1.0 when none was offered."""
+    offered = float(work[arrived].sum())
+    return float(work[arrived & done].sum()) / offered if offered > 0 else 1.0
+
+
+def evenness(row: Mapping[str, Any]) -> float:
+    """The default score's factor for how evenly the work served was spread over the tenants:
+    the worst-served tenant's completed share of its work (`tenant_completion`) over every
+    tenant's together (`arrivals.work_completion`), so 0 when a tenant was starved or nothing
+    completed, and 1 when each was served alike (with one tenant, when anything completed). A
+    row without them (a streamed run): 1 when anything completed, else 0."""
+    worst = number(row.get("tenant_completion"))
+    overall = number(row.get("arrivals.work_completion"))
+    if worst is None or overall is None:
+        return 1.0 if number(row.get("completion_rate", row.get("completion"))) else 0.0
+    return min(1.0, worst / overall) if overall > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class RelativeScore:
     fitness: float
@@ -210,19 +290,34 @@ def relative_score(candidate: Mapping[str, Any], baseline: Mapping[str, Any],
                    terms: Sequence[Term]) -> RelativeScore:
     """The candidate's fitness against the baseline's metrics (the rule above). Both are
     mappings of metric name -> value: RawMetrics, or a sweep's rows (whose `requests` and
-    `completed` count the window's arrivals and completions)."""
+    `completed` count the window's arrivals and completions, and `arrivals.*` the measures
+    over every arrival)."""
     if number(candidate.get("requests")) == 0:  # nothing arrived in the window
         return RelativeScore(0.0, {})
     vacuous = number(baseline.get("completed")) == 0
     logs: dict[str, float] = {}
     for term in terms:
-        base = number(baseline.get(term.column))
+        base = value(baseline, term)
         if base is not None and not (vacuous and term not in COST_TERMS):
-            logs[term.name] = log_ratio(number(candidate.get(term.column)), base, term.better)
-    served = number(candidate.get("tenant_completion"))
-    if served is None:
-        served = number(candidate.get("completion_rate", candidate.get("completion"))) or 0.0
+            logs[term.name] = log_ratio(value(candidate, term), base, term.better)
+    if vacuous:  # nothing to compare but the work served (the worst-served tenant's share)
+        served = number(candidate.get("tenant_completion"))
+        if served is None:
+            served = number(candidate.get("completion_rate", candidate.get("completion")))
+        factor = served or 0.0
+    else:
+        factor = evenness(candidate)
     carried = number(candidate.get("sustained"))
-    mean = sum(logs.values()) / len(logs) if logs else 0.0
-    return RelativeScore(served * (1.0 if carried is None else carried) * math.exp(mean),
-                         {name: math.exp(value) for name, value in logs.items()})
+    return RelativeScore(factor * (1.0 if carried is None else carried) * math.exp(quality(logs)),
+                         {name: math.exp(v) for name, v in logs.items()})
+
+
+def quality(logs: Mapping[str, float]) -> float:
+    """ln of the quality, times the cost ratio where there is one: the mean of the latency
+    and throughput terms' logs; with SLO attainment, half that and half the attainment's."""
+    rest = [v for name, v in logs.items() if name not in PRICED and name not in SLO_NAMES]
+    slo = [v for name, v in logs.items() if name in SLO_NAMES]
+    mean = sum(rest) / len(rest) if rest else 0.0
+    if slo:
+        mean = (mean + slo[0]) / 2 if rest else slo[0]
+    return mean + sum(v for name, v in logs.items() if name in PRICED)

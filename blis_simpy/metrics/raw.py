@@ -277,13 +277,14 @@ class Totals:
     preemptions: int  # of the requests that arrived within the window
 
 
-def raw_metrics(requests: Table, targets: list[SLOTargets | None],
+def raw_metrics(requests: Table, good: np.ndarray, judged: np.ndarray,
                 instances: Sequence[InstanceRecord], measured: Measured, start_us: int,
                 output_tokens: float, cache_hit_rate: float) -> dict[str, Any]:
-    """RawMetrics over the measured requests (`measured`); `output_tokens` are those emitted
-    within the window that starts at `start_us`. Without any SLO target the attainment,
-    goodput and fairness are null: there is nothing to attain."""
-    good, judged = meets(requests, targets), targeted(targets)
+    """RawMetrics over the measured requests (`measured`); `good` and `judged` are `meets`
+    and `targeted` of their SLO targets (computed once by the caller, which reads them too);
+    `output_tokens` are those emitted within the window that starts at `start_us`. Without
+    any SLO target the attainment, goodput and fairness are null: there is nothing to
+    attain."""
     done = (np.asarray(requests["final_state"], dtype=object) == "completed") & measured.arrived
     totals = Totals(int(measured.arrived.sum()), int(done.sum()),
                     int(requests.array("input_tokens")[measured.completed].sum()),

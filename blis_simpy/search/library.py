@@ -39,7 +39,7 @@ SEARCH_LIBRARY: dict[str, SearchScenario] = {s.name: s for s in (
                          "admission.refill_per_s": 30000},
         "rate-limit": {"admission.type": "rate-limit", "admission.max_requests": 45},
         # each tenant at most 96 active requests; capping the batch tenant alone
-        # (batch-quota) serves it 13 % of its work, which the default score's worst-tenant
+        # (batch-quota) serves it 13 % of its work, which the default score's evenness
         # factor prices (the search loop tutorial starts from it)
         "tenant-quota": {"admission.type": "tenant-quota",
                          "admission.quotas": {"chat": 96, "batch": 96}},

@@ -42,7 +42,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.arguments import callback, instance, integer, integers
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.metrics.evaluation import relative_terms
-from blis_simpy.metrics.fitness import Term, relative_score
+from blis_simpy.metrics.fitness import Term, evenness, relative_score
 from blis_simpy.policies.autoscale import AUTOSCALE
 from blis_simpy.policies.bundle import AXES, REGISTRIES, PolicyBundle
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
@@ -437,14 +437,16 @@ def relative_row(row: dict[str, Any], base: Mapping[str, Any], terms: tuple[Term
     changes = ", ".join(f"{name} x{ratio:.3f}" for name, ratio in scored.ratios.items())
     if row.get("sustained", 1.0) < 1.0:
         changes += f"; saturated: x{row['sustained']:.3f} for the load it could not sustain"
-    share = row.get("tenant_completion")
-    if share is not None and share < 1.0:
-        changes += (f"; x{share:.3f} for the work not done (the worst-served tenant's "
-                    "completed share of its prompt and output tokens)")
+    even = evenness(row)
+    if base.get("completed") != 0 and row.get("tenant_completion") is not None and even < 1.0:
+        changes += (f"; x{even:.3f} for serving its tenants unevenly (the worst-served "
+                    "tenant's completed share of its prompt and output tokens over every "
+                    "tenant's)")
     shed = base.get("completion", 1.0) - row.get("completion", 1.0)
     if shed >= 0.005:
-        changes += (f"; it completed {shed:.1%} fewer of the requests than the baseline: the "
-                    "latency terms describe only those it served")
+        changes += (f"; it completed {shed:.1%} fewer of the requests than the baseline: each "
+                    "one it did not serve counts as an SLO miss and is charged its wait to the "
+                    "run's end in the latency terms")
     if row.get("requests") == 0:
         changes += "; 0: no request arrived in the measurement window, nothing was measured"
     elif base.get("completed") == 0:
@@ -544,6 +546,7 @@ def row(result: Result) -> dict[str, Any]:
         out["cost"] = deployment["cost"]
     out.update({f"anomaly.{k}": v for k, v in sorted(result.metrics["anomalies"].items())})
     out["warnings"] = len(result.warnings)
+    out.update({f"arrivals.{k}": v for k, v in (evaluation.arrivals or {}).items()})
     out["feedback"] = feedback(result)
     return out
 

@@ -16,13 +16,13 @@ from blis_simpy.config.library import library_names
 from blis_simpy.search.library import SEARCH_LIBRARY, separation
 
 BEST_WORST = {
-    "search-admission": ("tenant-quota", "always-admit"),
+    "search-admission": ("always-admit", "batch-quota"),
     "search-priority": ("slo-based", "inverted-slo"),
     "search-routing": ("prefix-affinity", "always-busiest"),
     "search-scheduler": ("sjf", "reverse-priority"),
-    "search-autoscale": ("queue-depth", "oscillator"),
+    "search-autoscale": ("target-utilization", "oscillator"),
     "search-pd": ("always", "never"),
-    "search-kv-tiers": ("mirror", "threshold-1.0-fifo"),
+    "search-kv-tiers": ("threshold-0.5", "threshold-1.0-fifo"),
 }
 AXES = ("admission", "priority", "routing", "scheduler", "autoscale", "pd", "kv_tiers")
 # Fewest anomalies of its kind a pathological template raises a run: one per occurrence,
