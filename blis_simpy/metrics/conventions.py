@@ -62,11 +62,10 @@ class Conventions:
     name = "native"
     gap_delay = 0  # added to every inter-token gap (the reference: its output delay a2)
     closing_gap = False  # the reference: one more gap per completed request, last step + a2
-    # the unfinished requests' final states that `still_queued` and `still_running` count:
-    # every unfinished request is in one of them, so the summary's counts add up to the
-    # arrivals (a request inside its queueing delay waits; a P/D one between its prefill
-    # and its first decode step is in service)
-    waiting: tuple[str, ...] = (str(State.QUEUED), str(State.ARRIVING))
+    # the unfinished requests' final states that `still_running` counts: a P/D request
+    # between its prefill and its first decode step is in service (`still_queued` counts the
+    # queued ones; one still `arriving`, in an admission delay, routing or its queueing
+    # delay, is in neither, and the warnings name those when nothing completed)
     in_service: tuple[str, ...] = (str(State.RUNNING), str(State.TRANSFERRING))
 
     def latencies(self, req: RequestColumns, durations: StepDurations) -> RequestLatencies:
@@ -124,8 +123,7 @@ class ReferenceConventions(Conventions):
 
     name = "blis"
     closing_gap = True
-    waiting = (str(State.QUEUED),)  # the reference's wait queues and batches
-    in_service = (str(State.RUNNING),)
+    in_service = (str(State.RUNNING),)  # the reference's batches
 
     def __init__(self, output_delay: int) -> None:
         self.output_delay = self.gap_delay = output_delay

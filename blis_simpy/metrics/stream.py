@@ -549,7 +549,7 @@ class StreamingRecords:
         scheduled = measured & (req.cached_tokens >= 0)
         for name, values in (
                 ("arrived", measured), ("completed", done),
-                ("queued", np.isin(state, self.conventions.waiting) & measured),
+                ("queued", (state == str(State.QUEUED)) & measured),
                 ("running", np.isin(state, self.conventions.in_service) & measured),
                 ("rejected", rejected), ("timed_out", timed_out),
                 ("input_tokens", np.where((req.queued_at >= 0) & measured, req.input_len, 0)),

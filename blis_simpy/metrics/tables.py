@@ -108,7 +108,7 @@ def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventi
         whole=whole,
         arrived=int(chosen.sum()),
         completed=int(finished.sum()),
-        queued=int((chosen & np.isin(req.state_array, conventions.waiting)).sum()),
+        queued=int((chosen & req.in_state(State.QUEUED)).sum()),
         running=int((chosen & np.isin(req.state_array, conventions.in_service)).sum()),
         rejected=int((chosen & req.in_state(State.REJECTED)).sum()),
         timed_out=int((chosen & req.in_state(State.TIMED_OUT)).sum()),
