@@ -496,7 +496,7 @@ def compat_claim(data: dict[str, Any]) -> str:
         return "# compat: blis reproduces the reference's reported numbers.\n"
     return ("# compat: blis reproduces the reference's reported numbers except where these\n"
             "# flags behave differently on purpose (docs/differences-from-blis.md), so this\n"
-            "# run's numbers differ from the reference's:\n"
+            "# run's numbers can differ from the reference's:\n"
             + "".join(f"#  - {note}\n" for note in notes))
 
 

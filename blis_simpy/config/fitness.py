@@ -40,7 +40,7 @@ def check_weights(weights: Mapping[str, Any], path: str) -> None:
             raise ScenarioError(f"{path}.{key}", f"weight {weight!r}", "a finite number >= 0")
     if weights and not any(weights.values()):
         raise ScenarioError(path, "every weight is 0, so every run would score 0",
-                            "at least one weight > 0 (or none, for the default score)")
+                            "at least one weight > 0; no weights at all for the default score")
 
 
 def parse_weights(text: str) -> dict[str, float]:
