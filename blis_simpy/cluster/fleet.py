@@ -75,8 +75,13 @@ class ModelFleets:
 
     def __init__(self, fleets: dict[str, Fleet], tenants: dict[str, str], default: str) -> None:
         self.fleets = {name.lower(): fleet for name, fleet in fleets.items()}
+        self.names = {name.lower(): name for name in fleets}  # as the scenario spells them
         self.tenants = {tenant: model.lower() for tenant, model in tenants.items()}
         self.default = default.lower()
+
+    def name_of(self, req: Request) -> str:
+        """The model that serves the request, as the scenario names it."""
+        return self.names[self.model_of(req)]
 
     def fleet_of(self, req: Request) -> Fleet:
         return self.fleets[self.model_of(req)]

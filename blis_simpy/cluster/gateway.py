@@ -181,6 +181,8 @@ class Gateway:
         now = self.clock.now()
         self.recorder.requests.append(req)
         req.observe(self.block_size, self.keep_tokens)
+        if self.models is not None and not req.model:  # several: the one it is for, on record
+            req.model = self.models.name_of(req)
         self.state.on_arrival(req.tenant_id, now)
         if self.events is not None:
             self.events.append((now, "arrival", req.name, ""))

@@ -29,6 +29,8 @@ class FitnessConfig:
 
 
 def check_weights(weights: Mapping[str, Any], path: str) -> None:
+    """Known keys, finite weights >= 0, and not all 0 (every run would score 0, whatever it
+    did)."""
     for key, weight in weights.items():
         if key not in FITNESS_KEYS:
             raise ScenarioError(f"{path}.{key}", "unknown fitness metric key",
@@ -36,16 +38,23 @@ def check_weights(weights: Mapping[str, Any], path: str) -> None:
         if isinstance(weight, bool) or not isinstance(weight, int | float) \
                 or not math.isfinite(weight) or weight < 0:
             raise ScenarioError(f"{path}.{key}", f"weight {weight!r}", "a finite number >= 0")
+    if weights and not any(weights.values()):
+        raise ScenarioError(path, "every weight is 0, so every run would score 0",
+                            "at least one weight > 0; no weights at all for the default score")
 
 
 def parse_weights(text: str) -> dict[str, float]:
-    """`"throughput:0.5,p99_ttft:0.3"` -> weights; the last duplicate wins."""
+    """`"throughput:0.5,p99_ttft:0.3"` -> weights; a key given twice is refused, as a
+    scenario's duplicate YAML key is (the reference lets the last one win silently)."""
     weights: dict[str, float] = {}
     for item in text.split(","):
         key, sep, value = item.strip().partition(":")
         if not sep:
             raise ScenarioError("--fitness-weights", f"{item.strip()!r} has no ':'",
                                 "key:weight,key:weight")
+        if key.strip() in weights:
+            raise ScenarioError("--fitness-weights", f"{key.strip()!r} is given twice",
+                                "each key once")
         try:
             weights[key.strip()] = float(value)
         except ValueError:

@@ -206,7 +206,9 @@ class Request:
         self.adapter = ""  # the LoRA adapter it names ("": the base model)
         self.session_id = ""
         self.turn = 0
-        self.model = ""  # the model a trace row names (informational: one model is served)
+        # the model a trace row names; with several models, the one that serves it (set on
+        # arrival); "" for a single model's workload request
+        self.model = ""
         self.trace_time = -1  # a published trace row's own timestamp (ns), else -1
         self.done: Any = None  # a SimPy event a session waits on, triggered when it ends
         self.input_len = len(input_tokens)

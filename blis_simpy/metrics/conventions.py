@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from blis_simpy.core.records import InstanceRecord, RequestColumns
+from blis_simpy.core.request import State
 from blis_simpy.metrics.gaps import TokenGaps
-from blis_simpy.metrics.kv_tiers import tier_hits
 from blis_simpy.metrics.summary import Samples
 
 
@@ -62,6 +62,11 @@ class Conventions:
     name = "native"
     gap_delay = 0  # added to every inter-token gap (the reference: its output delay a2)
     closing_gap = False  # the reference: one more gap per completed request, last step + a2
+    # the unfinished requests' final states that `still_running` counts: a P/D request
+    # between its prefill and its first decode step is in service (`still_queued` counts the
+    # queued ones; one still `arriving`, in an admission delay, routing or its queueing
+    # delay, is in neither, and the warnings name those when nothing completed)
+    in_service: tuple[str, ...] = (str(State.RUNNING), str(State.TRANSFERRING))
 
     def latencies(self, req: RequestColumns, durations: StepDurations) -> RequestLatencies:
         first, done_at = req.first_token_at, req.completed_at
@@ -98,12 +103,19 @@ class Conventions:
                  running: int) -> int:
         return arrived - rejected
 
-    def hit_rate(self, instances: Sequence[InstanceRecord]) -> float:
-        """Prefix-cache hits over lookups (with KV tiers, a block found on any tier is a
-        hit, once)."""
-        hits = sum(i.kv_hits for i in instances) + tier_hits(instances)
-        lookups = hits + sum(i.kv_misses for i in instances)
-        return hits / lookups if lookups else 0.0
+    @staticmethod
+    def ttft_population(chosen: np.ndarray, finished: np.ndarray) -> np.ndarray:
+        """Whose TTFTs the summary's `ttft_*` count: the completed requests, the population
+        of its E2E and of vLLM's benchmark, so a TTFT never exceeds the E2E it is part of
+        (a request cut by a horizon or its client's timeout after its first token is not)."""
+        return finished
+
+    def hit_rate(self, instances: Sequence[InstanceRecord], cached_tokens: int,
+                 prompt_tokens: int) -> float:
+        """The prefix cache's hit rate: the measured requests' prompt tokens found cached
+        when first scheduled, over their prompt tokens (the requests table's `cached_tokens`
+        over `input_tokens`), with or without a measurement window."""
+        return cached_tokens / prompt_tokens if prompt_tokens else 0.0
 
 
 class ReferenceConventions(Conventions):
@@ -111,6 +123,7 @@ class ReferenceConventions(Conventions):
 
     name = "blis"
     closing_gap = True
+    in_service = (str(State.RUNNING),)  # the reference's batches
 
     def __init__(self, output_delay: int) -> None:
         self.output_delay = self.gap_delay = output_delay
@@ -134,8 +147,15 @@ class ReferenceConventions(Conventions):
                  running: int) -> int:
         return completed + queued + running
 
-    def hit_rate(self, instances: Sequence[InstanceRecord]) -> float:
-        """The reference averages the instances' own rates."""
+    @staticmethod
+    def ttft_population(chosen: np.ndarray, finished: np.ndarray) -> np.ndarray:
+        """The reference's TTFT samples: every request whose prefill finished."""
+        return chosen
+
+    def hit_rate(self, instances: Sequence[InstanceRecord], cached_tokens: int,
+                 prompt_tokens: int) -> float:
+        """The reference's figure: the mean of the instances' own block lookup rates (compat
+        mode refuses a measurement window, so it is always the whole run's)."""
         rates = [i.kv_hits / (i.kv_hits + i.kv_misses) if i.kv_hits + i.kv_misses else 0.0
                  for i in instances]
         return sum(rates) / len(rates)

@@ -86,8 +86,8 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
     good, with_target = meets(requests, targets), targeted(targets)
     metrics = raw_metrics(requests, good, with_target, records.instances, measure, window.start,
                           window.tokens(records.requests, everyone, records.ended_at),
-                          conventions.hit_rate(records.instances) if window.whole
-                          else window.hit_rate(records.requests, measure.arrived))
+                          conventions.hit_rate(records.instances, *window.prompt_cache(
+                              records.requests, measure.arrived)))
     metrics, result, anomalies = evaluation(scenario, metrics, summary, anomalies,
                                             measure.seconds, wall_s, window,
                                             None if shadow is None else accuracy(shadow))

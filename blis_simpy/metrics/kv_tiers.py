@@ -2,10 +2,12 @@
 
 Every block a prefix lookup asks for is counted once, where it was found: on the GPU (a hit),
 on the CPU or storage tier (a hit there, reloaded), or nowhere (a miss, computed). The overall
-hit rate is every hit over every lookup; `cache_hit_rate` in the summary is that figure when
-tiers are on. Thrashing: reloads of blocks the GPU evicted less than `thrash_window_s` before,
-as a share of the hashed blocks the GPU evicted (`thrashing_rate`), and as `kv_thrashing`
-anomalies when `thrash_anomaly_count` of them fall within the window on one instance.
+hit rate (`kv_tiers.hit_rate`) is every hit over every block lookup; the summary's
+`cache_hit_rate` counts prompt tokens instead (cached over prompt tokens, each request once,
+when first scheduled; a cached token may come from any tier). Thrashing: reloads of blocks
+the GPU evicted less than `thrash_window_s` before, as a share of the hashed blocks the GPU
+evicted (`thrashing_rate`), and as `kv_thrashing` anomalies when `thrash_anomaly_count` of
+them fall within the window on one instance.
 """
 
 from __future__ import annotations
@@ -22,11 +24,6 @@ from blis_simpy.core.units import US_PER_MS
 
 def tiered(instances: Sequence[InstanceRecord]) -> list[tuple[InstanceRecord, TierRecord]]:
     return [(i, i.tiers) for i in instances if i.tiers is not None]
-
-
-def tier_hits(instances: Sequence[InstanceRecord]) -> int:
-    """Prefix blocks found below the GPU (0 without tiers)."""
-    return sum(t.cpu_hits + t.storage_hits for _, t in tiered(instances))
 
 
 def tier_summary(instances: Sequence[InstanceRecord]) -> dict[str, Any] | None:

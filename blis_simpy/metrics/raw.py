@@ -184,7 +184,7 @@ def group_stats(columns: Columns, group: np.ndarray, seconds: float) -> dict[str
                          int((good & attained).sum()), int(judged.sum()),
                          int((good & judged & served).sum()))
     return group_dict(counts, seconds, {
-        **distribution("ttft", c.ttft[group][rows]),
+        **distribution("ttft", c.ttft[group][done]),
         **distribution("tpot", c.tpot[group][done & c.streams[group]]),
         **distribution("e2e", c.e2e[group][done])})
 

@@ -2,9 +2,9 @@
 the ScaleLog's lifecycle and scale-action records and the requests table.
 
 A replica is billed from the moment it starts provisioning (a run's initial replicas: from
-t=0) until it terminates or the run ends: replica-seconds x the config's price per hour /
-3600 is its cost. Time-to-ready is from a scale-up's decision (the replica's provisioning) to
-the replica taking traffic.
+t=0) until it terminates, is lost for good (`dead`) or the run ends: replica-seconds x the
+config's price per hour / 3600 is its cost. Time-to-ready is from a scale-up's decision (the
+replica's provisioning) to the replica taking traffic.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from blis_simpy.metrics.raw import meets, targeted
 
 SECONDS_PER_HOUR = 3600.0
 ROUTABLE = ("warming", "active")
+# a replica's life ends when it terminates or is lost for good (`dead`: it never comes back,
+# an autoscaler replaces it), so neither is counted, billed or part of the peak after that
+ENDED = ("terminated", "dead")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +54,7 @@ def lives(log: ScaleLog, ended_at: int, warming_routable: bool) -> list[Life]:
     for instance, changes in rows.items():
         start, config, first = changes[0]
         ready = next((t for t, _, s in changes if s in ready_states), None)
-        end = next((t for t, _, s in changes if s == "terminated"), ended_at)
+        end = next((t for t, _, s in changes if s in ENDED), ended_at)
         out.append(Life(instance, config, min(start, ended_at),
                         None if ready is None or ready > ended_at else ready,
                         min(end, ended_at), first == "provisioning"))
@@ -156,7 +159,7 @@ def by_hour(requests: Table, good: np.ndarray, judged: np.ndarray, hour_s: float
 
 
 def peak(spans: Sequence[Life]) -> int:
-    """Most replicas alive at once (provisioning to termination)."""
+    """Most replicas alive at once (provisioning to termination or loss)."""
     changes = sorted([(life.start, 1) for life in spans] + [(life.end, -1) for life in spans],
                      key=lambda c: (c[0], c[1]))
     level = best = 0
@@ -208,7 +211,7 @@ def scale_event_table(log: ScaleLog) -> Table:
 
 
 def replica_table(log: ScaleLog, scenario: Scenario) -> Table:
-    """Each config's replica count (not draining or terminated) and how many take traffic
+    """Each config's replica count (not draining, terminated or dead) and how many take traffic
     after every lifecycle change (replicas.csv): the replica count over time."""
     taking = ROUTABLE if warming_routable(scenario) else ("active",)
     state: dict[str, tuple[str, str]] = {}  # instance -> (config, state)
@@ -216,7 +219,7 @@ def replica_table(log: ScaleLog, scenario: Scenario) -> Table:
     for time, instance, config, new in log.lifecycle:
         state[instance] = (config, new)
         members = [s for c, s in state.values() if c == config]
-        counted = sum(1 for s in members if s not in ("draining", "terminated"))
+        counted = sum(1 for s in members if s != "draining" and s not in ENDED)
         routable = sum(1 for s in members if s in taking)
         if rows and rows[-1][0] == time and rows[-1][1] == config:
             rows.pop()

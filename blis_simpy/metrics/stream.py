@@ -550,7 +550,7 @@ class StreamingRecords:
         for name, values in (
                 ("arrived", measured), ("completed", done),
                 ("queued", (state == str(State.QUEUED)) & measured),
-                ("running", (state == str(State.RUNNING)) & measured),
+                ("running", np.isin(state, self.conventions.in_service) & measured),
                 ("rejected", rejected), ("timed_out", timed_out),
                 ("input_tokens", np.where((req.queued_at >= 0) & measured, req.input_len, 0)),
                 ("output_tokens", np.where(measured, self.conventions.counted_tokens(req), 0)),
@@ -595,7 +595,8 @@ class StreamingRecords:
                   "klass": klass, "tenant": tenant}
         for name, values, keep in (
                 ("e2e", lat.e2e, (lat.e2e >= 0) & measured),
-                ("ttft", lat.ttft, (lat.ttft >= 0) & measured),
+                ("ttft", lat.ttft,
+                 (lat.ttft >= 0) & self.conventions.ttft_population(measured, done)),
                 ("delay", lat.scheduling_delay, (lat.scheduling_delay >= 0) & measured),
                 ("tpot", tpot, many),
                 ("vllm_ttft", first - arrival, done), ("vllm_tpot", None, many),
@@ -635,8 +636,7 @@ class StreamingRecords:
         seconds = window.seconds(records.ended_at)
         metrics = assemble(
             self.group(ALL, 0, seconds), self.whole_totals(records.ended_at), seconds,
-            self.conventions.hit_rate(logs) if window.whole else self.hit_rate(
-                list(range(len(logs) + 1))),
+            self.hit_rate(logs, list(range(len(logs) + 1))),
             {name: self.group("klass", code, seconds) for name, code in self.classes.by_name()},
             {name: self.group("tenant", code, seconds) for name, code in self.tenants.by_name()},
             {log.id: self.levels(i, log, seconds * US_PER_S) for i, log in enumerate(logs)})
@@ -660,10 +660,11 @@ class StreamingRecords:
                 total = total + replace(steps.sums, kv_blocks=log.kv_total)
         return total
 
-    def hit_rate(self, codes: list[int]) -> float:
-        """The measured requests' cached prompt tokens over their prompt tokens."""
-        prompt = sum(self.by_instance["prompt"][c] for c in codes)
-        return sum(self.by_instance["cached"][c] for c in codes) / prompt if prompt else 0.0
+    def hit_rate(self, logs: Sequence[InstanceRecord], codes: list[int]) -> float:
+        """The prefix cache's hit rate over the measured requests of `codes`."""
+        cached, prompt = (sum(self.by_instance[name][c] for c in codes)
+                          for name in ("cached", "prompt"))
+        return self.conventions.hit_rate(logs, cached, prompt)
 
     def select(self, instances: int) -> None:
         """Find every order statistic the summary and RawMetrics read, a few passes over

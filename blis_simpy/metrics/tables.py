@@ -93,7 +93,8 @@ def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventi
     chosen = routed_here & window.arrived(req.arrival)
     finished = chosen & req.in_state(State.COMPLETED)
     gaps = token_gaps(req, finished, records.instances)
-    e2e, ttft, delay = lat.e2e[chosen], lat.ttft[chosen], lat.scheduling_delay[chosen]
+    e2e, delay = lat.e2e[chosen], lat.scheduling_delay[chosen]
+    ttft = lat.ttft[conventions.ttft_population(chosen, finished)]
     # the chosen rows' codes, read by position: a scope of one instance (most of them)
     # visits its own rows only, not every row of the run
     codes = list(filter(None, map(req.reject_code.__getitem__, np.flatnonzero(chosen).tolist())))
@@ -108,7 +109,7 @@ def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventi
         arrived=int(chosen.sum()),
         completed=int(finished.sum()),
         queued=int((chosen & req.in_state(State.QUEUED)).sum()),
-        running=int((chosen & req.in_state(State.RUNNING)).sum()),
+        running=int((chosen & np.isin(req.state_array, conventions.in_service)).sum()),
         rejected=int((chosen & req.in_state(State.REJECTED)).sum()),
         timed_out=int((chosen & req.in_state(State.TIMED_OUT)).sum()),
         input_tokens=int(req.input_len[chosen & (req.queued_at >= 0)].sum()),
@@ -151,8 +152,8 @@ def scope_summary(fig: ScopeFigures, instances: Sequence[InstanceRecord],
         served=fig.served,
         served_tokens=fig.served_tokens,
     )
-    out["cache_hit_rate"] = conventions.hit_rate(instances) if window.whole else \
-        fig.cached_tokens / fig.prompt_tokens if fig.prompt_tokens else 0.0
+    out["cache_hit_rate"] = conventions.hit_rate(instances, fig.cached_tokens,
+                                                 fig.prompt_tokens)
     if fig.serving is not None:
         out["serving_benchmark"] = serving_benchmark(fig.serving,
                                                      out["vllm_estimated_duration_s"])

@@ -99,9 +99,9 @@ class Window:
     def total(whole: int, shares: np.ndarray) -> float:
         return math.fsum([whole, *shares.tolist()])
 
-    def hit_rate(self, req: RequestColumns, rows: np.ndarray) -> float:
-        """Cached prompt tokens over prompt tokens of the selected requests that were
-        scheduled."""
+    @staticmethod
+    def prompt_cache(req: RequestColumns, rows: np.ndarray) -> tuple[int, int]:
+        """The selected requests' cached prompt tokens and prompt tokens, of those that were
+        scheduled (the prefix cache's hit rate is their ratio)."""
         served = rows & (req.cached_tokens >= 0)
-        prompts = int(req.input_len[served].sum())
-        return int(req.cached_tokens[served].sum()) / prompts if prompts else 0.0
+        return int(req.cached_tokens[served].sum()), int(req.input_len[served].sum())

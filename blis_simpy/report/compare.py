@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blis_simpy.report import load_summary
+import yaml
+
+from blis_simpy.report import load_summary, run_folder
 
 MISSING = "-"
 
@@ -37,16 +39,42 @@ class State:
     verdict: str
     level: str
     warnings: tuple[str, ...]
+    window: str = "unknown"  # the measurement window (`window_text`)
 
     def line(self) -> str:
-        return f"saturation {self.verdict} ({self.level}), {len(self.warnings)} warning" \
-            + ("" if len(self.warnings) == 1 else "s")
+        return f"window {self.window}; saturation {self.verdict} ({self.level}), " \
+            f"{len(self.warnings)} warning" + ("" if len(self.warnings) == 1 else "s")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "level": self.level, "warnings": list(self.warnings)}
+        return {"verdict": self.verdict, "level": self.level, "warnings": list(self.warnings),
+                "window": self.window}
 
 
-def state(summary: dict[str, Any]) -> State:
+def window_text(folder: Path) -> str:
+    """The measurement window the run's numbers cover, from the scenario.yaml its folder
+    holds: "whole run", "10-30 s", "from 10 s"; "unknown" without a readable one."""
+    try:
+        data = yaml.safe_load((run_folder(folder) / "scenario.yaml").read_text())
+        window = (data.get("evaluation") or {}).get("window") or {}  # absent: the default
+        start, end = float(window.get("warmup_s") or 0), window.get("end_s")
+    except (OSError, yaml.YAMLError, TypeError, ValueError, AttributeError):
+        return "unknown"
+    if end is None:
+        return "whole run" if start == 0 else f"from {start:g} s"
+    return f"{start:g}-{float(end):g} s"
+
+
+def windows_note(states: tuple[State, State]) -> str | None:
+    """A warning when the two runs were measured over different windows: their counts and
+    rates then cover different spans, and B/A compares the windows as much as the runs."""
+    a, b = states
+    if a.window == b.window:
+        return None
+    return (f"A and B were measured over different windows ({a.window} and {b.window}): "
+            "counts and rates cover different spans")
+
+
+def state(summary: dict[str, Any], window: str = "unknown") -> State:
     """The run's `State` from its summary.json; a key that is absent or not what a run
     writes reads as "unknown" (an older or hand-made folder)."""
     saturation = summary.get("saturation")
@@ -58,13 +86,13 @@ def state(summary: dict[str, Any]) -> State:
         found = saturation.get(key)
         return found if isinstance(found, str) else "unknown"
 
-    return State(text("verdict"), text("level"), tuple(str(w) for w in warnings))
+    return State(text("verdict"), text("level"), tuple(str(w) for w in warnings), window)
 
 
 def compare_runs(run_a: Path, run_b: Path) -> tuple[list[Row], tuple[State, State]]:
     """Rows for every flat key of either run's summary.json, and each run's `State`."""
     a, b = load_summary(run_a), load_summary(run_b)
-    return compare(a, b), (state(a), state(b))
+    return compare(a, b), (state(a, window_text(run_a)), state(b, window_text(run_b)))
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
@@ -116,6 +144,9 @@ def table(rows: list[Row], run_a: Path, run_b: Path, states: tuple[State, State]
     for name, path, run in zip("AB", (run_a, run_b), states, strict=True):
         lines.append(f"{name}: {path}: {run.line()}")
         lines += [f"   warning: {w}" for w in run.warnings]
+    note = windows_note(states)
+    if note is not None:
+        lines.append(f"warning: {note}")
     for key, *values in cells:
         numbers = "  ".join(v.rjust(w) for v, w in zip(values, widths[1:], strict=True))
         lines.append(f"{key.ljust(widths[0])}  {numbers}".rstrip())
@@ -131,6 +162,7 @@ def as_json(rows: list[Row], run_a: Path, run_b: Path, states: tuple[State, Stat
         "b": str(run_b),
         "state_a": states[0].to_dict(),
         "state_b": states[1].to_dict(),
+        "windows_differ": windows_note(states) is not None,
         "rows": [{"key": r.key, "a": plain(r.a), "b": plain(r.b), "ratio": r.ratio,
                   "in_a": r.a_present, "in_b": r.b_present} for r in rows],
     }

@@ -32,7 +32,7 @@ from blis_simpy.report import (
     read_table,
     run_folder,
 )
-from blis_simpy.report.compare import state
+from blis_simpy.report.compare import state, window_text
 from blis_simpy.report.pd_plots import QUEUE_COLUMNS, ROLE_COLUMNS, pool_busy_share
 from blis_simpy.report.plots import (
     REQUEST_COLUMNS,
@@ -192,9 +192,9 @@ def compare_html(run_dirs: Sequence[Path], out: Path, force: bool = False) -> Pa
                                                 for n, r in zip(names, runs, strict=True))
               + "</p>")
     page.heading("Saturation and warnings")
-    states = [state(r.summary) for r in runs]
-    page.table(["run", "verdict", "level", "warnings"],
-               [[n, s.verdict, s.level, str(len(s.warnings))]
+    states = [state(r.summary, window_text(r.path)) for r in runs]
+    page.table(["run", "window", "verdict", "level", "warnings"],
+               [[n, s.window, s.verdict, s.level, str(len(s.warnings))]
                 for n, s in zip(names, states, strict=True)])
     for n, s in zip(names, states, strict=True):
         if s.warnings:

@@ -75,7 +75,6 @@ def test_parse_weights():
     assert parse_weights("throughput:0.5,p99_ttft:0.3") == {"throughput": 0.5,
                                                             "p99_ttft": 0.3}
     assert parse_weights(" throughput : 1 , goodput:0 ") == {"throughput": 1.0, "goodput": 0.0}
-    assert parse_weights("throughput:1,throughput:2") == {"throughput": 2.0}  # last wins
 
 
 @pytest.mark.parametrize(("text", "needle"), [

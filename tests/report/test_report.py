@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import blis_simpy
@@ -232,13 +233,37 @@ def test_compare_shows_each_runs_saturation_verdict_level_and_warnings(runs, tmp
     assert f"saturation {verdict} (" in head[2]
     data = json.loads(cli("compare", saturated, stable, "--json").stdout)
     assert data["state_a"] == {"verdict": "saturated", "level": "OVERLOADED",
-                               "warnings": ["saturated: offered 39.7 req/s, served 15.6 req/s"]}
+                               "warnings": ["saturated: offered 39.7 req/s, served 15.6 req/s"],
+                               "window": "whole run"}
     assert data["state_b"]["verdict"] == verdict
     pytest.importorskip("bokeh")
     page = tmp_path / "cmp.html"
     assert cli("compare", saturated, stable, "--html", page).exit_code == 0
     html = page.read_text()
     assert "OVERLOADED" in html and "served 15.6 req/s" in html
+
+
+def test_compare_says_when_the_runs_were_measured_over_different_windows(runs, tmp_path):
+    """A windowed run against a whole-run one: each run's window is on its line and a warning
+    says the two cover different spans (their counts and rates are not like for like)."""
+    import shutil
+
+    windowed = tmp_path / "windowed"
+    shutil.copytree(runs[1], windowed)
+    text = (windowed / "scenario.yaml").read_text()
+    data = yaml.safe_load(text)
+    data["evaluation"]["window"] = {"warmup_s": 0.5, "end_s": 2.0}
+    (windowed / "scenario.yaml").write_text(yaml.safe_dump(data))
+    out = cli("compare", runs[0], windowed)
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert "window whole run; saturation" in lines[0]
+    assert "window 0.5-2 s; saturation" in lines[1]
+    assert any(line.startswith("warning: A and B were measured over different windows "
+                               "(whole run and 0.5-2 s)") for line in lines)
+    same = cli("compare", runs[0], runs[1])
+    assert "different windows" not in same.stdout
+    assert json.loads(cli("compare", runs[0], windowed, "--json").stdout)["windows_differ"]
 
 
 def test_compare_keys_missing_from_one_side_and_formatting():

@@ -91,6 +91,21 @@ def test_a_whole_pool_lost_is_replaced_by_the_autoscaler():
     assert len(anomalies) == 2 and (anomalies.detail.str.startswith("node lost")).all()
 
 
+def test_a_replica_lost_for_good_is_no_longer_counted_or_billed():
+    """A fixed pool of 2 loses instance_1 for good at 1 s (no repair, no autoscaler): from
+    then on one replica is left, in replicas.csv, the replica-seconds, the average and the
+    cost; a dead replica is not billed as if it still ran."""
+    data = autoscaled(None, rate=10, duration=4, pool={"min": 2, "max": 2, "initial": 2})
+    data["faults"] = {"crashes": [{"at_s": 1.0, "instances": ["instance_1"]}]}
+    result = blis_simpy.run(Scenario.from_dict(data), checks=True)
+    replicas = result.replicas
+    assert replicas.replicas.iloc[-1] == 1 and replicas.replicas.max() == 2
+    pool = result.summary["deployment"]["configs"]["pool"]
+    seconds = pool["replica_seconds"] / pool["avg_replicas"]  # the run's length
+    assert pool["replica_seconds"] == pytest.approx(seconds + 1.0)
+    assert pool["avg_replicas"] < 1.5 and pool["peak_replicas"] == 2
+
+
 def test_random_crashes_follow_the_seed():
     faults = {"random_crashes": [{"mtbf_s": {"type": "exponential", "mean": 0.3},
                                   "mttr_s": {"type": "constant", "value": 0.05}}]}
