@@ -8,7 +8,7 @@ from __future__ import annotations
 from mypy_extensions import mypyc_attr
 
 from blis_simpy.core.request import Request
-from blis_simpy.engine.kv.cache import KVCache
+from blis_simpy.engine.kv.cache import KVCache, unsigned
 from blis_simpy.engine.kv.pool import PrefixHit
 
 
@@ -72,12 +72,11 @@ class ReferenceKVCache(KVCache):
         block = free.take_one()
         if block >= len(self.refcount):
             self._grow()
-        block_hash = self.block_hash
-        old = block_hash[block]
-        if old is not None:
+        keyed = self.keyed
+        if keyed[block]:
             if not self.deferred:
-                self.index.pop(old, None)
-            block_hash[block] = None
+                self.index.pop(unsigned(self.keys[block]), None)
+            keyed[block] = 0
         self.fill[block] = 1
         self.refcount[block] = 1
         self.used += 1
@@ -92,12 +91,13 @@ class ReferenceKVCache(KVCache):
         self.fill[block] = bs
         end = position + 1
         if end % bs or self._not_keyed(req):
-            self.block_hash[block] = None
+            self.keyed[block] = 0
             return
-        key = req.hashes[end // bs - 1]
-        self.block_hash[block] = key
+        i = end // bs - 1
+        self.keys[block] = req.block_keys()[i]
+        self.keyed[block] = 1
         if not self.deferred:
-            self.index[key] = block
+            self.index[req.hashes[i]] = block
 
     def complete(self, req: Request) -> None:
         if req.output_len > 0 and not self._decode(req, req.progress):
@@ -153,7 +153,7 @@ class ReferenceKVCache(KVCache):
                 taken = []  # (block, its hash before it was taken)
                 while self.free.size:
                     block = self._take_blocks(1)[0]
-                    taken.append((block, self.block_hash[block]))
+                    taken.append((block, self.hash_of(block)))
                     count = min(bs, tokens - placed)
                     blocks.append(self._pop(block, count))
                     placed += count
@@ -175,32 +175,40 @@ class ReferenceKVCache(KVCache):
         reference does."""
         bs = self.block_size
         taken = self._take_blocks(need)
-        block_hash, index = self.block_hash, self.index
+        keys, keyed, index = self.keys, self.keyed, self.index
         forget = index.pop
         keep = not self.deferred
         refcount, fill = self.refcount, self.fill
         full, remainder = divmod(rest, bs)
         full = min(full, need)
-        keys = req.hashes[at // bs: at // bs + full] if at % bs == 0 else [None] * full
-        for k in range(len(keys)):  # keys: the first `full` blocks (indexed: no zip tuples)
-            block, key = taken[k], keys[k]
+        hashes = req.hashes
+        first = at // bs
+        named = at % bs == 0  # else the first `full` blocks get no keys
+        # the first `full` blocks, as many as the hashes reach (indexed: no zip tuples)
+        count = max(0, min(full, len(hashes) - first)) if named else full
+        mine = req.block_keys() if named else keys
+        for k in range(count):
+            block = taken[k]
             if keep:
-                old = block_hash[block]
-                if old is not None:
-                    forget(old, None)
-                if key is not None:
-                    index[key] = block
+                if keyed[block]:
+                    forget(unsigned(keys[block]), None)
+                if named:
+                    index[hashes[first + k]] = block
             refcount[block] = 1
             fill[block] = bs
-            block_hash[block] = key
+            if named:
+                keys[block] = mine[first + k]
+                keyed[block] = 1
+            else:
+                keyed[block] = 0
         for k in range(full, need):
             block = taken[k]
-            old = block_hash[block]
-            if keep and old is not None:
-                forget(old, None)
+            if keyed[block]:
+                if keep:
+                    forget(unsigned(keys[block]), None)
+                keyed[block] = 0
             refcount[block] = 1
             fill[block] = remainder if k == full else 0
-            block_hash[block] = None
         req.blocks.extend(taken)
         self.used += need
         self.misses += need
@@ -213,11 +221,10 @@ class ReferenceKVCache(KVCache):
     def _pop(self, block: int, count: int) -> int:
         """The block just taken from the free head holds `count` tokens; its old hash key
         leaves the index, whichever block that key points to now."""
-        old = self.block_hash[block]
-        if old is not None:
+        if self.keyed[block]:
             if not self.deferred:
-                self.index.pop(old, None)
-            self.block_hash[block] = None
+                self.index.pop(unsigned(self.keys[block]), None)
+            self.keyed[block] = 0
         self.fill[block] = count
         self.refcount[block] = 1
         self.used += 1
@@ -245,16 +252,20 @@ class ReferenceKVCache(KVCache):
         bs = self.block_size
         self.fill[block] = bs
         if end % bs or self._not_keyed(req):
-            self.block_hash[block] = None
+            self.keyed[block] = 0
             return
-        key = req.hashes[end // bs - 1]
-        self.block_hash[block] = key
+        i = end // bs - 1
+        self.keys[block] = req.block_keys()[i]
+        self.keyed[block] = 1
         if not self.deferred:
-            self.index[key] = block
+            self.index[req.hashes[i]] = block
 
     def _name(self, block: int, key: int | None) -> None:
-        self.block_hash[block] = key
-        if key is not None and not self.deferred:
+        if key is None:
+            self.keyed[block] = 0
+            return
+        self.set_hash(block, key)
+        if not self.deferred:
             self.index[key] = block
 
     def _rollback(self, req: Request, cached: list[int],
@@ -262,7 +273,7 @@ class ReferenceKVCache(KVCache):
         """Undo a failed admission, in the reference's order: taken blocks last to first
         (drop the key they got, restore the one they had), then the cached ones."""
         for block, old in reversed(taken):
-            key = self.block_hash[block]
+            key = self.hash_of(block)
             if key is not None and not self.deferred:
                 self.index.pop(key, None)
             self._name(block, old)
