@@ -220,7 +220,9 @@ class Request:
         self.tokens: np.ndarray | None = (
             None if input_tokens is NO_TOKENS else np.concatenate((input_tokens, output_tokens)))
         self.hashes: list[int] = []  # set by hash_blocks (then `tokens` is None)
-        self.keys = NO_KEYS  # `hashes` as the KV cache stores them: see `block_keys`
+        # `hashes` as the KV cache stores them (`block_keys`): empty, or made with `hashes`
+        # (whoever sets `hashes` sets these too, or leaves them empty)
+        self.keys = NO_KEYS
         self.hashed = False
         self.state = State.ARRIVING
         self.instance = ""  # id of the instance it was routed to

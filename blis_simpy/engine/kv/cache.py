@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from librt.vecs import extend, vec
-from mypy_extensions import i64, mypyc_attr, u8
+from mypy_extensions import i32, i64, mypyc_attr, u8
 
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.request import Request
@@ -52,10 +52,12 @@ def signed(h: int) -> i64:
 class KVCache:
     """Block accounting for one instance. `used + len(free) == total` after every operation.
 
-    A block's hash is kept as its key, the hash's int64 bit pattern (`Request.keys`), in
-    `keys[block]`, valid where `keyed[block]` is 1: native vectors, so registering and
-    reusing a block makes and frees no int object (in a large pool those objects are all
-    cold). `hash_of` gives the hash back as an int; the index is keyed by the hashes."""
+    The per-block state is in native vectors, so taking and registering a block makes and
+    frees no int object (in a large pool those objects are all cold); a vector that grows is
+    replaced, so take a local alias of one only after taking blocks. A block's hash is kept
+    as its key, the hash's int64 bit pattern (`Request.keys`), in `keys[block]`, valid where
+    `keyed[block]` is 1; `hash_of` gives the hash back as an int. The index is keyed by the
+    hashes."""
 
     __slots__ = ("block_size", "deferred", "failures", "first_hashes", "free", "hits", "index",
                  "keyed", "keys", "misses", "refcount", "total", "used")
@@ -63,8 +65,9 @@ class KVCache:
     def __init__(self, total_blocks: int, block_size: int, defer_index: bool = True) -> None:
         self.total = total_blocks
         self.block_size = block_size
-        self.refcount: list[int] = []  # per block ever taken (the list grows with `free.fresh`)
-        self.keys: vec[i64] = vec[i64]()  # per block: its hash's key, where `keyed`
+        # per block ever taken (the vectors grow with `free.fresh`): its holders, its key
+        self.refcount: vec[i32] = vec[i32]()
+        self.keys: vec[i64] = vec[i64]()  # (where `keyed`)
         self.keyed: vec[u8] = vec[u8]()
         self.free = FreeList(total_blocks)
         self.index: dict[int, int] = {}  # block hash -> block id (the last registration wins)
@@ -285,7 +288,7 @@ class KVCache:
         pays for the blocks it uses)."""
         size = len(self.refcount)
         new = min(self.total, max(self.free.fresh, 2 * size, GROW_MIN)) - size
-        self.refcount.extend([0] * new)
+        self.refcount = extend(self.refcount, [0] * new)
         self.keys = extend(self.keys, [0] * new)
         self.keyed = extend(self.keyed, [0] * new)
 
@@ -336,7 +339,7 @@ class KVCache:
         counters kept). Every holder has released its blocks first."""
         if self.used:
             raise InvariantError(f"KV pool wiped while {self.used} blocks are held")
-        self.refcount = []
+        self.refcount = vec[i32]()
         self.keys = vec[i64]()
         self.keyed = vec[u8]()
         self.free = FreeList(self.total)

@@ -5,7 +5,8 @@ exact `KVCache`; docs/differences-from-blis.md lists each rule next to the corre
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
+from librt.vecs import extend, vec
+from mypy_extensions import i32, mypyc_attr
 
 from blis_simpy.core.request import Request
 from blis_simpy.engine.kv.cache import KVCache, unsigned
@@ -42,7 +43,7 @@ class ReferenceKVCache(KVCache):
 
     def __init__(self, total_blocks: int, block_size: int, defer_index: bool = True) -> None:
         super().__init__(total_blocks, block_size, defer_index)
-        self.fill: list[int] = []  # tokens in each block (kept up to date in prefill)
+        self.fill: vec[i32] = vec[i32]()  # tokens in each block (kept up to date in prefill)
         self.outputs_only: set[Request] = set()  # full prefix hits: their blocks hold output only
         # Requests holding a cached block whose tokens a rollback dropped (its hash stays):
         # the reference hashes a block filled by top-up over the tokens of all the request's
@@ -94,7 +95,10 @@ class ReferenceKVCache(KVCache):
             self.keyed[block] = 0
             return
         i = end // bs - 1
-        self.keys[block] = req.block_keys()[i]
+        keys = req.keys  # made, or empty (`Request.keys`): no read of `hashes` here
+        if not keys:
+            keys = req.block_keys()
+        self.keys[block] = keys[i]
         self.keyed[block] = 1
         if not self.deferred:
             self.index[req.hashes[i]] = block
@@ -113,7 +117,7 @@ class ReferenceKVCache(KVCache):
 
     def wipe(self) -> None:
         super().wipe()
-        self.fill = []
+        self.fill = vec[i32]()
         self.outputs_only = set()
         self.hollow = set()
 
@@ -162,7 +166,7 @@ class ReferenceKVCache(KVCache):
                 self._rollback(req, cached, taken)
                 return False
             self._take_fresh(req, start + placed, tokens - placed, need)
-        last_fill = fill[blocks[-1]] if blocks else 0
+        last_fill = self.fill[blocks[-1]] if blocks else 0  # (taking blocks may grow `fill`)
         end = start + tokens
         req.kv_phase = (end - last_fill if 0 < last_fill < bs else end) % bs
         return True
@@ -216,7 +220,7 @@ class ReferenceKVCache(KVCache):
     def _grow(self) -> None:
         size = len(self.refcount)
         super()._grow()
-        self.fill.extend([0] * (len(self.refcount) - size))
+        self.fill = extend(self.fill, [0] * (len(self.refcount) - size))
 
     def _pop(self, block: int, count: int) -> int:
         """The block just taken from the free head holds `count` tokens; its old hash key
@@ -255,7 +259,10 @@ class ReferenceKVCache(KVCache):
             self.keyed[block] = 0
             return
         i = end // bs - 1
-        self.keys[block] = req.block_keys()[i]
+        keys = req.keys  # made, or empty (`Request.keys`): no read of `hashes` here
+        if not keys:
+            keys = req.block_keys()
+        self.keys[block] = keys[i]
         self.keyed[block] = 1
         if not self.deferred:
             self.index[req.hashes[i]] = block
