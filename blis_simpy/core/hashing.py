@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from librt.vecs import vec
+from mypy_extensions import i64
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -88,3 +90,14 @@ def block_hashes(tokens: np.ndarray, block_size: int, known: Sequence[int] = ())
         words[:1] += np.uint64(known[done - 1])
     chain = chain_sums(words, block_size)
     return [*known[:done], *chain.tolist()]
+
+
+def keys_of(chain: np.ndarray) -> vec[i64]:
+    """Block hashes (uint64) as their int64 bit patterns, in a native vector (the KV cache's
+    keys for them: `Request.keys`)."""
+    return vec[i64](chain.view(np.int64))
+
+
+def block_keys(hashes: Sequence[int]) -> vec[i64]:
+    """`keys_of` for hashes that are ints already."""
+    return keys_of(np.array(hashes, dtype=np.uint64))

@@ -16,10 +16,13 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+from librt.vecs import vec
+from mypy_extensions import i64
 
-from blis_simpy.core.hashing import block_hashes
+from blis_simpy.core.hashing import block_hashes, block_keys
 
 NO_HINTS: Mapping[str, object] = MappingProxyType({})  # a request's hints when it has none
+NO_KEYS: vec[i64] = vec[i64]()  # a request's block keys before they are made (never changed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,7 @@ class Request:
         "index",
         "input_len",
         "instance",
+        "keys",
         "kv_phase",
         "last_emit_step",
         "lazy_base",
@@ -218,6 +222,9 @@ class Request:
         self.tokens: np.ndarray | None = (
             None if input_tokens is NO_TOKENS else np.concatenate((input_tokens, output_tokens)))
         self.hashes: list[int] = []  # set by hash_blocks (then `tokens` is None)
+        # `hashes` as the KV cache stores them (`block_keys`): empty, or made with `hashes`
+        # (whoever sets `hashes` sets these too, or leaves them empty)
+        self.keys = NO_KEYS
         self.hashed = False
         self.state = State.ARRIVING
         self.instance = ""  # id of the instance it was routed to
@@ -262,6 +269,15 @@ class Request:
             if not keep_tokens:
                 self.tokens = None
 
+    def block_keys(self) -> vec[i64]:
+        """Its block hashes as int64 bit patterns (the KV cache's keys: no int object per
+        block): made in bulk where the hashes come from numpy (`workload/prehash.py`,
+        `release.rebuilt`), else from `hashes` when first needed."""
+        keys = self.keys
+        if len(keys) != len(self.hashes):
+            keys = self.keys = block_keys(self.hashes)
+        return keys
+
     def clone(self) -> Request:
         """A fresh copy of a request that has not run (a prepared workload's, shared by many
         runs): its identity, content and block hashes (shared: never changed in place), none
@@ -280,6 +296,7 @@ class Request:
         twin.max_tokens = self.max_tokens
         twin.tokens = self.tokens
         twin.hashes = self.hashes
+        twin.keys = self.keys
         twin.hashed = self.hashed
         return twin
 
@@ -299,6 +316,7 @@ class Request:
         """The request finished: drop its block hashes and its view's copy of them (its KV
         blocks keep their own). About 2 KB a request that a long run would otherwise hold."""
         self.hashes = []
+        self.keys = NO_KEYS
         view = self.view
         if view.prefix_hashes:  # `replace` would spend ~5 µs finding the fields
             if view.priority_hints:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from blis_simpy.core.hashing import block_hashes, chain_sums, mix64, scrambled_positions
+from blis_simpy.core.hashing import block_hashes, chain_sums, keys_of, mix64, scrambled_positions
 from blis_simpy.core.request import Request
 
 
@@ -61,9 +61,11 @@ def hash_parts(requests: Sequence[Request], parts: Sequence[Sequence[np.ndarray]
         return
     chains, fulls = chain_arrays(parts, block_size, scratch)
     hashes = chains.tolist()
+    keys = keys_of(chains)
     lo = 0
     for req, n in zip(requests, fulls, strict=True):
         req.hashes = hashes[lo: lo + n]
+        req.keys = keys[lo: lo + n]
         req.tokens = None
         req.hashed = True
         lo += n

@@ -44,6 +44,7 @@ import numpy as np
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import DistributionWorkload
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.hashing import keys_of
 from blis_simpy.core.request import Request
 from blis_simpy.workload.prehash import Scratch, chain_arrays
 from blis_simpy.workload.release import rebuilt
@@ -168,7 +169,7 @@ class Producer:
                 chains = np.frombuffer(payload, np.uint64, hashes, 8 * COLUMNS * count)
                 index, arrival, input_len, output_len, counts = columns.tolist()
                 yield from rebuilt(index, arrival, input_len, output_len, counts,
-                                   chains.tolist())
+                                   chains.tolist(), keys_of(chains))
         finally:
             self.stopped()
 

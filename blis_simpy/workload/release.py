@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable
 
 import simpy
+from librt.vecs import vec
+from mypy_extensions import i64
 
 from blis_simpy.core.clock import Environment
 from blis_simpy.core.loop import Clock
@@ -38,10 +40,11 @@ def release(env: Environment, requests: Iterable[Request],
 
 
 def rebuilt(index: list[int], arrival: list[int], input_len: list[int], output_len: list[int],
-            counts: list[int], hashes: list[int]) -> list[Request]:
+            counts: list[int], hashes: list[int], keys: vec[i64]) -> list[Request]:
     """A synthetic workload's requests made again from their columns (`workload/producer.py`:
     drawn and hashed in another process): each request's index, arrival, prompt and output
-    lengths, and its `counts[i]` block hashes, in order, from `hashes`. The same requests as
+    lengths, and its `counts[i]` block hashes, in order, from `hashes` (and their `keys`,
+    `Request.keys`). The same requests as
     the synthetic sources make and `prehash.hash_parts` hashes."""
     made: list[Request] = []
     lo = 0
@@ -54,6 +57,7 @@ def rebuilt(index: list[int], arrival: list[int], input_len: list[int], output_l
         req.max_tokens = max(n_out, 1)
         req.tokens = None
         req.hashes = hashes[lo : lo + n]
+        req.keys = keys[lo : lo + n]
         req.hashed = True
         lo += n
         made.append(req)

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blis_simpy.core.hashing import block_hashes
+from blis_simpy.core.hashing import block_hashes, block_keys
 from blis_simpy.core.request import Request
 from blis_simpy.workload.prehash import hash_request, hash_requests
 
@@ -67,3 +67,17 @@ def test_hashing_a_sequence_in_parts_equals_hashing_it_whole(
     hash_parts(pieces, [[np.array(p, dtype=np.int64) for p in ps] for ps in parts], block)
     assert [r.hashes for r in pieces] == [r.hashes for r in whole]
     assert all(r.hashed and r.tokens is None for r in pieces)
+    # the KV cache's keys, made in bulk, are the hashes' bit patterns
+    assert [list(r.keys) for r in pieces] == [list(block_keys(r.hashes)) for r in pieces]
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=40))
+def test_block_keys_are_the_hashes_int64_bit_patterns(hashes: list[int]) -> None:
+    from blis_simpy.engine.kv.cache import signed, unsigned
+
+    keys = block_keys(hashes)
+    assert list(keys) == [h - 2**64 if h >= 2**63 else h for h in hashes]
+    assert [unsigned(k) for k in keys] == hashes and [signed(h) for h in hashes] == list(keys)
+    req = Request(0, 0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    req.hashes = hashes
+    assert list(req.block_keys()) == list(keys)  # made from the hashes when first needed

@@ -36,8 +36,8 @@ def twins(prompts: list[list[int]], outputs: list[int]) -> tuple[list[Request], 
 
 
 def accounting(kv: KVCache) -> tuple:
-    return (kv.used, kv.hits, kv.misses, kv.failures, len(kv.free), list(kv.block_hash),
-            list(kv.refcount))
+    return (kv.used, kv.hits, kv.misses, kv.failures, len(kv.free),
+            [kv.hash_of(b) for b in range(len(kv.keyed))], list(kv.refcount))
 
 
 class Life:

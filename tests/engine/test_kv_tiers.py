@@ -116,7 +116,7 @@ def test_reload_is_targeted_to_the_prefix_and_registers_on_the_gpu():
     hit = kv.lookup(first, first.input_len)
     assert kv.admit(first, hit, 8, 1)
     assert kv.log.reloads == 2
-    assert [kv.block_hash[blk] for blk in first.blocks[:2]] == first.hashes[:2]
+    assert [kv.hash_of(blk) for blk in first.blocks[:2]] == first.hashes[:2]
     second = request(3, [*a, 2])
     assert kv.lookup(second, second.input_len).blocks == first.blocks[:2]
 
@@ -338,7 +338,7 @@ def test_invariants_hold_under_random_pressure(ops, gpu, cpu, storage, offload, 
             start = len(hit.blocks) * BS
         else:
             cached = start // BS
-            assert [kv.block_hash[b] for b in req.blocks[:cached]] == req.hashes[:cached]
+            assert [kv.hash_of(b) for b in req.blocks[:cached]] == req.hashes[:cached]
             assert len(set(req.blocks)) == len(req.blocks)
             assert 0 <= hit.load_us <= 2 * (100 + 1000 * cached)
             running.append(req)

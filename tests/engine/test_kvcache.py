@@ -167,7 +167,7 @@ def test_reference_chunk_takes_ceil_blocks_after_topping_up_so_blocks_shift():
     for position in range(10, 14):
         assert kv.allocate(req, position, 1)
     assert len(req.blocks) == 5 and kv.misses == 5
-    assert kv.block_hash[req.blocks[-1]] is None
+    assert kv.hash_of(req.blocks[-1]) is None
     kv.check()
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from blis_simpy.config.resolve import resolve
+from blis_simpy.core.hashing import block_keys
 from blis_simpy.workload import producer
 from blis_simpy.workload.producer import Producer, ProducerError, wanted
 from blis_simpy.workload.source import requests_of
@@ -70,7 +71,9 @@ def test_produced_requests_equal_the_in_process_source(monkeypatch, compat, pref
     plain = list(requests_of(s, reference_draws=compat).requests)
     made = Producer(s, compat)
     pid = made.pid
-    assert fields(made.requests()) == fields(plain)
+    produced = list(made.requests())
+    assert fields(produced) == fields(plain)
+    assert [list(r.keys) for r in produced] == [list(block_keys(r.hashes)) for r in plain]
     assert reaped(pid) and not producer.LIVE
     assert any(r.hashes for r in plain) and (prefix or any(not r.hashes for r in plain))
     assert horizon is None or len(plain) < 400

@@ -14,17 +14,18 @@ covers every token before it), so two requests share a cached prefix only if the
 hashes are equal, and a request meets its own blocks again only when it holds blocks here a
 second time (after a preemption). Until a request starts holding blocks with a first block hash
 that an earlier holder had, every lookup misses and no hash is on two blocks, so the index
-would be exactly `{block_hash[b]: b}`: it is not kept (a dictionary insert and delete per block
-saved) and is built from `block_hash` the first time a lookup could hit. Pools whose blocks get
-hashes without an allocation by their holder (P/D decode pools, tiered pools) keep the index
-from the start.
+would be exactly `{hash of b: b}`: it is not kept (a dictionary insert and delete per block
+saved) and is built from the blocks' hashes the first time a lookup could hit. Pools whose
+blocks get hashes without an allocation by their holder (P/D decode pools, tiered pools) keep
+the index from the start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mypy_extensions import mypyc_attr
+from librt.vecs import extend, vec
+from mypy_extensions import i32, i64, mypyc_attr, u8
 
 from blis_simpy.core.errors import InvariantError
 from blis_simpy.core.request import Request
@@ -32,21 +33,42 @@ from blis_simpy.engine.kv.freelist import FreeList
 from blis_simpy.engine.kv.pool import PrefixHit
 
 GROW_MIN = 1024  # blocks the per-block lists grow by at least
+SIGN = 1 << 63
+TWO64 = 1 << 64
+
+
+def unsigned(key: i64) -> int:
+    """A block's key (`Request.keys`: a hash's int64 bit pattern) as the hash itself."""
+    return int(key) + TWO64 if key < 0 else int(key)
+
+
+def signed(h: int) -> i64:
+    """A block hash (0 <= h < 2^64) as its key."""
+    return i64(h - TWO64) if h >= SIGN else i64(h)
 
 
 # Subclassed by pools that are not compiled (tiered.py) and at run time (checked.py).
 @mypyc_attr(allow_interpreted_subclasses=True)
 class KVCache:
-    """Block accounting for one instance. `used + len(free) == total` after every operation."""
+    """Block accounting for one instance. `used + len(free) == total` after every operation.
 
-    __slots__ = ("block_hash", "block_size", "deferred", "failures", "first_hashes", "free",
-                 "hits", "index", "misses", "refcount", "total", "used")
+    The per-block state is in native vectors, so taking and registering a block makes and
+    frees no int object (in a large pool those objects are all cold); a vector that grows is
+    replaced, so take a local alias of one only after taking blocks. A block's hash is kept
+    as its key, the hash's int64 bit pattern (`Request.keys`), in `keys[block]`, valid where
+    `keyed[block]` is 1; `hash_of` gives the hash back as an int. The index is keyed by the
+    hashes."""
+
+    __slots__ = ("block_size", "deferred", "failures", "first_hashes", "free", "hits", "index",
+                 "keyed", "keys", "misses", "refcount", "total", "used")
 
     def __init__(self, total_blocks: int, block_size: int, defer_index: bool = True) -> None:
         self.total = total_blocks
         self.block_size = block_size
-        self.refcount: list[int] = []  # per block ever taken (the list grows with `free.fresh`)
-        self.block_hash: list[int | None] = []
+        # per block ever taken (the vectors grow with `free.fresh`): its holders, its key
+        self.refcount: vec[i32] = vec[i32]()
+        self.keys: vec[i64] = vec[i64]()  # (where `keyed`)
+        self.keyed: vec[u8] = vec[u8]()
         self.free = FreeList(total_blocks)
         self.index: dict[int, int] = {}  # block hash -> block id (the last registration wins)
         self.deferred = defer_index  # the index is not kept yet (module docstring)
@@ -77,6 +99,20 @@ class KVCache:
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
+
+    def hash_of(self, block: int) -> int | None:
+        """The block's hash, None if it has none."""
+        return unsigned(self.keys[block]) if self.keyed[block] else None
+
+    def hashed_blocks(self) -> list[int]:
+        """Every block that has a hash, in block order."""
+        keyed = self.keyed
+        return [b for b in range(len(keyed)) if keyed[b]]
+
+    def set_hash(self, block: int, h: int) -> None:
+        """Give the block this hash (the index is the caller's)."""
+        self.keys[block] = signed(h)
+        self.keyed[block] = 1
 
     def lookup(self, req: Request, tokens: int) -> PrefixHit:
         """Blocks holding the longest cached prefix of the request's first `tokens` tokens."""
@@ -112,7 +148,8 @@ class KVCache:
     def cached_hashes(self) -> set[int]:
         """Every block hash a lookup could find now (a router's copy of the cache's state)."""
         if self.deferred:
-            return {h for h in self.block_hash if h is not None}
+            keys = self.keys
+            return {unsigned(keys[b]) for b in self.hashed_blocks()}
         return set(self.index)
 
     def admit(self, req: Request, hit: PrefixHit, start: int, tokens: int) -> bool:
@@ -141,10 +178,9 @@ class KVCache:
             return
         self.deferred = False
         self.first_hashes = set()
-        index = self.index
-        for block, h in enumerate(self.block_hash):
-            if h is not None:
-                index[h] = block
+        index, keys = self.index, self.keys
+        for block in self.hashed_blocks():
+            index[unsigned(keys[block])] = block
 
     def prefill_blocks(self, req: Request, start: int, tokens: int) -> int:
         """Free blocks a running request's prefill chunk [start, start+tokens) takes."""
@@ -197,13 +233,13 @@ class KVCache:
         block = free.take_one()
         if block >= len(self.refcount):
             self._grow()
-        old = self.block_hash[block]
-        if old is not None:
+        if self.keyed[block]:
+            old = unsigned(self.keys[block])
             if self.deferred:  # its holder's first block, if it was one, is gone
                 self.first_hashes.discard(old)
             elif self.index.get(old) == block:
                 del self.index[old]
-            self.block_hash[block] = None
+            self.keyed[block] = 0
         self.refcount[block] = 1
         req.blocks.append(block)
         self.used += 1
@@ -216,25 +252,25 @@ class KVCache:
         i = position // self.block_size
         if i < len(req.hashes):
             block = req.blocks[i]
-            if self.block_hash[block] is None:
-                h = req.hashes[i]
-                self.block_hash[block] = h
+            if not self.keyed[block]:
+                self.keys[block] = req.block_keys()[i]
+                self.keyed[block] = 1
                 if not self.deferred:
-                    self.index[h] = block
+                    self.index[req.hashes[i]] = block
 
     def _take(self, blocks: list[int], need: int) -> None:
         taken = self._take_blocks(need)
-        block_hash, index, refcount = self.block_hash, self.index, self.refcount
+        keys, keyed, index, refcount = self.keys, self.keyed, self.index, self.refcount
         keep, first_hashes = not self.deferred, self.first_hashes
         for block in taken:
-            old = block_hash[block]
-            if old is not None:
+            if keyed[block]:
+                old = unsigned(keys[block])
                 if keep:
                     if index.get(old) == block:
                         del index[old]
                 else:  # its holder's first block, if it was one, is gone
                     first_hashes.discard(old)
-                block_hash[block] = None
+                keyed[block] = 0
             refcount[block] = 1
         blocks.extend(taken)
         self.used += need
@@ -252,21 +288,23 @@ class KVCache:
         pays for the blocks it uses)."""
         size = len(self.refcount)
         new = min(self.total, max(self.free.fresh, 2 * size, GROW_MIN)) - size
-        self.refcount.extend([0] * new)
-        self.block_hash.extend([None] * new)
+        self.refcount = extend(self.refcount, [0] * new)
+        self.keys = extend(self.keys, [0] * new)
+        self.keyed = extend(self.keyed, [0] * new)
 
     def _register(self, req: Request, first: int, last: int) -> None:
         """Publish the hashes of the request's blocks first..last-1, which are now full."""
-        hashes, blocks, block_hash, index = req.hashes, req.blocks, self.block_hash, self.index
+        hashes, blocks, keys, keyed = req.hashes, req.blocks, self.keys, self.keyed
+        index, mine = self.index, req.block_keys()
         last = min(last, len(hashes))
         keep = not self.deferred
         for i in range(first, last):  # (indexed: a zip of two slices is a generic call here)
             block = blocks[i]
-            if block_hash[block] is None:
-                h = hashes[i]
-                block_hash[block] = h
+            if not keyed[block]:
+                keys[block] = mine[i]
+                keyed[block] = 1
                 if keep:
-                    index[h] = block
+                    index[hashes[i]] = block
 
     def complete(self, req: Request) -> None:
         """The request finished: release its blocks."""
@@ -301,8 +339,9 @@ class KVCache:
         counters kept). Every holder has released its blocks first."""
         if self.used:
             raise InvariantError(f"KV pool wiped while {self.used} blocks are held")
-        self.refcount = []
-        self.block_hash = []
+        self.refcount = vec[i32]()
+        self.keys = vec[i64]()
+        self.keyed = vec[u8]()
         self.free = FreeList(self.total)
         self.index = {}
         self.first_hashes = set()
@@ -318,7 +357,9 @@ class KVCache:
         if any(refcount[b] for b in self.free.released()) or any(refcount[self.free.fresh:]):
             raise InvariantError("a free KV block is referenced")
         if self.deferred:
-            hashes = [h for h in self.block_hash if h is not None]
+            keys = self.keys
+            hashes = [keys[b] for b in self.hashed_blocks()]
             if self.index or len(set(hashes)) != len(hashes):
                 raise InvariantError("a deferred KV index has entries, or a hash on two "
                                      "blocks (the index it stands for would be wrong)")
+

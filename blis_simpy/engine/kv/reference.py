@@ -5,10 +5,11 @@ exact `KVCache`; docs/differences-from-blis.md lists each rule next to the corre
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
+from librt.vecs import extend, vec
+from mypy_extensions import i32, mypyc_attr
 
 from blis_simpy.core.request import Request
-from blis_simpy.engine.kv.cache import KVCache
+from blis_simpy.engine.kv.cache import KVCache, unsigned
 from blis_simpy.engine.kv.pool import PrefixHit
 
 
@@ -42,7 +43,7 @@ class ReferenceKVCache(KVCache):
 
     def __init__(self, total_blocks: int, block_size: int, defer_index: bool = True) -> None:
         super().__init__(total_blocks, block_size, defer_index)
-        self.fill: list[int] = []  # tokens in each block (kept up to date in prefill)
+        self.fill: vec[i32] = vec[i32]()  # tokens in each block (kept up to date in prefill)
         self.outputs_only: set[Request] = set()  # full prefix hits: their blocks hold output only
         # Requests holding a cached block whose tokens a rollback dropped (its hash stays):
         # the reference hashes a block filled by top-up over the tokens of all the request's
@@ -72,12 +73,11 @@ class ReferenceKVCache(KVCache):
         block = free.take_one()
         if block >= len(self.refcount):
             self._grow()
-        block_hash = self.block_hash
-        old = block_hash[block]
-        if old is not None:
+        keyed = self.keyed
+        if keyed[block]:
             if not self.deferred:
-                self.index.pop(old, None)
-            block_hash[block] = None
+                self.index.pop(unsigned(self.keys[block]), None)
+            keyed[block] = 0
         self.fill[block] = 1
         self.refcount[block] = 1
         self.used += 1
@@ -92,12 +92,16 @@ class ReferenceKVCache(KVCache):
         self.fill[block] = bs
         end = position + 1
         if end % bs or self._not_keyed(req):
-            self.block_hash[block] = None
+            self.keyed[block] = 0
             return
-        key = req.hashes[end // bs - 1]
-        self.block_hash[block] = key
+        i = end // bs - 1
+        keys = req.keys  # made, or empty (`Request.keys`): no read of `hashes` here
+        if not keys:
+            keys = req.block_keys()
+        self.keys[block] = keys[i]
+        self.keyed[block] = 1
         if not self.deferred:
-            self.index[key] = block
+            self.index[req.hashes[i]] = block
 
     def complete(self, req: Request) -> None:
         if req.output_len > 0 and not self._decode(req, req.progress):
@@ -113,7 +117,7 @@ class ReferenceKVCache(KVCache):
 
     def wipe(self) -> None:
         super().wipe()
-        self.fill = []
+        self.fill = vec[i32]()
         self.outputs_only = set()
         self.hollow = set()
 
@@ -153,7 +157,7 @@ class ReferenceKVCache(KVCache):
                 taken = []  # (block, its hash before it was taken)
                 while self.free.size:
                     block = self._take_blocks(1)[0]
-                    taken.append((block, self.block_hash[block]))
+                    taken.append((block, self.hash_of(block)))
                     count = min(bs, tokens - placed)
                     blocks.append(self._pop(block, count))
                     placed += count
@@ -162,7 +166,7 @@ class ReferenceKVCache(KVCache):
                 self._rollback(req, cached, taken)
                 return False
             self._take_fresh(req, start + placed, tokens - placed, need)
-        last_fill = fill[blocks[-1]] if blocks else 0
+        last_fill = self.fill[blocks[-1]] if blocks else 0  # (taking blocks may grow `fill`)
         end = start + tokens
         req.kv_phase = (end - last_fill if 0 < last_fill < bs else end) % bs
         return True
@@ -175,32 +179,40 @@ class ReferenceKVCache(KVCache):
         reference does."""
         bs = self.block_size
         taken = self._take_blocks(need)
-        block_hash, index = self.block_hash, self.index
+        keys, keyed, index = self.keys, self.keyed, self.index
         forget = index.pop
         keep = not self.deferred
         refcount, fill = self.refcount, self.fill
         full, remainder = divmod(rest, bs)
         full = min(full, need)
-        keys = req.hashes[at // bs: at // bs + full] if at % bs == 0 else [None] * full
-        for k in range(len(keys)):  # keys: the first `full` blocks (indexed: no zip tuples)
-            block, key = taken[k], keys[k]
+        hashes = req.hashes
+        first = at // bs
+        named = at % bs == 0  # else the first `full` blocks get no keys
+        # the first `full` blocks, as many as the hashes reach (indexed: no zip tuples)
+        count = max(0, min(full, len(hashes) - first)) if named else full
+        mine = req.block_keys() if named else keys
+        for k in range(count):
+            block = taken[k]
             if keep:
-                old = block_hash[block]
-                if old is not None:
-                    forget(old, None)
-                if key is not None:
-                    index[key] = block
+                if keyed[block]:
+                    forget(unsigned(keys[block]), None)
+                if named:
+                    index[hashes[first + k]] = block
             refcount[block] = 1
             fill[block] = bs
-            block_hash[block] = key
+            if named:
+                keys[block] = mine[first + k]
+                keyed[block] = 1
+            else:
+                keyed[block] = 0
         for k in range(full, need):
             block = taken[k]
-            old = block_hash[block]
-            if keep and old is not None:
-                forget(old, None)
+            if keyed[block]:
+                if keep:
+                    forget(unsigned(keys[block]), None)
+                keyed[block] = 0
             refcount[block] = 1
             fill[block] = remainder if k == full else 0
-            block_hash[block] = None
         req.blocks.extend(taken)
         self.used += need
         self.misses += need
@@ -208,16 +220,15 @@ class ReferenceKVCache(KVCache):
     def _grow(self) -> None:
         size = len(self.refcount)
         super()._grow()
-        self.fill.extend([0] * (len(self.refcount) - size))
+        self.fill = extend(self.fill, [0] * (len(self.refcount) - size))
 
     def _pop(self, block: int, count: int) -> int:
         """The block just taken from the free head holds `count` tokens; its old hash key
         leaves the index, whichever block that key points to now."""
-        old = self.block_hash[block]
-        if old is not None:
+        if self.keyed[block]:
             if not self.deferred:
-                self.index.pop(old, None)
-            self.block_hash[block] = None
+                self.index.pop(unsigned(self.keys[block]), None)
+            self.keyed[block] = 0
         self.fill[block] = count
         self.refcount[block] = 1
         self.used += 1
@@ -245,16 +256,23 @@ class ReferenceKVCache(KVCache):
         bs = self.block_size
         self.fill[block] = bs
         if end % bs or self._not_keyed(req):
-            self.block_hash[block] = None
+            self.keyed[block] = 0
             return
-        key = req.hashes[end // bs - 1]
-        self.block_hash[block] = key
+        i = end // bs - 1
+        keys = req.keys  # made, or empty (`Request.keys`): no read of `hashes` here
+        if not keys:
+            keys = req.block_keys()
+        self.keys[block] = keys[i]
+        self.keyed[block] = 1
         if not self.deferred:
-            self.index[key] = block
+            self.index[req.hashes[i]] = block
 
     def _name(self, block: int, key: int | None) -> None:
-        self.block_hash[block] = key
-        if key is not None and not self.deferred:
+        if key is None:
+            self.keyed[block] = 0
+            return
+        self.set_hash(block, key)
+        if not self.deferred:
             self.index[key] = block
 
     def _rollback(self, req: Request, cached: list[int],
@@ -262,7 +280,7 @@ class ReferenceKVCache(KVCache):
         """Undo a failed admission, in the reference's order: taken blocks last to first
         (drop the key they got, restore the one they had), then the cached ones."""
         for block, old in reversed(taken):
-            key = self.block_hash[block]
+            key = self.hash_of(block)
             if key is not None and not self.deferred:
                 self.index.pop(key, None)
             self._name(block, old)

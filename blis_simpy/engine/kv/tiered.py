@@ -177,10 +177,10 @@ class TieredKVCache(KVCache):
 
     def _fill(self, block: int, block_hash: int) -> None:
         """A fresh GPU block receives a reloaded block's content (and its hash)."""
-        old = self.block_hash[block]
+        old = self.hash_of(block)
         if old is not None and self.index.get(old) == block:
             del self.index[old]
-        self.block_hash[block] = block_hash
+        self.set_hash(block, block_hash)
         self.index[block_hash] = block
         self.refcount[block] = 1
 
@@ -231,11 +231,11 @@ class TieredKVCache(KVCache):
         block = free.take_one()
         if block >= len(self.refcount):
             self._grow()
-        old = self.block_hash[block]
+        old = self.hash_of(block)
         if old is not None:
             if self.index.get(old) == block:
                 del self.index[old]
-            self.block_hash[block] = None
+            self.keyed[block] = 0
             self._evicted([old], self.used)
         self.refcount[block] = 1
         req.blocks.append(block)
@@ -248,8 +248,8 @@ class TieredKVCache(KVCache):
         offload with the GPU this full, copied to the CPU tier first)."""
         used = self.used
         taken = super()._take_blocks(count)
-        block_hash = self.block_hash
-        evicted = [h for b in taken if (h := block_hash[b]) is not None]
+        hash_of = self.hash_of
+        evicted = [h for b in taken if (h := hash_of(b)) is not None]
         if evicted:
             self._evicted(evicted, used)
         return taken
@@ -341,9 +341,9 @@ class PriorityTieredKVCache(TieredKVCache):
     def release(self, req: Request) -> None:
         priorities = self.priorities
         assert priorities is not None
-        block_hash, priority = self.block_hash, req.priority
+        hash_of, priority = self.hash_of, req.priority
         for block in req.blocks:
-            h = block_hash[block]
+            h = hash_of(block)
             if h is not None:
                 priorities[h] = priority
         super().release(req)
@@ -353,6 +353,6 @@ class PriorityTieredKVCache(TieredKVCache):
         notes cannot outgrow the GPU cache)."""
         super().check()
         assert self.priorities is not None
-        cached = {h for h in self.block_hash if h is not None}
+        cached = {self.hash_of(b) for b in self.hashed_blocks()}
         if not cached.issuperset(self.priorities):
             raise InvariantError("a KV priority is noted for a block the GPU does not hold")
