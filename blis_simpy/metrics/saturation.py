@@ -88,6 +88,10 @@ class Timeline(Protocol):
         """How many `arrived` or `left` times (a request that never left has none) are at or
         before each of `times`."""
 
+    def ttfts(self, low: float, high: float, edges: np.ndarray) -> np.ndarray:
+        """How many requests that arrived in [low, high] got their first token that long
+        (µs) after arriving, in each bin of `edges`."""
+
 
 @dataclass(frozen=True, slots=True)
 class Timelines:
@@ -98,6 +102,7 @@ class Timelines:
     completed: np.ndarray
     entered: np.ndarray
     window: Window
+    first_token: np.ndarray | None = None  # (None: no TTFT, no warm-up check)
 
     @classmethod
     def of(cls, records: Records, window: Window) -> Timelines:
@@ -106,7 +111,8 @@ class Timelines:
         rejected = {name: time for time, _, name in records.rejections}
         for i in np.flatnonzero(left == ASK):
             left[i] = rejected.get(req.id[i], req.arrival[i])
-        return cls(req.arrival, left, req.completed_at, req.first_scheduled, window)
+        return cls(req.arrival, left, req.completed_at, req.first_scheduled, window,
+                   req.first_token_at)
 
     def measured(self) -> tuple[int, int]:
         arrivals = self.arrived[self.window.arrived(self.arrived)]
@@ -117,6 +123,11 @@ class Timelines:
 
     def by(self, column: str, times: np.ndarray) -> np.ndarray:
         return count_by(getattr(self, column), times)
+
+    def ttfts(self, low: float, high: float, edges: np.ndarray) -> np.ndarray:
+        if self.first_token is None:
+            return np.zeros(len(edges) - 1, dtype=np.int64)
+        return ttft_counts(self.arrived, self.first_token, low, high, edges)
 
 
 ASK = -2  # a leaving time to look up: the request's rejection (Records.rejections)
@@ -133,6 +144,14 @@ def leaving_times(req: RequestColumns) -> np.ndarray:
 
 def count_between(values: np.ndarray, low: float, high: float) -> int:
     return int(((values >= low) & (values <= high)).sum())
+
+
+def ttft_counts(arrived: np.ndarray, first: np.ndarray, low: float, high: float,
+                edges: np.ndarray) -> np.ndarray:
+    """The requests that arrived in [low, high] and got a first token, counted by their TTFT
+    (µs) in each bin of `edges`."""
+    chosen = (arrived >= low) & (arrived <= high) & (first >= 0)
+    return np.histogram(first[chosen] - arrived[chosen], edges)[0]
 
 
 def count_by(values: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -185,7 +204,7 @@ def saturation(timeline: Timeline, window: Window,
         method = ("measured: the rate requests completed while requests waited (from the "
                   f"span's middle to t={stop / US_PER_S:.4g} s, when the wait queue emptied "
                   "or the run ended)")
-    elif beyond:
+    elif model is not None and beyond:
         out["reason"] = (f"the offered load is {offered / model:.2f}x the step-cost model's "
                          "capacity, but the wait queue did not grow within the span (the run "
                          "is too short to show it, a closed loop's queue stands instead of "
@@ -202,7 +221,47 @@ def saturation(timeline: Timeline, window: Window,
                     if at_end >= floor or any(w["level"] != STABLE for w in windows)
                     else STABLE)
     out["windows"] = windows
+    if not saturated:
+        bias = warmup(timeline, start, end)
+        if bias is not None:
+            out["warmup"] = bias
     return out
+
+
+EDGES = np.geomspace(10, 1e10, 361)  # TTFT bins (µs): 10 µs to about 3 hours, 4 % apart
+WARMUP_SHARE = 0.1  # the span's first part compared with the rest
+WARMUP_QUANTILE = 0.9  # the TTFT quantile compared (a cold cache shows in the tail)
+WARMUP_RATIO = 1.25  # ... this many times lower or higher: warm-up biased
+SAME_LOAD = 1.25  # ... when the two parts' offered rates are within this ratio
+MIN_EARLY = 50  # requests with a first token in each part, at least
+
+
+def warmup(timeline: Timeline, start: int, end: int) -> dict[str, Any] | None:
+    """Whether the span's first tenth measurably differs from the rest at the same load: the
+    90th-percentile TTFT of the requests that arrived in it against the later ones', more than
+    `WARMUP_RATIO` apart although the two parts were offered rates within `SAME_LOAD` of each
+    other (a load that changes is its shape, not a warm-up). The system started empty, with
+    cold caches: its first requests are served faster (smaller batches) or slower (no prefix
+    hits) than in the steady state. None when it does not, or cannot be told."""
+    cut = start + WARMUP_SHARE * (end - start)
+    early, later = timeline.ttfts(start, cut, EDGES), timeline.ttfts(cut + 1, end, EDGES)
+    if early.sum() < MIN_EARLY or later.sum() < MIN_EARLY:
+        return None
+    arrived = timeline.by("arrived", np.array([start - 1, cut, end], dtype=float))
+    offered = [(arrived[1] - arrived[0]) / (cut - start), (arrived[2] - arrived[1]) / (end - cut)]
+    first, rest = quantile_of(early, WARMUP_QUANTILE), quantile_of(later, WARMUP_QUANTILE)
+    if min(offered) <= 0 or max(offered) > SAME_LOAD * min(offered) \
+            or max(first, rest) <= WARMUP_RATIO * min(first, rest):
+        return None
+    return {"span_s": [start / US_PER_S, cut / US_PER_S], "early_ttft_p90_ms": first / 1e3,
+            "later_ttft_p90_ms": rest / 1e3}
+
+
+def quantile_of(counts: np.ndarray, q: float) -> float:
+    """The `q` quantile (µs) of values counted in the bins of `EDGES` (each bin's geometric
+    middle)."""
+    at = int(np.searchsorted(np.cumsum(counts), q * counts.sum()))
+    return float(np.sqrt(EDGES[at] * EDGES[at + 1]))
 
 
 BATCH = 10  # arrivals all within a tenth of the first completion's time: a batch, not a rate
