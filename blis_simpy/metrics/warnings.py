@@ -55,11 +55,13 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario,
     if verdict.get("verdict") == "saturated":
         out.append(saturated(verdict))
     elif spans(verdict, OVERLOADED):
-        windows = verdict["windows"]
+        last = verdict["windows"][-1]
         after = ("and caught up later: latencies mix the overload with the calm"
-                 if windows[-1]["level"] == STABLE else
-                 f"and {windows[-1]['waiting_at_end']} still waited at the span's end "
-                 f"(t={windows[-1]['span_s'][1]:.4g} s): the run did not show it catching up")
+                 if last["level"] == STABLE else
+                 ("and was still overloaded" if last["level"] == OVERLOADED else
+                  "and had not caught up") +
+                 f" at the span's end ({last['waiting_at_end']} waiting at "
+                 f"t={last['span_s'][1]:.4g} s): latencies mix the overload with the calm")
         out.append(f"overloaded at {spans(verdict, OVERLOADED)} (the saturation detector's "
                    f"windows: the wait queue grew there) {after}")
     elif "batch" in verdict:
