@@ -208,7 +208,7 @@ def saturation(timeline: Timeline, window: Window,
         out["reason"] = (f"the offered load is {offered / model:.2f}x the step-cost model's "
                          "capacity, but the wait queue did not grow within the span (the run "
                          "is too short to show it, a closed loop's queue stands instead of "
-                         "growing, or clients time out and leave)")
+                         "growing, or requests are shed or time out and leave)")
         method = "step-cost model (the wait queue did not grow within the span)"
     out["max_sustainable_rate_per_s"] = best
     out["max_sustainable_method"] = method
