@@ -88,9 +88,9 @@ class Timeline(Protocol):
         """How many `arrived` or `left` times (a request that never left has none) are at or
         before each of `times`."""
 
-    def ttfts(self, low: float, high: float, edges: np.ndarray) -> np.ndarray:
-        """How many requests that arrived in [low, high] got their first token that long
-        (µs) after arriving, in each bin of `edges`."""
+    def ttfts(self, times: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """How many requests that got a first token arrived in each bin of `times` (µs) with a
+        TTFT (µs) in each bin of `edges`: one row per bin of `times`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +124,10 @@ class Timelines:
     def by(self, column: str, times: np.ndarray) -> np.ndarray:
         return count_by(getattr(self, column), times)
 
-    def ttfts(self, low: float, high: float, edges: np.ndarray) -> np.ndarray:
+    def ttfts(self, times: np.ndarray, edges: np.ndarray) -> np.ndarray:
         if self.first_token is None:
-            return np.zeros(len(edges) - 1, dtype=np.int64)
-        return ttft_counts(self.arrived, self.first_token, low, high, edges)
+            return np.zeros((len(times) - 1, len(edges) - 1), dtype=np.int64)
+        return ttft_counts(self.arrived, self.first_token, times, edges)
 
 
 ASK = -2  # a leaving time to look up: the request's rejection (Records.rejections)
@@ -146,12 +146,14 @@ def count_between(values: np.ndarray, low: float, high: float) -> int:
     return int(((values >= low) & (values <= high)).sum())
 
 
-def ttft_counts(arrived: np.ndarray, first: np.ndarray, low: float, high: float,
-                edges: np.ndarray) -> np.ndarray:
-    """The requests that arrived in [low, high] and got a first token, counted by their TTFT
-    (µs) in each bin of `edges`."""
-    chosen = (arrived >= low) & (arrived <= high) & (first >= 0)
-    return np.histogram(first[chosen] - arrived[chosen], edges)[0]
+def ttft_counts(arrived: np.ndarray, first: np.ndarray, times: np.ndarray, edges: np.ndarray
+                ) -> np.ndarray:
+    """The requests that got a first token, counted by when they arrived (bins of `times`)
+    and their TTFT (bins of `edges`), both µs."""
+    got = first >= 0
+    counts = np.histogram2d(arrived[got].astype(float), (first[got] - arrived[got]).astype(float),
+                            bins=[times, edges])[0]
+    return counts.astype(np.int64)
 
 
 def count_by(values: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -229,32 +231,42 @@ def saturation(timeline: Timeline, window: Window,
 
 
 EDGES = np.geomspace(10, 1e10, 361)  # TTFT bins (µs): 10 µs to about 3 hours, 4 % apart
-WARMUP_SHARE = 0.1  # the span's first part compared with the rest
+PARTS = 10  # the span's first tenth compared with each later one
 WARMUP_QUANTILE = 0.9  # the TTFT quantile compared (a cold cache shows in the tail)
-WARMUP_RATIO = 1.25  # ... this many times lower or higher: warm-up biased
-SAME_LOAD = 1.25  # ... when the two parts' offered rates are within this ratio
-MIN_EARLY = 50  # requests with a first token in each part, at least
+WARMUP_RATIO = 1.25  # ... beyond every later tenth's by this factor: warm-up biased
+SAME_LOAD = 1.25  # ... when the first tenth's offered rate is within this ratio of the rest's
+MIN_FIRST, MIN_LATER = 50, 20  # requests with a first token in the first tenth, in a later one
+MIN_TENTHS = 5  # later tenths with that many, at least
 
 
 def warmup(timeline: Timeline, start: int, end: int) -> dict[str, Any] | None:
     """Whether the span's first tenth measurably differs from the rest at the same load: the
-    90th-percentile TTFT of the requests that arrived in it against the later ones', more than
-    `WARMUP_RATIO` apart although the two parts were offered rates within `SAME_LOAD` of each
-    other (a load that changes is its shape, not a warm-up). The system started empty, with
-    cold caches: its first requests are served faster (smaller batches) or slower (no prefix
-    hits) than in the steady state. None when it does not, or cannot be told."""
-    cut = start + WARMUP_SHARE * (end - start)
-    early, later = timeline.ttfts(start, cut, EDGES), timeline.ttfts(cut + 1, end, EDGES)
-    if early.sum() < MIN_EARLY or later.sum() < MIN_EARLY:
+    90th-percentile TTFT of the requests that arrived in it lies beyond that of every later
+    tenth by more than `WARMUP_RATIO` (lower or higher), although it was offered a rate within
+    `SAME_LOAD` of the rest's. Against every later tenth, not the rest as a whole: a run whose
+    later part changes (replicas fail, a surge) is not steady after its start either, and its
+    first tenth is then no outlier. The system started empty, with cold caches: its first
+    requests are served faster (smaller batches) or slower (no prefix hits) than in the steady
+    state. None when it does not, or cannot be told."""
+    times = np.linspace(start, end + 1, PARTS + 1)
+    counts = timeline.ttfts(times, EDGES)
+    if counts[0].sum() < MIN_FIRST:
         return None
-    arrived = timeline.by("arrived", np.array([start - 1, cut, end], dtype=float))
-    offered = [(arrived[1] - arrived[0]) / (cut - start), (arrived[2] - arrived[1]) / (end - cut)]
-    first, rest = quantile_of(early, WARMUP_QUANTILE), quantile_of(later, WARMUP_QUANTILE)
-    if min(offered) <= 0 or max(offered) > SAME_LOAD * min(offered) \
-            or max(first, rest) <= WARMUP_RATIO * min(first, rest):
+    later = [quantile_of(row, WARMUP_QUANTILE) for row in counts[1:] if row.sum() >= MIN_LATER]
+    if len(later) < MIN_TENTHS:
         return None
-    return {"span_s": [start / US_PER_S, cut / US_PER_S], "early_ttft_p90_ms": first / 1e3,
-            "later_ttft_p90_ms": rest / 1e3}
+    arrived = timeline.by("arrived", np.array([start - 1, times[1], end], dtype=float))
+    first_rate = (arrived[1] - arrived[0]) / (times[1] - start)
+    rest_rate = (arrived[2] - arrived[1]) / (end - times[1])
+    if min(first_rate, rest_rate) <= 0 or max(first_rate, rest_rate) > SAME_LOAD * min(
+            first_rate, rest_rate):
+        return None
+    first = quantile_of(counts[0], WARMUP_QUANTILE)
+    if WARMUP_RATIO * max(later) >= first >= min(later) / WARMUP_RATIO:
+        return None
+    return {"span_s": [start / US_PER_S, float(times[1]) / US_PER_S],
+            "early_ttft_p90_ms": first / 1e3,
+            "later_ttft_p90_ms": [min(later) / 1e3, max(later) / 1e3]}
 
 
 def quantile_of(counts: np.ndarray, q: float) -> float:

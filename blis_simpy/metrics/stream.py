@@ -410,11 +410,11 @@ class Timeline:
     def between(self, column: str, low: float, high: float) -> int:
         return sum(count_between(values, low, high) for values in self.column(column))
 
-    def ttfts(self, low: float, high: float, edges: np.ndarray) -> np.ndarray:
-        total = np.zeros(len(edges) - 1, dtype=np.int64)
+    def ttfts(self, times: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        total = np.zeros((len(times) - 1, len(edges) - 1), dtype=np.int64)
         for arrived, first in zip(self.column("arrived"), self.column("first_token"),
                                   strict=True):
-            total += ttft_counts(arrived, first, low, high, edges)
+            total += ttft_counts(arrived, first, times, edges)
         return total
 
     def by(self, column: str, times: np.ndarray) -> np.ndarray:

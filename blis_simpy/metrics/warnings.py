@@ -69,12 +69,13 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario,
                    "batch, not serving a steady rate")
     bias = verdict.get("warmup")
     if bias:
-        early, later = bias["early_ttft_p90_ms"], bias["later_ttft_p90_ms"]
+        early, (low, high) = bias["early_ttft_p90_ms"], bias["later_ttft_p90_ms"]
         out.append(f"warm-up biased: the requests that arrived in the span's first tenth "
                    f"({bias['span_s'][0]:.4g}-{bias['span_s'][1]:.4g} s) had a TTFT p90 "
-                   f"of {early:.3g} ms against {later:.3g} ms after, at the same offered "
-                   "rate: the system started empty (small batches, cold caches); skip it "
-                   "with evaluation.window.warmup_s to measure the steady state")
+                   f"of {early:.3g} ms against {low:.3g}-{high:.3g} ms in each later tenth, "
+                   "at the same offered rate: the system started empty (small batches, cold "
+                   "caches); skip it with evaluation.window.warmup_s to measure the steady "
+                   "state")
     too_big = by_reason.get(RejectCode.KV_CAPACITY, 0)
     if too_big:
         out.append(f"{too_big} requests need more tokens than an instance's whole KV pool "
