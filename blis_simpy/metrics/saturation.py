@@ -282,11 +282,11 @@ DRAIN_STEPS = 60  # doublings of the half-span searched for the end of the busy 
 
 
 def busy_rate(timeline: Timeline, middle: int, end: int, floor: float) -> tuple[float, int]:
-    """The rate requests completed from `middle` (µs) while the wait queue held at least
-    `floor` requests: from the span's middle (the queue grew over the second half, so the
-    servers were as busy as they get) through the drain after the last arrival, to the first
-    time the queue fell below `floor` or, if it never did (a horizon cut), the last completion;
-    with that stretch's end (µs). Completions, not entries into service: a request that stays
+    """The rate requests completed while the wait queue held at least `floor` requests: from
+    the span's middle (the queue grew over the second half, so the servers were as busy as they
+    get), or the first completion after it, through the drain after the last arrival, to the
+    first time the queue fell below `floor` or, if it never did (a horizon cut), the last
+    completion; with that stretch's end (µs). Completions, not entries into service: a request that stays
     in service longer than the half-span fills the batch in the first half, and few enter in
     the second although the servers complete work at their full rate."""
     half = max(1, end - middle)
@@ -296,8 +296,13 @@ def busy_rate(timeline: Timeline, middle: int, end: int, floor: float) -> tuple[
     fine = np.linspace(coarse[max(0, first - 1)], coarse[first], GRID)
     still = busy(timeline, fine, floor)
     stop = float(fine[int(np.argmin(still))] if not still.all() else fine[-1])
-    done = timeline.by("completed", np.array([float(middle), stop]))
-    return float(done[1] - done[0]) / ((stop - middle) / US_PER_S), int(stop)
+    # From the first completion after the middle: requests served longer than the half-span
+    # complete nothing for a while, which says nothing about the rate once they do.
+    grid = np.linspace(float(middle), stop, GRID)
+    done = timeline.by("completed", grid)
+    begin = grid[max(0, int(np.argmax(done > done[0])) - 1)] if done[-1] > done[0] else grid[0]
+    return float(done[-1] - timeline.by("completed", np.array([begin]))[0]) / (
+        (stop - begin) / US_PER_S), int(stop)
 
 
 def busy(timeline: Timeline, times: np.ndarray, floor: float) -> np.ndarray:
