@@ -34,16 +34,18 @@ from blis_simpy.sim.run import prepare, simulate
 WHOLE = Window.of(MeasurementWindow())
 
 
-def batched(arrived_s: list[float], slots: int, service_s: float) -> Timelines:
-    """A server with `slots` batch slots, each request holding one for `service_s` (FIFO)."""
+def batched(arrived_s: list[float], slots: int, service_s: float, spread: float = 0.0
+            ) -> Timelines:
+    """A server with `slots` batch slots, each request holding one for `service_s` (FIFO),
+    or for a time spread evenly over `service_s` x (1 +- `spread`)."""
     free = [0] * slots
     arrived = np.array([round(t * US_PER_S) for t in arrived_s], dtype=np.int64)
-    entered = np.empty_like(arrived)
+    entered, completed = np.empty_like(arrived), np.empty_like(arrived)
     for i, t in enumerate(arrived.tolist()):
         slot = min(range(slots), key=free.__getitem__)
         entered[i] = max(t, free[slot])
-        free[slot] = entered[i] + round(service_s * US_PER_S)
-    completed = entered + round(service_s * US_PER_S)
+        length = service_s * (1 + spread * (2 * ((i * 0.618034) % 1) - 1))
+        free[slot] = completed[i] = entered[i] + round(length * US_PER_S)
     return Timelines(arrived, entered.copy(), completed, entered, WHOLE)
 
 
@@ -52,10 +54,10 @@ def judged(timeline: Timelines, model: float | None = None) -> dict:
 
 
 def test_long_service_times_measure_the_rate_from_completions_not_entries():
-    """Newcomer 18 #2: 100 slots held 30 s each (3.33 req/s) offered 20 req/s for 20 s. The
-    batch fills in the first 5 s and nothing enters in the span's second half: the old
+    """Newcomer 18 #2: 100 slots held 20-40 s each (3.33 req/s) offered 20 req/s for 20 s.
+    The batch fills in the first 5 s and nothing enters in the span's second half: the old
     estimate was 0 (and the fitness's `sustained` 0)."""
-    verdict = judged(batched([i / 20 for i in range(400)], 100, 30.0))
+    verdict = judged(batched([i / 20 for i in range(400)], 100, 30.0, spread=1 / 3))
     assert verdict["verdict"] == "saturated"
     assert verdict["max_sustainable_method"].startswith("measured: the rate requests completed")
     assert verdict["max_sustainable_rate_per_s"] == pytest.approx(100 / 30, rel=0.1)
