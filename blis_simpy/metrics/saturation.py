@@ -286,9 +286,9 @@ def busy_rate(timeline: Timeline, middle: int, end: int, floor: float) -> tuple[
     the span's middle (the queue grew over the second half, so the servers were as busy as they
     get), or the first completion after it, through the drain after the last arrival, to the
     first time the queue fell below `floor` or, if it never did (a horizon cut), the last
-    completion; with that stretch's end (µs). Completions, not entries into service: a request that stays
-    in service longer than the half-span fills the batch in the first half, and few enter in
-    the second although the servers complete work at their full rate."""
+    completion; with that stretch's end (µs). Completions, not entries into service: a
+    request that stays in service longer than the half-span fills the batch in the first half,
+    and few enter in the second although the servers complete work at their full rate."""
     half = max(1, end - middle)
     coarse = np.append(float(end), end + half * 2.0 ** np.arange(-1, DRAIN_STEPS))
     still = busy(timeline, coarse, floor)
