@@ -159,7 +159,9 @@ def verdict_line(inputs: TraceInputs) -> str:
             f"{sat['served_rate_per_s']:.3g} req/s; " + queue_evidence(sat)
             + (f"; about {best:.3g} req/s was sustained" if best and "reason" not in sat
                else f"; the step-cost model allows about {best:.3g} req/s" if best else "")
-            + ". The latencies below describe a growing queue, not a steady state.\n\n")
+            + (". The latencies below describe a growing queue, not a steady state.\n\n"
+               if "reason" not in sat else ". The latencies below describe an overload that "
+               "had not yet shown in the queue, not a steady state.\n\n"))
 
 
 def queue_evidence(sat: dict[str, Any]) -> str:
