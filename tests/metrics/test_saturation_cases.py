@@ -173,3 +173,15 @@ def test_a_cold_start_is_warned_as_warm_up_bias(tmp_path):
     sim = prepare("prefix-heavy", overrides={"cluster.instances": 8})
     streamed = simulate(sim, folder=OutputFolder(tmp_path / "out", "csv"), record_mode="stream")
     assert streamed.summary["saturation"] == result.summary["saturation"]
+
+
+def test_a_closed_loop_with_far_too_few_replicas_is_saturated():
+    """Newcomer 18 #2b: 2,000 closed-loop users on one replica: the queue plateaus at the user
+    count, so it never grew, and the run was "sustainable", `sustained` 1, "caught up later"."""
+    result = run("closed-loop", overrides={"workload.tenants[0].closed_loop.users": 2000})
+    verdict = result.summary["saturation"]
+    assert verdict["verdict"] == "saturated" and verdict["level"] == OVERLOADED
+    assert verdict["load_factor"] > 2 and "closed loop" in verdict["reason"]
+    assert result.evaluation.sustained < 0.5
+    assert not any("caught up" in w for w in result.warnings)
+    assert run("closed-loop").summary["saturation"]["verdict"] == "sustainable"
