@@ -11,12 +11,17 @@ Over the measured arrivals (the window's start to its last arrival):
   keeps up this stays near zero; past capacity (batch slots, KV blocks or the token budget
   exhausted) it grows by the excess rate;
 * the verdict: `saturated` when the waiting queue grew by more than `GROWTH_SHARE` of the
-  offered rate and at least `MIN_WAITING` requests (and 1 % of the arrivals) wait at the end;
-  `sustainable` otherwise; `undetermined` with fewer than `MIN_ARRIVALS` arrivals;
+  offered rate and at least `MIN_WAITING` requests (and 1 % of the arrivals) wait at the end,
+  or when it did not grow but the offered rate is above `MODEL_OVER` x the step-cost model's
+  capacity (a run too short to show it, a closed loop's standing queue, clients timing out:
+  `reason` says so); `sustainable` otherwise; `undetermined` with fewer than `MIN_ARRIVALS`
+  arrivals, or for a batch (every arrival within 1 / `BATCH` of the time to the first
+  completion: not a rate);
 * `max_sustainable_rate_per_s`, the highest request rate the system would sustain with this
   request mix (the queue starts to grow beyond it; latency targets may allow less), estimated:
-  when saturated, as measured: the rate at which requests entered service while the queue
-  grew (the servers were as busy as they get); otherwise from the step costs of this run
+  when the queue grew, as measured: the rate at which requests completed from the span's
+  middle until the queue emptied after the last arrival (the servers were as busy as they
+  get; `busy_rate`); otherwise from the step costs of this run
   (`capacity`, also reported on its own as `capacity_model_per_s`: the whole fleet, evenly
   loaded; a saturated run whose model capacity exceeds the offered rate was saturated by
   uneven routing, not by too few instances);
@@ -83,6 +88,10 @@ class Timeline(Protocol):
         """How many `arrived` or `left` times (a request that never left has none) are at or
         before each of `times`."""
 
+    def ttfts(self, times: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """How many requests that got a first token arrived in each bin of `times` (µs) with a
+        TTFT (µs) in each bin of `edges`: one row per bin of `times`."""
+
 
 @dataclass(frozen=True, slots=True)
 class Timelines:
@@ -93,6 +102,7 @@ class Timelines:
     completed: np.ndarray
     entered: np.ndarray
     window: Window
+    first_token: np.ndarray | None = None  # (None: no TTFT, no warm-up check)
 
     @classmethod
     def of(cls, records: Records, window: Window) -> Timelines:
@@ -101,7 +111,8 @@ class Timelines:
         rejected = {name: time for time, _, name in records.rejections}
         for i in np.flatnonzero(left == ASK):
             left[i] = rejected.get(req.id[i], req.arrival[i])
-        return cls(req.arrival, left, req.completed_at, req.first_scheduled, window)
+        return cls(req.arrival, left, req.completed_at, req.first_scheduled, window,
+                   req.first_token_at)
 
     def measured(self) -> tuple[int, int]:
         arrivals = self.arrived[self.window.arrived(self.arrived)]
@@ -112,6 +123,11 @@ class Timelines:
 
     def by(self, column: str, times: np.ndarray) -> np.ndarray:
         return count_by(getattr(self, column), times)
+
+    def ttfts(self, times: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        if self.first_token is None:
+            return np.zeros((len(times) - 1, len(edges) - 1), dtype=np.int64)
+        return ttft_counts(self.arrived, self.first_token, times, edges)
 
 
 ASK = -2  # a leaving time to look up: the request's rejection (Records.rejections)
@@ -130,6 +146,16 @@ def count_between(values: np.ndarray, low: float, high: float) -> int:
     return int(((values >= low) & (values <= high)).sum())
 
 
+def ttft_counts(arrived: np.ndarray, first: np.ndarray, times: np.ndarray, edges: np.ndarray
+                ) -> np.ndarray:
+    """The requests that got a first token, counted by when they arrived (bins of `times`)
+    and their TTFT (bins of `edges`), both µs."""
+    got = first >= 0
+    counts = np.histogram2d(arrived[got].astype(float), (first[got] - arrived[got]).astype(float),
+                            bins=[times, edges])[0]
+    return counts.astype(np.int64)
+
+
 def count_by(values: np.ndarray, times: np.ndarray) -> np.ndarray:
     """How many of the values (-1: none) are at or before each time."""
     return np.searchsorted(np.sort(values[values >= 0]), times, side="right")
@@ -144,9 +170,16 @@ def saturation(timeline: Timeline, window: Window,
     count, end = timeline.measured()
     start = window.start
     out: dict[str, Any] = {"verdict": "undetermined"}
-    if count < MIN_ARRIVALS or end <= start:
+    if count < MIN_ARRIVALS:
         out["reason"] = (f"only {count} requests arrived in the measurement window "
                          f"(a verdict needs {MIN_ARRIVALS})")
+        return out
+    if end <= start or timeline.between("completed", start,
+                                        start + BATCH * (end - start)) == 0:
+        out["reason"] = (f"a batch, not a rate: all {count} requests arrived within "
+                         f"{(end - start) / US_PER_S:.3g} s, less than a tenth of the time the "
+                         "first of them took to complete")
+        out["batch"] = {"requests": count, "span_s": (end - start) / US_PER_S}
         return out
     seconds = (end - start) / US_PER_S
     offered = count / seconds
@@ -156,32 +189,127 @@ def saturation(timeline: Timeline, window: Window,
     waiting = (timeline.by("arrived", grid) - timeline.by("left", grid)).astype(float)
     growth = float(np.polyfit(grid / US_PER_S, waiting, 1)[0])
     at_end = int(waiting[-1])
-    saturated = (growth > GROWTH_SHARE * offered
-                 and at_end >= max(MIN_WAITING, 0.01 * count))
+    floor = max(MIN_WAITING, 0.01 * count)
+    grew = growth > GROWTH_SHARE * offered and at_end >= floor
+    model, how = capacity()
+    # The queue had not grown (a short run, a closed loop's standing queue, clients timing
+    # out) but the offered work clearly exceeds what the step costs allow.
+    beyond = not grew and model is not None and offered > MODEL_OVER * model
+    saturated = grew or beyond
     out = {"verdict": "saturated" if saturated else "sustainable",
            "span_s": [start / US_PER_S, end / US_PER_S],
            "offered_rate_per_s": offered, "served_rate_per_s": served,
            "queue_growth_per_s": growth, "waiting_at_end": at_end}
-    model, how = capacity()
     best, method = model, "step-cost model"
-    if saturated:
-        entered = timeline.between("entered", middle, end)
-        best = entered / ((end - middle) / US_PER_S) if end > middle else None
-        method = ("measured: the rate requests entered service while the queue grew "
-                  "(second half of the span)")
+    if grew:
+        best, stop = busy_rate(timeline, middle, end, floor)
+        method = ("measured: the rate requests completed while requests waited (from the "
+                  f"span's middle to t={stop / US_PER_S:.4g} s, when the wait queue emptied "
+                  "or the run ended)")
+    elif model is not None and beyond:
+        out["reason"] = (f"the offered load is {offered / model:.2f}x the step-cost model's "
+                         "capacity, but the wait queue did not grow within the span (the run "
+                         "is too short to show it, a closed loop's queue stands instead of "
+                         "growing, or requests are shed or time out and leave)")
+        method = "step-cost model (the wait queue did not grow within the span)"
     out["max_sustainable_rate_per_s"] = best
     out["max_sustainable_method"] = method
     out["capacity_model_per_s"] = model
     out["capacity_model"] = how
     out["load_factor"] = offered / best if best else None
     out["headroom"] = 1 - offered / best if best else None
-    floor = max(MIN_WAITING, 0.01 * count)
     windows = labelled_windows(timeline, start, end, floor, window_s)
     out["level"] = (OVERLOADED if saturated else BACKLOGGED
                     if at_end >= floor or any(w["level"] != STABLE for w in windows)
                     else STABLE)
     out["windows"] = windows
+    if not saturated:
+        bias = warmup(timeline, start, end)
+        if bias is not None:
+            out["warmup"] = bias
     return out
+
+
+EDGES = np.geomspace(10, 1e10, 361)  # TTFT bins (µs): 10 µs to about 3 hours, 4 % apart
+PARTS = 10  # the span's first tenth compared with each later one
+WARMUP_QUANTILE = 0.9  # the TTFT quantile compared (a cold cache shows in the tail)
+WARMUP_RATIO = 1.25  # ... beyond every later tenth's by this factor: warm-up biased
+SAME_LOAD = 1.25  # ... when the first tenth's offered rate is within this ratio of the rest's
+MIN_FIRST, MIN_LATER = 50, 20  # requests with a first token in the first tenth, in a later one
+MIN_TENTHS = 5  # later tenths with that many, at least
+
+
+def warmup(timeline: Timeline, start: int, end: int) -> dict[str, Any] | None:
+    """Whether the span's first tenth measurably differs from the rest at the same load: the
+    90th-percentile TTFT of the requests that arrived in it lies beyond that of every later
+    tenth by more than `WARMUP_RATIO` (lower or higher), although it was offered a rate within
+    `SAME_LOAD` of the rest's. Against every later tenth, not the rest as a whole: a run whose
+    later part changes (replicas fail, a surge) is not steady after its start either, and its
+    first tenth is then no outlier. The system started empty, with cold caches: its first
+    requests are served faster (smaller batches) or slower (no prefix hits) than in the steady
+    state. None when it does not, or cannot be told."""
+    times = np.linspace(start, end + 1, PARTS + 1)
+    counts = timeline.ttfts(times, EDGES)
+    if counts[0].sum() < MIN_FIRST:
+        return None
+    later = [quantile_of(row, WARMUP_QUANTILE) for row in counts[1:] if row.sum() >= MIN_LATER]
+    if len(later) < MIN_TENTHS:
+        return None
+    arrived = timeline.by("arrived", np.array([start - 1, times[1], end], dtype=float))
+    first_rate = (arrived[1] - arrived[0]) / (times[1] - start)
+    rest_rate = (arrived[2] - arrived[1]) / (end - times[1])
+    if min(first_rate, rest_rate) <= 0 or max(first_rate, rest_rate) > SAME_LOAD * min(
+            first_rate, rest_rate):
+        return None
+    first = quantile_of(counts[0], WARMUP_QUANTILE)
+    if WARMUP_RATIO * max(later) >= first >= min(later) / WARMUP_RATIO:
+        return None
+    return {"span_s": [start / US_PER_S, float(times[1]) / US_PER_S],
+            "early_ttft_p90_ms": first / 1e3,
+            "later_ttft_p90_ms": [min(later) / 1e3, max(later) / 1e3]}
+
+
+def quantile_of(counts: np.ndarray, q: float) -> float:
+    """The `q` quantile (µs) of values counted in the bins of `EDGES` (each bin's geometric
+    middle)."""
+    at = int(np.searchsorted(np.cumsum(counts), q * counts.sum()))
+    return float(np.sqrt(EDGES[at] * EDGES[at + 1]))
+
+
+BATCH = 10  # arrivals all within a tenth of the first completion's time: a batch, not a rate
+MODEL_OVER = 1.1  # offered above this multiple of the step-cost model's capacity: saturated
+DRAIN_STEPS = 60  # doublings of the half-span searched for the end of the busy stretch
+
+
+def busy_rate(timeline: Timeline, middle: int, end: int, floor: float) -> tuple[float, int]:
+    """The rate requests completed while the wait queue held at least `floor` requests: from
+    the span's middle (the queue grew over the second half, so the servers were as busy as they
+    get), or the first completion after it, through the drain after the last arrival, to the
+    first time the queue fell below `floor` or, if it never did (a horizon cut), the last
+    completion; with that stretch's end (µs). Completions, not entries into service: a
+    request that stays in service longer than the half-span fills the batch in the first half,
+    and few enter in the second although the servers complete work at their full rate."""
+    half = max(1, end - middle)
+    coarse = np.append(float(end), end + half * 2.0 ** np.arange(-1, DRAIN_STEPS))
+    still = busy(timeline, coarse, floor)
+    first = int(np.argmin(still)) if not still.all() else len(coarse) - 1
+    fine = np.linspace(coarse[max(0, first - 1)], coarse[first], GRID)
+    still = busy(timeline, fine, floor)
+    stop = float(fine[int(np.argmin(still))] if not still.all() else fine[-1])
+    # From the first completion after the middle: requests served longer than the half-span
+    # complete nothing for a while, which says nothing about the rate once they do.
+    grid = np.linspace(float(middle), stop, GRID)
+    done = timeline.by("completed", grid)
+    begin = grid[max(0, int(np.argmax(done > done[0])) - 1)] if done[-1] > done[0] else grid[0]
+    return float(done[-1] - timeline.by("completed", np.array([begin]))[0]) / (
+        (stop - begin) / US_PER_S), int(stop)
+
+
+def busy(timeline: Timeline, times: np.ndarray, floor: float) -> np.ndarray:
+    """At each time: do `floor` requests or more still wait, with a completion still to come?"""
+    waiting = timeline.by("arrived", times) - timeline.by("left", times)
+    done = timeline.by("completed", np.append(times, np.inf))
+    return (waiting >= floor) & (done[:-1] < done[-1])
 
 
 STABLE, BACKLOGGED, OVERLOADED = "STABLE", "BACKLOGGED", "OVERLOADED"
@@ -322,23 +450,26 @@ def solve3(a: list[list[Fraction]], b: list[Fraction]) -> list[Fraction] | None:
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """The requests that entered service: how many, their uncached prompt tokens and their
-    output tokens (sums)."""
+    """The requests that entered service: how many, their uncached prompt tokens, their
+    output tokens (requested) and the output tokens they were served (sums; fewer than
+    requested when clients timed out or the run ended first)."""
 
     count: int = 0
     uncached: int = 0
     output: int = 0
+    emitted: int = 0
 
     @classmethod
     def of(cls, req: RequestColumns) -> Started:
         started = req.first_scheduled >= 0
         cached = np.maximum(req.cached_tokens[started], 0)
         return cls(int(started.sum()), int((req.input_len[started] - cached).sum()),
-                   int(req.output_len[started].sum()))
+                   int(req.output_len[started].sum()),
+                   int(np.maximum(req.emitted[started], 0).sum()))
 
     def __add__(self, other: Started) -> Started:
         return Started(self.count + other.count, self.uncached + other.uncached,
-                       self.output + other.output)
+                       self.output + other.output, self.emitted + other.emitted)
 
 
 def step_sums(instances: tuple[InstanceRecord, ...]) -> StepSums:
@@ -359,7 +490,8 @@ def capacity(scenario: Scenario, roles: list[Role], steps: StepSums, started: St
     coefficients, or for the other models a linear fit over the steps this run took (an
     approximation, which underestimates the cost of larger batches at light load). At the
     highest sustainable rate X per replica, with P prefill tokens and D decode tokens per
-    request on average (measured here, prefix-cache hits and recomputation included), batches
+    request on average (measured here, prefix-cache hits and recomputation included; D scaled
+    to the output tokens requested where fewer were served, when clients timed out), batches
     are as large as the engine allows, B = min(max_running_requests, KV tokens / (uncached
     prompt + output / 2)), and the token budget T caps each step: a second of work holds
     X x max(D / B, (P + D) / T) steps, so X = 1 / (c0 max(D / B, (P + D) / T) + c1 P + c2 D).
@@ -382,7 +514,10 @@ def capacity(scenario: Scenario, roles: list[Role], steps: StepSums, started: St
         if min(c0, c1, c2) < 0:
             return None, "the step times do not fit c0 + c1 x prefill tokens + c2 x decodes"
     count = started.count
-    prefill, decode = steps.new / count, steps.decodes / count
+    # The decode work offered, not what was served before clients left: the decode steps
+    # per output token served, times the output tokens requested.
+    cut = started.output / started.emitted if 0 < started.emitted < started.output else 1
+    prefill, decode = steps.new / count, steps.decodes / count * cut
     footprint = max(1.0, started.uncached / count + started.output / count / 2)
     assert steps.kv_blocks is not None
     kv_tokens = steps.kv_blocks * engine.block_size

@@ -76,6 +76,7 @@ from blis_simpy.metrics.saturation import (
     count_by,
     leaving_times,
     saturation,
+    ttft_counts,
 )
 from blis_simpy.metrics.serving import PERCENTILES as SERVING_PERCENTILES
 from blis_simpy.metrics.serving import (
@@ -106,7 +107,8 @@ SUMMED = ("arrived", "completed", "queued", "running", "rejected", "timed_out",
           "served", "cached", "prompt",  # and with a measurement window
           "finished_output", "finished_input")  # vLLM's throughputs
 GROUPED = GroupCounts.__slots__  # per SLO class and tenant, in RawMetrics
-TIMES = ("arrived", "left", "completed", "entered")  # per request, for the saturation verdict
+TIMES = ("arrived", "left", "completed", "entered", "first_token")  # per request, for the
+# saturation verdict
 
 
 class Histogram:
@@ -383,7 +385,8 @@ class Timeline:
         self.asked += [(req.id[i], int(req.arrival[i])) for i in ask.tolist()]
         left[ask] = -1
         for name, values in (("arrived", req.arrival), ("left", left),
-                             ("completed", req.completed_at), ("entered", req.first_scheduled)):
+                             ("completed", req.completed_at), ("entered", req.first_scheduled),
+                             ("first_token", req.first_token_at)):
             self.handles[name].write(np.ascontiguousarray(values, dtype=np.int64).tobytes())
         measured = req.arrival[self.window.arrived(req.arrival)]
         if len(measured):
@@ -406,6 +409,13 @@ class Timeline:
 
     def between(self, column: str, low: float, high: float) -> int:
         return sum(count_between(values, low, high) for values in self.column(column))
+
+    def ttfts(self, times: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        total = np.zeros((len(times) - 1, len(edges) - 1), dtype=np.int64)
+        for arrived, first in zip(self.column("arrived"), self.column("first_token"),
+                                  strict=True):
+            total += ttft_counts(arrived, first, times, edges)
+        return total
 
     def by(self, column: str, times: np.ndarray) -> np.ndarray:
         total = count_by(self.rejected, times) if column == "left" else 0

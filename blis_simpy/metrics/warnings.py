@@ -14,7 +14,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload, TraceWorkload
 from blis_simpy.core.request import RejectCode
 from blis_simpy.core.units import MAX_ADMISSION_DELAYS, MAX_REQUESTS
-from blis_simpy.metrics.saturation import OVERLOADED, spans
+from blis_simpy.metrics.saturation import OVERLOADED, STABLE, spans
 
 LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
 FEW_REQUESTS = 20  # below this many measured requests a percentile or a rate is vacuous
@@ -55,13 +55,38 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario,
     if verdict.get("verdict") == "saturated":
         out.append(saturated(verdict))
     elif spans(verdict, OVERLOADED):
+        last = verdict["windows"][-1]
+        after = ("and caught up later: latencies mix the overload with the calm"
+                 if last["level"] == STABLE else
+                 ("and was still overloaded" if last["level"] == OVERLOADED else
+                  "and had not caught up") +
+                 f" at the span's end ({last['waiting_at_end']} waiting at "
+                 f"t={last['span_s'][1]:.4g} s): latencies mix the overload with the calm")
         out.append(f"overloaded at {spans(verdict, OVERLOADED)} (the saturation detector's "
-                   "windows: the wait queue grew there) and caught up later: latencies mix "
-                   "the overload with the calm")
+                   f"windows: the wait queue grew there) {after}")
+    elif "batch" in verdict:
+        out.append(f"{verdict['reason']}: no load verdict; latencies describe draining one "
+                   "batch, not serving a steady rate")
+    bias = verdict.get("warmup")
+    if bias:
+        early, (low, high) = bias["early_ttft_p90_ms"], bias["later_ttft_p90_ms"]
+        out.append(f"warm-up biased: the requests that arrived in the span's first tenth "
+                   f"({bias['span_s'][0]:.4g}-{bias['span_s'][1]:.4g} s) had a TTFT p90 "
+                   f"of {early:.3g} ms against {low:.3g}-{high:.3g} ms in each later tenth, "
+                   "at the same offered rate: the system started empty (small batches, cold "
+                   "caches); skip it with evaluation.window.warmup_s to measure the steady "
+                   "state")
     too_big = by_reason.get(RejectCode.KV_CAPACITY, 0)
     if too_big:
         out.append(f"{too_big} requests need more tokens than an instance's whole KV pool "
                    f"holds (engine.kv_blocks x engine.block_size) and were rejected")
+    too_long = by_reason.get(RejectCode.MAX_MODEL_LEN, 0)
+    if too_long:
+        limit = scenario.engine.max_model_len
+        out.append(f"{too_long} requests need more tokens (prompt + output) than "
+                   "engine.max_model_len" + ("" if limit is None else f" ({limit})") +
+                   " allows and were rejected: a configuration or workload mismatch, not a "
+                   "lack of capacity")
     never_admitted = by_reason.get(RejectCode.ADMISSION_DELAYS, 0)
     if never_admitted:
         out.append(f"{never_admitted} requests were delayed by admission {MAX_ADMISSION_DELAYS:,} "
@@ -113,7 +138,12 @@ def saturated(verdict: dict[str, Any]) -> str:
             f"{verdict['served_rate_per_s']:.3g} req/s; the wait queue grew by "
             f"{verdict['queue_growth_per_s']:.3g} req/s ({verdict['waiting_at_end']} waiting at "
             f"t={verdict['span_s'][1]:.4g} s), so latencies describe a growing queue, not a "
-            f"steady state; about {best:.3g} req/s was sustained" + uneven)
+            f"steady state; about {best:.3g} req/s was sustained" + uneven
+            if "reason" not in verdict else
+            f"saturated: offered {verdict['offered_rate_per_s']:.3g} req/s, served "
+            f"{verdict['served_rate_per_s']:.3g} req/s; {verdict['reason']}: the step-cost "
+            f"model allows about {best:.3g} req/s, so latencies describe the start of an "
+            "overload, not a steady state")
 
 
 def silent_tenants(sent: Set[str], scenario: Scenario) -> list[str]:

@@ -7,9 +7,10 @@ Definitions checked:
   served (arrived, not yet scheduled, rejected or timed out) over the span's second half;
 * `saturated` when that growth exceeds 2 % of the offered rate with at least 10 requests (and
   1 % of the arrivals) waiting at the end; `undetermined` under 30 arrivals;
-* `max_sustainable_rate_per_s`: measured (requests entering service per second while the
-  queue grew) when saturated, else the step-cost model `capacity_model_per_s`; headroom = 1 -
-  offered / max sustainable;
+* `max_sustainable_rate_per_s`: measured (requests completing per second while requests
+  waited, the span's middle through the drain) when the queue grew, else the step-cost model
+  `capacity_model_per_s`; headroom = 1 - offered / max sustainable (the cases newcomer 18
+  found wrong: test_saturation_cases.py);
 * a saturated run warns, leads its summary text with the verdict and has its fitness scaled
   by sustainable / offered.
 """
@@ -96,7 +97,7 @@ def saturated_blackbox():
 def test_capacity_model_matches_the_rate_measured_at_saturation(saturated_blackbox, rate):
     """Below the knee the highest sustainable rate comes from the step costs; with the
     blackbox model's own (linear) step costs it agrees with what the saturated run measured
-    (requests entering service while the queue grew) to 3 %."""
+    (requests completing while requests waited) to 3 %."""
     measured = saturated_blackbox.summary["saturation"]["max_sustainable_rate_per_s"]
     verdict = run(overload(rate, **BLACKBOX)).summary["saturation"]
     assert verdict["verdict"] == "sustainable"

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from blis_simpy.core.request import RejectCode
 from blis_simpy.metrics.columns import Table, plain
 from blis_simpy.metrics.saturation import BACKLOGGED, OVERLOADED, spans
 
@@ -224,7 +225,7 @@ def worst_of(rows: Rows) -> SimpleNamespace:
 
 @dataclass(frozen=True)
 class Issue:
-    area: str  # RUN, ROUTING, FAIRNESS, SLO, CAPACITY, CACHE, KV, ANOMALY
+    area: str  # RUN, ROUTING, FAIRNESS, SLO, CAPACITY, CONFIG, CACHE, KV, ANOMALY
     headline: str
     evidence: tuple[str, ...]
     impact: float  # ranks the issues (higher first)
@@ -261,11 +262,21 @@ def verdict_line(inputs: TraceInputs) -> str:
         return ""
     best = sat.get("max_sustainable_rate_per_s")
     return (f"**SATURATED**: offered {sat['offered_rate_per_s']:.3g} req/s, served "
-            f"{sat['served_rate_per_s']:.3g} req/s; the wait queue grew by "
-            f"{sat['queue_growth_per_s']:.3g} req/s ({sat['waiting_at_end']} waiting at "
-            f"t={sat['span_s'][1]:.4g} s)"
-            + (f"; about {best:.3g} req/s was sustained" if best else "")
-            + ". The latencies below describe a growing queue, not a steady state.\n\n")
+            f"{sat['served_rate_per_s']:.3g} req/s; " + queue_evidence(sat)
+            + (f"; about {best:.3g} req/s was sustained" if best and "reason" not in sat
+               else f"; the step-cost model allows about {best:.3g} req/s" if best else "")
+            + (". The latencies below describe a growing queue, not a steady state.\n\n"
+               if "reason" not in sat else ". The latencies below describe an overload that "
+               "had not yet shown in the queue, not a steady state.\n\n"))
+
+
+def queue_evidence(sat: dict[str, Any]) -> str:
+    """What showed the saturation: the wait queue's growth, or (it did not grow within the
+    span) the offered load against the step-cost model's capacity."""
+    if "reason" in sat:
+        return sat["reason"]
+    return (f"the wait queue grew by {sat['queue_growth_per_s']:.3g} req/s "
+            f"({sat['waiting_at_end']} waiting at t={sat['span_s'][1]:.4g} s)")
 
 
 def fit(sections: list[Section], budget: int) -> str:
@@ -433,7 +444,8 @@ def load_line(inputs: TraceInputs) -> str:
         line += f" (sustainable rate not estimated: {sat.get('max_sustainable_method')})"
     model = sat.get("capacity_model_per_s")
     if sat.get("verdict") == "saturated":
-        line += "; the wait queue kept growing"
+        line += ("; the wait queue kept growing" if "reason" not in sat else
+                 "; the run is too short (or its queue too bounded) to show the queue growing")
         if model and model > offered:
             line += f" (about {model:.3g} req/s with the load spread evenly)"
     return line + level_note(sat)
@@ -560,8 +572,7 @@ def capacity(inputs: TraceInputs) -> list[Issue]:
     if sat.get("verdict") == "saturated":
         factor = sat.get("load_factor")
         evidence = [f"offered {sat['offered_rate_per_s']:.3g} req/s, served "
-                    f"{sat['served_rate_per_s']:.3g} req/s; the wait queue grew by "
-                    f"{sat['queue_growth_per_s']:.3g} req/s to {sat['waiting_at_end']}",
+                    f"{sat['served_rate_per_s']:.3g} req/s; " + queue_evidence(sat),
                     f"mean queue depth per instance {m['queue_depth_avg']:.1f}, TTFT p99 "
                     f"{ms(m['ttft_p99_ms'])}"]
         model = sat.get("capacity_model_per_s")
@@ -579,10 +590,17 @@ def capacity(inputs: TraceInputs) -> list[Issue]:
                                tuple(evidence), 2.0,
                                f"Add capacity ({need}) or shed load at admission"))
     unfinished = m["requests"] - m["completed"] - m["rejected"] - m["timed_out"]
-    lost = m["rejected"] + m["timed_out"] + unfinished
+    too_long = (inputs.summary.get("rejected_by_reason") or {}).get(RejectCode.MAX_MODEL_LEN, 0)
+    if too_long:
+        found.append(Issue("CONFIG", f"{pct(too_long / max(1, m['requests']))} of requests "
+                           "exceed engine.max_model_len and were rejected",
+                           (f"{too_long} rejected as {RejectCode.MAX_MODEL_LEN}",),
+                           too_long / max(1, m["requests"]) * 2,
+                           "Raise engine.max_model_len, or send shorter requests"))
+    lost = m["rejected"] - too_long + m["timed_out"] + unfinished
     if not lost:
         return found
-    evidence = [f"{m['rejected']} rejected, {m['timed_out']} timed out, {unfinished} "
+    evidence = [f"{m['rejected'] - too_long} rejected, {m['timed_out']} timed out, {unfinished} "
                 "unfinished at the end", f"mean queue depth {m['queue_depth_avg']:.1f}"]
     several = (len(set(inputs.requests.slo_class.tolist())) > 1
                or len(set(inputs.requests.tenant.tolist())) > 1)
