@@ -113,17 +113,19 @@ class TemplateGone(SandboxUnavailable):
 
 
 def packages() -> list[Path]:
-    """The folders the sandbox imports from: this package, numpy (and its bundled
-    libraries)."""
+    """The folders (or single-file modules) the sandbox imports from: this package, numpy
+    (and its bundled libraries), and what the compiled request's native vectors import:
+    mypyc's runtime library (`librt`, a namespace package) and `mypy_extensions` (a module)."""
     found = []
-    for name in ("blis_simpy", "numpy"):
-        origin = importlib.util.find_spec(name)
-        assert origin is not None and origin.origin is not None
-        folder = Path(origin.origin).parent
-        found.append(folder)
-        libs = folder.with_name(f"{name}.libs")
-        if libs.is_dir():
-            found.append(libs)
+    for name in ("blis_simpy", "numpy", "librt", "mypy_extensions"):
+        spec = importlib.util.find_spec(name)
+        assert spec is not None
+        for location in spec.submodule_search_locations or [spec.origin]:
+            path = Path(str(location))
+            found.append(path)
+            libs = path.with_name(f"{name}.libs")
+            if libs.is_dir():
+                found.append(libs)
     return found
 
 

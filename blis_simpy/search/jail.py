@@ -85,7 +85,7 @@ def sandboxed(bwrap_path: str, packages: Sequence[Path], *arguments: str) -> lis
     for path in dict.fromkeys([sys.base_prefix, *map(str, packages)]):
         if not path.startswith("/usr/"):
             args += ["--ro-bind", path, path]
-    parents = dict.fromkeys(str(p.parent) for p in packages if (p / "__init__.py").exists())
+    parents = dict.fromkeys(str(p.parent) for p in packages)  # (a `.libs` folder's: the same)
     for name, value in {**ENVIRONMENT, "PYTHONPATH": os.pathsep.join(parents)}.items():
         args += ["--setenv", name, value]
     return [*args, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",
