@@ -95,10 +95,14 @@ def evaluate(records: Records, scenario: Scenario, requests: Table,
     done = req.in_state(State.COMPLETED) & measure.arrived
     work = req.input_len + req.output_len
     share = tenant_completion(req.tenant, work, measure.arrived, done)
-    over = arrivals(requests.array("ttft_ms"), requests.array("e2e_ms"),
-                    requests.array("arrival_s"), req.in_state(State.COMPLETED), good,
-                    with_target,
-                    np.asarray(measure.arrived, dtype=bool), records.ended_at / US_PER_S)
+    arrival_s = requests.array("arrival_s")
+    # The run's end for charging the unserved: its last event, or its last arrival where that
+    # came later (the instances' last event is 0 when every request was turned away: newcomer
+    # 18 saw a reject-all candidate told its latencies were 10x better than the baseline's).
+    ended_s = max(records.ended_at / US_PER_S, float(arrival_s.max()) if len(arrival_s) else 0.0)
+    over = arrivals(requests.array("ttft_ms"), requests.array("e2e_ms"), arrival_s,
+                    req.in_state(State.COMPLETED), good, with_target,
+                    np.asarray(measure.arrived, dtype=bool), ended_s)
     over["work_completion"] = work_completion(work, measure.arrived, done)
     return metrics, dataclasses.replace(result, tenant_completion=share, arrivals=over), \
         anomalies

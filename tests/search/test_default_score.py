@@ -95,3 +95,18 @@ def test_shedding_pays_where_the_load_is_more_than_the_replicas_can_carry():
                            "in-flight>200": shed_above(200), "drop1of3": dropper(3)})
     assert score["in-flight>200"] > 1.2 * score["admit"], score
     assert score["in-flight>200"] > score["drop1of3"], score
+
+
+def test_a_candidate_that_serves_nothing_is_told_its_latencies_are_worse():
+    """newcomer 18: turning every request away left the instances without an event, so the
+    run's end was 0 and every unserved request was charged no wait: the feedback the reflecting
+    model reads said latencies 10x better than the baseline's. The run ends at its last
+    arrival at the earliest."""
+    table = run_many("search-admission", {"reject": {"admission.type": "reject-all"}},
+                     seeds=[101], workers=1)
+    row = table.iloc[0]
+    assert row.fitness == 0
+    for term in ("ttft_mean", "ttft_p99", "e2e_mean", "e2e_p99"):
+        assert row[f"objective.{term}"] < 1, (term, row[f"objective.{term}"])
+        assert row[f"arrivals.{term}_ms"] > 0
+    assert "ttft_mean x10" not in row.feedback
