@@ -120,8 +120,8 @@ def packages() -> list[Path]:
     for name in ("blis_simpy", "numpy", "librt", "mypy_extensions"):
         spec = importlib.util.find_spec(name)
         assert spec is not None
-        for location in spec.submodule_search_locations or [spec.origin]:
-            path = Path(str(location))
+        for location in spec.submodule_search_locations or [str(spec.origin)]:
+            path = Path(location)
             found.append(path)
             libs = path.with_name(f"{name}.libs")
             if libs.is_dir():
