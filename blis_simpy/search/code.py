@@ -148,10 +148,10 @@ def node_problem(node: ast.AST) -> str:
     return ""
 
 
-def attribute_problem(attr: str) -> str:
+def attribute_problem(attr: str, init_allowed: bool = True) -> str:
     """Why reading attribute `attr` is refused, whether written `x.attr` or matched as
-    `case x(attr=...)`, else ""."""
-    if attr.startswith("_") and attr != "__init__":
+    `case x(attr=...)`, else "" (`__init__` only where `super().__init__` needs it)."""
+    if attr.startswith("_") and not (init_allowed and attr == "__init__"):
         return f"attribute {attr} is not allowed (no dunder or private access)"
     if attr.startswith(INTROSPECTION):
         return f"attribute {attr} is not allowed (no frame or code introspection)"
@@ -167,9 +167,9 @@ def pattern_problem(node: ast.AST) -> str:
     would, so the same names are refused (`attribute_problem`)."""
     if isinstance(node, ast.MatchClass):
         for attr in node.kwd_attrs:
-            problem = attribute_problem("_" if attr == "__init__" else attr)
-            if problem:  # (`case x(__init__=i)` has no `super().__init__` to allow)
-                return f"pattern {problem.replace(' _ ', f' {attr} ')}"
+            problem = attribute_problem(attr, init_allowed=False)  # (no super() call here)
+            if problem:
+                return f"pattern {problem}"
     bound = node.name if isinstance(node, ast.MatchAs | ast.MatchStar) else \
         node.rest if isinstance(node, ast.MatchMapping) else None
     if bound is not None and (bound.startswith("__") or bound in FORBIDDEN_NAMES):
