@@ -109,3 +109,17 @@ print(json.dumps([instance.__file__.endswith(".py"), broken.summary["faults"],
     assert plain and compiled == bool(os.environ.get("BLIS_SIMPY_PURE"))
     assert faults == faults_c and ends == ends_c
     assert faults["crashes"] > 0 and faults["retried_requests"] > 0
+
+
+def test_no_compiled_function_takes_a_vec_argument():
+    """mypyc's entry point from interpreted code unboxes a `vec` argument with a reference it
+    never drops (librt 0.16), so each call keeps the caller's whole vector alive: pass it as
+    `object` and `cast` it inside (workload/release.py: `rebuilt`)."""
+    found = []
+    for source in compiled_sources():
+        for node in ast.walk(ast.parse((ROOT / source).read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                found += [f"{source}: {node.name}({a.arg})" for a in arguments
+                          if a.annotation is not None and "vec[" in ast.unparse(a.annotation)]
+    assert not found, found

@@ -9,15 +9,15 @@ rows and the requests' queue times, for a fixed cluster of monolithic replicas (
 no deployment section: replicas that come and go, models and P/D pools are not
 interchangeable). Severity: the wait in seconds, capped at 1.
 
-A streaming run (metrics/stream.py) keeps the waiting requests' four columns as their chunks
-pass (`Waiting.of`) and reads each instance's step times back from its step file at the end,
-so it finds the same anomalies in the same order; that costs ~25 bytes a request that waited
-and 16 a step, at the end of the run.
+A streaming run (metrics/stream.py: `WaitingFile`) writes the waiting requests to a scratch
+file as their chunks pass and judges them at the end a chunk at a time, against the steps of
+each instance that the chunk's waits overlap, read back from its step file: the same anomalies
+in the same order, in memory that does not grow with the run's length.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import repeat
 from typing import NamedTuple
 
@@ -42,18 +42,17 @@ class Waiting(NamedTuple):
 
     @classmethod
     def of(cls, requests: Table) -> Waiting:
-        queued = micros(requests.array("queued_s"))
-        scheduled = micros(requests.array("scheduled_s"))
-        keep = (queued >= 0) & ((scheduled < 0) | (scheduled > queued))
+        keep, queued, scheduled = waited(requests)
         return cls(np.asarray(requests["instance"], dtype=object)[keep], queued[keep],
                    scheduled[keep], np.asarray(requests["id"], dtype=object)[keep])
 
-    @classmethod
-    def joined(cls, parts: Sequence[Waiting]) -> Waiting:
-        if not parts:
-            return cls(np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64),
-                       np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
-        return cls(*(np.concatenate(column) for column in zip(*parts, strict=True)))
+
+def waited(requests: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which of the table's requests were queued and not scheduled at once, and every row's
+    queued and scheduled times (µs; -1: never)."""
+    queued = micros(requests.array("queued_s"))
+    scheduled = micros(requests.array("scheduled_s"))
+    return (queued >= 0) & ((scheduled < 0) | (scheduled > queued)), queued, scheduled
 
 
 def load_imbalance(records: Records, requests: Table, ended_at: int) -> list[Anomaly]:
@@ -68,17 +67,32 @@ def load_imbalance(records: Records, requests: Table, ended_at: int) -> list[Ano
 def imbalanced(instances: Sequence[InstanceRecord], spans: Spans, waiting: Waiting,
                ended_at: int) -> list[Anomaly]:
     """`load_imbalance` from the instances' step spans and the waiting requests."""
-    logs = [log for log in instances if log.role is Role.MONOLITHIC]
-    if len(logs) < 2 or len(logs) != len(instances):
-        return []
-    queued = waiting.queued
-    scheduled = np.where(waiting.scheduled < 0, ended_at, waiting.scheduled)
-    names = waiting.names
-    # each request's instance as its position in `logs` (-1: none of them), found once
+    logs = interchangeable(instances)
     index = {log.id: i for i, log in enumerate(logs)}
+    # each request's instance as its position in `logs` (-1: none of them), found once
     where = np.fromiter(map(index.get, waiting.instance, repeat(-1)), dtype=np.int64,
                         count=len(waiting.instance))
-    found = []
+    return [imbalance_anomaly(logs, position, waiting.names[row], queued, scheduled, idle)
+            for position, row, queued, scheduled, idle
+            in held_back(logs, spans, where, waiting.queued, waiting.scheduled, ended_at)]
+
+
+def interchangeable(instances: Sequence[InstanceRecord]) -> Sequence[InstanceRecord]:
+    """The instances among which a request could have gone elsewhere: a fixed cluster's
+    monolithic replicas, two at least (none otherwise)."""
+    logs = [log for log in instances if log.role is Role.MONOLITHIC]
+    return logs if len(logs) >= 2 and len(logs) == len(instances) else []
+
+
+def held_back(logs: Sequence[InstanceRecord], spans: Spans, where: np.ndarray,
+              queued: np.ndarray, scheduled: np.ndarray, ended_at: int
+              ) -> Iterator[tuple[int, int, int, int, int]]:
+    """Each waiting request (`where`: its instance's position in `logs`) held back while
+    another replica was idle, by instance and then in order: its instance's position, its
+    row, its queued and scheduled times and the first idle replica's position. `spans` need
+    hold only the steps that end after the earliest of these requests is queued and those
+    that start before the last one is scheduled."""
+    scheduled = np.where(scheduled < 0, ended_at, scheduled)
     for position, log in enumerate(logs):
         mine = np.flatnonzero((where == position) & (scheduled > queued))
         if not len(mine):
@@ -97,13 +111,16 @@ def imbalanced(instances: Sequence[InstanceRecord], spans: Spans, waiting: Waiti
             busy = (nxt < len(o_starts)) & (o_starts[np.minimum(nxt, len(o_starts) - 1)] < s) \
                 if len(o_starts) else np.zeros(len(mine), dtype=bool)
             idle_on[(idle_on < 0) & ~busy] = j
-        for k in np.flatnonzero(idle_on >= 0):
-            wait, idle = int(s[k] - q[k]), logs[idle_on[k]].id
-            found.append(Anomaly(
-                "load_imbalance", int(q[k]), log.id, (str(names[mine[k]]),),
-                f"waited {wait / US_PER_MS:.1f} ms on {log.id} while {idle} was idle",
-                int(s[k]), min(1.0, wait / US_PER_S)))
-    return found
+        for k in np.flatnonzero(idle_on >= 0).tolist():
+            yield position, int(mine[k]), int(q[k]), int(s[k]), int(idle_on[k])
+
+
+def imbalance_anomaly(logs: Sequence[InstanceRecord], position: int, name: str, queued: int,
+                      scheduled: int, idle: int) -> Anomaly:
+    wait, log = scheduled - queued, logs[position]
+    return Anomaly("load_imbalance", queued, log.id, (str(name),),
+                   f"waited {wait / US_PER_MS:.1f} ms on {log.id} while {logs[idle].id} was idle",
+                   scheduled, min(1.0, wait / US_PER_S))
 
 
 def micros(seconds: np.ndarray) -> np.ndarray:

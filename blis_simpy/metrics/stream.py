@@ -25,6 +25,7 @@ by chunk rather than in numpy's pairwise order (equal to about 1e-15 relative).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -50,7 +51,7 @@ from blis_simpy.metrics.anomalies import episodes, slo_violations
 from blis_simpy.metrics.columns import Coded, Table, TableWriter
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
 from blis_simpy.metrics.evaluation import EvaluationResult, evaluation, request_targets
-from blis_simpy.metrics.imbalance import Spans, Waiting, imbalanced
+from blis_simpy.metrics.imbalance import held_back, imbalance_anomaly, interchangeable, waited
 from blis_simpy.metrics.moments import float_sum, square_sum
 from blis_simpy.metrics.order_stats import ALL, Cell, SampleFile, pairwise_sum
 from blis_simpy.metrics.raw import (
@@ -249,6 +250,89 @@ class StepFile:
         self.path.unlink(missing_ok=True)
 
 
+class WaitingFile:
+    """The requests that waited in a queue (metrics/imbalance.py: `waited`), in scratch files:
+    their instance's position, queued and scheduled times (µs) and where their name is, as
+    int64 rows, and the names (UTF-8) in a second file. Read back a chunk at a time at the
+    end, so a long run does not hold them."""
+
+    WIDTH = 5  # position, queued, scheduled, name offset, name length
+
+    def __init__(self, folder: Path) -> None:
+        self.paths = folder / ".waiting.rows", folder / ".waiting.names"
+        self.handles = [path.open("wb") for path in self.paths]
+        self.rows = 0
+        self.name_bytes = 0
+
+    def add(self, position: np.ndarray, queued: np.ndarray, scheduled: np.ndarray,
+            names: Sequence[str]) -> None:
+        encoded = [name.encode() for name in names]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        ends = self.name_bytes + np.cumsum(lengths)
+        rows = np.column_stack((position, queued, scheduled, ends - lengths, lengths))
+        self.handles[0].write(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
+        self.handles[1].write(b"".join(encoded))
+        self.rows += len(encoded)
+        self.name_bytes += int(lengths.sum())
+
+    def chunks(self, size: int) -> Iterator[tuple[np.ndarray, list[str]]]:
+        """The rows in order, `size` at a time, with their names."""
+        for handle in self.handles:
+            handle.flush()
+        with self.paths[0].open("rb") as rows_file, self.paths[1].open("rb") as names_file:
+            while len(rows := np.fromfile(rows_file, dtype=np.int64,
+                                          count=size * self.WIDTH)):
+                rows = rows.reshape(-1, self.WIDTH)
+                start = int(rows[0, 3])
+                names_file.seek(start)
+                text = names_file.read(int(rows[-1, 3] + rows[-1, 4]) - start)
+                yield rows, [text[o:o + n].decode() for o, n
+                             in zip((rows[:, 3] - start).tolist(), rows[:, 4].tolist(),
+                                    strict=True)]
+
+    def earliest(self, size: int) -> list[int]:
+        """For each chunk of `size` rows, the earliest queued time in it or any later one: no
+        step that ended before it is asked for again."""
+        self.handles[0].flush()
+        minima: list[int] = []
+        with self.paths[0].open("rb") as f:
+            while len(rows := np.fromfile(f, dtype=np.int64, count=size * self.WIDTH)):
+                minima.append(int(rows.reshape(-1, self.WIDTH)[:, 1].min()))
+        return list(itertools.accumulate(reversed(minima), min))[::-1]
+
+    def close(self) -> None:
+        for handle, path in zip(self.handles, self.paths, strict=True):
+            handle.close()
+            path.unlink(missing_ok=True)
+
+
+class StepWindow:
+    """One instance's step spans (starts, ends) from its step file, in order, holding only
+    those a chunk of waiting requests can overlap."""
+
+    def __init__(self, rows: Iterator[np.ndarray]) -> None:
+        self.rows = rows
+        self.starts = self.ends = np.zeros(0, dtype=np.int64)
+        self.exhausted = False
+
+    def span(self, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every step that ends after `low` and starts before `high`, with the ones read past
+        it (earlier steps are dropped: no later chunk asks for them)."""
+        cut = int(np.searchsorted(self.ends, low, side="right"))
+        starts, ends = [self.starts[cut:]], [self.ends[cut:]]
+        last = int(starts[0][-1]) if len(starts[0]) else None
+        while not self.exhausted and (last is None or last < high):
+            rows = next(self.rows, None)
+            if rows is None:
+                self.exhausted = True
+                break
+            starts.append(rows[:, START].copy())
+            ends.append(starts[-1] + rows[:, DURATION])
+            last = int(starts[-1][-1]) if len(starts[-1]) else last
+        self.starts, self.ends = np.concatenate(starts), np.concatenate(ends)
+        return self.starts, self.ends
+
+
 def merged_by_time(parts: Sequence[Iterator[np.ndarray]]) -> Iterator[tuple[np.ndarray,
                                                                              np.ndarray]]:
     """Rows of several instances' streams (each in time order) as (rows, stream index), in
@@ -429,6 +513,7 @@ class Timeline:
             self.files[name].unlink(missing_ok=True)
 
 
+WAITING_CHUNK = 1 << 18  # waiting requests judged at a time (metrics/imbalance.py)
 CHUNK_VALUES = 1 << 21  # times read at a time (16 MiB)
 
 
@@ -503,7 +588,7 @@ class StreamingRecords:
         self.reject_codes: dict[int, Counter[str]] = {}  # by instance position + 1
         self.totals: Counter[str] = Counter()
         self.violations: list[Anomaly] = []
-        self.waiting: list[Waiting] = []  # a fixed cluster's, for load_imbalance at the end
+        self.waiting = WaitingFile(folder)  # a fixed cluster's, for load_imbalance at the end
         self.logs: Sequence[InstanceRecord] = ()  # the instances' final records
 
     # -- the sink ---------------------------------------------------------------------------
@@ -578,7 +663,9 @@ class StreamingRecords:
         good, judged = meets(table, targets), targeted(targets)
         self.violations += slo_violations(table, targets)
         if self.scenario.deployment is None:
-            self.waiting.append(Waiting.of(table))
+            keep, queued, scheduled = waited(table)
+            self.waiting.add(req.instance_index[keep], queued[keep], scheduled[keep],
+                             np.asarray(table["id"], dtype=object)[keep].tolist())
         ended = done | rejected | timed_out
         klass, tenant = self.classes.of(req.slo_class), self.tenants.of(req.tenant)
         for sums, codes in ((self.by_class, klass), (self.by_tenant, tenant)):
@@ -653,9 +740,7 @@ class StreamingRecords:
         anomalies = [*records.anomalies, *self.violations,
                      *episodes(records, scenario.evaluation, scenario.engine.kv_tiers)]
         if scenario.deployment is None:  # as metrics/evaluation.py: evaluate
-            anomalies += imbalanced(logs, self.spans(), Waiting.joined(self.waiting),
-                                    records.ended_at)
-            self.waiting = []
+            anomalies += self.imbalance(logs, records.ended_at)
         self.write_steps(logs)
         return (stats, *evaluation(scenario, metrics, stats, anomalies, seconds, wall_s,
                                    window))
@@ -703,15 +788,28 @@ class StreamingRecords:
                             ks.update(k if k >= 0 else n - 1 for k in (below, above))
             series.select(wanted)
 
-    def spans(self) -> Spans:
-        """Each instance's step starts and ends, read back from the step file."""
-        out = {}
-        for position, log in enumerate(self.logs):
-            parts = list(self.step_rows.rows(position))
-            rows = np.concatenate(parts) if parts else np.zeros((0, len(STEP_FIELDS)), np.int64)
-            starts = rows[:, START].copy()
-            out[log.id] = (starts, starts + rows[:, DURATION])
-        return out
+    def imbalance(self, instances: Sequence[InstanceRecord], ended_at: int) -> list[Anomaly]:
+        """`load_imbalance` (metrics/imbalance.py) over the waiting requests' file, a chunk at
+        a time, against the steps each chunk's waits overlap: found in the in-memory run's
+        order (by instance, then as the requests were handed over)."""
+        logs = interchangeable(instances)
+        if not logs or not self.waiting.rows:
+            return []
+        windows = [StepWindow(self.step_rows.rows(position)) for position in range(len(logs))]
+        found = []
+        for k, ((rows, names), low) in enumerate(zip(self.waiting.chunks(WAITING_CHUNK),
+                                                     self.waiting.earliest(WAITING_CHUNK),
+                                                     strict=True)):
+            where, queued, scheduled = rows[:, 0], rows[:, 1], rows[:, 2]
+            high = int(np.where(scheduled < 0, ended_at, scheduled).max())
+            spans = {log.id: window.span(low, high) for log, window in zip(logs, windows,
+                                                                            strict=True)}
+            found += [(position, k * WAITING_CHUNK + row,
+                       imbalance_anomaly(logs, position, names[row], q, s, idle))
+                      for position, row, q, s, idle
+                      in held_back(logs, spans, where, queued, scheduled, ended_at)]
+        found.sort(key=lambda item: item[:2])
+        return [anomaly for *_, anomaly in found]
 
     def steps_of(self, position: int) -> InstanceSteps:
         steps = self.instances.get(position)
@@ -839,6 +937,7 @@ class StreamingRecords:
         """Close the requests table and delete the scratch files."""
         self.request_file.close()
         self.step_rows.close()
+        self.waiting.close()
         self.timeline.close()
         for series in self.series.values():
             series.file.close()

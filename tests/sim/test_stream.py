@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import blis_simpy.core.records as records_module
+import blis_simpy.metrics.stream as metrics_stream
 import blis_simpy.sim.build as build_module
 import blis_simpy.sim.stream as stream_module
 from blis_simpy.cli import app
@@ -28,8 +29,9 @@ RUNNER = CliRunner()
 def small_chunks(monkeypatch):
     """Hand requests over 7 at a time, every 50 events: every path of the hand-over (the step
     windows, their folding, requests waiting for their last step's rows) runs in a small
-    scenario."""
+    scenario; the waiting requests are judged for load imbalance 5 at a time."""
     monkeypatch.setattr(records_module, "STREAM_CHUNK", 7)
+    monkeypatch.setattr(metrics_stream, "WAITING_CHUNK", 5)
     monkeypatch.setattr(build_module, "EVENTS_PER_SLICE", 50)
 
 
@@ -64,7 +66,8 @@ def test_a_streamed_run_writes_the_in_memory_runs_files_byte_for_byte(tmp_path, 
 
 def test_load_imbalance_is_judged_the_same_when_the_steps_stream(tmp_path, small_chunks):
     """`load_imbalance` reads every replica's step times and the waiting requests: a streamed
-    run keeps the waiting requests' columns and reads the steps back from its step file."""
+    run writes the waiting requests to a scratch file and judges them a few at a time against
+    the steps they overlap, read back from its step file."""
     both(tmp_path, scenario_file("search-routing"),
          overrides={"policies.routing.type": "always-busiest"})
     anomalies = pd.read_csv(tmp_path / "stream" / "anomalies.csv")
