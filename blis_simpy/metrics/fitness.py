@@ -139,8 +139,8 @@ class EvaluationResult:
 # ever), and it counts as an SLO miss. So shedding load pays only when what the served
 # requests gain outweighs what the unserved ones are charged: a load the replicas can never
 # carry, not a burst that admitting everything rides out late but served. (Before, the
-# latency terms described the completed requests only: on search-admission a load-blind
-# dropper rejecting a random third scored 1.36, above every template.)
+# latency terms described the completed requests only: on search-admission's spike version
+# a load-blind dropper rejecting a random third scored 1.36, above every template.)
 #
 # The latency terms: TTFT and E2E mean and p99 (over every arrival) and output tokens/s.
 # Where the scenario sets SLO targets they are half the quality and SLO attainment (the

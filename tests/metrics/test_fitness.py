@@ -532,8 +532,10 @@ def test_starving_a_tenant_or_shedding_long_prompts_never_beats_tenant_quota():
     """newcomer 16's #6, on search-admission's held-out seeds: rejecting every request of
     the batch tenant scored 1.78 and rejecting prompts over 2,000 tokens 2.12 (the latency
     ratios clip at 10 once the queue is gone), above the tenant-quota template (1.82).
-    Shedding does not pay there at all now (the spike passes: admitting everything is best,
-    tests/search/test_default_score.py)."""
+    The scenario is now a sustained overload where shedding pays (tests/search/
+    test_default_score.py), but not by starving a tenant or the long prompts: on seeds
+    101-102 reject-batch 0 (it meets 71 % of the SLO targets), reject-long 0.62 (it serves
+    the batch tenant 39 % of its work), tenant-quota 0.73."""
     from blis_simpy.search.library import SEARCH_LIBRARY
     from blis_simpy.search.sweep import run_many
 
@@ -549,7 +551,7 @@ def test_starving_a_tenant_or_shedding_long_prompts_never_beats_tenant_quota():
     }, seeds=(101, 102), workers=1)
     score = table.groupby("policy").fitness.mean()
     assert score["reject-batch"] == 0.0, table
-    assert score["reject-long"] < score["tenant-quota"] < 1.0, table
+    assert score["reject-long"] < score["tenant-quota"], table
 
 
 def test_degenerate_windows_and_baselines_score_nothing_in_a_sweep():
@@ -573,9 +575,13 @@ def test_degenerate_windows_and_baselines_score_nothing_in_a_sweep():
                                "batch": {"admission.type": "tenant-quota",
                                          "admission.quotas": {"batch": 8}}},
                      seeds=[1], workers=1).set_index("policy")
-    assert table.fitness["admit"] == pytest.approx(1.0)
-    assert table.fitness["quota"] == pytest.approx(table.tenant_completion["quota"])
-    assert table.fitness["batch"] < table.fitness["quota"] < 1.0
+    # the scenario's surge saturates the replicas whatever is admitted: each score carries
+    # its run's own `sustained` factor
+    sustained = table.sustained
+    assert table.fitness["admit"] == pytest.approx(sustained["admit"])
+    assert table.fitness["quota"] == pytest.approx(table.tenant_completion["quota"]
+                                                   * sustained["quota"])
+    assert table.fitness["batch"] < table.fitness["quota"] < table.fitness["admit"]
     assert "baseline completed nothing" in table.feedback["admit"]
 
 

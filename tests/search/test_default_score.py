@@ -1,10 +1,12 @@
 """The default score's verdicts on the search library (newcomer 17's #1 and #2), through
 run_many on held-out seeds: a load-blind random dropper (a code candidate rejecting one
-request in k by a hash of its id) and a bundle rejecting whenever more than 200 requests are
-in flight never beat the best honest template on search-admission, search-priority and
-search-routing; running the maximum replicas always never beats the best autoscaler on
-search-autoscale. And shedding still pays where the load is more than the replicas can ever
-carry. Two held-out seeds each, to keep the suite fast (the guide's table has all five)."""
+request in k by a hash of its id) never beats the best honest template on search-admission,
+search-priority and search-routing, nor does a bundle rejecting whenever more than 200
+requests are in flight on the last two; running the maximum replicas always never beats the
+best autoscaler on search-autoscale. And shedding pays where the load is more than the
+replicas can carry: search-admission's sustained overload, where that in-flight cap beats
+admitting everything. Two held-out seeds each, to keep the suite fast (the guide's table has
+all five)."""
 
 from __future__ import annotations
 
@@ -51,9 +53,11 @@ def templates(name: str, *chosen: str) -> dict[str, Any]:
 
 # scenario -> (the droppers tried, the best honest template, the others it must beat too)
 DROPPERS = {
-    # before: dropper(3) 1.36, the tree 1.36, above tenant-quota's 1.31 (the best then)
-    "search-admission": ({"drop1of3": dropper(3), "drop1of4": dropper(4),
-                          "in-flight>200": shed_above(200)}, "always-admit", ()),
+    # On the spike version (session 17) dropper(3) and the tree scored 1.36, above tenant-
+    # quota's 1.31. In today's sustained overload shedding pays, but a load-blind dropper
+    # sheds in the calm too: dropping half, about the surge's excess, comes closest.
+    "search-admission": ({"drop1of2": dropper(2), "drop1of3": dropper(3),
+                          "drop1of4": dropper(4)}, "token-bucket", ("rate-limit",)),
     # before: dropper(5) 1.52 and dropper(3) 1.24 against slo-based's 1.07
     "search-priority": ({"drop1of5": dropper(5), "drop1of3": dropper(3),
                          "in-flight>200": shed_above(200)}, "slo-based", ("constant",)),
@@ -83,16 +87,14 @@ def test_the_maximum_replicas_always_never_beats_the_best_autoscaler():
 
 
 def test_shedding_pays_where_the_load_is_more_than_the_replicas_can_carry():
-    """search-admission's two replicas under 150 requests/s throughout (about three times what
-    they serve): every candidate is saturated, admitted or shed, so `sustained` is about 0.45
-    for all (the verdict trusts the step-cost model where shedding keeps the queue flat); what
-    separates them is the work: always-admit meets about a quarter of the SLO targets, capping
-    the requests in flight about 0.4, and that cap beats both admitting everything and
-    dropping a third at random (1.3x always-admit on these seeds)."""
-    flood = load("search-admission", overrides={
-        "workload.rate_per_s": 150, "workload.load_profile": None, "workload.duration_s": 10})
-    score = scores(flood, {"admit": {"admission.type": "always-admit"},
-                           "in-flight>200": shed_above(200), "drop1of3": dropper(3)})
+    """search-admission's surge is twice what its two replicas serve within their targets for
+    8 s of the run: admitting everything leaves most requests late (about 30 % of the SLO
+    targets met), capping the requests in flight at 200 serves fewer but in time (about
+    47 %), and that cap beats both admitting everything and dropping a third at random.
+    (Before the scenario was this overload, the test overrode its rate to 150 requests/s.)"""
+    score = scores("search-admission", {"admit": {"admission.type": "always-admit"},
+                                        "in-flight>200": shed_above(200),
+                                        "drop1of3": dropper(3)})
     assert score["in-flight>200"] > 1.2 * score["admit"], score
     assert score["in-flight>200"] > score["drop1of3"], score
 
@@ -101,9 +103,12 @@ def test_a_candidate_that_serves_nothing_is_told_its_latencies_are_worse():
     """newcomer 18: turning every request away left the instances without an event, so the
     run's end was 0 and every unserved request was charged no wait: the feedback the reflecting
     model reads said latencies 10x better than the baseline's. The run ends at its last
-    arrival at the earliest."""
-    table = run_many("search-admission", {"reject": {"admission.type": "reject-all"}},
-                     seeds=[101], workers=1)
+    arrival at the earliest. Without the scenario's surge, so that the baseline serves its
+    requests in time (in the surge admitting everything makes the mean E2E latency longer
+    than a rejected request's wait to the run's end)."""
+    calm = load("search-admission", overrides={"workload.load_profile": None})
+    table = run_many(calm, {"reject": {"admission.type": "reject-all"}}, seeds=[101],
+                     workers=1)
     row = table.iloc[0]
     assert row.fitness == 0
     for term in ("ttft_mean", "ttft_p99", "e2e_mean", "e2e_p99"):

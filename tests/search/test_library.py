@@ -16,7 +16,7 @@ from blis_simpy.config.library import library_names
 from blis_simpy.search.library import SEARCH_LIBRARY, separation
 
 BEST_WORST = {
-    "search-admission": ("always-admit", "batch-quota"),
+    "search-admission": ("token-bucket", "batch-quota"),
     "search-priority": ("slo-based", "inverted-slo"),
     "search-routing": ("prefix-affinity", "always-busiest"),
     "search-scheduler": ("sjf", "reverse-priority"),
@@ -24,6 +24,9 @@ BEST_WORST = {
     "search-pd": ("always", "never"),
     "search-kv-tiers": ("threshold-0.5", "threshold-1.0-fifo"),
 }
+# Templates the best must beat by 20 % too: on search-admission, admitting everything (the
+# scenario's own policy), which a sustained overload makes late for most requests.
+ALSO_BEATEN = {"search-admission": ("always-admit",)}
 AXES = ("admission", "priority", "routing", "scheduler", "autoscale", "pd", "kv_tiers")
 # Fewest anomalies of its kind a pathological template raises a run: one per occurrence,
 # except scale_oscillation, one per flapping episode (judged from the scale log at the end of
@@ -44,8 +47,10 @@ def test_every_axis_has_a_library_scenario_with_held_out_seeds():
 def test_best_template_beats_the_worst_by_20_percent_on_held_out_seeds(name):
     entry = SEARCH_LIBRARY[name]
     best, worst = BEST_WORST[name]
-    table = separation(name, templates=(best, worst, *entry.pathological))
-    assert table.loc[best, "fitness"] >= 1.2 * table.loc[worst, "fitness"], table
+    also = ALSO_BEATEN.get(name, ())
+    table = separation(name, templates=(best, worst, *also, *entry.pathological))
+    for beaten in (worst, *also):
+        assert table.loc[best, "fitness"] >= 1.2 * table.loc[beaten, "fitness"], table
     assert table.index[0] == best, table
     for template, kind in entry.pathological.items():
         count = table.loc[template, f"anomaly.{kind}"]  # a mean over the seeds
