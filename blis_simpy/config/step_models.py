@@ -205,6 +205,29 @@ def load(name: str | None) -> CoefficientSet:
     return CoefficientSet.from_json(data, str(path))
 
 
+def outside_fit(scenario: Any) -> list[str]:
+    """Run warnings for a native scenario whose physical step model runs on a GPU its
+    coefficients have no kernel multipliers of (no measurement on it): the accuracy
+    summary.json `step_model` quotes was measured on the fitted GPUs."""
+    latency, model = scenario.latency, scenario.model
+    if latency.type != "physical":
+        return []
+    from blis_simpy.config import hardware
+
+    try:
+        names = hardware.names(hardware.hardware(latency.hardware_config))
+        found = load(latency.coefficients)
+    except ValueError:
+        return []
+    gpu = names.get((model.gpu or "").casefold(), model.gpu or "")
+    if gpu.casefold() in {k.casefold() for k in found.gpus}:
+        return []
+    return [f"step model: no measurements on {gpu} in the {found.name} coefficients (fitted "
+            f"on {', '.join(found.gpus) or 'no GPU of its own'}): its kernel rates are the "
+            "fitted GPUs' mean, else the physics prior, and the accuracy quoted in "
+            "summary.json step_model was measured on those GPUs, not this one"]
+
+
 def describe(scenario: Any) -> dict[str, Any]:
     """The step model a resolved native scenario runs, where its coefficients come from and
     how accurate it is documented to be (summary.json `step_model`)."""

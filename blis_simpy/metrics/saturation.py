@@ -15,8 +15,8 @@ Over the measured arrivals (the window's start to its last arrival):
   or when it did not grow but the offered rate is above `MODEL_OVER` x the step-cost model's
   capacity (a run too short to show it, a closed loop's standing queue, clients timing out:
   `reason` says so); `sustainable` otherwise; `undetermined` with fewer than `MIN_ARRIVALS`
-  arrivals, or for a batch (every arrival within 1 / `BATCH` of the time to the first
-  completion: not a rate);
+  arrivals, when none completed (nothing was served: no rate to judge), or for a batch
+  (every arrival within 1 / `BATCH` of the time to the first completion: not a rate);
 * `max_sustainable_rate_per_s`, the highest request rate the system would sustain with this
   request mix (the queue starts to grow beyond it; latency targets may allow less), estimated:
   when the queue grew, as measured: the rate at which requests completed from the span's
@@ -174,6 +174,10 @@ def saturation(timeline: Timeline, window: Window,
         out["reason"] = (f"only {count} requests arrived in the measurement window "
                          f"(a verdict needs {MIN_ARRIVALS})")
         return out
+    if timeline.between("completed", start, np.inf) == 0:
+        out["reason"] = (f"nothing was served: none of the {count} requests that arrived "
+                         "completed (rejected, timed out or still in service at the end)")
+        return out
     if end <= start or timeline.between("completed", start,
                                         start + BATCH * (end - start)) == 0:
         out["reason"] = (f"a batch, not a rate: all {count} requests arrived within "
@@ -202,10 +206,17 @@ def saturation(timeline: Timeline, window: Window,
            "queue_growth_per_s": growth, "waiting_at_end": at_end}
     best, method = model, "step-cost model"
     if grew:
-        best, stop = busy_rate(timeline, middle, end, floor)
-        method = ("measured: the rate requests completed while requests waited (from the "
-                  f"span's middle to t={stop / US_PER_S:.4g} s, when the wait queue emptied "
-                  "or the run ended)")
+        rate, begin, stop, short = busy_rate(timeline, middle, end, floor)
+        if short is None or model is None:
+            best = rate
+            method = ("measured: the rate requests completed while requests waited (from "
+                      f"t={begin / US_PER_S:.4g} s to t={stop / US_PER_S:.4g} s, when the wait "
+                      "queue emptied or the run ended)" + (
+                          f"; too short to be sure: {short}" if short else ""))
+        else:
+            out["measured_rate_per_s"] = rate
+            method = (f"step-cost model (the run is too short to measure the rate: {short}; "
+                      f"completions then read {rate:.3g} req/s)")
     elif model is not None and beyond:
         out["reason"] = (f"the offered load is {offered / model:.2f}x the step-cost model's "
                          "capacity, but the wait queue did not grow within the span (the run "
@@ -281,12 +292,15 @@ MODEL_OVER = 1.1  # offered above this multiple of the step-cost model's capacit
 DRAIN_STEPS = 60  # doublings of the half-span searched for the end of the busy stretch
 
 
-def busy_rate(timeline: Timeline, middle: int, end: int, floor: float) -> tuple[float, int]:
+def busy_rate(timeline: Timeline, middle: int, end: int, floor: float
+              ) -> tuple[float, int, int, str | None]:
     """The rate requests completed while the wait queue held at least `floor` requests: from
     the span's middle (the queue grew over the second half, so the servers were as busy as they
     get), or the first completion after it, through the drain after the last arrival, to the
     first time the queue fell below `floor` or, if it never did (a horizon cut), the last
-    completion; with that stretch's end (µs). Completions, not entries into service: a
+    completion, once the batch turned over (`turned_over`); with that stretch's start and
+    end (µs), and why it is too short to measure (None when it is not; the rate is then over
+    the whole stretch). Completions, not entries into service: a
     request that stays in service longer than the half-span fills the batch in the first half,
     and few enter in the second although the servers complete work at their full rate."""
     half = max(1, end - middle)
@@ -301,8 +315,47 @@ def busy_rate(timeline: Timeline, middle: int, end: int, floor: float) -> tuple[
     grid = np.linspace(float(middle), stop, GRID)
     done = timeline.by("completed", grid)
     begin = grid[max(0, int(np.argmax(done > done[0])) - 1)] if done[-1] > done[0] else grid[0]
-    return float(done[-1] - timeline.by("completed", np.array([begin]))[0]) / (
-        (stop - begin) / US_PER_S), int(stop)
+    turned, short = turned_over(timeline, middle, stop, floor)
+    if short is None:
+        begin = max(begin, turned)
+    rate = float(done[-1] - timeline.by("completed", np.array([begin]))[0]) / (
+        (stop - begin) / US_PER_S) if stop > begin else 0.0
+    return rate, int(begin), int(stop), short
+
+
+MIN_MEASURED = 30  # completions a measured rate needs after the batch turned over
+
+
+def turned_over(timeline: Timeline, middle: int, stop: float, floor: float
+                ) -> tuple[float, str | None]:
+    """When the servers' batch had turned over once since it filled (µs), and why the busy
+    stretch is too short to measure (None when it is not). The batch fills when the wait queue
+    forms (the start of the queue standing at the span's middle, or its first forming after);
+    until every request in service then has completed, completions lag the full rate: a batch
+    still growing holds requests that entered lately, and the steps slow as it grows (a 10 s
+    run at 1.4x one replica's capacity read half of it). Too short when it had not turned
+    over by `stop`, or fewer than `MIN_MEASURED` requests completed after."""
+    grid = np.linspace(0.0, stop, 4 * GRID)
+    waiting = timeline.by("arrived", grid) - timeline.by("left", grid)
+    queued = waiting >= floor
+    at = int(np.searchsorted(grid, middle))
+    if queued[min(at, len(grid) - 1)]:
+        before = np.flatnonzero(~queued[:at])
+        filled = int(before[-1]) + 1 if len(before) else 0
+    else:
+        after = np.flatnonzero(queued[at:])
+        filled = at + int(after[0]) if len(after) else len(grid) - 1
+    done = timeline.by("completed", np.append(grid, stop))
+    serving = int(timeline.by("entered", grid[filled:filled + 1])[0]) - int(done[filled])
+    over = np.flatnonzero(done[filled:-1] >= done[filled] + serving)
+    when = float(grid[filled + int(over[0])]) if len(over) else stop
+    if not len(over) or done[-1] - done[filled + int(over[0])] < MIN_MEASURED:
+        return when, (f"its servers filled at t={grid[filled] / US_PER_S:.3g} s with "
+                      f"{serving} requests in service, and {int(done[-1] - done[filled])} "
+                      f"completed by t={stop / US_PER_S:.4g} s" + (
+                          f", {int(done[-1] - done[filled + int(over[0])])} after it turned "
+                          "over once" if len(over) else ", not one turnover"))
+    return when, None
 
 
 def busy(timeline: Timeline, times: np.ndarray, floor: float) -> np.ndarray:

@@ -37,6 +37,7 @@ import numpy as np
 
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.step_models import describe as step_model_of
+from blis_simpy.config.step_models import outside_fit
 from blis_simpy.core.records import (
     STEP_FIELDS,
     Anomaly,
@@ -730,6 +731,7 @@ class StreamingRecords:
         stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario,
                                          self.simulated) + notes
         stats["step_model"] = step_model_of(scenario)  # streamed runs are native
+        stats["warnings"].extend(outside_fit(scenario))
         seconds = window.seconds(records.ended_at)
         metrics = assemble(
             self.group(ALL, 0, seconds), self.whole_totals(records.ended_at), seconds,

@@ -172,7 +172,8 @@ def outcome_counts(fig: ScopeFigures) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if fig.whole:
         out["arrived_requests"] = fig.arrived
-        out["admitted_requests"] = fig.arrived - by_code.get(RejectCode.ADMISSION, 0)
+        out["admitted_requests"] = fig.arrived - by_code.get(RejectCode.ADMISSION, 0) \
+            - by_code.get(RejectCode.ADMISSION_DELAYS, 0)  # delayed, never admitted
     out["rejected_requests"] = sum(by_code.values())
     out["rejected_by_reason"] = by_code
     out["timed_out_requests"] = fig.timed_out

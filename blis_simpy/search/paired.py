@@ -30,7 +30,10 @@ def compare_policies(table: pd.DataFrame, baseline: str,
     (policy - baseline), its `confidence` interval, the number of paired seeds and the
     measurement window the metrics describe (`evaluation.window`, the same for every run of a
     scenario; a warning when it starts at 0). A seed missing for one of the two is left out
-    of that pair."""
+    of that pair. Seeds whose runs drew the same workload (`workload_id`: `seeds.workload`
+    pinned) are one sample: the mean and interval are over distinct workloads (`workloads`;
+    fewer than two: no interval), with a warning. A table holding a (scenario, policy, seed)
+    twice is refused."""
     import pandas as pd
 
     instance("table", table, pd.DataFrame, "a DataFrame from run_many")
@@ -45,8 +48,10 @@ def compare_policies(table: pd.DataFrame, baseline: str,
         raise ScenarioError("metrics", f"not columns of the table: {', '.join(missing)}")
     if not 0 < confidence < 1:
         raise ScenarioError("confidence", f"{confidence!r}", "a number between 0 and 1")
+    repeated(table)
     rows = []
     unwindowed = []
+    shared: list[str] = []
     for scenario, runs in table.groupby("scenario", sort=False):
         start, end = window(runs, scenario)
         if not start:
@@ -55,12 +60,20 @@ def compare_policies(table: pd.DataFrame, baseline: str,
         for policy, other in runs[runs.policy != baseline].groupby("policy", sort=False):
             paired = other.set_index("seed").merge(base, how="inner", left_index=True,
                                                    right_index=True, suffixes=("", ".base"))
+            drawn = workloads(paired)
+            if drawn.nunique() < len(drawn):
+                shared.append(f"{scenario} {policy}: {len(drawn)} seeds, "
+                              f"{drawn.nunique()} distinct workload(s)")
             for metric in metrics:
                 diff = (paired[metric].astype(float)
                         - paired[f"{metric}.base"].astype(float)).dropna()
-                mean, half = interval([float(d) for d in diff], confidence)
+                # Seeds that drew the same workload are one sample of it, not several: the
+                # interval is over the workloads' mean differences.
+                samples = diff.groupby(drawn.loc[diff.index]).mean()
+                mean, half = interval([float(d) for d in samples], confidence)
                 rows.append({"scenario": scenario, "policy": policy, "baseline": baseline,
-                             "metric": metric, "seeds": len(diff), "mean_diff": mean,
+                             "metric": metric, "seeds": len(diff),
+                             "workloads": len(samples), "mean_diff": mean,
                              "ci_low": mean - half, "ci_high": mean + half,
                              "window_start_s": start, "window_end_s": end})
     if unwindowed:
@@ -68,7 +81,38 @@ def compare_policies(table: pd.DataFrame, baseline: str,
                       "prefix caches and empty queues included; on short runs they can decide "
                       "the comparison (set evaluation.window.warmup_s: docs/reference/metrics.md)",
                       UserWarning, stacklevel=2)
+    if shared:
+        warnings.warn("compare_policies: seeds that drew the same workload (one workload_id: "
+                      "seeds.workload pinned, or a trace) are counted once, so the interval "
+                      "is over distinct workloads (none below two): " + "; ".join(shared),
+                      UserWarning, stacklevel=2)
     return pd.DataFrame(rows)
+
+
+def repeated(table: pd.DataFrame) -> None:
+    """Refuse a table holding one scenario, policy and seed twice (runs are deterministic: a
+    repeat is a copy, and counting it would narrow the interval for nothing)."""
+    counts = table.groupby(["scenario", "policy", "seed"], sort=False).size()
+    twice = counts[counts > 1]
+    if len(twice):
+        scenario, policy, seed = (str(part) for part in twice.index[0])
+        raise ScenarioError("table", f"scenario {scenario}, policy {policy}, seed {seed} is "
+                            f"there {int(twice.iloc[0])} times ({len(twice)} such): runs are "
+                            "deterministic, so a repeat is a copy, not a sample",
+                            "each (scenario, policy, seed) once (drop duplicates of "
+                            "concatenated tables)")
+
+
+def workloads(paired: pd.DataFrame) -> pd.Series:
+    """Each paired seed's workload: its `workload_id` (the baseline's; a failed run, which
+    has none, or a table without the column: the seed's own)."""
+    import pandas as pd
+
+    seeds = pd.Series([f"seed {s}" for s in paired.index], index=paired.index)
+    if "workload_id.base" not in paired:
+        return seeds
+    ids = paired["workload_id.base"].astype(str)
+    return ids.where(ids != "", seeds)
 
 
 def window(runs: pd.DataFrame, scenario: object) -> tuple[float, float | None]:

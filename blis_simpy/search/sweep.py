@@ -31,6 +31,7 @@ import importlib
 import multiprocessing
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -227,6 +228,11 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
     if seed_list == []:
         raise ScenarioError("seeds", "empty: no run would be made",
                             "at least one seed, or None for each scenario's own")
+    repeated = sorted(s for s, n in Counter(seed_list or ()).items() if n > 1)
+    if repeated:
+        raise ScenarioError("seeds", f"{', '.join(map(str, repeated))} repeated: runs are "
+                            "deterministic, so a repeated seed adds a copy, not a sample",
+                            "each seed once")
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
     if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
         require_sandbox()  # code runs only in the sandbox: a machine without one refuses it now

@@ -11,6 +11,7 @@ from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario, with_overrides
 from blis_simpy.config.step_models import describe as step_model_of
+from blis_simpy.config.step_models import outside_fit
 from blis_simpy.core.arguments import callback, flag, instance
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.records import Recorder, Records
@@ -135,6 +136,7 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
                          + sim.input_notes)
     if not sim.mode.reference_reporting:  # compat writes the reference's summary only
         stats["step_model"] = step_model_of(scenario)
+        stats["warnings"].extend(outside_fit(scenario))
     requests = request_table(records.requests, lat, sim.trace_times)
     scale_log, scale_tables, placements = sim.scale_log, None, None
     if scenario.deployment is not None:  # (its metrics imported only then)

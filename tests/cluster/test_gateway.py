@@ -97,6 +97,7 @@ def test_a_request_admission_never_admits_is_rejected_after_the_delay_limit():
     assert summary["completed_requests"] == 0
     assert summary["rejected_by_reason"] == {"admission_delay_limit":
                                              summary["arrived_requests"]}
+    assert summary["admitted_requests"] == 0  # newcomer 19's #6: it said every one
     assert any("never lets them in" in w for w in summary["warnings"])
     reasons = set(result.requests["reject_reason"])
     assert reasons == {f"admission delayed it {MAX_ADMISSION_DELAYS} times and then by "

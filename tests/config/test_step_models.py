@@ -137,6 +137,22 @@ def test_outputs_name_the_step_model_its_source_and_accuracy():
     assert "step_model" not in compat.summary  # compat writes the reference's summary
 
 
+def test_a_gpu_the_step_model_has_no_measurements_on_is_warned():
+    """Newcomer 19 #5: `model.gpu=L40S` ran on the fitted GPUs' mean multipliers, said only in
+    summary.json step_model.gpu, with the fitted GPUs' accuracy quoted beside it."""
+    warned = [w for w in run(scenario(model={"gpu": "L40S"})).summary["warnings"]
+              if w.startswith("step model:")]
+    assert warned == ["step model: no measurements on L40S in the vllm coefficients (fitted "
+                      "on A100-SXM, H100, H200, RTX-4090): its kernel rates are the fitted "
+                      "GPUs' mean, else the physics prior, and the accuracy quoted in "
+                      "summary.json step_model was measured on those GPUs, not this one"]
+    assert not any(w.startswith("step model:") for w in run(scenario()).summary["warnings"])
+    text = run(scenario(model={"gpu": "L40S"})).summary_text()
+    assert "- Step model: no measurements on L40S" in text
+    blackbox = run(scenario(latency={"type": "blackbox"})).summary["warnings"]
+    assert not any(w.startswith("step model:") for w in blackbox)
+
+
 def test_shipped_sets_say_what_they_were_fitted_on_and_how_accurate_they_are():
     assert step_models.bundled_families() == ["sglang", "vllm"]
     for family in step_models.bundled_families():

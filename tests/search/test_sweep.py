@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pandas as pd
@@ -154,3 +156,50 @@ def test_an_evaluation_never_imports_pandas():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_repeated_seed_is_refused_naming_it():
+    """newcomer 19's #4: `seeds=[1, 2, 3] * 3` ran each seed three times (deterministic
+    copies) and compare_policies counted nine pairs, turning an interval across zero into a
+    'significant' one."""
+    with pytest.raises(ScenarioError, match=r"seeds: 1, 3 repeated: runs are deterministic"):
+        run_many("quickstart", {"x": {}}, seeds=[1, 2, 3, 1, 3, 1])
+
+
+def test_compare_policies_refuses_a_table_holding_a_run_twice(serial):
+    """Two concatenated sweep tables with overlapping seeds: the copies are no samples."""
+    from blis_simpy.search.paired import compare_policies
+
+    twice = pd.concat([serial, serial[serial.seed == 1]], ignore_index=True)
+    with pytest.raises(ScenarioError, match=r"table: scenario prefix, policy rr, seed 1 is "
+                       r"there 2 times \(2 such\)"):
+        compare_policies(twice, "rr")
+
+
+def test_seeds_of_a_pinned_workload_are_one_sample_not_several():
+    """newcomer 19's #4: a scenario pinning `seeds.workload` draws the same requests for
+    every seed; compare_policies reported a zero-width interval 'over 4 seeds'. The seeds
+    sharing a workload_id are one sample: no interval from copies, and a warning says so."""
+    from blis_simpy.search.paired import compare_policies
+
+    table = run_many(prefix_scenario(seeds={"workload": 5}), POLICIES, [1, 2, 3], workers=1)
+    assert table.workload_id.nunique() == 1
+    with pytest.warns(UserWarning, match=r"counted once.*prefix prefix: 3 seeds, 1 distinct"):
+        warnings.filterwarnings("ignore", message=".*measured from t=0")
+        compared = compare_policies(table, "rr")
+    row = compared[compared.metric == "fitness"].iloc[0]
+    assert (row.seeds, row.workloads) == (3, 1)
+    assert math.isnan(row.ci_low) and math.isnan(row.ci_high)
+    fitness = table.groupby("policy").fitness.first()
+    assert row.mean_diff == pytest.approx(fitness["prefix"] - fitness["rr"])
+
+
+def test_distinct_workloads_keep_one_sample_per_seed(serial):
+    from blis_simpy.search.paired import compare_policies
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message=".*measured from t=0")
+        compared = compare_policies(serial, "rr")
+    assert (compared.seeds == 2).all() and (compared.workloads == 2).all()
+    assert compared.ci_low.notna().all()

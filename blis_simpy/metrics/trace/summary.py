@@ -394,6 +394,8 @@ def outcome(inputs: TraceInputs) -> Section:
                      + (f"; fairness (Jain over tenants) {fairness:.2f}"
                         if fairness is not None and len(m.get("per_tenant", {})) > 1 else ""))
     lines.append(load_line(inputs))
+    lines.extend(f"- S{w[1:]}" for w in inputs.summary.get("warnings") or ()
+                 if str(w).startswith("step model:"))  # the figures' trust, for the reader
     lines.append(f"- Cache hit rate {pct(m['cache_hit_rate'])}, preemptions per request "
                  f"{m['preemption_rate']:.2f}")
     return section
