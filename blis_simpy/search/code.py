@@ -44,6 +44,20 @@ INTROSPECTION = ("gi_", "f_", "co_", "tb_", "cr_", "ag_")
 # (an annotation "getattr" comes back as the builtin the check refuses by name)
 EVALUATING = frozenset({"get_type_hints", "ForwardRef", "evaluate_forward_ref",
                         "get_annotations"})
+# Standard-library helpers a candidate is not offered (`cell.OFFERED`), refused by name with
+# why: each reaches what the check refuses, through strings it cannot see.
+WITHHELD = {
+    "singledispatch": "its register() evaluates annotation strings with the real builtins",
+    "singledispatchmethod": "its register() evaluates annotation strings with the real "
+                            "builtins",
+    "update_wrapper": "it copies attributes named by strings (assigned=, updated=), dunders "
+                      "included",
+    "wraps": "it copies attributes named by strings (assigned=, updated=), dunders included",
+    "make_dataclass": "its field names and namespace are strings, dunders included"}
+# Built-in types whose class pattern takes one positional sub-pattern matched against the
+# subject itself (`case int(n)`), not an attribute: the only positional class patterns allowed.
+SELF_MATCHING = frozenset({"bool", "bytearray", "bytes", "dict", "float", "int", "list",
+                           "str", "tuple"})
 WHY_NOT = {"random": "non-deterministic: a policy gets no random source, the simulation must "
            "be reproducible", "time": "wall-clock time makes runs non-deterministic",
            "os": "no I/O or process access", "sys": "no interpreter access",
@@ -124,6 +138,13 @@ def node_problem(node: ast.AST) -> str:
     helper = evaluating_helper(node)
     if helper:
         return f"{helper} is not allowed (it evaluates annotation strings with the real builtins)"
+    withheld = withheld_helper(node)
+    if withheld:
+        return f"{withheld} is not allowed in a policy ({WITHHELD[withheld]})"
+    rebound = rebound_type(node)
+    if rebound:
+        return f"{rebound} cannot be rebound (class patterns like case {rebound}(x) rely on " \
+            "it being the built-in type)"
     if isinstance(node, ast.Global | ast.Nonlocal):
         return "global/nonlocal state is not allowed: keep state on the policy object"
     if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
@@ -166,6 +187,12 @@ def pattern_problem(node: ast.AST) -> str:
     Name node shows: `case object(__globals__=g)` reads an attribute as `g.__globals__`
     would, so the same names are refused (`attribute_problem`)."""
     if isinstance(node, ast.MatchClass):
+        if node.patterns and not (isinstance(node.cls, ast.Name)
+                                  and node.cls.id in SELF_MATCHING):
+            return ("positional sub-patterns are allowed on built-in types only "
+                    f"({', '.join(sorted(SELF_MATCHING))}): on another class they read the "
+                    "attributes its __match_args__ names, which this check cannot see; "
+                    "name them: case Point(x=a, y=b)")
         for attr in node.kwd_attrs:
             problem = attribute_problem(attr, init_allowed=False)  # (no super() call here)
             if problem:
@@ -186,6 +213,38 @@ def evaluating_helper(node: ast.AST) -> str:
     if isinstance(node, ast.ImportFrom):
         return next((a.name for a in node.names if a.name in EVALUATING), "")
     return ""
+
+
+def withheld_helper(node: ast.AST) -> str:
+    """The helper of `WITHHELD` a node names or imports, else ""."""
+    if isinstance(node, ast.Name) and node.id in WITHHELD:
+        return node.id
+    if isinstance(node, ast.Attribute) and node.attr in WITHHELD:
+        return node.attr
+    if isinstance(node, ast.ImportFrom):
+        return next((a.name for a in node.names if a.name in WITHHELD), "")
+    return ""
+
+
+def rebound_type(node: ast.AST) -> str:
+    """The name of `SELF_MATCHING` a node binds (an assignment, a parameter, a definition, an
+    import alias, a pattern capture), else ""."""
+    names: list[str | None] = []
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        names = [node.id]
+    elif isinstance(node, ast.arg):
+        names = [node.arg]
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        names = [node.name]
+    elif isinstance(node, ast.alias):
+        names = [node.asname or node.name]
+    elif isinstance(node, ast.MatchAs | ast.MatchStar):
+        names = [node.name]
+    elif isinstance(node, ast.MatchMapping):
+        names = [node.rest]
+    elif isinstance(node, ast.ExceptHandler):
+        names = [node.name]
+    return next((n for n in names if n in SELF_MATCHING), "")
 
 
 def top_level_problem(statement: ast.stmt) -> tuple[int, str]:

@@ -154,6 +154,31 @@ def test_code_policy_rows_are_deterministic_across_workers():
      "            case {**__builtins__}:\n                return 1\n", "pattern name"),
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
      "            case [*__x]:\n                return 1\n", "pattern name"),
+    # newcomer 19: singledispatch's register() evaluates a string annotation with the real
+    # builtins (to the clock); update_wrapper copies an attribute named by a run-time string
+    # onto a make_dataclass holder, read back by a positional class pattern
+    ("import functools\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return functools.singledispatch(len)\n", "singledispatch is not allowed"),
+    ("from functools import singledispatchmethod\nclass Policy(RoutingPolicy):\n    pass\n",
+     "singledispatchmethod is not allowed"),
+    ("import functools\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return functools.update_wrapper(a, len, assigned=('x',))\n",
+     "update_wrapper is not allowed"),
+    ("from functools import wraps\nclass Policy(RoutingPolicy):\n    pass\n",
+     "wraps is not allowed"),
+    ("import dataclasses as dc\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return dc.make_dataclass('H', [('x', int)])\n", "make_dataclass is not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
+     "            case RoutingDecision(found):\n                return found\n",
+     "positional sub-patterns are allowed on built-in types only"),
+    ("import math\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
+     "            case math.inf(found):\n                return found\n",
+     "positional sub-patterns"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        int = RoutingDecision\n"
+     "        match a:\n            case int(found):\n                return found\n",
+     "int cannot be rebound"),
+    ("class Policy(RoutingPolicy):\n    def route(self, str, *a):\n        pass\n",
+     "str cannot be rebound"),
 ])
 def test_static_check_refuses_escapes(source, message):
     with pytest.raises(CodeRejected, match=message.replace("(", r"\(")):
@@ -168,6 +193,7 @@ def test_plain_pattern_matching_passes():
                      "            case [first, *rest] if rest:\n                pass\n"
                      "            case {'a': x, **others}:\n                pass\n"
                      "            case RoutingDecision(target=t):\n                pass\n"
+                     "            case (int(n), str(s)):\n                pass\n"
                      "        return RoutingDecision(snapshots[0].id, 'first', (1.0,))\n"))
 
 
@@ -254,6 +280,22 @@ def test_allowed_modules_are_seen_without_the_modules_they_import():
     assert hasattr(collections_view, "deque") and hasattr(collections_view.abc, "Mapping")
     with pytest.raises(ImportError, match="not allowed"):
         guarded_import("os")
+
+
+def test_functools_and_dataclasses_offer_an_allow_list_and_no_module_the_evaluating_helpers():
+    """newcomer 19: a module's public names were all offered, helpers that take attribute names
+    as strings or evaluate annotations among them; the static check refuses each by name
+    (`code.WITHHELD`), and the views do not hold them either."""
+    from blis_simpy.search.cell import OFFERED, WITHHELD, guarded_import
+    from blis_simpy.search.code import EVALUATING, WITHHELD as REFUSED
+
+    for name, offered in OFFERED.items():
+        assert sorted(n for n in vars(guarded_import(name)) if not n.startswith("_")) \
+            == sorted(offered)
+    for name in ("typing", "collections", "statistics", "itertools"):
+        view = vars(guarded_import(name))
+        assert not (set(view) & (WITHHELD | EVALUATING | set(REFUSED)))
+    assert not set(REFUSED) & set().union(*OFFERED.values())
 
 
 def test_escape_through_a_module_attribute_scores_zero():
