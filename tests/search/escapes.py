@@ -143,10 +143,29 @@ def forge(marker: str) -> str:
         "    except OSError:\n        pass")
 
 
-# The clock, pid, entropy and address space an escaped candidate may look at.
-PROBES = attempt("clock", "import time\nresult = time.time()") + attempt(
-    "pid", "import os\nresult = os.getpid()") + attempt(
+# The pid, entropy and signal handlers an escaped candidate may look at.
+PROBES = attempt("pid", "import os\nresult = os.getpid()") + attempt(
     "entropy", "import os\nresult = os.urandom(8)") + attempt(
-    "sleep", "import time\nresult = time.sleep(0.01)") + attempt(
     "signal-handler", "import signal\nresult = signal.signal(signal.SIGXCPU, "
     "lambda *a: None)")
+# Every way found to read a clock: each ends the candidate's process (SIGSEGV: the vDSO's pages
+# are gone and the time-stamp counter faults) or fails (a system call the filter refuses), so
+# each is a candidate of its own.
+RDTSC = """import ctypes
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long)
+page = libc.mmap(None, 4096, 7, 0x22, -1, 0)
+code = bytes.fromhex("0f3148c1e2204809d0c3")  # rdtsc; shl rdx, 32; or rax, rdx; ret
+ctypes.memmove(page, code, len(code))
+result = ctypes.CFUNCTYPE(ctypes.c_uint64)(page)()"""
+CLOCKS = {
+    "time": "import time\nresult = time.time()",
+    "monotonic": "import time\nresult = time.monotonic_ns()",
+    "coarse": "import time\nresult = time.clock_gettime(6)",  # CLOCK_MONOTONIC_COARSE
+    "cpu-time": "import time\nresult = time.process_time()",
+    "sleep": "import time\nresult = time.sleep(0.01)",
+    "libc-time": "import ctypes\nresult = ctypes.CDLL(None).time(None)",
+    "rdtsc": RDTSC,
+}
