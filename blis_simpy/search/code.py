@@ -145,6 +145,9 @@ def node_problem(node: ast.AST) -> str:
     if rebound:
         return f"{rebound} cannot be rebound (class patterns like case {rebound}(x) rely on " \
             "it being the built-in type)"
+    annotation = annotation_problem(node)
+    if annotation:
+        return annotation
     if isinstance(node, ast.Global | ast.Nonlocal):
         return "global/nonlocal state is not allowed: keep state on the policy object"
     if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
@@ -212,6 +215,59 @@ def evaluating_helper(node: ast.AST) -> str:
         return node.attr
     if isinstance(node, ast.ImportFrom):
         return next((a.name for a in node.names if a.name in EVALUATING), "")
+    return ""
+
+
+# What an annotation may be built of (`list[int]`, `int | None`, `Callable[[int], float]`,
+# `"Params"`): a type's name, not a computation.
+ANNOTATION_NODES = (ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List,
+                    ast.BinOp, ast.BitOr, ast.Load)
+
+
+# What a string in an annotation may not hold: a call or anything that runs code.
+CALLING = (ast.Call, ast.Lambda, ast.NamedExpr, ast.ListComp, ast.DictComp, ast.GeneratorExp,
+           ast.SetComp, ast.Await, ast.Yield, ast.YieldFrom)
+
+
+def annotation_problem(node: ast.AST) -> str:
+    """Why the annotation a node carries is refused, else "": an annotation is stored as text
+    (the candidate's module inherits `from __future__ import annotations`) and a helper that
+    evaluates it runs it with the real builtins, so it may only name types; a string in it
+    that reads as an expression is held to the same rule."""
+    annotation = node.annotation if isinstance(node, ast.AnnAssign | ast.arg) else \
+        node.returns if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
+    if annotation is None:
+        return ""
+    return annotation_shape(annotation, 0)
+
+
+def annotation_shape(annotation: ast.expr, depth: int) -> str:
+    """The annotation's own shape (types' names), then its strings (`annotation_strings`)."""
+    for part in ast.walk(annotation):
+        if not isinstance(part, ANNOTATION_NODES) or (
+                isinstance(part, ast.BinOp) and not isinstance(part.op, ast.BitOr)):
+            return f"annotations may only name types (names, X[Y], X | Y, strings of " \
+                f"them), not compute: {ast.unparse(annotation)[:80]!r}"
+    return annotation_strings(annotation, depth)
+
+
+def annotation_strings(annotation: ast.expr, depth: int) -> str:
+    """A string in an annotation that reads as an expression is evaluated as one by the
+    helpers that evaluate annotations: it may call nothing and break no rule (text such as
+    `Literal["least-load"]` stays text)."""
+    for part in ast.walk(annotation):
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            try:
+                inner = ast.parse(part.value.strip(), mode="eval").body
+            except SyntaxError:
+                continue  # (text such as Literal["least load"]: no expression to run)
+            problem = "annotations nest too deep" if depth > 3 else next(
+                (p for p in map(node_problem, ast.walk(inner)) if p), "") or next(
+                (f"annotations may only name types, not call: {part.value[:80]!r}"
+                 for p in ast.walk(inner) if isinstance(p, CALLING)), "") or \
+                annotation_strings(inner, depth + 1)
+            if problem:
+                return problem
     return ""
 
 

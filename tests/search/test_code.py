@@ -128,7 +128,7 @@ def test_code_policy_rows_are_deterministic_across_workers():
     ("class Other(RoutingPolicy):\n    pass\n", "no class Policy"),
     ("from blis_simpy.core import errors\n", "import blis_simpy.core"),
     # string annotations evaluated with the real builtins: getattr, then __import__ and time
-    ("import typing\nclass Hole:\n    e: 'getattr'\nclass Policy(RoutingPolicy):\n"
+    ("import typing\nclass Hole:\n    e: 'int'\nclass Policy(RoutingPolicy):\n"
      "    def route(self, *a):\n        return typing.get_type_hints(Hole, globalns={})\n",
      "get_type_hints is not allowed"),
     ("from typing import get_type_hints as hints\nclass Policy(RoutingPolicy):\n    pass\n",
@@ -179,6 +179,15 @@ def test_code_policy_rows_are_deterministic_across_workers():
      "int cannot be rebound"),
     ("class Policy(RoutingPolicy):\n    def route(self, str, *a):\n        pass\n",
      "str cannot be rebound"),
+    # newcomer 19: an annotation is text that an evaluating helper runs with the real
+    # builtins: it may only name types, and a string in it may call nothing
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        class H:\n"
+     "            a: 'float(' + '_' + '_import_' + '_(\"time\").time())'\n",
+     "annotations may only name types"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a) -> 'float(len(a))':\n"
+     "        pass\n", "annotations may only name types, not call: 'float"),
+    ("class Policy(RoutingPolicy):\n    def route(self, x: list['len(x)']):\n        pass\n",
+     "not call: 'len"),
 ])
 def test_static_check_refuses_escapes(source, message):
     with pytest.raises(CodeRejected, match=message.replace("(", r"\(")):
@@ -194,6 +203,14 @@ def test_plain_pattern_matching_passes():
                      "            case {'a': x, **others}:\n                pass\n"
                      "            case RoutingDecision(target=t):\n                pass\n"
                      "            case (int(n), str(s)):\n                pass\n"
+                     "        return RoutingDecision(snapshots[0].id, 'first', (1.0,))\n"))
+
+
+def test_annotations_naming_types_pass():
+    check(CodePolicy("routing", "import typing\nclass Policy(RoutingPolicy):\n"
+                     "    limit: int | None = None\n    kinds: 'dict[str, list[float]]' = ()\n"
+                     "    def route(self, req, priority, snapshots: list, state, clock: int"
+                     ") -> 'RoutingDecision':\n        mode: typing.Literal['least-load'] = ''\n"
                      "        return RoutingDecision(snapshots[0].id, 'first', (1.0,))\n"))
 
 
