@@ -9,7 +9,9 @@ parse, import only `ALLOWED_IMPORTS`, call none of `FORBIDDEN_NAMES` (I/O, refle
 code, process-dependent values such as `hash` and `id`), build no set literal (a set iterates
 in hash order; inside the sandbox the hash seed is fixed, but a dict says what is meant), touch
 no private or dunder attribute or name, no frame or code introspection attribute and no string
-holding `__`, and keep no state outside its policy object (no `global`; module- and class-level
+holding `__`, call no helper that takes attribute names as strings (`WITHHELD`), match
+positionally only on built-in types, annotate only with types' names, and keep no state
+outside its policy object (no `global`; module- and class-level
 values are constants, annotations and dataclass fields). It is not the boundary: code written
 to get past it still meets the operating system's.
 

@@ -17,8 +17,8 @@ A candidate's process (`lock_down`) then drops to: no core dumps, no files writt
 and an address-space limit, no new privileges, and a seccomp filter that lets through only
 what a running interpreter needs to compute and to talk over its one socket (read, write,
 memory, exit): every other system call (open, socket, fork, exec, kill, clock_gettime,
-getrandom, getpid, signal handlers, ...) fails with EPERM. (The clock the vDSO reads without
-a system call stays readable: the interpreter's own locks read it.)
+getrandom, getpid, signal handlers, ...) fails with EPERM; before it, every clock is stopped
+(`withdraw_clock`: the vDSO's clock data zeroed, the time-stamp counter faulting).
 """
 
 from __future__ import annotations
