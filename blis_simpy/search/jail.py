@@ -170,6 +170,7 @@ def prepare() -> Filter:
     if not FILTER:
         FILTER.append(Filter())
         libc()
+        clock_pages()
     return FILTER[0]
 
 
@@ -219,6 +220,20 @@ def withdraw_clock() -> None:
     read 0), and (x86) the time-stamp counter instruction faults (SIGSEGV). Before this, the
     vDSO read the real clock without a system call: the one way left to an escaped candidate
     to vary its score from run to run."""
+    mmap = libc().mmap
+    for start, size in clock_pages():
+        if mmap(start, size, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0) \
+                != start:
+            raise OSError(ctypes.get_errno(), "mmap over the clock's pages")
+    if platform.machine() == "x86_64" \
+            and prctl()(PR_SET_TSC, PR_TSC_SIGSEGV, None, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_TSC)")
+
+
+@functools.cache
+def clock_pages() -> tuple[tuple[int, int], ...]:
+    """Where the clock's pages are mapped, and their sizes (found once, in the template: its
+    forks have the same; reading /proc/self/maps costs about 1 ms)."""
     maps = os.open("/proc/self/maps", os.O_RDONLY)
     try:
         text = b""
@@ -226,16 +241,12 @@ def withdraw_clock() -> None:
             text += chunk
     finally:
         os.close(maps)
-    mmap = libc().mmap
+    pages = []
     for line in text.splitlines():
         if line.rstrip().endswith(CLOCK_PAGES):
             start, end = (int(x, 16) for x in line.split()[0].split(b"-"))
-            if mmap(start, end - start, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS,
-                    -1, 0) != start:
-                raise OSError(ctypes.get_errno(), "mmap over the clock's pages")
-    if platform.machine() == "x86_64" \
-            and prctl()(PR_SET_TSC, PR_TSC_SIGSEGV, None, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_TSC)")
+            pages.append((start, end - start))
+    return tuple(pages)
 
 
 @functools.cache
