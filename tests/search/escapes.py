@@ -148,9 +148,9 @@ PROBES = attempt("pid", "import os\nresult = os.getpid()") + attempt(
     "entropy", "import os\nresult = os.urandom(8)") + attempt(
     "signal-handler", "import signal\nresult = signal.signal(signal.SIGXCPU, "
     "lambda *a: None)")
-# Every way found to read a clock: each ends the candidate's process (SIGSEGV: the vDSO's pages
-# are gone and the time-stamp counter faults) or fails (a system call the filter refuses), so
-# each is a candidate of its own.
+# Every way found to read a clock, each a candidate of its own: each fails or reads 0 (the
+# vDSO's clock data is zeroed; the kernel's clocks are refused by the filter), but rdtsc in
+# machine code through ctypes (a known gap: docs/security.md).
 RDTSC = """import ctypes
 libc = ctypes.CDLL(None)
 libc.mmap.restype = ctypes.c_void_p

@@ -258,11 +258,11 @@ def test_pid_entropy_and_signal_handlers_are_out_of_reach():
 
 
 def test_every_clock_an_escaped_candidate_reads_is_stopped():
-    """Before candidate code runs, the pages of clock data the vDSO reads are zeros and (x86)
-    the time-stamp counter faults: `time.time()`, the monotonic clock, sleeping and the CPU
-    clock fail (the kernel is asked; the filter refuses), a coarse clock and libc's `time()`
-    through ctypes read 0, and the rdtsc instruction in machine code of its own ends the
-    process (SIGSEGV). No escaped candidate can make its score vary with time."""
+    """Before candidate code runs, the pages of clock data the vDSO reads are zeros:
+    `time.time()`, the monotonic clock, sleeping and the CPU clock fail (the kernel is asked;
+    the filter refuses), a coarse clock and libc's `time()` through ctypes read 0. The rdtsc
+    instruction, in machine code of its own through ctypes, still reads the counter (a known
+    gap: docs/security.md, what it does not guarantee)."""
     candidates = [escapes.escaping(escapes.attempt(name, code), name=name)
                   for name, code in escapes.CLOCKS.items()]
     rows = {row.policy: row for row in evaluate(*candidates).itertuples()}
@@ -272,8 +272,8 @@ def test_every_clock_an_escaped_candidate_reads_is_stopped():
         assert f"{name}: reached 0" in rows[name].log, rows[name].log
     assert "reached" not in rows["cpu-time"].log or "reached -" in rows["cpu-time"].log
     if platform.machine() == "x86_64":
-        assert rows["rdtsc"].fitness == 0 and "SIGSEGV" in rows["rdtsc"].error
-    assert {r.error for n, r in rows.items() if n != "rdtsc"} == {""}
+        assert "rdtsc: reached" in rows["rdtsc"].log
+    assert {r.error for r in rows.values()} == {""}
 
 
 NEWCOMER_19 = {  # their two routes to the clock (newcomer 19's note, finding 1), as written
