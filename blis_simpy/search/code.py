@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from blis_simpy.core.errors import ScenarioError
@@ -137,10 +137,10 @@ def node_problem(node: ast.AST) -> str:
             if root not in ALLOWED_IMPORTS:
                 why = WHY_NOT.get(root, "not in the allowed modules")
                 return f"import {name}: {why} (allowed: {', '.join(ALLOWED_IMPORTS)})"
-    helper = evaluating_helper(node)
+    helper = named_helper(node, EVALUATING)
     if helper:
         return f"{helper} is not allowed (it evaluates annotation strings with the real builtins)"
-    withheld = withheld_helper(node)
+    withheld = named_helper(node, WITHHELD)
     if withheld:
         return f"{withheld} is not allowed in a policy ({WITHHELD[withheld]})"
     rebound = rebound_type(node)
@@ -209,14 +209,15 @@ def pattern_problem(node: ast.AST) -> str:
     return ""
 
 
-def evaluating_helper(node: ast.AST) -> str:
-    """The annotation-evaluating helper (`EVALUATING`) a node names or imports, else ""."""
-    if isinstance(node, ast.Name) and node.id in EVALUATING:
+def named_helper(node: ast.AST, helpers: Collection[str]) -> str:
+    """The one of `helpers` a node names (`x`, `m.x`) or imports (`from m import x`), else
+    ""."""
+    if isinstance(node, ast.Name) and node.id in helpers:
         return node.id
-    if isinstance(node, ast.Attribute) and node.attr in EVALUATING:
+    if isinstance(node, ast.Attribute) and node.attr in helpers:
         return node.attr
     if isinstance(node, ast.ImportFrom):
-        return next((a.name for a in node.names if a.name in EVALUATING), "")
+        return next((a.name for a in node.names if a.name in helpers), "")
     return ""
 
 
@@ -270,17 +271,6 @@ def annotation_strings(annotation: ast.expr, depth: int) -> str:
                 annotation_strings(inner, depth + 1)
             if problem:
                 return problem
-    return ""
-
-
-def withheld_helper(node: ast.AST) -> str:
-    """The helper of `WITHHELD` a node names or imports, else ""."""
-    if isinstance(node, ast.Name) and node.id in WITHHELD:
-        return node.id
-    if isinstance(node, ast.Attribute) and node.attr in WITHHELD:
-        return node.attr
-    if isinstance(node, ast.ImportFrom):
-        return next((a.name for a in node.names if a.name in WITHHELD), "")
     return ""
 
 

@@ -304,7 +304,8 @@ def test_functools_and_dataclasses_offer_an_allow_list_and_no_module_the_evaluat
     as strings or evaluate annotations among them; the static check refuses each by name
     (`code.WITHHELD`), and the views do not hold them either."""
     from blis_simpy.search.cell import OFFERED, WITHHELD, guarded_import
-    from blis_simpy.search.code import EVALUATING, WITHHELD as REFUSED
+    from blis_simpy.search.code import EVALUATING
+    from blis_simpy.search.code import WITHHELD as REFUSED
 
     for name, offered in OFFERED.items():
         assert sorted(n for n in vars(guarded_import(name)) if not n.startswith("_")) \
