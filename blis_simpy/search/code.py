@@ -56,6 +56,9 @@ WITHHELD = {
                       "included",
     "wraps": "it copies attributes named by strings (assigned=, updated=), dunders included",
     "make_dataclass": "its field names and namespace are strings, dunders included"}
+# str's methods that read attributes named in the format string ('{0.x}'): on a literal only,
+# which the check sees (a string holding '__' is refused).
+FORMATTING = frozenset({"format", "format_map"})
 # Built-in types whose class pattern takes one positional sub-pattern matched against the
 # subject itself (`case int(n)`), not an attribute: the only positional class patterns allowed.
 SELF_MATCHING = frozenset({"bool", "bytearray", "bytes", "dict", "float", "int", "list",
@@ -155,6 +158,10 @@ def node_problem(node: ast.AST) -> str:
     if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
         return f"{node.id} is not allowed in a policy (no I/O, reflection or dynamic code)"
     if isinstance(node, ast.Attribute):
+        if node.attr in FORMATTING and not (isinstance(node.value, ast.Constant)
+                                            and isinstance(node.value.value, str)):
+            return f"{node.attr} is allowed on a string literal only ('{{}} of {{}}'.format(a, " \
+                "b)): a format string built at run time reads attributes by name ('{0.x}')"
         return attribute_problem(node.attr)
     pattern = pattern_problem(node)
     if pattern:
@@ -199,7 +206,9 @@ def pattern_problem(node: ast.AST) -> str:
                     "attributes its __match_args__ names, which this check cannot see; "
                     "name them: case Point(x=a, y=b)")
         for attr in node.kwd_attrs:
-            problem = attribute_problem(attr, init_allowed=False)  # (no super() call here)
+            problem = attribute_problem(attr, init_allowed=False) or (  # (no super() here)
+                f"attribute {attr} is not allowed (a format string built at run time reads "
+                "attributes by name)" if attr in FORMATTING else "")
             if problem:
                 return f"pattern {problem}"
     bound = node.name if isinstance(node, ast.MatchAs | ast.MatchStar) else \

@@ -10,7 +10,8 @@ Routes (issue 29, class 1):
   policy base class's `__init__` (a Python function: the decision types are named tuples,
   whose `__init__` is C's) to its module's globals and the real builtins.
 * `format`: format-string attribute traversal with names assembled at run time
-  (`"{0.__globals__[sys]...}".format(...)`): reads only, used for the environment.
+  (`"{0.__globals__[sys]...}".format(...)`): reads only, used for the environment (the check
+  refuses it since session 19: `format` on a string literal only).
 
 A payload prints what it got; the sandbox returns the printed text with the row (`log`), so a
 test sees what an escape reached. Payloads are sent hex-encoded: no `__` in a constant.

@@ -179,6 +179,15 @@ def test_code_policy_rows_are_deterministic_across_workers():
      "int cannot be rebound"),
     ("class Policy(RoutingPolicy):\n    def route(self, str, *a):\n        pass\n",
      "str cannot be rebound"),
+    # format-string attribute traversal with a format string built at run time (reads the
+    # environment: the escape suite's format_env): .format on a string literal only
+    ("import statistics\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        u = '_' + '_'\n        return ('{0.' + u + 'globals' + u + '}')"
+     ".format(statistics.mean)\n", "format is allowed on a string literal only"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return list(map(str.format_map, a, a))\n", "format_map is allowed on a string"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match 'x':\n"
+     "            case str(format=f):\n                return f\n", "pattern attribute format"),
     # newcomer 19: an annotation is text that an evaluating helper runs with the real
     # builtins: it may only name types, and a string in it may call nothing
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        class H:\n"
@@ -210,7 +219,8 @@ def test_annotations_naming_types_pass():
     check(CodePolicy("routing", "import typing\nclass Policy(RoutingPolicy):\n"
                      "    limit: int | None = None\n    kinds: 'dict[str, list[float]]' = ()\n"
                      "    def route(self, req, priority, snapshots: list, state, clock: int"
-                     ") -> 'RoutingDecision':\n        mode: typing.Literal['least-load'] = ''\n"
+                     ") -> 'RoutingDecision':\n"
+                     "        mode: typing.Literal['least-load'] = '{}'.format(1)\n"
                      "        return RoutingDecision(snapshots[0].id, 'first', (1.0,))\n"))
 
 
