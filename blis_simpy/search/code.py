@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
+import string
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -158,10 +160,14 @@ def node_problem(node: ast.AST) -> str:
     if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
         return f"{node.id} is not allowed in a policy (no I/O, reflection or dynamic code)"
     if isinstance(node, ast.Attribute):
-        if node.attr in FORMATTING and not (isinstance(node.value, ast.Constant)
-                                            and isinstance(node.value.value, str)):
-            return f"{node.attr} is allowed on a string literal only ('{{}} of {{}}'.format(a, " \
-                "b)): a format string built at run time reads attributes by name ('{0.x}')"
+        if node.attr in FORMATTING:
+            if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+                return f"{node.attr} is allowed on a string literal only ('{{}} of {{}}'" \
+                    ".format(a, b)): a format string built at run time reads attributes by " \
+                    "name ('{0.x}')"
+            problem = format_problem(node.value.value)
+            if problem:
+                return f"format string: {problem}"
         return attribute_problem(node.attr)
     pattern = pattern_problem(node)
     if pattern:
@@ -215,6 +221,25 @@ def pattern_problem(node: ast.AST) -> str:
         node.rest if isinstance(node, ast.MatchMapping) else None
     if bound is not None and (bound.startswith("__") or bound in FORBIDDEN_NAMES):
         return f"pattern name {bound} is not allowed"
+    return ""
+
+
+def format_problem(text: str, depth: int = 0) -> str:
+    """Why a literal format string is refused: an attribute its fields read (`{0.gi_frame}`)
+    that `x.attr` could not read, else ""."""
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError:
+        return ""  # (str.format raises the same at run time)
+    for _, name, spec, _ in fields:
+        for attr in re.findall(r"\.([^.\[]*)", name or ""):
+            problem = attribute_problem(attr, init_allowed=False)
+            if problem:
+                return problem
+        if spec and depth < 2:
+            problem = format_problem(spec, depth + 1)
+            if problem:
+                return problem
     return ""
 
 

@@ -188,6 +188,11 @@ def test_code_policy_rows_are_deterministic_across_workers():
      "        return list(map(str.format_map, a, a))\n", "format_map is allowed on a string"),
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match 'x':\n"
      "            case str(format=f):\n                return f\n", "pattern attribute format"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return '{0.gi_frame.f_back}'.format(x for x in a)\n",
+     "format string: attribute gi_frame is not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return '{0:{1._x}}'.format(a, a)\n", "format string: attribute _x"),
     # newcomer 19: an annotation is text that an evaluating helper runs with the real
     # builtins: it may only name types, and a string in it may call nothing
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        class H:\n"
@@ -220,7 +225,8 @@ def test_annotations_naming_types_pass():
                      "    limit: int | None = None\n    kinds: 'dict[str, list[float]]' = ()\n"
                      "    def route(self, req, priority, snapshots: list, state, clock: int"
                      ") -> 'RoutingDecision':\n"
-                     "        mode: typing.Literal['least-load'] = '{}'.format(1)\n"
+                     "        mode: typing.Literal['least-load'] = ''\n"
+                     "        text = '{0.real}:{1[a]:>{2}}'.format(1, {'a': 2}, 3)\n"
                      "        return RoutingDecision(snapshots[0].id, 'first', (1.0,))\n"))
 
 
