@@ -54,6 +54,16 @@ BASES: dict[str, type] = {"admission": admission.AdmissionPolicy,
 # `operator` is left out: attrgetter and methodcaller reach attributes by string.
 ALLOWED_IMPORTS = ("bisect", "collections", "dataclasses", "functools", "heapq", "itertools",
                    "math", "statistics", "typing")
+# What the modules with helpers that take attribute names as strings offer a candidate (an
+# allow-list; the static check says why the rest is refused: `code.WITHHELD`).
+OFFERED = {
+    "functools": frozenset({"cache", "cached_property", "cmp_to_key", "lru_cache", "partial",
+                            "partialmethod", "reduce", "total_ordering"}),
+    "dataclasses": frozenset({"Field", "FrozenInstanceError", "InitVar", "KW_ONLY", "MISSING",
+                              "asdict", "astuple", "dataclass", "field", "fields",
+                              "is_dataclass", "replace"})}
+# Never in any module's view: helpers that evaluate annotation strings with the real builtins.
+WITHHELD = frozenset({"get_type_hints", "ForwardRef", "get_annotations"})
 # Submodules imported in the template too: a candidate's process opens no file.
 PRELOADED = (*ALLOWED_IMPORTS, "collections.abc")
 FORBIDDEN_NAMES = frozenset({
@@ -78,12 +88,14 @@ def guarded_import(name: str, globals_: Any = None, locals_: Any = None,
 
 
 def public_view(module: types.ModuleType) -> types.ModuleType:
-    """A copy of an allowed module without its private names and without the modules it
-    imported (`typing.sys`, `dataclasses.inspect`): only allowed submodules stay, viewed the
-    same way."""
+    """A copy of an allowed module without its private names, without the modules it
+    imported (`typing.sys`, `dataclasses.inspect`) and without the helpers withheld (`OFFERED`,
+    `WITHHELD`): only allowed submodules stay, viewed the same way."""
     view = types.ModuleType(module.__name__)
+    offered = OFFERED.get(module.__name__)
     for name, value in vars(module).items():
-        if name.startswith("_"):
+        if name.startswith("_") or name in WITHHELD \
+                or (offered is not None and name not in offered):
             continue
         if isinstance(value, types.ModuleType):
             if value.__name__.split(".")[0] not in ALLOWED_IMPORTS \

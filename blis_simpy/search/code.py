@@ -9,7 +9,9 @@ parse, import only `ALLOWED_IMPORTS`, call none of `FORBIDDEN_NAMES` (I/O, refle
 code, process-dependent values such as `hash` and `id`), build no set literal (a set iterates
 in hash order; inside the sandbox the hash seed is fixed, but a dict says what is meant), touch
 no private or dunder attribute or name, no frame or code introspection attribute and no string
-holding `__`, and keep no state outside its policy object (no `global`; module- and class-level
+holding `__`, call no helper that takes attribute names as strings (`WITHHELD`), match
+positionally only on built-in types, annotate only with types' names, and keep no state
+outside its policy object (no `global`; module- and class-level
 values are constants, annotations and dataclass fields). It is not the boundary: code written
 to get past it still meets the operating system's.
 
@@ -29,7 +31,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Mapping
+import re
+import string
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from blis_simpy.core.errors import ScenarioError
@@ -44,6 +48,23 @@ INTROSPECTION = ("gi_", "f_", "co_", "tb_", "cr_", "ag_")
 # (an annotation "getattr" comes back as the builtin the check refuses by name)
 EVALUATING = frozenset({"get_type_hints", "ForwardRef", "evaluate_forward_ref",
                         "get_annotations"})
+# Standard-library helpers a candidate is not offered (`cell.OFFERED`), refused by name with
+# why: each reaches what the check refuses, through strings it cannot see.
+WITHHELD = {
+    "singledispatch": "its register() evaluates annotation strings with the real builtins",
+    "singledispatchmethod": "its register() evaluates annotation strings with the real "
+                            "builtins",
+    "update_wrapper": "it copies attributes named by strings (assigned=, updated=), dunders "
+                      "included",
+    "wraps": "it copies attributes named by strings (assigned=, updated=), dunders included",
+    "make_dataclass": "its field names and namespace are strings, dunders included"}
+# str's methods that read attributes named in the format string ('{0.x}'): on a literal only,
+# which the check sees (a string holding '__' is refused).
+FORMATTING = frozenset({"format", "format_map"})
+# Built-in types whose class pattern takes one positional sub-pattern matched against the
+# subject itself (`case int(n)`), not an attribute: the only positional class patterns allowed.
+SELF_MATCHING = frozenset({"bool", "bytearray", "bytes", "dict", "float", "int", "list",
+                           "str", "tuple"})
 WHY_NOT = {"random": "non-deterministic: a policy gets no random source, the simulation must "
            "be reproducible", "time": "wall-clock time makes runs non-deterministic",
            "os": "no I/O or process access", "sys": "no interpreter access",
@@ -121,14 +142,32 @@ def node_problem(node: ast.AST) -> str:
             if root not in ALLOWED_IMPORTS:
                 why = WHY_NOT.get(root, "not in the allowed modules")
                 return f"import {name}: {why} (allowed: {', '.join(ALLOWED_IMPORTS)})"
-    helper = evaluating_helper(node)
+    helper = named_helper(node, EVALUATING)
     if helper:
         return f"{helper} is not allowed (it evaluates annotation strings with the real builtins)"
+    withheld = named_helper(node, WITHHELD)
+    if withheld:
+        return f"{withheld} is not allowed in a policy ({WITHHELD[withheld]})"
+    rebound = rebound_type(node)
+    if rebound:
+        return f"{rebound} cannot be rebound (class patterns like case {rebound}(x) rely on " \
+            "it being the built-in type)"
+    annotation = annotation_problem(node)
+    if annotation:
+        return annotation
     if isinstance(node, ast.Global | ast.Nonlocal):
         return "global/nonlocal state is not allowed: keep state on the policy object"
     if isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
         return f"{node.id} is not allowed in a policy (no I/O, reflection or dynamic code)"
     if isinstance(node, ast.Attribute):
+        if node.attr in FORMATTING:
+            if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+                return f"{node.attr} is allowed on a string literal only ('{{}} of {{}}'" \
+                    ".format(a, b)): a format string built at run time reads attributes by " \
+                    "name ('{0.x}')"
+            problem = format_problem(node.value.value)
+            if problem:
+                return f"format string: {problem}"
         return attribute_problem(node.attr)
     pattern = pattern_problem(node)
     if pattern:
@@ -166,8 +205,16 @@ def pattern_problem(node: ast.AST) -> str:
     Name node shows: `case object(__globals__=g)` reads an attribute as `g.__globals__`
     would, so the same names are refused (`attribute_problem`)."""
     if isinstance(node, ast.MatchClass):
+        if node.patterns and not (isinstance(node.cls, ast.Name)
+                                  and node.cls.id in SELF_MATCHING):
+            return ("positional sub-patterns are allowed on built-in types only "
+                    f"({', '.join(sorted(SELF_MATCHING))}): on another class they read the "
+                    "attributes its __match_args__ names, which this check cannot see; "
+                    "name them: case Point(x=a, y=b)")
         for attr in node.kwd_attrs:
-            problem = attribute_problem(attr, init_allowed=False)  # (no super() call here)
+            problem = attribute_problem(attr, init_allowed=False) or (  # (no super() here)
+                f"attribute {attr} is not allowed (a format string built at run time reads "
+                "attributes by name)" if attr in FORMATTING else "")
             if problem:
                 return f"pattern {problem}"
     bound = node.name if isinstance(node, ast.MatchAs | ast.MatchStar) else \
@@ -177,15 +224,109 @@ def pattern_problem(node: ast.AST) -> str:
     return ""
 
 
-def evaluating_helper(node: ast.AST) -> str:
-    """The annotation-evaluating helper (`EVALUATING`) a node names or imports, else ""."""
-    if isinstance(node, ast.Name) and node.id in EVALUATING:
+def format_problem(text: str, depth: int = 0) -> str:
+    """Why a literal format string is refused: an attribute its fields read (`{0.gi_frame}`)
+    that `x.attr` could not read, else ""."""
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError:
+        return ""  # (str.format raises the same at run time)
+    for _, name, spec, _ in fields:
+        for attr in re.findall(r"\.([^.\[]*)", name or ""):
+            problem = attribute_problem(attr, init_allowed=False)
+            if problem:
+                return problem
+        if spec and depth < 2:
+            problem = format_problem(spec, depth + 1)
+            if problem:
+                return problem
+    return ""
+
+
+def named_helper(node: ast.AST, helpers: Collection[str]) -> str:
+    """The one of `helpers` a node names (`x`, `m.x`) or imports (`from m import x`), else
+    ""."""
+    if isinstance(node, ast.Name) and node.id in helpers:
         return node.id
-    if isinstance(node, ast.Attribute) and node.attr in EVALUATING:
+    if isinstance(node, ast.Attribute) and node.attr in helpers:
         return node.attr
     if isinstance(node, ast.ImportFrom):
-        return next((a.name for a in node.names if a.name in EVALUATING), "")
+        return next((a.name for a in node.names if a.name in helpers), "")
     return ""
+
+
+# What an annotation may be built of (`list[int]`, `int | None`, `Callable[[int], float]`,
+# `"Params"`): a type's name, not a computation.
+ANNOTATION_NODES = (ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List,
+                    ast.BinOp, ast.BitOr, ast.Load)
+
+
+# What a string in an annotation may not hold: a call or anything that runs code.
+CALLING = (ast.Call, ast.Lambda, ast.NamedExpr, ast.ListComp, ast.DictComp, ast.GeneratorExp,
+           ast.SetComp, ast.Await, ast.Yield, ast.YieldFrom)
+
+
+def annotation_problem(node: ast.AST) -> str:
+    """Why the annotation a node carries is refused, else "": an annotation is stored as text
+    (the candidate's module inherits `from __future__ import annotations`) and a helper that
+    evaluates it runs it with the real builtins, so it may only name types; a string in it
+    that reads as an expression is held to the same rule."""
+    annotation = node.annotation if isinstance(node, ast.AnnAssign | ast.arg) else \
+        node.returns if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
+    if annotation is None:
+        return ""
+    return annotation_shape(annotation, 0)
+
+
+def annotation_shape(annotation: ast.expr, depth: int) -> str:
+    """The annotation's own shape (types' names), then its strings (`annotation_strings`)."""
+    for part in ast.walk(annotation):
+        if not isinstance(part, ANNOTATION_NODES) or (
+                isinstance(part, ast.BinOp) and not isinstance(part.op, ast.BitOr)):
+            return f"annotations may only name types (names, X[Y], X | Y, strings of " \
+                f"them), not compute: {ast.unparse(annotation)[:80]!r}"
+    return annotation_strings(annotation, depth)
+
+
+def annotation_strings(annotation: ast.expr, depth: int) -> str:
+    """A string in an annotation that reads as an expression is evaluated as one by the
+    helpers that evaluate annotations: it may call nothing and break no rule (text such as
+    `Literal["least-load"]` stays text)."""
+    for part in ast.walk(annotation):
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            try:
+                inner = ast.parse(part.value.strip(), mode="eval").body
+            except SyntaxError:
+                continue  # (text such as Literal["least load"]: no expression to run)
+            problem = "annotations nest too deep" if depth > 3 else next(
+                (p for p in map(node_problem, ast.walk(inner)) if p), "") or next(
+                (f"annotations may only name types, not call: {part.value[:80]!r}"
+                 for p in ast.walk(inner) if isinstance(p, CALLING)), "") or \
+                annotation_strings(inner, depth + 1)
+            if problem:
+                return problem
+    return ""
+
+
+def rebound_type(node: ast.AST) -> str:
+    """The name of `SELF_MATCHING` a node binds (an assignment, a parameter, a definition, an
+    import alias, a pattern capture), else ""."""
+    names: list[str | None] = []
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        names = [node.id]
+    elif isinstance(node, ast.arg):
+        names = [node.arg]
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        names = [node.name]
+    elif isinstance(node, ast.alias):
+        names = [node.asname or node.name]
+    elif isinstance(node, ast.MatchAs | ast.MatchStar):
+        names = [node.name]
+    elif isinstance(node, ast.MatchMapping):
+        names = [node.rest]
+    elif isinstance(node, ast.ExceptHandler):
+        names = [node.name]
+    return next((n for n in names if n in SELF_MATCHING), "")
 
 
 def top_level_problem(statement: ast.stmt) -> tuple[int, str]:

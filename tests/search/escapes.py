@@ -10,7 +10,8 @@ Routes (issue 29, class 1):
   policy base class's `__init__` (a Python function: the decision types are named tuples,
   whose `__init__` is C's) to its module's globals and the real builtins.
 * `format`: format-string attribute traversal with names assembled at run time
-  (`"{0.__globals__[sys]...}".format(...)`): reads only, used for the environment.
+  (`"{0.__globals__[sys]...}".format(...)`): reads only, used for the environment (the check
+  refuses it since session 19: `format` on a string literal only).
 
 A payload prints what it got; the sandbox returns the printed text with the row (`log`), so a
 test sees what an escape reached. Payloads are sent hex-encoded: no `__` in a constant.
@@ -143,10 +144,29 @@ def forge(marker: str) -> str:
         "    except OSError:\n        pass")
 
 
-# The clock, pid, entropy and address space an escaped candidate may look at.
-PROBES = attempt("clock", "import time\nresult = time.time()") + attempt(
-    "pid", "import os\nresult = os.getpid()") + attempt(
+# The pid, entropy and signal handlers an escaped candidate may look at.
+PROBES = attempt("pid", "import os\nresult = os.getpid()") + attempt(
     "entropy", "import os\nresult = os.urandom(8)") + attempt(
-    "sleep", "import time\nresult = time.sleep(0.01)") + attempt(
     "signal-handler", "import signal\nresult = signal.signal(signal.SIGXCPU, "
     "lambda *a: None)")
+# Every way found to read a clock, each a candidate of its own: each fails or reads 0 (the
+# vDSO's clock data is zeroed; the kernel's clocks are refused by the filter), but rdtsc in
+# machine code through ctypes (a known gap: docs/security.md).
+RDTSC = """import ctypes
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long)
+page = libc.mmap(None, 4096, 7, 0x22, -1, 0)
+code = bytes.fromhex("0f3148c1e2204809d0c3")  # rdtsc; shl rdx, 32; or rax, rdx; ret
+ctypes.memmove(page, code, len(code))
+result = ctypes.CFUNCTYPE(ctypes.c_uint64)(page)()"""
+CLOCKS = {
+    "time": "import time\nresult = time.time()",
+    "monotonic": "import time\nresult = time.monotonic_ns()",
+    "coarse": "import time\nresult = time.clock_gettime(6)",  # CLOCK_MONOTONIC_COARSE
+    "cpu-time": "import time\nresult = time.process_time()",
+    "sleep": "import time\nresult = time.sleep(0.01)",
+    "libc-time": "import ctypes\nresult = ctypes.CDLL(None).time(None)",
+    "rdtsc": RDTSC,
+}

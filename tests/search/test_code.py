@@ -128,7 +128,7 @@ def test_code_policy_rows_are_deterministic_across_workers():
     ("class Other(RoutingPolicy):\n    pass\n", "no class Policy"),
     ("from blis_simpy.core import errors\n", "import blis_simpy.core"),
     # string annotations evaluated with the real builtins: getattr, then __import__ and time
-    ("import typing\nclass Hole:\n    e: 'getattr'\nclass Policy(RoutingPolicy):\n"
+    ("import typing\nclass Hole:\n    e: 'int'\nclass Policy(RoutingPolicy):\n"
      "    def route(self, *a):\n        return typing.get_type_hints(Hole, globalns={})\n",
      "get_type_hints is not allowed"),
     ("from typing import get_type_hints as hints\nclass Policy(RoutingPolicy):\n    pass\n",
@@ -154,6 +154,54 @@ def test_code_policy_rows_are_deterministic_across_workers():
      "            case {**__builtins__}:\n                return 1\n", "pattern name"),
     ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
      "            case [*__x]:\n                return 1\n", "pattern name"),
+    # newcomer 19: singledispatch's register() evaluates a string annotation with the real
+    # builtins (to the clock); update_wrapper copies an attribute named by a run-time string
+    # onto a make_dataclass holder, read back by a positional class pattern
+    ("import functools\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return functools.singledispatch(len)\n", "singledispatch is not allowed"),
+    ("from functools import singledispatchmethod\nclass Policy(RoutingPolicy):\n    pass\n",
+     "singledispatchmethod is not allowed"),
+    ("import functools\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return functools.update_wrapper(a, len, assigned=('x',))\n",
+     "update_wrapper is not allowed"),
+    ("from functools import wraps\nclass Policy(RoutingPolicy):\n    pass\n",
+     "wraps is not allowed"),
+    ("import dataclasses as dc\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return dc.make_dataclass('H', [('x', int)])\n", "make_dataclass is not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
+     "            case RoutingDecision(found):\n                return found\n",
+     "positional sub-patterns are allowed on built-in types only"),
+    ("import math\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n        match a:\n"
+     "            case math.inf(found):\n                return found\n",
+     "positional sub-patterns"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        int = RoutingDecision\n"
+     "        match a:\n            case int(found):\n                return found\n",
+     "int cannot be rebound"),
+    ("class Policy(RoutingPolicy):\n    def route(self, str, *a):\n        pass\n",
+     "str cannot be rebound"),
+    # format-string attribute traversal with a format string built at run time (reads the
+    # environment: the escape suite's format_env): .format on a string literal only
+    ("import statistics\nclass Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        u = '_' + '_'\n        return ('{0.' + u + 'globals' + u + '}')"
+     ".format(statistics.mean)\n", "format is allowed on a string literal only"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return list(map(str.format_map, a, a))\n", "format_map is allowed on a string"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        match 'x':\n"
+     "            case str(format=f):\n                return f\n", "pattern attribute format"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return '{0.gi_frame.f_back}'.format(x for x in a)\n",
+     "format string: attribute gi_frame is not allowed"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n"
+     "        return '{0:{1._x}}'.format(a, a)\n", "format string: attribute _x"),
+    # newcomer 19: an annotation is text that an evaluating helper runs with the real
+    # builtins: it may only name types, and a string in it may call nothing
+    ("class Policy(RoutingPolicy):\n    def route(self, *a):\n        class H:\n"
+     "            a: 'float(' + '_' + '_import_' + '_(\"time\").time())'\n",
+     "annotations may only name types"),
+    ("class Policy(RoutingPolicy):\n    def route(self, *a) -> 'float(len(a))':\n"
+     "        pass\n", "annotations may only name types, not call: 'float"),
+    ("class Policy(RoutingPolicy):\n    def route(self, x: list['len(x)']):\n        pass\n",
+     "not call: 'len"),
 ])
 def test_static_check_refuses_escapes(source, message):
     with pytest.raises(CodeRejected, match=message.replace("(", r"\(")):
@@ -168,6 +216,17 @@ def test_plain_pattern_matching_passes():
                      "            case [first, *rest] if rest:\n                pass\n"
                      "            case {'a': x, **others}:\n                pass\n"
                      "            case RoutingDecision(target=t):\n                pass\n"
+                     "            case (int(n), str(s)):\n                pass\n"
+                     "        return RoutingDecision(snapshots[0].id, 'first', (1.0,))\n"))
+
+
+def test_annotations_naming_types_pass():
+    check(CodePolicy("routing", "import typing\nclass Policy(RoutingPolicy):\n"
+                     "    limit: int | None = None\n    kinds: 'dict[str, list[float]]' = ()\n"
+                     "    def route(self, req, priority, snapshots: list, state, clock: int"
+                     ") -> 'RoutingDecision':\n"
+                     "        mode: typing.Literal['least-load'] = ''\n"
+                     "        text = '{0.real}:{1[a]:>{2}}'.format(1, {'a': 2}, 3)\n"
                      "        return RoutingDecision(snapshots[0].id, 'first', (1.0,))\n"))
 
 
@@ -254,6 +313,23 @@ def test_allowed_modules_are_seen_without_the_modules_they_import():
     assert hasattr(collections_view, "deque") and hasattr(collections_view.abc, "Mapping")
     with pytest.raises(ImportError, match="not allowed"):
         guarded_import("os")
+
+
+def test_functools_and_dataclasses_offer_an_allow_list_and_no_module_the_evaluating_helpers():
+    """newcomer 19: a module's public names were all offered, helpers that take attribute names
+    as strings or evaluate annotations among them; the static check refuses each by name
+    (`code.WITHHELD`), and the views do not hold them either."""
+    from blis_simpy.search.cell import OFFERED, WITHHELD, guarded_import
+    from blis_simpy.search.code import EVALUATING
+    from blis_simpy.search.code import WITHHELD as REFUSED
+
+    for name, offered in OFFERED.items():
+        assert sorted(n for n in vars(guarded_import(name)) if not n.startswith("_")) \
+            == sorted(offered)
+    for name in ("typing", "collections", "statistics", "itertools"):
+        view = vars(guarded_import(name))
+        assert not (set(view) & (WITHHELD | EVALUATING | set(REFUSED)))
+    assert not set(REFUSED) & set().union(*OFFERED.values())
 
 
 def test_escape_through_a_module_attribute_scores_zero():

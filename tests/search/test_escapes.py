@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -247,15 +248,102 @@ result = sum(1 for o in gc.get_objects() if holds(o))
     assert "scan: reached 0" in rows.log[1]
 
 
-def test_the_clock_pid_entropy_sleep_and_signal_handlers_are_out_of_reach():
-    """What an escaped candidate could use to vary its own score: process ids, entropy,
-    sleeping and signal handlers (to outlive the CPU limit) are refused. The clock the vDSO
-    reads without a system call stays readable (docs/security.md: what it does not
-    guarantee)."""
+def test_pid_entropy_and_signal_handlers_are_out_of_reach():
+    """What an escaped candidate could use to vary its own score: process ids, entropy and
+    signal handlers (to outlive the CPU limit) are refused."""
     row = evaluate(escapes.escaping(escapes.PROBES)).iloc[0]
-    for probe in ("entropy", "sleep", "signal-handler"):
+    for probe in ("entropy", "signal-handler"):
         assert f"{probe}: PermissionError" in row.log or f"{probe}: OSError" in row.log
     assert "pid: reached -1" in row.log
+
+
+def test_every_clock_an_escaped_candidate_reads_is_stopped():
+    """Before candidate code runs, the pages of clock data the vDSO reads are zeros:
+    `time.time()`, the monotonic clock, sleeping and the CPU clock fail (the kernel is asked;
+    the filter refuses), a coarse clock and libc's `time()` through ctypes read 0. The rdtsc
+    instruction, in machine code of its own through ctypes, still reads the counter (a known
+    gap: docs/security.md, what it does not guarantee)."""
+    candidates = [escapes.escaping(escapes.attempt(name, code), name=name)
+                  for name, code in escapes.CLOCKS.items()]
+    rows = {row.policy: row for row in evaluate(*candidates).itertuples()}
+    for name in ("time", "monotonic", "sleep"):
+        assert f"{name}: PermissionError" in rows[name].log, rows[name].log
+    for name in ("coarse", "libc-time"):
+        assert f"{name}: reached 0" in rows[name].log, rows[name].log
+    assert "reached" not in rows["cpu-time"].log or "reached -" in rows["cpu-time"].log
+    if platform.machine() == "x86_64":
+        assert "rdtsc: reached" in rows["rdtsc"].log
+    assert {r.error for r in rows.values()} == {""}
+
+
+NEWCOMER_19 = {  # their two routes to the clock (newcomer 19's note, finding 1), as written
+    "singledispatch": """import functools
+
+
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        class H:
+            a: "float(" + "_" + "_import_" + "_('time').time())"
+
+        now = 0.0
+        try:
+            functools.singledispatch(len).register(H())
+        except TypeError as e:
+            now = float(str(e).split(". ", 1)[1].split(" ")[0])
+        print(now)
+        s = snapshots[int(now * 1e6) % len(snapshots)]
+        return RoutingDecision(s.id, "clock", tuple(0.0 for _ in snapshots))
+""",
+    "update_wrapper": """import dataclasses
+import functools
+
+
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        u = "_" + "_"
+        name = u + "globals" + u
+        Holder = dataclasses.make_dataclass("Holder", [(name, object)])
+        holder = Holder(None)
+        functools.update_wrapper(holder, functools.update_wrapper, assigned=(name,),
+                                 updated=())
+        now = 0.0
+        match holder:
+            case Holder(found):
+                builtin = found[u + "builtins" + u]
+                now = builtin[u + "import" + u]("time").time()
+        print(now)
+        s = snapshots[int(now * 1e6) % len(snapshots)]
+        return RoutingDecision(s.id, "wrap", tuple(0.0 for _ in snapshots))
+"""}
+
+
+# The same two mechanisms with the real modules (as a candidate that escaped by another
+# route would have them): each reads the clock.
+NEWCOMER_19_REAL = {
+    "singledispatch": "import functools\nclass H:\n    a: 'float(__import__(\"time\").time())'\n"
+                      "functools.singledispatch(len).register(H())\nresult = 'no clock'",
+    "update_wrapper": "import dataclasses, functools\nname = '__globals__'\n"
+                      "Holder = dataclasses.make_dataclass('Holder', [(name, object)])\n"
+                      "holder = Holder(None)\nfunctools.update_wrapper(holder, "
+                      "functools.update_wrapper, assigned=(name,), updated=())\n"
+                      "match holder:\n    case Holder(found):\n"
+                      "        result = found['__builtins__']['__import__']('time').time()"}
+
+
+@pytest.mark.parametrize("route", sorted(NEWCOMER_19))
+def test_newcomer_19s_clock_candidates_score_the_same_every_run(route):
+    """Newcomer 19's routes scored 0.67-1.15 from run to run (the wall clock picked the
+    instance). As written (the static check, which refuses both now, lifted), the module views
+    do not offer their helpers: the same zero, saying so. With the real modules, their clock
+    read fails (PermissionError): the same score every run."""
+    plain = [evaluate(CodePolicy("routing", NEWCOMER_19[route], id=route)).iloc[0]
+             for _ in range(2)]
+    assert plain[0].fitness == plain[1].fitness == 0
+    assert "has no attribute" in plain[0].error and plain[0].error == plain[1].error
+    real = escapes.escaping(escapes.attempt(route, NEWCOMER_19_REAL[route]), name=route)
+    rows = [evaluate(real).iloc[0] for _ in range(2)]
+    assert f"{route}: " in rows[0].log and "reached" not in rows[0].log, rows[0].log
+    assert rows[0].fitness == rows[1].fitness and rows[0].log == rows[1].log
 
 
 def test_blocking_forever_ends_at_the_wall_budget():
