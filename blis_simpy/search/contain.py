@@ -397,10 +397,9 @@ class Session:
     started it runs on `cpu` only, as the candidate's process does; `finish` (in the same
     thread) gives it back its `mask`.
 
-    Every wait is a poll bounded by what is left of the budget. Both pipes are non-blocking:
-    a read waits (poll, then read again) only when the reply is not there yet, a write only
-    when the pipe is full (a frame larger than the pipe's buffer, or a candidate that stopped
-    reading)."""
+    Every wait is a poll bounded by what is left of the budget: a read waits for the reply
+    (poll, then read); a write is non-blocking and waits only when the pipe is full (a frame
+    larger than the pipe's buffer, or a candidate that stopped reading)."""
 
     def __init__(self, sandbox_: Sandbox, pid: int, fd_in: int, fd_out: int,
                  limits: Limits, cpu: int, mask: set[int]) -> None:
@@ -410,7 +409,6 @@ class Session:
         if self.pinned:
             pin({cpu})
         self.fd_in, self.fd_out = fd_in, fd_out
-        os.set_blocking(fd_in, False)
         os.set_blocking(fd_out, False)
         self.readable = select.poll()
         self.readable.register(fd_in, select.POLLIN)
@@ -471,13 +469,10 @@ class Session:
                 if len(buffer) >= size + 4:
                     self.buffer = buffer[size + 4:]
                     return buffer[4:size + 4]
-            try:  # (the reply is usually there already: the candidate's process, woken by
-                # the message, ran before this thread came back from writing it)
+            if not self.wait(self.readable):
+                self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s")
+            try:
                 chunk = os.read(self.fd_in, 1 << 16)
-            except BlockingIOError:
-                if not self.wait(self.readable):
-                    self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s")
-                continue
             except OSError:
                 chunk = b""
             if not chunk:
