@@ -39,7 +39,7 @@ DECISION_SIZE: Final = DECISION.size
 FRAMED_DECISION: Final = struct.Struct("<IcHHH")  # a frame's length, then DECISION
 SCORE_STRUCTS: Final[dict[int, struct.Struct]] = {}  # the layout of n scores, made once per n
 DUMPS: Final = marshal.dumps
-HASH_PACKS: Final[dict[int, tuple[tuple[int, ...], object]]] = {}  # id -> (the tuple, its bytes)
+HASH_PACKS: Final[dict[tuple[int, ...], object]] = {}  # hashes (by content) -> their bytes
 HASH_STRUCTS: Final[dict[int, struct.Struct]] = {}  # (counts are bounded: a request's tokens)
 MAX_PACKS: Final = 1 << 14  # hashes tuples remembered (a 1,000-request workload keeps 1,000)
 
@@ -99,17 +99,22 @@ def hashes_out(hashes: Any) -> object:
 
 
 def packed(hashes: Any) -> object:
-    """`hashes_out(hashes)`, kept per tuple (by identity, the tuple held so its id stays its
-    own): the evaluations of one prepared workload send the same requests' hashes."""
-    key = id(hashes)
-    kept = HASH_PACKS.get(key)
-    if kept is not None and kept[0] is hashes:
-        return kept[1]
+    """`hashes_out(hashes)`, kept per hashes tuple by its content: the evaluations of one
+    prepared workload send the same requests' hashes, each in a tuple its run's view made
+    afresh (`Request.observe`), so a tuple's identity never recurs but its content (the same
+    int objects) does."""
+    if type(hashes) is not tuple:
+        return hashes_out(hashes)
+    try:
+        kept = HASH_PACKS.get(hashes)
+    except TypeError:  # (not hashable: not block hashes)
+        return hashes_out(hashes)
+    if kept is not None:
+        return kept
     out = hashes_out(hashes)
-    if type(hashes) is tuple:
-        if len(HASH_PACKS) >= MAX_PACKS:
-            HASH_PACKS.clear()
-        HASH_PACKS[key] = (hashes, out)
+    if len(HASH_PACKS) >= MAX_PACKS:
+        HASH_PACKS.clear()
+    HASH_PACKS[hashes] = out
     return out
 
 

@@ -160,6 +160,24 @@ def test_hashes_beyond_64_bits_still_cross():
         assert wire.ViewMirror().into(crossed(wire.ViewSender().out(view))) == view
 
 
+def test_a_workloads_hashes_are_packed_once_across_the_evaluations_that_send_them():
+    """Each run makes its requests' views afresh (a new hashes tuple, the same integers):
+    the evaluator packs a request's hashes once, whichever run's tuple it is given, and
+    the bytes are those of the hashes (the cache keyed by the tuple's identity missed every
+    time and kept every run's tuples until it was full)."""
+    from blis_simpy.search import codec
+    first = tuple(range(2**63, 2**63 + 40))
+    again = tuple(list(first))  # (another run's tuple: equal, not the same object)
+    assert again is not first
+    packed = codec.packed(first)
+    assert codec.packed(again) is packed == codec.hashes_out(again)
+    size = len(codec.HASH_PACKS)
+    for _ in range(3):
+        codec.packed(tuple(list(first)))
+    assert len(codec.HASH_PACKS) == size
+    assert codec.packed((2**70, -1)) == (2**70, -1)  # (not 64-bit hashes: as they are)
+
+
 def test_the_replies_encoding_and_reading_agree_with_json():
     """The evaluator's reader takes exactly one JSON value (the candidate's process writes
     one per line) and refuses anything else as a ValueError."""
