@@ -76,6 +76,24 @@ def seq_of(req: Request) -> int:
     return req.seq
 
 
+def sort_by_seq(reqs: list[Request]) -> None:
+    """Sort requests by `seq` in place, as `reqs.sort(key=seq_of)` does (stable): by
+    insertion, for the few requests these lists hold (a key function is a Python call per
+    request; this reads each `seq` natively)."""
+    n = len(reqs)
+    if n > 16:
+        reqs.sort(key=seq_of)
+        return
+    for i in range(1, n):
+        req = reqs[i]
+        seq = req.seq
+        j = i - 1
+        while j >= 0 and reqs[j].seq > seq:
+            reqs[j + 1] = reqs[j]
+            j -= 1
+        reqs[j + 1] = req
+
+
 def prefill_chunk(remaining: int, threshold: int, budget: int) -> int:
     """The prefill tokens a request may take in one step: what it has left, capped by the
     long-prefill threshold (0: no cap) and by the token budget left in the step."""
@@ -534,7 +552,7 @@ class Stepper:
         if touched:
             explicit = explicit + touched
             if len(explicit) > 1:
-                explicit.sort(key=seq_of)
+                sort_by_seq(explicit)
         for req in explicit:
             if req.lazy_base >= 0:
                 position = req.progress + index - req.lazy_base
@@ -587,7 +605,7 @@ class Stepper:
         self.explicit = still
         if done:
             if len(done) > 1:
-                done.sort(key=seq_of)
+                sort_by_seq(done)
             self._complete(done, emit_at)
 
     def _materialize(self, index: int) -> None:
