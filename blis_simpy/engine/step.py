@@ -38,6 +38,7 @@ from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS
 from blis_simpy.engine.adapters import AdapterSlots
 from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
+from blis_simpy.engine.kv.cache import KVCache
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import BulkLatency, LatencyModel
 from blis_simpy.engine.steady import SteadyDecoders
@@ -123,7 +124,12 @@ class Stepper:
         self.id = instance_id
         self.role = role
         self.latency = latency
-        self.kv = pool
+        if not isinstance(pool, KVCache):
+            raise TypeError(f"{instance_id}: a KV pool subclasses engine.kv.cache.KVCache "
+                            f"(as the tiered and reference pools do), got {type(pool).__name__}")
+        # Held as the class every pool subclasses, so compiled, the step calls its methods and
+        # reads its counters natively (through the protocol, each is a Python-level call).
+        self.kv: KVCache = pool
         self.max_running = engine.max_running_requests
         self.token_budget = engine.max_scheduled_tokens
         self.threshold = engine.long_prefill_threshold
