@@ -38,6 +38,7 @@ from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS
 from blis_simpy.engine.adapters import AdapterSlots
 from blis_simpy.engine.anomalies import HOL_LOOKAHEAD, QueueWatch
+from blis_simpy.engine.kv.cache import KVCache
 from blis_simpy.engine.kv.pool import BlockPool
 from blis_simpy.engine.latency import BulkLatency, LatencyModel
 from blis_simpy.engine.steady import SteadyDecoders
@@ -76,6 +77,24 @@ def seq_of(req: Request) -> int:
     return req.seq
 
 
+def sort_by_seq(reqs: list[Request]) -> None:
+    """Sort requests by `seq` in place, as `reqs.sort(key=seq_of)` does (stable): by
+    insertion, for the few requests these lists hold (a key function is a Python call per
+    request; this reads each `seq` natively)."""
+    n = len(reqs)
+    if n > 16:
+        reqs.sort(key=seq_of)
+        return
+    for i in range(1, n):
+        req = reqs[i]
+        seq = req.seq
+        j = i - 1
+        while j >= 0 and reqs[j].seq > seq:
+            reqs[j + 1] = reqs[j]
+            j -= 1
+        reqs[j + 1] = req
+
+
 def prefill_chunk(remaining: int, threshold: int, budget: int) -> int:
     """The prefill tokens a request may take in one step: what it has left, capped by the
     long-prefill threshold (0: no cap) and by the token budget left in the step."""
@@ -105,7 +124,12 @@ class Stepper:
         self.id = instance_id
         self.role = role
         self.latency = latency
-        self.kv = pool
+        if not isinstance(pool, KVCache):
+            raise TypeError(f"{instance_id}: a KV pool subclasses engine.kv.cache.KVCache "
+                            f"(as the tiered and reference pools do), got {type(pool).__name__}")
+        # Held as the class every pool subclasses, so compiled, the step calls its methods and
+        # reads its counters natively (through the protocol, each is a Python-level call).
+        self.kv: KVCache = pool
         self.max_running = engine.max_running_requests
         self.token_budget = engine.max_scheduled_tokens
         self.threshold = engine.long_prefill_threshold
@@ -534,7 +558,7 @@ class Stepper:
         if touched:
             explicit = explicit + touched
             if len(explicit) > 1:
-                explicit.sort(key=seq_of)
+                sort_by_seq(explicit)
         for req in explicit:
             if req.lazy_base >= 0:
                 position = req.progress + index - req.lazy_base
@@ -587,7 +611,7 @@ class Stepper:
         self.explicit = still
         if done:
             if len(done) > 1:
-                done.sort(key=seq_of)
+                sort_by_seq(done)
             self._complete(done, emit_at)
 
     def _materialize(self, index: int) -> None:

@@ -92,6 +92,11 @@ class Conventions:
                                        step_durations(instances)) + delay
         return gaps.samples(instances, delay, more)
 
+    def client_itl(self, itl: Samples) -> Samples | None:
+        """`itl` (this reporting's inter-token gaps) if it is also what a client measures
+        (vLLM's ITL: every gap as it is, none added), else None."""
+        return itl if self.gap_delay == 0 and not self.closing_gap else None
+
     def output_tokens(self, req: RequestColumns, chosen: np.ndarray) -> int:
         return int(self.counted_tokens(req)[chosen].sum())
 

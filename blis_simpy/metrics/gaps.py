@@ -24,19 +24,33 @@ class TokenGaps:
 
     weights: list[np.ndarray]  # per instance, per step
     spans: np.ndarray  # explicit multi-step gaps
+    # per instance, its steps by duration (a stable argsort), when the caller has them: a
+    # summary sorts each instance's steps once for all its scopes, and each scope's samples
+    # are then a few sorted runs, which the sort merges (its order statistics, counts and
+    # sums are those of the same multiset, whatever the order of equal values)
+    orders: list[np.ndarray] | None = None
+
+    def ordered(self, per_step: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Per-instance arrays indexed by step, each in its instance's order by duration
+        (`orders`), or as they are without orders."""
+        if self.orders is None:
+            return list(per_step)
+        return [a[o] for a, o in zip(per_step, self.orders, strict=True)]
 
     def samples(self, instances: Sequence[InstanceRecord], extra: int = 0,
                 more: np.ndarray | None = None) -> Samples:
         """Every gap (+ `extra` each), plus the values `more`, as weighted samples."""
         ones = np.ones(len(self.spans) + (0 if more is None else len(more)), dtype=np.int64)
-        values = np.concatenate([t.duration for t in instances] + [self.spans + extra]
+        durations = self.ordered([t.duration for t in instances])
+        values = np.concatenate(durations + [self.spans + extra]
                                 + ([] if more is None else [more]))
-        values[: sum(len(t.duration) for t in instances)] += extra
-        return Samples(values, np.concatenate([*self.weights, ones]))
+        values[: sum(len(d) for d in durations)] += extra
+        return Samples(values, np.concatenate([*self.ordered(self.weights), ones]))
 
 
 def token_gaps(requests: RequestColumns, chosen: np.ndarray,
-               instances: Sequence[InstanceRecord]) -> TokenGaps:
+               instances: Sequence[InstanceRecord],
+               orders: list[np.ndarray] | None = None) -> TokenGaps:
     """Gaps of the requests selected by the boolean mask `chosen` (each must have emitted its
     first token). A run of tokens from step a to step b adds one follow-on token to each of
     steps a+1..b: +1 at a+1 and -1 at b+1 in a difference array, summed at the end. Runs are
@@ -57,4 +71,9 @@ def token_gaps(requests: RequestColumns, chosen: np.ndarray,
     weights = [np.cumsum(diff[slots[i]: slots[i + 1]])[:-1] for i in range(len(instances))]
     ends = np.concatenate([t.end for t in instances]) if instances else np.zeros(0, np.int64)
     spans = ends[firsts[owner] + after] - ends[firsts[owner] + before]
-    return TokenGaps(weights, spans.astype(np.int64))
+    return TokenGaps(weights, spans.astype(np.int64), orders)
+
+
+def duration_orders(instances: Sequence[InstanceRecord]) -> list[np.ndarray]:
+    """Each instance's steps by duration (`TokenGaps.orders`)."""
+    return [np.argsort(t.duration, kind="stable") for t in instances]

@@ -82,22 +82,27 @@ class ServingFigures:
 
 
 def serving_figures(req: RequestColumns, finished: np.ndarray, gaps: TokenGaps,
-                    instances: Sequence[InstanceRecord]) -> ServingFigures:
+                    instances: Sequence[InstanceRecord],
+                    itl: Samples | None = None) -> ServingFigures:
     """The figures of the requests selected by `finished` (completed, measured; `gaps` are
-    their token gaps), from a run's records in memory."""
+    their token gaps), from a run's records in memory. `itl`: their gaps as samples
+    already (`gaps.samples(instances)`: the summary's own, natively), not sorted again."""
     first, done, arrival = req.first_token_at[finished], req.completed_at[finished], \
         req.arrival[finished]
     out_len = req.output_len[finished]
     many = out_len > 1
     ttft, e2el = first - arrival, done - arrival
     tpot = (done[many] - first[many]) / (out_len[many] - 1)
-    itl = gaps.samples(instances)
+    if itl is None:
+        itl = gaps.samples(instances)
     mixed = [i.new_tokens > 0 for i in instances]
-    decode_only = Samples(np.concatenate([i.duration[~m] for i, m in
-                                          zip(instances, mixed, strict=True)]
+    durations, weights = gaps.ordered([i.duration for i in instances]), \
+        gaps.ordered(gaps.weights)
+    decode_only = Samples(np.concatenate([d[~m] for d, m in
+                                          zip(durations, gaps.ordered(mixed), strict=True)]
                                          or [np.zeros(0, np.int64)]),
-                          np.concatenate([w[~m] for w, m in zip(gaps.weights, mixed,
-                                                                 strict=True)]
+                          np.concatenate([w[~m] for w, m in
+                                          zip(weights, gaps.ordered(mixed), strict=True)]
                                          or [np.zeros(0, np.int64)]))
     return ServingFigures(
         completed=int(finished.sum()), output_tokens=int(req.emitted[finished].sum()),

@@ -15,7 +15,7 @@ from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_MS, US_PER_S
 from blis_simpy.metrics.columns import Coded, Column, Table
 from blis_simpy.metrics.conventions import Conventions, RequestLatencies
-from blis_simpy.metrics.gaps import token_gaps
+from blis_simpy.metrics.gaps import duration_orders, token_gaps
 from blis_simpy.metrics.kv_tiers import tier_levels, tier_summary
 from blis_simpy.metrics.serving import ServingFigures, serving_benchmark, serving_figures
 from blis_simpy.metrics.summary import Samples, summary_fields
@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 def summary(records: Records, lat: RequestLatencies, conventions: Conventions,
             horizon_us: int | None, window: Window) -> dict[str, Any]:
     """The cluster summary; with several instances, each one's summary under `instances`."""
+    orders = duration_orders(records.instances)  # sorted once for every scope's gaps
     return scoped_summary(records.instances, horizon_us, conventions, window,
                           lambda members: scope_figures(records, lat, conventions, members,
-                                                        window, horizon_us))
+                                                        window, horizon_us, orders))
 
 
 def scoped_summary(instances: Sequence[InstanceRecord], horizon_us: int | None,
@@ -84,17 +85,20 @@ class ScopeFigures:
 
 
 def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventions,
-                  members: list[int], window: Window, horizon_us: int | None) -> ScopeFigures:
-    """The figures of the requests routed to `members` (positions in `records.instances`)."""
+                  members: list[int], window: Window, horizon_us: int | None,
+                  orders: list[np.ndarray] | None = None) -> ScopeFigures:
+    """The figures of the requests routed to `members` (positions in `records.instances`);
+    `orders`: each instance's steps by duration (`gaps.duration_orders`), if known."""
     req = records.requests
     whole = len(members) == len(records.instances)
     where = req.instance_index
     routed_here = np.isin(where, members) | (whole & (where < 0))
     chosen = routed_here & window.arrived(req.arrival)
     finished = chosen & req.in_state(State.COMPLETED)
-    gaps = token_gaps(req, finished, records.instances)
+    gaps = token_gaps(req, finished, records.instances, orders)
     e2e, delay = lat.e2e[chosen], lat.scheduling_delay[chosen]
     ttft = lat.ttft[conventions.ttft_population(chosen, finished)]
+    itl = conventions.itl(gaps, req, finished, records.instances)
     # the chosen rows' codes, read by position: a scope of one instance (most of them)
     # visits its own rows only, not every row of the run
     codes = list(filter(None, map(req.reject_code.__getitem__, np.flatnonzero(chosen).tolist())))
@@ -118,13 +122,14 @@ def scope_figures(records: Records, lat: RequestLatencies, conventions: Conventi
         reject_codes={code: codes.count(code) for code in sorted(set(codes))},
         e2e=Samples(e2e[e2e >= 0]),
         ttft=Samples(ttft[ttft >= 0]),
-        itl=conventions.itl(gaps, req, finished, records.instances),
+        itl=itl,
         scheduling_delay=Samples(delay[delay >= 0]),
         cached_tokens=int(req.cached_tokens[scheduled].sum()),
         prompt_tokens=int(req.input_len[scheduled].sum()),
         served=served,
         served_tokens=served_tokens,
-        serving=serving_figures(req, finished, gaps, records.instances) if whole else None,
+        serving=serving_figures(req, finished, gaps, records.instances,
+                                conventions.client_itl(itl)) if whole else None,
     )
 
 

@@ -9,7 +9,7 @@ from librt.vecs import extend, vec
 from mypy_extensions import i32, mypyc_attr
 
 from blis_simpy.core.request import Request
-from blis_simpy.engine.kv.cache import KVCache, unsigned
+from blis_simpy.engine.kv.cache import ZEROS, KVCache, unsigned
 from blis_simpy.engine.kv.pool import PrefixHit
 
 
@@ -220,7 +220,8 @@ class ReferenceKVCache(KVCache):
     def _grow(self) -> None:
         size = len(self.refcount)
         super()._grow()
-        self.fill = extend(self.fill, [0] * (len(self.refcount) - size))
+        new = len(self.refcount) - size  # (super()._grow left ZEROS that long)
+        self.fill = extend(self.fill, ZEROS.i32[:new])
 
     def _pop(self, block: int, count: int) -> int:
         """The block just taken from the free head holds `count` tokens; its old hash key
