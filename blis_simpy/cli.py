@@ -16,8 +16,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -57,6 +58,17 @@ def fail(exc: ScenarioError) -> typer.Exit:
     return typer.Exit(2)
 
 
+def with_seed(scenario: "Scenario", seed: int | None, sets: Mapping[str, Any]) -> "Scenario":
+    """`--seed` over the scenario's own; refused when a `--set seed=` says another (one of
+    the two was silently dropped: newcomer 19 #10c)."""
+    if seed is None:
+        return scenario
+    if str(sets.get("seed", seed)) != str(seed):
+        raise ScenarioError("--seed", f"given twice, {seed} and {sets['seed']!r} (--set seed)",
+                            "one of them")
+    return dataclasses.replace(scenario, seed=seed)
+
+
 def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None,
              fitness_weights: str | None = None, policy_config: Path | None = None
              ) -> "Simulation":
@@ -78,12 +90,12 @@ def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = 
             changes = bundle.overrides(base)  # where its axes land depends on the scenario
         except ScenarioError as exc:
             raise exc.in_file(policy_config) from None
+    sets = parse_sets(overrides or ())
     try:
-        scenario = Scenario.from_yaml(path, parse_sets(overrides or ()), changes)
+        scenario = Scenario.from_yaml(path, sets, changes)
     except ScenarioError as exc:
         raise exc if bundle is None else bundle.blame(exc, policy_config) from None
-    if seed is not None:
-        scenario = dataclasses.replace(scenario, seed=seed)
+    scenario = with_seed(scenario, seed, sets)
     if fitness_weights is not None:
         scenario = dataclasses.replace(
             scenario, fitness=FitnessConfig(weights=parse_weights(fitness_weights)))
@@ -353,9 +365,8 @@ def workload_sample(
     from blis_simpy.sim.sample import sample
 
     try:
-        loaded = Scenario.from_yaml(scenario_file(scenario), parse_sets(set_ or ()))
-        if seed is not None:
-            loaded = dataclasses.replace(loaded, seed=seed)
+        sets = parse_sets(set_ or ())
+        loaded = with_seed(Scenario.from_yaml(scenario_file(scenario), sets), seed, sets)
         if str(out) == "-":  # stdout, as the usual meaning of -
             import shutil
             import tempfile

@@ -709,3 +709,12 @@ def test_a_yaml_1_1_directive_and_a_key_that_is_no_name_are_refused_in_words(tmp
     path.write_text(text)
     result = cli("run", path, "--quiet")
     assert result.exit_code == 2 and needle in result.stderr, result.output
+
+
+def test_a_seed_given_by_seed_and_by_set_differently_is_refused(tmp_path):
+    """`--seed 7 --set seed=9` ran seed 7 and said nothing (newcomer 19 #10c)."""
+    result = cli("run", "quickstart", "--seed", 7, "--set", "seed=9", "--out",
+                 tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert "--seed: given twice, 7 and 9" in result.output
+    assert not (tmp_path / "out").exists()

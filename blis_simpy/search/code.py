@@ -84,6 +84,17 @@ class CodePolicy:
     id: str = ""
     bundle: PolicyBundle | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("axis", "source", "entry", "id"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                hint = " (decode it first)" if isinstance(value, bytes | bytearray) else ""
+                raise ScenarioError(f"CodePolicy.{name}", f"expected text, got "
+                                    f"{type(value).__name__}{hint}")
+        if self.bundle is not None and not isinstance(self.bundle, PolicyBundle):
+            raise ScenarioError("CodePolicy.bundle", f"expected a PolicyBundle or None, got "
+                                f"{type(self.bundle).__name__}")
+
     @property
     def module_name(self) -> str:
         """Unique per axis, entry point and source, so two candidates never share a module

@@ -26,7 +26,7 @@ from openevolve.evaluation_result import EvaluationResult
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.files import read_text
-from blis_simpy.policies.bundle import PolicyBundle
+from blis_simpy.policies.bundle import AXES, PolicyBundle
 from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.contain import Limits, SandboxUnavailable
 from blis_simpy.search.export import k4_export
@@ -49,6 +49,8 @@ class BlisEvaluator:
                  features: Sequence[str] = ("cache_hit_rate", "completion"),
                  limits: Limits | None = None, workers: int = 1,
                  store: str | Path | None = None) -> None:
+        if axis not in AXES:
+            raise ScenarioError("axis", f"{axis!r} is not a policy axis", ", ".join(AXES))
         self.scenarios = [load(s) for s in scenarios]
         self.axis, self.seeds = axis, None if seeds is None else list(seeds)
         self.features, self.limits, self.workers = tuple(features), limits, workers

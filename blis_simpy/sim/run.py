@@ -72,6 +72,10 @@ def load(scenario: ScenarioForm, *, seed: int | None = None,
                             "YAML file's path, a library scenario's name, or a mapping of "
                             "its sections")
     if seed is not None:
+        pinned = (overrides or {}).get("seed", seed)
+        if str(pinned) != str(seed):  # (a command line's override is text)
+            raise ScenarioError("seed", f"given twice, {seed} and {pinned!r} (an override)",
+                                "one of them")
         data["seed"] = seed
     return Scenario.from_dict(data)
 
@@ -118,6 +122,8 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
     (sim/stream.py). `series=False` leaves out the instances' levels over time
     (`instance_table` None): a sweep's row never reads them."""
     instance("sim", sim, Simulation, "a Simulation, from prepare()")
+    folder = instance("folder", folder, (OutputFolder, type(None)),
+                      "an OutputFolder (blis_simpy.sim.output.OutputFolder(path)) or None")
     progress = callback("progress", progress, PROGRESS)
     if streams(sim, folder, record_mode):
         assert folder is not None

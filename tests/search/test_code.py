@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
 from blis_simpy.search.contain import Limits
 from blis_simpy.search.sweep import run_many
@@ -365,3 +366,10 @@ def test_a_syntax_error_without_a_line_names_none():
         with pytest.raises(CodeRejected) as refused:
             check(CodePolicy("routing", LEAST_LOADED))
     assert str(refused.value) == "syntax error: something Python could not place"
+
+
+@pytest.mark.parametrize("source", [123, b"class Policy: pass\n", None])
+def test_a_code_policy_whose_source_is_not_text_is_refused_by_name(source):
+    """An LLM wrapper passing raw bytes crashed run_many with a TypeError (newcomer 19 #8b)."""
+    with pytest.raises(ScenarioError, match=r"CodePolicy\.source: expected text, got"):
+        CodePolicy("routing", source)

@@ -92,6 +92,18 @@ def test_evaluators_exit_2_for_a_program_or_bundle_that_is_not_there(tmp_path: P
         assert "combined_score" not in result.output
 
 
+def test_openevolve_evaluate_exits_2_for_an_axis_that_is_not_one(tmp_path: Path):
+    """A typo in the user's own --axis is the user's error, not the candidate's score 0
+    (newcomer 19 #9: it printed 'candidate rejected' and exited 0)."""
+    program = tmp_path / "p.py"
+    program.write_text("class Policy:\n    pass\n")
+    result = CliRunner().invoke(app, ["openevolve-evaluate", str(program), "--workload",
+                                      "search-routing", "--axis", "nope", "--stage1"])
+    assert result.exit_code == 2, result.output
+    assert "'nope' is not a policy axis" in result.output and "routing" in result.output
+    assert "combined_score" not in result.output and "Traceback" not in result.output
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(

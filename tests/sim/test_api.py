@@ -192,3 +192,20 @@ def test_user_policy_errors_name_the_real_problem(tmp_path, cls, message):
 
     with pytest.raises(ScenarioError, match=message):
         blis_simpy.run(user_scenario(tmp_path, "nextdoor_errors", cls))
+
+
+def test_a_seed_given_twice_differently_is_refused_naming_both():
+    """`seed=7` with an override `seed: 9` ran seed 7 and said nothing (newcomer 19 #10c);
+    the same seed twice is fine."""
+    with pytest.raises(ScenarioError, match=r"seed.*given twice, 7 and 9"):
+        run("quickstart", seed=7, overrides={"seed": 9, "workload.num_requests": 5})
+    assert run("quickstart", seed=7, overrides={"seed": 7, "workload.num_requests": 5}
+               ).summary["completed_requests"] == 5
+
+
+def test_simulate_refuses_a_folder_that_is_not_an_output_folder(tmp_path):
+    """A plain path raised AttributeError from deep in a streaming run (newcomer 19 #8)."""
+    from blis_simpy.sim.run import prepare, simulate
+
+    with pytest.raises(ScenarioError, match=r"folder: expected an OutputFolder.*got"):
+        simulate(prepare("quickstart"), folder=tmp_path / "x", record_mode="stream")
