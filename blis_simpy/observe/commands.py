@@ -253,7 +253,7 @@ def observe(
         status = StatusLine()
 
         def shown(done: int, total: int) -> None:
-            status.show(f"observe: {done}/{total} requests answered", done, total)
+            status.show(f"observe: {done}/{total} requests back (answered or failed)", done, total)
 
         try:
             results = asyncio.run(drive(endpoint, served_model or loaded.model.name, planned,

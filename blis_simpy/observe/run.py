@@ -63,10 +63,16 @@ class Observed:
     start: float  # the run's start on the monotonic clock
 
 
+# The errors that mean nothing is listening there (`client.complete` names the exception)
+UNREACHABLE = ("ConnectionRefusedError", "gaierror", "ConnectionError", "OSError")
+
+
 async def drive(endpoint: Endpoint, model: str, requests: list[Planned], concurrency: int,
                 duration_s: float, grace_s: float = 30.0,
                 progress: Callable[[int, int], None] | None = None) -> list[Observed]:
-    """Send `requests` at their times, `concurrency` at most in flight, for `duration_s`."""
+    """Send `requests` at their times, `concurrency` at most in flight, for `duration_s`. A
+    server that refuses or cannot be found before any request succeeded ends it at once (a
+    mistyped --url is not an hour-long run)."""
     slots = asyncio.Semaphore(concurrency)
     start = time.perf_counter()
     stop_at = start + duration_s
@@ -79,6 +85,10 @@ async def drive(endpoint: Endpoint, model: str, requests: list[Planned], concurr
                 return
             left = stop_at + grace_s - time.perf_counter()
             timing = await complete(endpoint, model, item.prompt, item.output_tokens, left)
+            if timing.error.startswith(UNREACHABLE) and not any(
+                    not o.timing.error for o in results):
+                raise ScenarioError("--url", f"the server is not reachable: {timing.error} "
+                                    "(nothing written)")
             results.append(Observed(item, timing, start))
             if progress:
                 progress(len(results), len(due))  # what will be sent, not the whole plan

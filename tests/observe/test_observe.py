@@ -134,3 +134,21 @@ def test_the_cli_writes_what_calibrate_reads(tmp_path: Path):
 def test_a_bad_url_is_one_line_and_exit_2(tmp_path: Path):
     result = CliRunner().invoke(app, ["observe", "quickstart", "--url", "ftp://x"])
     assert result.exit_code == 2 and "--url" in result.stderr
+
+
+def test_a_server_that_is_not_there_ends_the_observation_at_once(tmp_path: Path):
+    """A refused connection before any success is a mistyped --url: one line, exit 2, at the
+    first refusal, not after the workload's whole duration (newcomer 19 #9b: 41 s)."""
+    import time
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps({**SCENARIO, "workload": {**SCENARIO["workload"],
+                                                             "rate_per_s": 2}}))
+    started = time.perf_counter()
+    result = CliRunner().invoke(app, ["observe", str(scenario), "--url",
+                                      "http://127.0.0.1:9/v1", "--out", str(tmp_path / "obs"),
+                                      "--duration", "60"])
+    assert result.exit_code == 2, result.output
+    assert "--url: the server is not reachable: ConnectionRefusedError" in result.stderr
+    assert time.perf_counter() - started < 5  # 24 requests at 2/s would take 12 s
+    assert list((tmp_path / "obs").iterdir()) == []  # checked writable, nothing written
