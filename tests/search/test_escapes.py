@@ -12,6 +12,7 @@ candidate's own. The same attacks go through the three ways a search evaluates c
 
 from __future__ import annotations
 
+import _ctypes
 import json
 import os
 import platform
@@ -289,20 +290,24 @@ def test_an_escaped_candidate_has_no_ctypes_and_cannot_load_it():
     """The lock-down's native calls are the C extension's (`blis_simpy.search.lockdown`), and
     the template withholds ctypes before numpy looks for it: an escaped candidate finds
     ctypes and _ctypes refused in `sys.modules`, and with those entries removed, loading them
-    from disk fails (the filter refuses open). Neither library is mapped in the template,
-    whose forks the candidates' processes are (and they can load nothing after)."""
+    from disk fails (the filter refuses open: dlopen of _ctypes' own file says so). Neither
+    library is mapped in the template, whose forks the candidates' processes are (and they
+    can load nothing after)."""
     payload = "".join(escapes.attempt(f"{how}-{name}", code.format(name=name))
                       for name in ("ctypes", "_ctypes") for how, code in (
                           ("held", "import sys\nresult = sys.modules['{name}']"),
                           ("import", "import {name}\nresult = {name}"),
                           ("from-disk", "import sys\ndel sys.modules['{name}']\n"
-                                        "import {name}\nresult = {name}")))
+                                        "import {name}\nresult = {name}"))) + escapes.attempt(
+        "dlopen", "import importlib.util\nspec = importlib.util.spec_from_file_location("
+        f"'_ctypes', {_ctypes.__file__!r})\nresult = importlib.util.module_from_spec(spec)")
     before = processes_with("blis_simpy.search.cell")
     row = evaluate(escapes.escaping(payload, name="ctypes")).iloc[0]
     for name in ("ctypes", "_ctypes"):
         assert f"held-{name}: reached None" in row.log, row.log
         assert f"import-{name}: ModuleNotFoundError import of {name} halted" in row.log
         assert f"from-disk-{name}: ModuleNotFoundError No module named {name!r}" in row.log
+    assert "cannot open shared object file: Operation not permitted" in row.log, row.log
     templates = {pid: Path(f"/proc/{pid}/maps").read_text()
                  for pid in processes_with("blis_simpy.search.cell") | before
                  if Path(f"/proc/{pid}/maps").exists()}
