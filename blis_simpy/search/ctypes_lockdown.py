@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from typing import Any
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 PRCTL = LIBC.prctl
@@ -49,10 +50,22 @@ def no_new_privs() -> None:
         raise refused("prctl(PR_SET_NO_NEW_PRIVS)")
 
 
+# Each program's buffer and struct sock_fprog, made in the template (`hold`, from
+# jail.prepare): made in a candidate's process, before its code, they left its memory
+# different from one evaluation to the next (its objects' default reprs alternated).
+HELD: dict[bytes, tuple[Any, SockFprog]] = {}
+
+
+def hold(program: bytes) -> SockFprog:
+    """The filter `program` as the kernel reads it (made on first call, kept)."""
+    if program not in HELD:
+        buffer = ctypes.create_string_buffer(program, len(program))
+        HELD[program] = (buffer, SockFprog(len(program) // 8, ctypes.addressof(buffer)))
+    return HELD[program][1]
+
+
 def seccomp(program: bytes, /) -> None:
-    buffer = ctypes.create_string_buffer(program, len(program))
-    filter_ = SockFprog(len(program) // 8, ctypes.addressof(buffer))
-    if PRCTL(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(filter_), 0, 0) != 0:
+    if PRCTL(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(hold(program)), 0, 0) != 0:
         raise refused("prctl(PR_SET_SECCOMP)")
 
 

@@ -166,9 +166,12 @@ def program() -> bytes:
 
 def prepare() -> None:
     """Make, in the template, what a candidate's lock-down only uses: the filter and where
-    the clock's pages are."""
+    the clock's pages are (and, in a pure install, the filter's ctypes objects)."""
     program()
     clock_pages()
+    if PURE:
+        from blis_simpy.search import ctypes_lockdown
+        ctypes_lockdown.hold(program())
 
 
 def die_with_parent(parent: int) -> None:
