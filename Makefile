@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.installed
 # to the sources and the interpreter imports those instead: rebuilt when a source changes.
 COMPILED := $(shell sed -n 's/^    "\(blis_simpy\/.*\.py\)",$$/\1/p' setup.py)
 BUILT    := $(VENV)/.compiled
+# setup.py's plain C extension (LOCKDOWN: the sandbox's lock-down), rebuilt likewise.
+NATIVE   := blis_simpy/search/lockdown.c
 
 .PHONY: demo test test-long lint bench validate-real compile clean browser docs notebooks
 
@@ -20,8 +22,8 @@ $(STAMP): pyproject.toml setup.py
 
 # Rebuilt when a compiled source changed since the last build (not right after the install,
 # which has just built them). Extensions of modules no longer listed are removed.
-$(BUILT): $(STAMP) $(COMPILED) setup.py
-	if [ -f $(BUILT) ] || [ -n "$$(find $(COMPILED) setup.py -newer $(STAMP))" ]; then \
+$(BUILT): $(STAMP) $(COMPILED) $(NATIVE) setup.py
+	if [ -f $(BUILT) ] || [ -n "$$(find $(COMPILED) $(NATIVE) setup.py -newer $(STAMP))" ]; then \
 		rm -rf build && find blis_simpy -name '*.so' -delete && \
 		$(BIN)/python setup.py --quiet build_ext --inplace; fi
 	touch $(BUILT)

@@ -12,8 +12,9 @@ them (`make test` does it when a source is newer than its extension).
 """
 
 import os
+import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 # Work per step, per KV block and per request. Policies stay interpreted: user policies
 # subclass them, and a compiled class cannot be subclassed by an interpreted one unless
@@ -48,12 +49,20 @@ COMPILED = [
 ]
 
 
+# The native calls of a code candidate's lock-down (personality, prctl, the seccomp filter,
+# mmap), in plain C so that a candidate's process never loads ctypes (docs/security.md). A
+# pure install makes the same calls through ctypes (blis_simpy/search/ctypes_lockdown.py).
+LOCKDOWN = Extension("blis_simpy.search.lockdown", ["blis_simpy/search/lockdown.c"])
+
+
 def extensions() -> list:
     if os.environ.get("BLIS_SIMPY_PURE"):
         return []
     from mypyc.build import mypycify
 
     built = mypycify(COMPILED, opt_level="3", group_name="blis_simpy.compiled")
+    if sys.platform == "linux":  # (the sandbox is Linux's only)
+        built.append(LOCKDOWN)
     for extension in built:  # no C compiler: install the plain modules rather than fail
         extension.optional = True
     return built

@@ -125,10 +125,10 @@ def forked_runs(scenario: Scenario, n: int) -> float:
 def aligned() -> bool:
     """Whether this process runs without address-space randomisation; if not, turn it off
     for the next exec (False)."""
-    current = jail.personality()(jail.PERSONALITY_QUERY)
+    current = jail.personality(jail.PERSONALITY_QUERY)
     if current < 0 or current & jail.ADDR_NO_RANDOMIZE:
         return True
-    if jail.personality()(current | jail.ADDR_NO_RANDOMIZE) < 0:
+    if jail.personality(current | jail.ADDR_NO_RANDOMIZE) < 0:
         raise SystemExit("bench_sandbox: the kernel refused to turn randomisation off")
     return False
 

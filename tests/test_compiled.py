@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -39,11 +40,25 @@ def test_the_hot_modules_are_compiled_unless_a_pure_install_was_asked_for():
         f"{files}: not compiled (no C compiler when installing? then set BLIS_SIMPY_PURE=1)")
 
 
+def test_the_sandbox_locks_down_without_ctypes_unless_a_pure_install_was_asked_for():
+    """setup.py's plain C extension (LOCKDOWN) makes a code candidate's lock-down calls, so
+    its process never loads ctypes (docs/security.md); a pure install makes them through
+    ctypes."""
+    if sys.platform != "linux":
+        pytest.skip("the sandbox is Linux's only")
+    from blis_simpy.search import jail
+    pure = bool(os.environ.get("BLIS_SIMPY_PURE"))
+    assert pure == jail.PURE, "no lockdown extension (no C compiler? then BLIS_SIMPY_PURE=1)"
+    assert jail.native.__name__ == ("blis_simpy.search.ctypes_lockdown" if pure
+                                    else "blis_simpy.search.lockdown")
+
+
 def test_no_extension_is_older_than_its_source():
     """An editable install builds the extensions next to the sources, and the interpreter
     prefers them: after editing a compiled module, `make compile` (or `make test`) rebuilds."""
-    for source in compiled_sources():
-        path = Path(importlib.import_module(module_name(source)).__file__ or "")
+    for source in [*compiled_sources(), "blis_simpy/search/lockdown.c"]:
+        module = importlib.util.find_spec(module_name(source.removesuffix(".c")))
+        path = Path((module.origin if module else None) or "")
         if path.suffix == ".so" and path.parent == (ROOT / source).parent:
             assert path.stat().st_mtime >= (ROOT / source).stat().st_mtime, (
                 f"{path.name} is older than {source}: run `make compile`")

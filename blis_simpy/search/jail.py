@@ -18,13 +18,15 @@ and an address-space limit, no new privileges, and a seccomp filter that lets th
 what a running interpreter needs to compute and to talk over its one socket (read, write,
 memory, exit): every other system call (open, socket, fork, exec, kill, clock_gettime,
 getrandom, getpid, signal handlers, ...) fails with EPERM; before it, every clock is stopped
-(`withdraw_clock`: the vDSO's clock data zeroed).
+(`withdraw_clock`: the vDSO's clock data zeroed). The native calls this takes are a small C
+extension's (`lockdown.c`, built by setup.py), so no candidate's process has ctypes to run
+machine code of its own (`withhold_native_code`); a pure install makes them through ctypes
+(`ctypes_lockdown`), and then does not guarantee that (docs/security.md).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import functools
 import math
@@ -37,7 +39,15 @@ import struct
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+
+try:  # the lock-down's native calls: the C extension setup.py builds (lockdown.c)
+    from blis_simpy.search import lockdown as native
+    PURE = False
+except ImportError:  # a pure install: the same calls through ctypes (docs/security.md)
+    from blis_simpy.search import ctypes_lockdown as native  # type: ignore[no-redef]
+    PURE = True
+# What runs machine code of one's own: never loaded in the sandbox (`withhold_native_code`).
+NATIVE_CODE = ("ctypes", "_ctypes")
 
 # Environment inside the sandbox: nothing of the caller's, a fixed hash seed (a set of strings
 # iterates in the same order in every sandbox), one BLAS thread (nothing runs in the
@@ -94,7 +104,6 @@ def sandboxed(bwrap_path: str, packages: Sequence[Path], *arguments: str) -> lis
 
 # --- the candidate's own limits ----------------------------------------------------------------
 
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
 ADDR_NO_RANDOMIZE, PERSONALITY_QUERY = 0x0040000, 0xFFFFFFFF
 # Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
 LOAD_WORD, JUMP_EQ, JUMP_GE, RETURN = 0x20, 0x15, 0x35, 0x06
@@ -139,47 +148,37 @@ def seccomp_program(machine: str) -> bytes:
     return b"".join(struct.pack("HBBI", *instruction) for instruction in program)
 
 
-class SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-
-class Filter:
-    """The seccomp filter and the C library's `prctl`, made once (in the template, before it
-    forks candidates): a candidate's process then only makes the calls."""
-
-    def __init__(self) -> None:
-        self.program = ctypes.create_string_buffer(seccomp_program(platform.machine()))
-        self.fprog = SockFprog(len(self.program.raw) // 8, ctypes.addressof(self.program))
-        self.prctl = prctl()
+def withhold_native_code() -> None:
+    """Make `import ctypes` fail in this process from now on (the template, before it imports
+    numpy, which looks for ctypes and does without): no candidate's process then has it, and
+    once locked down none can load it (no open, no dlopen). Not in a pure install, whose
+    lock-down needs ctypes (`PURE`)."""
+    if not PURE:
+        sys.modules.update(dict.fromkeys(NATIVE_CODE))  # type: ignore[arg-type]
 
 
 @functools.cache
-def prctl() -> Any:
-    """The C library's `prctl` (made once; in the template, before it forks candidates)."""
-    function = ctypes.CDLL(None, use_errno=True).prctl
-    function.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
-                         ctypes.c_ulong)
-    return function
+def program() -> bytes:
+    """This machine's seccomp filter (made once, in the template, before it forks
+    candidates)."""
+    return seccomp_program(platform.machine())
 
 
-FILTER: list[Filter] = []  # made on first use, kept
-
-
-def prepare() -> Filter:
-    """The process's `Filter` (made on first call)."""
-    if not FILTER:
-        FILTER.append(Filter())
-        libc()
-        clock_pages()
-    return FILTER[0]
+def prepare() -> None:
+    """Make, in the template, what a candidate's lock-down only uses: the filter and where
+    the clock's pages are (and, in a pure install, the filter's ctypes objects)."""
+    program()
+    clock_pages()
+    if PURE:
+        from blis_simpy.search import ctypes_lockdown
+        ctypes_lockdown.hold(program())
 
 
 def die_with_parent(parent: int) -> None:
     """Have the kernel SIGKILL this process when its parent (`parent`, its pid) ends, however
     it ends; OSError if the kernel refuses, or if the parent has already ended (this process
     was handed to another before the request took hold)."""
-    if prctl()(PR_SET_PDEATHSIG, signal.SIGKILL, None, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    native.die_with_parent(signal.SIGKILL)
     if os.getppid() != parent:
         raise OSError(errno.ESRCH, f"its parent (process {parent}) has ended")
 
@@ -199,17 +198,12 @@ def lock_down(cpu_s: float, memory_mb: int) -> None:
     cap = pages * os.sysconf("SC_PAGE_SIZE") + memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     withdraw_clock()
-    seccomp = prepare()
-    prctl = seccomp.prctl
-    if prctl(PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(seccomp.fprog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+    native.no_new_privs()
+    native.seccomp(program())
 
 
 # The kernel's pages of clock data that the vDSO reads (newer kernels split them in two).
 CLOCK_PAGES = (b"[vvar]", b"[vvar_vclock]")
-PROT_READ, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 1, 0x02, 0x10, 0x20
 
 
 def withdraw_clock() -> None:
@@ -217,14 +211,11 @@ def withdraw_clock() -> None:
     vDSO then reads the coarse clocks as 0 and asks the kernel for the others, which the
     filter refuses: `time.time()` raises PermissionError, the interpreter's own lock waits
     read 0). Before this, the vDSO read the real clock without a system call. (The
-    time-stamp counter is left: only native code reaches it, and making it fault,
-    PR_SET_TSC, cost a third more of the candidate's CPU on this VM, 34 -> 46 ms an
-    evaluation: docs/security.md.)"""
-    mmap = libc().mmap
+    time-stamp counter is left: only machine code reaches it, which a candidate's process
+    cannot run without ctypes; making it fault, PR_SET_TSC, cost a third more of the
+    candidate's CPU on this VM, 34 -> 46 ms an evaluation: docs/security.md.)"""
     for start, size in clock_pages():
-        if mmap(start, size, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0) \
-                != start:
-            raise OSError(ctypes.get_errno(), "mmap over the clock's pages")
+        native.map_zeros(start, size)
 
 
 @functools.cache
@@ -246,22 +237,13 @@ def clock_pages() -> tuple[tuple[int, int], ...]:
     return tuple(pages)
 
 
-@functools.cache
-def libc() -> Any:
-    """The C library, its `mmap` typed (made once, in the template)."""
-    library = ctypes.CDLL(None, use_errno=True)
-    library.mmap.restype = ctypes.c_void_p
-    library.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_int, ctypes.c_long)
-    return library
-
-
-@functools.cache
-def personality() -> Any:
-    """The C library's `personality` (the calling thread's execution domain and its flags)."""
-    function = ctypes.CDLL(None, use_errno=True).personality
-    function.argtypes = (ctypes.c_ulong,)
-    return function
+def personality(persona: int) -> int:
+    """Set the calling thread's execution domain and flags (`PERSONALITY_QUERY`: only read
+    them): the previous value, or -1 if the kernel refuses."""
+    try:
+        return native.personality(persona)
+    except OSError:
+        return -1
 
 
 def fixed_addresses(module: str, argv: Sequence[str]) -> None:
@@ -269,10 +251,10 @@ def fixed_addresses(module: str, argv: Sequence[str]) -> None:
     already off (the evaluator starts the sandbox so: `unrandomised`): an object's default
     repr shows its address, so the same candidate would print and order differently in two
     sandboxes. Called first thing in the sandbox."""
-    current = personality()(PERSONALITY_QUERY)
+    current = personality(PERSONALITY_QUERY)
     if current < 0 or current & ADDR_NO_RANDOMIZE:
         return
-    if personality()(current | ADDR_NO_RANDOMIZE) >= 0:
+    if personality(current | ADDR_NO_RANDOMIZE) >= 0:
         os.execv(sys.executable, [sys.executable, *PYTHON_FLAGS, "-m", module, *argv])
 
 
@@ -284,11 +266,11 @@ def unrandomised() -> Iterator[None]:
     starts and read when a program is loaded: this process's layout, and what its other
     threads start, stay randomised. (A kernel that refuses changes nothing; a set-user-ID
     bwrap drops the flag, and the template then starts again itself, as before.)"""
-    current = personality()(PERSONALITY_QUERY)
+    current = personality(PERSONALITY_QUERY)
     changed = current >= 0 and not current & ADDR_NO_RANDOMIZE \
-        and personality()(current | ADDR_NO_RANDOMIZE) >= 0
+        and personality(current | ADDR_NO_RANDOMIZE) >= 0
     try:
         yield
     finally:
         if changed:
-            personality()(current)
+            personality(current)

@@ -6,6 +6,7 @@ killed: test_sandbox_lifetime.py.)"""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import os
 import signal
@@ -257,3 +258,41 @@ def test_limits_take_numpy_numbers_as_the_python_numbers_they_hold():
     assert [type(v) for v in (limits.cpu_s, limits.wall_s, limits.memory_mb)] == \
         [float, float, int]
     assert Limits(memory_mb=512.0).memory_mb == 512 and Limits() == Limits(30, 60, 1024)
+
+
+def lock_downs() -> list:
+    """The lock-down's two implementations of its native calls: the C extension (not in a
+    pure install) and the ctypes one a pure install uses."""
+    import blis_simpy.search.ctypes_lockdown as through_ctypes
+    return [pytest.param(jail.native, id="extension", marks=pytest.mark.skipif(
+        jail.PURE, reason="a pure install has no lockdown extension")),
+        pytest.param(through_ctypes, id="ctypes")]
+
+
+@pytest.mark.parametrize("native", lock_downs())
+def test_both_lock_downs_refuse_files_and_stop_the_clock(native):
+    """Each implementation, in a forked process: the clock's pages zeroed, no new privileges,
+    the filter on: a file cannot be opened, the coarse clock reads 0; what the kernel refuses
+    is an OSError with its errno; a filter that is not whole instructions, a ValueError."""
+    assert native.personality(jail.PERSONALITY_QUERY) >= 0
+    with pytest.raises(OSError) as refused:
+        native.map_zeros(1, 4096)  # (not page-aligned)
+    assert refused.value.errno == errno.EINVAL
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for start, size in jail.clock_pages():
+                native.map_zeros(start, size)
+            native.no_new_privs()
+            native.seccomp(jail.program())
+            try:
+                os.open("/proc/self/statm", os.O_RDONLY)
+            except PermissionError:
+                code = 0 if time.clock_gettime(6) == 0 else 3  # CLOCK_MONOTONIC_COARSE
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    if native is jail.native and not jail.PURE:
+        with pytest.raises(ValueError, match="instructions of 8 bytes"):
+            native.seccomp(b"1234")

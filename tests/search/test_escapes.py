@@ -12,6 +12,7 @@ candidate's own. The same attacks go through the three ways a search evaluates c
 
 from __future__ import annotations
 
+import _ctypes
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from blis_simpy.search import jail
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
 from blis_simpy.search.contain import SHARED, Limits, sandbox
 from blis_simpy.search.sweep import run_many
@@ -260,20 +262,57 @@ def test_pid_entropy_and_signal_handlers_are_out_of_reach():
 def test_every_clock_an_escaped_candidate_reads_is_stopped():
     """Before candidate code runs, the pages of clock data the vDSO reads are zeros:
     `time.time()`, the monotonic clock, sleeping and the CPU clock fail (the kernel is asked;
-    the filter refuses), a coarse clock and libc's `time()` through ctypes read 0. The rdtsc
-    instruction, in machine code of its own through ctypes, still reads the counter (a known
-    gap: docs/security.md, what it does not guarantee)."""
+    the filter refuses), a coarse clock reads 0. libc's `time()` and the rdtsc instruction
+    need ctypes, which the candidate's process does not have. (In a pure install, whose
+    lock-down goes through ctypes, libc's `time()` reads 0 and rdtsc, in machine code of the
+    candidate's own, still reads the counter: docs/security.md, what it does not
+    guarantee.)"""
     candidates = [escapes.escaping(escapes.attempt(name, code), name=name)
                   for name, code in escapes.CLOCKS.items()]
     rows = {row.policy: row for row in evaluate(*candidates).itertuples()}
     for name in ("time", "monotonic", "sleep"):
         assert f"{name}: PermissionError" in rows[name].log, rows[name].log
-    for name in ("coarse", "libc-time"):
-        assert f"{name}: reached 0" in rows[name].log, rows[name].log
+    assert "coarse: reached 0" in rows["coarse"].log, rows["coarse"].log
     assert "reached" not in rows["cpu-time"].log or "reached -" in rows["cpu-time"].log
-    if platform.machine() == "x86_64":
-        assert "rdtsc: reached" in rows["rdtsc"].log
+    if not jail.PURE:
+        for name in ("libc-time", "rdtsc"):
+            assert f"{name}: ModuleNotFoundError import of ctypes halted" in rows[name].log
+    else:
+        assert "libc-time: reached 0" in rows["libc-time"].log, rows["libc-time"].log
+        if platform.machine() == "x86_64":
+            assert "rdtsc: reached" in rows["rdtsc"].log
     assert {r.error for r in rows.values()} == {""}
+
+
+@pytest.mark.skipif(jail.PURE, reason="a pure install locks down through ctypes "
+                    "(no blis_simpy.search.lockdown extension: docs/security.md)")
+def test_an_escaped_candidate_has_no_ctypes_and_cannot_load_it():
+    """The lock-down's native calls are the C extension's (`blis_simpy.search.lockdown`), and
+    the template withholds ctypes before numpy looks for it: an escaped candidate finds
+    ctypes and _ctypes refused in `sys.modules`, and with those entries removed, loading them
+    from disk fails (the filter refuses open: dlopen of _ctypes' own file says so). Neither
+    library is mapped in the template, whose forks the candidates' processes are (and they
+    can load nothing after)."""
+    payload = "".join(escapes.attempt(f"{how}-{name}", code.format(name=name))
+                      for name in ("ctypes", "_ctypes") for how, code in (
+                          ("held", "import sys\nresult = sys.modules['{name}']"),
+                          ("import", "import {name}\nresult = {name}"),
+                          ("from-disk", "import sys\ndel sys.modules['{name}']\n"
+                                        "import {name}\nresult = {name}"))) + escapes.attempt(
+        "dlopen", "import importlib.util\nspec = importlib.util.spec_from_file_location("
+        f"'_ctypes', {_ctypes.__file__!r})\nresult = importlib.util.module_from_spec(spec)")
+    before = processes_with("blis_simpy.search.cell")
+    row = evaluate(escapes.escaping(payload, name="ctypes")).iloc[0]
+    for name in ("ctypes", "_ctypes"):
+        assert f"held-{name}: reached None" in row.log, row.log
+        assert f"import-{name}: ModuleNotFoundError import of {name} halted" in row.log
+        assert f"from-disk-{name}: ModuleNotFoundError No module named {name!r}" in row.log
+    assert "cannot open shared object file: Operation not permitted" in row.log, row.log
+    templates = {pid: Path(f"/proc/{pid}/maps").read_text()
+                 for pid in processes_with("blis_simpy.search.cell") | before
+                 if Path(f"/proc/{pid}/maps").exists()}
+    assert any("/lockdown.cpython" in maps for maps in templates.values()), templates.keys()
+    assert not any("_ctypes" in maps for maps in templates.values())
 
 
 NEWCOMER_19 = {  # their two routes to the clock (newcomer 19's note, finding 1), as written
