@@ -261,16 +261,27 @@ def catalog_entry(model: Any) -> CatalogEntry:
         )
     entry = catalog.find(model.name, model.gpu, model.tp, model.vllm_version)
     if entry is None or len(entry.alpha) < 3 or len(entry.beta) < 3:
-        known = [f"{gpu} tp={tp} {version}"
-                 for gpu, tp, version in catalog.combinations(model.name)]
+        combinations = list(catalog.combinations(model.name))
+        known = [f"{gpu} tp={tp} {version}" for gpu, tp, version in combinations]
         valid = "; ".join(closest_first(f"{model.gpu} tp={model.tp} {model.vllm_version}",
                                         known))
         raise ScenarioError(
-            "model.gpu", f"no blackbox coefficients for {model.name!r} on {model.gpu} "
-            f"tp={model.tp} {model.vllm_version} (or give latency.alpha and latency.beta, or "
-            "use latency.type: roofline)", valid,
+            unmatched(model, combinations), f"no blackbox coefficients for {model.name!r} on "
+            f"{model.gpu} tp={model.tp} {model.vllm_version} (or give latency.alpha and "
+            "latency.beta, or use latency.type: roofline)", valid,
         )
     return entry
+
+
+def unmatched(model: Any, combinations: list[tuple[Any, Any, Any]]) -> str:
+    """The model field to blame for a catalog miss: the version when the GPU and TP have
+    coefficients under another, the TP when the GPU has some at another TP, else the GPU."""
+    gpus = [(str(gpu).lower(), tp) for gpu, tp, _ in combinations]
+    if (str(model.gpu).lower(), model.tp) in gpus:
+        return "model.vllm_version"
+    if any(gpu == str(model.gpu).lower() for gpu, _ in gpus):
+        return "model.tp"
+    return "model.gpu"
 
 
 def config_scenario(scenario: Scenario, model: ModelDeployment, config: DeploymentConfig

@@ -374,6 +374,17 @@ def test_unknown_gpu_for_catalog_lists_available_combinations():
     assert "A100-80 tp=1 vllm/vllm-openai:v0.8.4" in err.valid
 
 
+@pytest.mark.parametrize("model, field", [({"vllm_version": "nonsense"}, "model.vllm_version"),
+                                           ({"tp": 3}, "model.tp"),
+                                           ({"gpu": "h100", "vllm_version": "x"},
+                                            "model.vllm_version")])
+def test_a_catalog_miss_blames_the_field_that_has_no_entry(model, field):
+    """A version the catalog has not for this GPU and TP is the version's fault, not the GPU's
+    (newcomer 19 #5: `model.vllm_version=nonsense` was blamed on model.gpu)."""
+    sc = scenario(model=model, latency={"type": "blackbox", "alpha": None, "beta": None})
+    assert resolve_error(sc).path == field
+
+
 def test_unknown_model_for_catalog_lists_available_models():
     sc = scenario(
         model={"name": "acme/nonexistent-7b", "vllm_version": "vllm/vllm-openai:v0.8.4"},
