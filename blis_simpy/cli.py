@@ -61,12 +61,10 @@ def fail(exc: ScenarioError) -> typer.Exit:
 def with_seed(scenario: "Scenario", seed: int | None, sets: Mapping[str, Any]) -> "Scenario":
     """`--seed` over the scenario's own; refused when a `--set seed=` says another (one of
     the two was silently dropped: newcomer 19 #10c)."""
-    if seed is None:
-        return scenario
-    if str(sets.get("seed", seed)) != str(seed):
-        raise ScenarioError("--seed", f"given twice, {seed} and {sets['seed']!r} (--set seed)",
-                            "one of them")
-    return dataclasses.replace(scenario, seed=seed)
+    from blis_simpy.config.scenario import one_seed
+
+    one_seed(seed, sets, "--seed", "--set seed")
+    return scenario if seed is None else dataclasses.replace(scenario, seed=seed)
 
 
 def prepared(path: Path, seed: int | None = None, overrides: list[str] | None = None,

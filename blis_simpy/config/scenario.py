@@ -672,6 +672,16 @@ def parse_sets(settings: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def one_seed(seed: int | None, overrides: Mapping[str, Any] | None, field: str,
+             where: str) -> None:
+    """Refuse a seed given both directly and as an override `seed` that says another (one of
+    the two was silently dropped). A command line's override may be text, so they are
+    compared as text."""
+    pinned = (overrides or {}).get("seed", seed)
+    if seed is not None and str(pinned) != str(seed):
+        raise ScenarioError(field, f"given twice, {seed} and {pinned!r} ({where})", "one of them")
+
+
 def with_overrides(data: Any, overrides: Mapping[str, Any] | None) -> Any:
     """A copy of the scenario's data with each dotted key path set to its value, in order;
     the usual validation then checks the result."""

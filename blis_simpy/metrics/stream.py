@@ -276,8 +276,9 @@ class WaitingFile:
         self.rows += len(encoded)
         self.name_bytes += int(lengths.sum())
 
-    def chunks(self, size: int) -> Iterator[tuple[np.ndarray, list[str]]]:
-        """The rows in order, `size` at a time, with their names."""
+    def chunks(self, size: int) -> Iterator[tuple[np.ndarray, bytes]]:
+        """The rows in order, `size` at a time, with their names' bytes (the rows' name
+        offsets made relative to them: `name`)."""
         for handle in self.handles:
             handle.flush()
         with self.paths[0].open("rb") as rows_file, self.paths[1].open("rb") as names_file:
@@ -287,9 +288,14 @@ class WaitingFile:
                 start = int(rows[0, 3])
                 names_file.seek(start)
                 text = names_file.read(int(rows[-1, 3] + rows[-1, 4]) - start)
-                yield rows, [text[o:o + n].decode() for o, n
-                             in zip((rows[:, 3] - start).tolist(), rows[:, 4].tolist(),
-                                    strict=True)]
+                rows[:, 3] -= start
+                yield rows, text
+
+    @staticmethod
+    def name(rows: np.ndarray, text: bytes, row: int) -> str:
+        """A row's name, decoded only for the few that are reported."""
+        offset, length = int(rows[row, 3]), int(rows[row, 4])
+        return text[offset:offset + length].decode()
 
     def earliest(self, size: int) -> list[int]:
         """For each chunk of `size` rows, the earliest queued time in it or any later one: no
@@ -799,7 +805,7 @@ class StreamingRecords:
             return []
         windows = [StepWindow(self.step_rows.rows(position)) for position in range(len(logs))]
         found = []
-        for k, ((rows, names), low) in enumerate(zip(self.waiting.chunks(WAITING_CHUNK),
+        for k, ((rows, text), low) in enumerate(zip(self.waiting.chunks(WAITING_CHUNK),
                                                      self.waiting.earliest(WAITING_CHUNK),
                                                      strict=True)):
             where, queued, scheduled = rows[:, 0], rows[:, 1], rows[:, 2]
@@ -807,7 +813,8 @@ class StreamingRecords:
             spans = {log.id: window.span(low, high) for log, window in zip(logs, windows,
                                                                             strict=True)}
             found += [(position, k * WAITING_CHUNK + row,
-                       imbalance_anomaly(logs, position, names[row], q, s, idle))
+                       imbalance_anomaly(logs, position, self.waiting.name(rows, text, row),
+                                         q, s, idle))
                       for position, row, q, s, idle
                       in held_back(logs, spans, where, queued, scheduled, ended_at)]
         found.sort(key=lambda item: item[:2])

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from blis_simpy.config.library import scenario_file
 from blis_simpy.config.resolve import resolve
-from blis_simpy.config.scenario import Scenario, with_overrides
+from blis_simpy.config.scenario import Scenario, one_seed, with_overrides
 from blis_simpy.config.step_models import describe as step_model_of
 from blis_simpy.config.step_models import outside_fit
 from blis_simpy.core.arguments import callback, flag, instance
@@ -72,10 +72,7 @@ def load(scenario: ScenarioForm, *, seed: int | None = None,
                             "YAML file's path, a library scenario's name, or a mapping of "
                             "its sections")
     if seed is not None:
-        pinned = (overrides or {}).get("seed", seed)
-        if str(pinned) != str(seed):  # (a command line's override is text)
-            raise ScenarioError("seed", f"given twice, {seed} and {pinned!r} (an override)",
-                                "one of them")
+        one_seed(seed, overrides, "seed", "an override")
         data["seed"] = seed
     return Scenario.from_dict(data)
 
