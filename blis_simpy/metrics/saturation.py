@@ -6,25 +6,28 @@ Over the measured arrivals (the window's start to its last arrival):
   per second in the same span (below the offered rate at the start of any run, while the first
   requests are still being served; far below it, and falling, when the system cannot keep up);
 * `queue_growth_per_s`: the least-squares slope of the number of requests waiting to be served
-  (arrived, not yet scheduled on an instance, not rejected or timed out) over the second half
-  of the span. Continuous batching absorbs load into the running batch, so in a system that
-  keeps up this stays near zero; past capacity (batch slots, KV blocks or the token budget
-  exhausted) it grows by the excess rate;
+  (arrived, not yet scheduled on an instance) over the second half of the span, a request not
+  served (timed out, shed, lost: `unserved`) waiting for good, the queue it would have formed.
+  Continuous batching absorbs load into the running batch, so in a system that keeps up this
+  stays near zero; past capacity (batch slots, KV blocks or the token budget exhausted) it
+  grows by the excess rate, and so it does when requests fail at more than that share;
 * the verdict: `saturated` when the waiting queue grew by more than `GROWTH_SHARE` of the
   offered rate and at least `MIN_WAITING` requests (and 1 % of the arrivals) wait at the end,
   or when it did not grow but the offered rate is above `MODEL_OVER` x the step-cost model's
-  capacity (a run too short to show it, a closed loop's standing queue, clients timing out:
-  `reason` says so); `sustainable` otherwise; `undetermined` with fewer than `MIN_ARRIVALS`
+  capacity (a run too short to show it, a closed loop's standing queue: `reason` says so);
+  `sustainable` otherwise; `undetermined` with fewer than `MIN_ARRIVALS`
   arrivals, when none completed (nothing was served: no rate to judge), or for a batch
   (every arrival within 1 / `BATCH` of the time to the first completion: not a rate);
 * `max_sustainable_rate_per_s`, the highest request rate the system would sustain with this
   request mix (the queue starts to grow beyond it; latency targets may allow less), estimated:
   when the queue grew, as measured: the rate at which requests completed from the span's
   middle until the queue emptied after the last arrival (the servers were as busy as they
-  get; `busy_rate`); otherwise from the step costs of this run
-  (`capacity`, also reported on its own as `capacity_model_per_s`: the whole fleet, evenly
-  loaded; a saturated run whose model capacity exceeds the offered rate was saturated by
-  uneven routing, not by too few instances);
+  get; `busy_rate`), unless requests not served made the queue while the others all entered
+  service at once (completions then measure what was served: `unserved` says so); otherwise
+  from the step costs of this run (`capacity`, also reported on its own as
+  `capacity_model_per_s`: the whole fleet, evenly loaded; a saturated run whose model
+  capacity exceeds the offered rate was saturated by uneven routing, not by too few
+  instances, unless requests not served made its queue: `spread_capacity`);
 * `load_factor` = offered / max sustainable, and `headroom` = 1 - load factor: the share of
   the sustainable rate still unused (negative when overloaded). This is what to read for
   capacity, not `utilization`: an engine with continuous batching runs a step whenever
@@ -61,7 +64,7 @@ import numpy as np
 from blis_simpy.config.resolve import latency_type
 from blis_simpy.config.scenario import EngineConfig, LatencyConfig, Scenario
 from blis_simpy.core.records import Anomaly, InstanceRecord, Records, RequestColumns
-from blis_simpy.core.request import State
+from blis_simpy.core.request import RejectCode, State
 from blis_simpy.core.schema import load
 from blis_simpy.core.snapshot import Role
 from blis_simpy.core.units import US_PER_S
@@ -78,15 +81,16 @@ class Timeline(Protocol):
     """When the run's requests arrived, left the waiting state, entered service and
     completed: counted, never listed (a streaming run keeps them in a scratch file)."""
 
-    def measured(self) -> tuple[int, int]:
-        """The measured arrivals (within the window): how many, and the last one's time."""
+    def measured(self) -> tuple[int, int, int]:
+        """The measured arrivals (within the window): how many, the last one's time, and how
+        many of them were not served (`unserved`)."""
 
     def between(self, column: str, low: float, high: float) -> int:
         """How many `completed` or `entered` (first scheduled) times lie in [low, high]."""
 
     def by(self, column: str, times: np.ndarray) -> np.ndarray:
-        """How many `arrived` or `left` times (a request that never left has none) are at or
-        before each of `times`."""
+        """How many `arrived` or `left` times (a request that never left has none: one not
+        served never does, `leaving_times`) are at or before each of `times`."""
 
     def ttfts(self, times: np.ndarray, edges: np.ndarray) -> np.ndarray:
         """How many requests that got a first token arrived in each bin of `times` (µs) with a
@@ -103,20 +107,18 @@ class Timelines:
     entered: np.ndarray
     window: Window
     first_token: np.ndarray | None = None  # (None: no TTFT, no warm-up check)
+    unserved: int = 0  # measured arrivals not served (`unserved`)
 
     @classmethod
     def of(cls, records: Records, window: Window) -> Timelines:
         req = records.requests
-        left = leaving_times(req)
-        rejected = {name: time for time, _, name in records.rejections}
-        for i in np.flatnonzero(left == ASK):
-            left[i] = rejected.get(req.id[i], req.arrival[i])
-        return cls(req.arrival, left, req.completed_at, req.first_scheduled, window,
-                   req.first_token_at)
+        measured = window.arrived(req.arrival)
+        return cls(req.arrival, leaving_times(req), req.completed_at, req.first_scheduled,
+                   window, req.first_token_at, int((unserved(req) & measured).sum()))
 
-    def measured(self) -> tuple[int, int]:
+    def measured(self) -> tuple[int, int, int]:
         arrivals = self.arrived[self.window.arrived(self.arrived)]
-        return len(arrivals), int(arrivals.max()) if len(arrivals) else -1
+        return len(arrivals), int(arrivals.max()) if len(arrivals) else -1, self.unserved
 
     def between(self, column: str, low: float, high: float) -> int:
         return count_between(getattr(self, column), low, high)
@@ -130,15 +132,30 @@ class Timelines:
         return ttft_counts(self.arrived, self.first_token, times, edges)
 
 
-ASK = -2  # a leaving time to look up: the request's rejection (Records.rejections)
+# Rejections no rate of arrivals would change: the request is too long for the engine.
+TOO_LONG = frozenset({RejectCode.MAX_MODEL_LEN, RejectCode.KV_CAPACITY,
+                      RejectCode.PD_DECODE_CAPACITY})
+
+
+def unserved(req: RequestColumns) -> np.ndarray:
+    """The requests the system did not serve: timed out (their clients gave up), rejected
+    (admission shed them, a P/D handoff dropped them) or lost with a failed instance; not
+    those rejected as too long for the engine, which no load would have served."""
+    too_long = np.isin(np.asarray(req.reject_code, dtype=object), list(TOO_LONG))
+    return (req.in_state(State.TIMED_OUT) | req.in_state(State.FAILED)
+            | (req.in_state(State.REJECTED) & ~too_long))
 
 
 def leaving_times(req: RequestColumns) -> np.ndarray:
-    """When each request stopped waiting to be served: its first scheduling, else its
-    timeout; ASK when it was rejected (its rejection's time, recorded apart); -1 if it never
-    did (still waiting when the run ended)."""
-    left = np.where(req.first_scheduled >= 0, req.first_scheduled, req.timed_out_at)
-    left[(left < 0) & req.in_state(State.REJECTED)] = ASK
+    """When each request stopped waiting to be served: its first scheduling; never (-1) when
+    it was not served (`unserved`): it counts as waiting from its arrival on, the queue it
+    would have formed had its client stayed (a client timeout, a shed or a failure otherwise
+    hides the queue: 85 % of the quickstart's requests timed out at 34 req/s with a 2 s
+    timeout while the queue of the others stayed flat); its arrival for a request too long
+    for the engine (never waiting); -1 also if it was still waiting when the run ended."""
+    left = np.where(unserved(req), -1, req.first_scheduled)
+    too_long = (left < 0) & req.in_state(State.REJECTED)
+    left[too_long] = req.arrival[too_long]
     return left
 
 
@@ -167,7 +184,7 @@ def saturation(timeline: Timeline, window: Window,
     """The verdict, its evidence and the detector's levels (module docstring), for
     summary.json `saturation`; `capacity` gives the step-cost model's estimate and how it was
     made (`capacity`), `window_s` the detector's window length (None: a tenth of the span)."""
-    count, end = timeline.measured()
+    count, end, failed = timeline.measured()
     start = window.start
     out: dict[str, Any] = {"verdict": "undetermined"}
     if count < MIN_ARRIVALS:
@@ -196,18 +213,38 @@ def saturation(timeline: Timeline, window: Window,
     floor = max(MIN_WAITING, 0.01 * count)
     grew = growth > GROWTH_SHARE * offered and at_end >= floor
     model, how = capacity()
-    # The queue had not grown (a short run, a closed loop's standing queue, clients timing
-    # out) but the offered work clearly exceeds what the step costs allow.
+    # The queue had not grown (a short run, a closed loop's standing queue) but the offered
+    # work clearly exceeds what the step costs allow.
     beyond = not grew and model is not None and offered > MODEL_OVER * model
     saturated = grew or beyond
     out = {"verdict": "saturated" if saturated else "sustainable",
            "span_s": [start / US_PER_S, end / US_PER_S],
            "offered_rate_per_s": offered, "served_rate_per_s": served,
            "queue_growth_per_s": growth, "waiting_at_end": at_end}
+    # Requests not served made the queue, and the servers never held one of their own
+    # (everyone else entered service at once): completions measure what was served, not what
+    # the servers could serve.
+    shed = grew and failed >= floor and int(
+        timeline.by("arrived", grid[-1:])[0] - timeline.by("entered", grid[-1:])[0]) < floor
+    if failed:
+        out["unserved_rate_per_s"] = failed / seconds
+    if grew and failed >= floor:
+        out["unserved"] = (
+            f"{failed} of the {count} requests were not served (timed out, rejected or lost): "
+            "they count as waiting from their arrival, the queue they would have formed" + (
+                f", although the offered load is {offered / model:.2f}x the step-cost model's "
+                "capacity: not for lack of capacity (a client timeout shorter than the "
+                "requests take, an admission policy shedding)"
+                if shed and model is not None and offered < model else ""))
     best, method = model, "step-cost model"
     if grew:
         rate, begin, stop, short = busy_rate(timeline, middle, end, floor)
-        if short is None or model is None:
+        if shed and model is not None:
+            out["measured_rate_per_s"] = rate
+            method = ("step-cost model (requests not served made the queue while every other "
+                      f"one entered service at once: completions, {rate:.3g} req/s, measure "
+                      "what was served, not what the servers could serve)")
+        elif short is None or model is None:
             best = rate
             method = ("measured: the rate requests completed while requests waited (from "
                       f"t={begin / US_PER_S:.4g} s to t={stop / US_PER_S:.4g} s, when the wait "
@@ -220,8 +257,8 @@ def saturation(timeline: Timeline, window: Window,
     elif model is not None and beyond:
         out["reason"] = (f"the offered load is {offered / model:.2f}x the step-cost model's "
                          "capacity, but the wait queue did not grow within the span (the run "
-                         "is too short to show it, a closed loop's queue stands instead of "
-                         "growing, or requests are shed or time out and leave)")
+                         "is too short to show it, or a closed loop's queue stands instead of "
+                         "growing)")
         method = "step-cost model (the wait queue did not grow within the span)"
     out["max_sustainable_rate_per_s"] = best
     out["max_sustainable_method"] = method
@@ -239,6 +276,17 @@ def saturation(timeline: Timeline, window: Window,
         if bias is not None:
             out["warmup"] = bias
     return out
+
+
+def spread_capacity(verdict: dict[str, Any]) -> float | None:
+    """The step-cost model's capacity when it says the fleet would carry the offered load
+    spread evenly (a saturated run was then unevenly routed); None when it does not, or
+    cannot be trusted to: requests not served made the queue (the model is then above the
+    load whatever the routing)."""
+    model = verdict.get("capacity_model_per_s")
+    if not model or model <= verdict["offered_rate_per_s"] or "unserved" in verdict:
+        return None
+    return float(model)
 
 
 EDGES = np.geomspace(10, 1e10, 361)  # TTFT bins (µs): 10 µs to about 3 hours, 4 % apart
@@ -443,8 +491,9 @@ def overloads(verdict: dict[str, Any]) -> list[Anomaly]:
 @dataclass(frozen=True, slots=True)
 class StepSums:
     """Exact sums over a run's engine steps for the fit of their cost, c0 + c1 x prefill
-    tokens + c2 x decoding requests: the normal equations' entries (durations in µs), and the
-    smallest KV pool (blocks) of an instance that stepped."""
+    tokens + c2 x decoding requests: the normal equations' entries (durations in µs); the KV
+    blocks in use and the requests in the batch, summed over the steps (the KV a running
+    request holds, measured); and the smallest KV pool (blocks) of an instance that stepped."""
 
     count: int = 0
     new: int = 0
@@ -455,14 +504,17 @@ class StepSums:
     duration: int = 0
     new_duration: int = 0
     decodes_duration: int = 0
+    kv_used: int = 0
+    batch: int = 0
     kv_blocks: int | None = None
 
     @classmethod
     def of(cls, new: np.ndarray, decodes: np.ndarray, duration: np.ndarray,
-           kv_blocks: int | None) -> StepSums:
+           kv_used: np.ndarray, batch: np.ndarray, kv_blocks: int | None) -> StepSums:
         n, d, t = (a.astype(np.int64) for a in (new, decodes, duration))
         return cls(len(n), int(n.sum()), int(d.sum()), dot(n, n), dot(n, d), dot(d, d),
-                   int(t.sum()), dot(n, t), dot(d, t), kv_blocks)
+                   int(t.sum()), dot(n, t), dot(d, t), int(kv_used.astype(np.int64).sum()),
+                   int(batch.astype(np.int64).sum()), kv_blocks)
 
     def __add__(self, other: StepSums) -> StepSums:
         blocks = [b for b in (self.kv_blocks, other.kv_blocks) if b is not None]
@@ -471,7 +523,8 @@ class StepSums:
             self.new_new + other.new_new, self.new_decodes + other.new_decodes,
             self.decodes_decodes + other.decodes_decodes, self.duration + other.duration,
             self.new_duration + other.new_duration,
-            self.decodes_duration + other.decodes_duration, min(blocks) if blocks else None)
+            self.decodes_duration + other.decodes_duration, self.kv_used + other.kv_used,
+            self.batch + other.batch, min(blocks) if blocks else None)
 
     def fit(self) -> tuple[float, float, float] | None:
         """The least-squares c0, c1, c2 (s), solved exactly; None when the steps do not
@@ -504,13 +557,14 @@ def solve3(a: list[list[Fraction]], b: list[Fraction]) -> list[Fraction] | None:
 @dataclass(frozen=True, slots=True)
 class Started:
     """The requests that entered service: how many, their uncached prompt tokens, their
-    output tokens (requested) and the output tokens they were served (sums; fewer than
-    requested when clients timed out or the run ended first)."""
+    output tokens (requested), the output tokens they were served (sums; fewer than
+    requested when clients timed out or the run ended first) and their preemptions."""
 
     count: int = 0
     uncached: int = 0
     output: int = 0
     emitted: int = 0
+    preempted: int = 0
 
     @classmethod
     def of(cls, req: RequestColumns) -> Started:
@@ -518,11 +572,13 @@ class Started:
         cached = np.maximum(req.cached_tokens[started], 0)
         return cls(int(started.sum()), int((req.input_len[started] - cached).sum()),
                    int(req.output_len[started].sum()),
-                   int(np.maximum(req.emitted[started], 0).sum()))
+                   int(np.maximum(req.emitted[started], 0).sum()),
+                   int(req.preemptions[started].sum()))
 
     def __add__(self, other: Started) -> Started:
         return Started(self.count + other.count, self.uncached + other.uncached,
-                       self.output + other.output, self.emitted + other.emitted)
+                       self.output + other.output, self.emitted + other.emitted,
+                       self.preempted + other.preempted)
 
 
 def step_sums(instances: tuple[InstanceRecord, ...]) -> StepSums:
@@ -532,6 +588,8 @@ def step_sums(instances: tuple[InstanceRecord, ...]) -> StepSums:
     return StepSums.of(np.concatenate([i.new_tokens for i in stepped]),
                        np.concatenate([i.decodes for i in stepped]),
                        np.concatenate([i.duration for i in stepped]),
+                       np.concatenate([i.kv_used for i in stepped]),
+                       np.concatenate([i.batch_size for i in stepped]),
                        min(i.kv_total for i in stepped))
 
 
@@ -546,7 +604,11 @@ def capacity(scenario: Scenario, roles: list[Role], steps: StepSums, started: St
     request on average (measured here, prefix-cache hits and recomputation included; D scaled
     to the output tokens requested where fewer were served, when clients timed out), batches
     are as large as the engine allows, B = min(max_running_requests, KV tokens / (uncached
-    prompt + output / 2)), and the token budget T caps each step: a second of work holds
+    prompt + output / 2)), or, when the run preempted (its pool filled), KV tokens / the KV a
+    running request held on average over its steps, where that is more (shared prefixes
+    cached beside the batch, block rounding: search-routing's model read 74 % above the rate
+    its 5 replicas measured at saturation, 3 % below it sized so), and the token budget T
+    caps each step: a second of work holds
     X x max(D / B, (P + D) / T) steps, so X = 1 / (c0 max(D / B, (P + D) / T) + c1 P + c2 D).
     Balanced routing is assumed."""
     fleet = fleet_of(scenario, roles)
@@ -574,15 +636,20 @@ def capacity(scenario: Scenario, roles: list[Role], steps: StepSums, started: St
     footprint = max(1.0, started.uncached / count + started.output / count / 2)
     assert steps.kv_blocks is not None
     kv_tokens = steps.kv_blocks * engine.block_size
+    held = steps.kv_used / steps.batch * engine.block_size if steps.batch else 0.0
+    measured = started.preempted > 0 and held > footprint
+    if measured:  # the pool filled: what a running request held, shared prefixes and all
+        footprint = held
     batch = max(1.0, min(engine.max_running_requests, kv_tokens / footprint))
     steps_per_request = max(decode / batch, (prefill + decode) / engine.max_scheduled_tokens)
     cost = c0 * steps_per_request + c1 * prefill + c2 * decode
     if cost <= 0:
         return None, "the requests took no engine time"
     per_replica = 1.0 / cost
-    return float(replicas * per_replica), (f"step-cost model: {per_replica:.3g} req/s per "
-                                           f"replica x {replicas} ({source}; balanced routing "
-                                           "assumed)")
+    return float(replicas * per_replica), (
+        f"step-cost model: {per_replica:.3g} req/s per replica x {replicas} ({source}; "
+        + (f"the KV a running request held, {held:.0f} tokens, measured: the run preempted "
+           f"{started.preempted} times; " if measured else "") + "balanced routing assumed)")
 
 
 def fleet_of(scenario: Scenario, roles: list[Role]

@@ -70,7 +70,6 @@ from blis_simpy.metrics.raw import (
     targeted,
 )
 from blis_simpy.metrics.saturation import (
-    ASK,
     Started,
     StepSums,
     capacity,
@@ -79,6 +78,7 @@ from blis_simpy.metrics.saturation import (
     leaving_times,
     saturation,
     ttft_counts,
+    unserved,
 )
 from blis_simpy.metrics.serving import PERCENTILES as SERVING_PERCENTILES
 from blis_simpy.metrics.serving import (
@@ -167,7 +167,7 @@ class InstanceSteps:
         self.diff = np.concatenate((self.diff, np.zeros(len(rows), dtype=np.int64)))
         self.count += len(rows)
         self.sums = self.sums + StepSums.of(rows[:, NEW], rows[:, DECODES], rows[:, DURATION],
-                                            None)
+                                            rows[:, KV], rows[:, BATCH], None)
 
     def durations(self, steps: np.ndarray) -> np.ndarray:
         return self.duration[steps - self.base]
@@ -459,35 +459,26 @@ class Series:
 class Timeline:
     """The requests' arrival, leaving, completion and entry-into-service times (µs, -1:
     none), one scratch file each, counted at the end for the saturation verdict
-    (metrics/saturation.py: `Timeline`). A rejected request's leaving time is its
-    rejection's, looked up in the run's records at the end by its name (`asked`)."""
+    (metrics/saturation.py: `Timeline`)."""
 
     def __init__(self, folder: Path, window: Window) -> None:
         self.files = {name: folder / f".{name}.times" for name in TIMES}
         self.handles = {name: path.open("wb") for name, path in self.files.items()}
         self.window = window
-        self.count, self.last = 0, -1  # measured arrivals, the last one's time
-        self.asked: list[tuple[str, int]] = []  # (name, arrival) of rejected requests
-        self.rejected = np.zeros(0, dtype=np.int64)  # their leaving times, once looked up
+        # measured arrivals, the last one's time, those not served (saturation.py `unserved`)
+        self.count, self.last, self.unserved = 0, -1, 0
 
     def add(self, req: RequestColumns) -> None:
-        left = leaving_times(req)
-        ask = np.flatnonzero(left == ASK)
-        self.asked += [(req.id[i], int(req.arrival[i])) for i in ask.tolist()]
-        left[ask] = -1
-        for name, values in (("arrived", req.arrival), ("left", left),
+        for name, values in (("arrived", req.arrival), ("left", leaving_times(req)),
                              ("completed", req.completed_at), ("entered", req.first_scheduled),
                              ("first_token", req.first_token_at)):
             self.handles[name].write(np.ascontiguousarray(values, dtype=np.int64).tobytes())
-        measured = req.arrival[self.window.arrived(req.arrival)]
+        within = self.window.arrived(req.arrival)
+        measured = req.arrival[within]
         if len(measured):
             self.count += len(measured)
             self.last = max(self.last, int(measured.max()))
-
-    def resolve(self, rejections: Sequence[tuple[int, str, str]]) -> None:
-        times = {name: time for time, _, name in rejections}
-        self.rejected = np.array([times.get(name, arrival) for name, arrival in self.asked],
-                                 dtype=np.int64)
+            self.unserved += int((unserved(req) & within).sum())
 
     def column(self, name: str) -> Iterator[np.ndarray]:
         self.handles[name].flush()
@@ -495,8 +486,8 @@ class Timeline:
             while len(values := np.fromfile(f, dtype=np.int64, count=CHUNK_VALUES)):
                 yield values
 
-    def measured(self) -> tuple[int, int]:
-        return self.count, self.last
+    def measured(self) -> tuple[int, int, int]:
+        return self.count, self.last, self.unserved
 
     def between(self, column: str, low: float, high: float) -> int:
         return sum(count_between(values, low, high) for values in self.column(column))
@@ -509,7 +500,7 @@ class Timeline:
         return total
 
     def by(self, column: str, times: np.ndarray) -> np.ndarray:
-        total = count_by(self.rejected, times) if column == "left" else 0
+        total: np.ndarray | int = 0
         for values in self.column(column):
             total = total + count_by(values, times)
         return np.asarray(total)
@@ -730,7 +721,6 @@ class StreamingRecords:
         scenario, window = self.scenario, self.window
         stats = scoped_summary(logs, scenario.horizon_us, self.conventions, window,
                                self.figures)
-        self.timeline.resolve(records.rejections)
         stats["saturation"] = saturation(self.timeline, window, lambda: capacity(
             scenario, [log.role for log in logs], self.step_sums(), self.started),
             scenario.evaluation.saturation.window_s)

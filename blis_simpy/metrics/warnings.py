@@ -14,7 +14,7 @@ from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload, TraceWorkload
 from blis_simpy.core.request import RejectCode
 from blis_simpy.core.units import MAX_ADMISSION_DELAYS, MAX_REQUESTS
-from blis_simpy.metrics.saturation import OVERLOADED, STABLE, spans
+from blis_simpy.metrics.saturation import OVERLOADED, STABLE, spans, spread_capacity
 
 LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
 FEW_REQUESTS = 20  # below this many measured requests a percentile or a rate is vacuous
@@ -130,10 +130,16 @@ def unknown_acceptance_tenants(sent: Set[str], scenario: Scenario) -> list[str]:
 
 def saturated(verdict: dict[str, Any]) -> str:
     """The saturation verdict in one sentence (summary.json `saturation` has the figures)."""
-    best, model = verdict["max_sustainable_rate_per_s"], verdict["capacity_model_per_s"]
-    uneven = (f", but the instances could carry about {model:.3g} req/s with the load spread "
-              "evenly: routing concentrated it" if model and model > verdict[
-                  "offered_rate_per_s"] else "")
+    best = verdict["max_sustainable_rate_per_s"]
+    if "unserved" in verdict:
+        return (f"saturated: offered {verdict['offered_rate_per_s']:.3g} req/s, served "
+                f"{verdict['served_rate_per_s']:.3g} req/s; {verdict['unserved']}; about "
+                f"{best:.3g} req/s sustainable "
+                f"({verdict['max_sustainable_method'].split(' (')[0]}); "
+                "latencies describe only the requests served")
+    spread = spread_capacity(verdict)
+    uneven = (f", but the instances could carry about {spread:.3g} req/s with the load "
+              "spread evenly: routing concentrated it" if spread else "")
     return (f"saturated: offered {verdict['offered_rate_per_s']:.3g} req/s, served "
             f"{verdict['served_rate_per_s']:.3g} req/s; the wait queue grew by "
             f"{verdict['queue_growth_per_s']:.3g} req/s ({verdict['waiting_at_end']} waiting at "

@@ -29,7 +29,7 @@ import numpy as np
 
 from blis_simpy.core.request import RejectCode
 from blis_simpy.metrics.columns import Table, plain
-from blis_simpy.metrics.saturation import BACKLOGGED, OVERLOADED, spans
+from blis_simpy.metrics.saturation import BACKLOGGED, OVERLOADED, spans, spread_capacity
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -263,9 +263,12 @@ def verdict_line(inputs: TraceInputs) -> str:
     best = sat.get("max_sustainable_rate_per_s")
     return (f"**SATURATED**: offered {sat['offered_rate_per_s']:.3g} req/s, served "
             f"{sat['served_rate_per_s']:.3g} req/s; " + queue_evidence(sat)
-            + (f"; about {best:.3g} req/s was sustained" if best and "reason" not in sat
+            + (f"; {sat['unserved']}" if "unserved" in sat
+               else f"; about {best:.3g} req/s was sustained" if best and "reason" not in sat
                else f"; the step-cost model allows about {best:.3g} req/s" if best else "")
-            + (". The latencies below describe a growing queue, not a steady state.\n\n"
+            + (". The latencies below describe only the requests served.\n\n"
+               if "unserved" in sat else
+               ". The latencies below describe a growing queue, not a steady state.\n\n"
                if "reason" not in sat else ". The latencies below describe an overload that "
                "had not yet shown in the queue, not a steady state.\n\n"))
 
@@ -444,12 +447,13 @@ def load_line(inputs: TraceInputs) -> str:
             f"overloaded by {pct(-headroom)}")
     else:
         line += f" (sustainable rate not estimated: {sat.get('max_sustainable_method')})"
-    model = sat.get("capacity_model_per_s")
     if sat.get("verdict") == "saturated":
-        line += ("; the wait queue kept growing" if "reason" not in sat else
+        line += ("; requests not served kept the wait queue growing" if "unserved" in sat
+                 else "; the wait queue kept growing" if "reason" not in sat else
                  "; the run is too short (or its queue too bounded) to show the queue growing")
-        if model and model > offered:
-            line += f" (about {model:.3g} req/s with the load spread evenly)"
+        spread = spread_capacity(sat)
+        if spread:
+            line += f" (about {spread:.3g} req/s with the load spread evenly)"
     return line + level_note(sat)
 
 
@@ -577,13 +581,19 @@ def capacity(inputs: TraceInputs) -> list[Issue]:
                     f"{sat['served_rate_per_s']:.3g} req/s; " + queue_evidence(sat),
                     f"mean queue depth per instance {m['queue_depth_avg']:.1f}, TTFT p99 "
                     f"{ms(m['ttft_p99_ms'])}"]
-        model = sat.get("capacity_model_per_s")
-        if model and model > sat["offered_rate_per_s"]:  # the fleet could carry it, evenly
-            evidence.append(f"the instances' step costs allow about {model:.3g} req/s when "
+        spread = spread_capacity(sat)
+        if spread:  # the fleet could carry it, evenly
+            evidence.append(f"the instances' step costs allow about {spread:.3g} req/s when "
                             "the load is spread evenly")
             found.append(Issue("CAPACITY", "saturated although the fleet could carry the "
                                "load: it is unevenly routed", tuple(evidence), 2.0,
                                "Route by load (least-loaded, or a queue-depth scorer)"))
+        elif "unserved" in sat and factor is not None and factor < 1:
+            found.append(Issue("CAPACITY", "saturated by requests not served, not for lack of "
+                               f"capacity ({factor:.2f}x the sustainable rate)",
+                               tuple(evidence), 2.0,
+                               "Give clients a timeout longer than the requests take "
+                               "(workload timeout_s), or shed less at admission"))
         else:
             need = (f"about {math.ceil(instance_count(inputs) * factor)} instances at this "
                     "request mix" if factor else "more instances")
