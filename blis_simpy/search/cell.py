@@ -539,3 +539,4 @@ def described(exc: BaseException) -> str:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+    os._exit(0)
