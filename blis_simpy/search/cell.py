@@ -539,3 +539,6 @@ def described(exc: BaseException) -> str:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+    # (no interpreter finalization: nothing here needs it, and the evaluator's pool workers
+    # wait for their templates' end when they shut down)
+    os._exit(0)

@@ -40,7 +40,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
@@ -326,25 +326,36 @@ def last_line(stderr: bytes, status: int | None) -> str:
     return (lines[-1] if lines else "") + f" (exit status {status})"
 
 
-def require_sandbox() -> None:
-    """SandboxUnavailable now where the sandbox cannot start (no bwrap, namespaces refused,
-    no interpreter inside), without starting a template if this process has none: a sweep's
-    pool workers start their own, and this process starts its own at its first evaluation.
-    The sandbox is started once, with an interpreter that exits at once (`jail.probe`); what
-    only a template finds (its lock-down's self-test) is refused, as SandboxUnavailable, at
-    the first evaluation."""
+@contextlib.contextmanager
+def sandbox_checked() -> Iterator[None]:
+    """SandboxUnavailable at the end of the block where the sandbox cannot start (no bwrap,
+    namespaces refused, no interpreter inside), without starting a template if this process
+    has none: a sweep's pool workers start their own, and this process starts its own at its
+    first evaluation. The sandbox is started once, with an interpreter that exits at once
+    (`jail.probe`), while the block runs (the caller plans its runs meanwhile); what only a
+    template finds (its lock-down's self-test) is refused, as SandboxUnavailable, at the
+    first evaluation. A block that raises ends the check and lets its error through."""
     if SHARED.current is not None and SHARED.current.alive():
+        yield
         return
     try:
-        done = subprocess.run(jail.probe(bwrap_path(), packages()), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=START_S)
-    except subprocess.TimeoutExpired:
-        raise SandboxUnavailable(f"bwrap did not start within {START_S:g} s") from None
+        check = subprocess.Popen(jail.probe(bwrap_path(), packages()), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     except OSError as exc:
         raise SandboxUnavailable(f"bwrap did not start: {exc}") from None
-    if done.returncode != 0:
-        raise SandboxUnavailable(last_line(done.stderr, done.returncode))
+    with check:
+        try:
+            yield
+        except BaseException:
+            check.kill()
+            raise
+        try:
+            _, stderr = check.communicate(timeout=START_S)
+        except subprocess.TimeoutExpired:
+            check.kill()
+            raise SandboxUnavailable(f"bwrap did not start within {START_S:g} s") from None
+    if check.returncode != 0:
+        raise SandboxUnavailable(last_line(stderr, check.returncode))
 
 
 class Shared:

@@ -31,14 +31,15 @@ import errno
 import functools
 import math
 import os
-import platform
 import resource
-import shutil
 import signal
 import struct
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (the template imports this module: nothing it does not need)
+    from pathlib import Path
 
 try:  # the lock-down's native calls: the C extension setup.py builds (lockdown.c)
     from blis_simpy.search import lockdown as native
@@ -62,6 +63,8 @@ INSTALL = "apt-get install bubblewrap (Debian, Ubuntu), dnf install bubblewrap (
 
 def bwrap() -> str | None:
     """The bubblewrap executable, or None."""
+    import shutil  # (the evaluator's only: the template does not import it)
+
     return shutil.which("bwrap")
 
 
@@ -127,10 +130,16 @@ def supported() -> str:
     """Why this machine cannot lock a candidate's process down, or ""."""
     if sys.platform != "linux":
         return f"the sandbox needs Linux (this is {sys.platform})"
-    if platform.machine() not in SYSCALLS:
+    if architecture() not in SYSCALLS:
         return (f"the sandbox's system call filter knows x86_64 and aarch64, not "
-                f"{platform.machine()}")
+                f"{architecture()}")
     return ""
+
+
+def architecture() -> str:
+    """This machine's architecture, as `platform.machine()` says it (without importing
+    `platform` into the template)."""
+    return os.uname().machine
 
 
 def seccomp_program(machine: str) -> bytes:
@@ -161,7 +170,7 @@ def withhold_native_code() -> None:
 def program() -> bytes:
     """This machine's seccomp filter (made once, in the template, before it forks
     candidates)."""
-    return seccomp_program(platform.machine())
+    return seccomp_program(architecture())
 
 
 def prepare() -> None:

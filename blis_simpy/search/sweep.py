@@ -26,6 +26,7 @@ give them back (`store.normalised`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import multiprocessing
@@ -47,7 +48,7 @@ from blis_simpy.metrics.fitness import Term, evenness, relative_score
 from blis_simpy.policies.autoscale import AUTOSCALE
 from blis_simpy.policies.bundle import AXES, REGISTRIES, PolicyBundle
 from blis_simpy.search.code import CodePolicy, CodeRejected, check
-from blis_simpy.search.contain import Limits, SandboxUnavailable, pool_worker, require_sandbox
+from blis_simpy.search.contain import Limits, SandboxUnavailable, pool_worker, sandbox_checked
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
 from blis_simpy.search.store import RunStore, normalised, run_key
@@ -234,8 +235,17 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
                             "deterministic, so a repeated seed adds a copy, not a sample",
                             "each seed once")
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
-    if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
-        require_sandbox()  # code runs only in the sandbox: a machine without one refuses it now
+    coded = any(code is not None and not rejected for _, _, code, rejected in prepared.values())
+    # Code runs only in the sandbox: a machine without one refuses it before any run, checked
+    # while the runs are planned.
+    with sandbox_checked() if coded else contextlib.nullcontext():
+        return planned(scenarios, prepared, seed_list, limits)
+
+
+def planned(scenarios: Mapping[str, Scenario],
+            prepared: Mapping[str, tuple[PolicyBundle | None, str, CodePolicy | None, str]],
+            seed_list: list[int] | None, limits: Limits) -> list[Task]:
+    """`plan`'s runs: each candidate on each scenario and seed, then the baselines."""
     tasks: list[Task] = []
     baselines: list[Task] = []
     for scenario_name, scenario in scenarios.items():

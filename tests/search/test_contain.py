@@ -77,8 +77,10 @@ def test_without_bwrap_code_candidates_are_refused_in_one_line(no_bwrap):
 
 
 def test_a_bwrap_that_cannot_start_is_refused_with_its_reason(broken_bwrap):
+    before = children()
     with pytest.raises(SandboxUnavailable, match="No permissions to create new namespace"):
         run_many(prefix_scenario(), {"code": CODE}, [1], workers=1)
+    assert children() <= before  # (the check's process reaped)
 
 
 def test_the_search_entry_points_refuse_rather_than_score_zero(no_bwrap, tmp_path: Path):
@@ -116,6 +118,23 @@ def test_a_sweep_on_a_pool_checks_the_sandbox_without_starting_a_template_here()
     deadline = time.monotonic() + 10  # (the workers' templates end with the pool)
     while sandbox_processes() != before and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def test_a_sweep_refused_while_it_is_planned_leaves_no_sandbox_check_running():
+    """The check that the sandbox can start runs while the runs are planned: a candidate
+    refused there (after the check started) ends the check, and nothing is left behind."""
+    SHARED.forget()
+    before = children()
+    with pytest.raises(ScenarioError, match="no autoscaler"):
+        run_many(prefix_scenario(), {"a": CODE, "bad": {"autoscale.scale_up_threshold": 0.5}},
+                 [1], workers=1)
+    assert children() <= before
+
+
+def children() -> set[str]:
+    """This process's child processes."""
+    return {pid for task in Path("/proc/self/task").iterdir()
+            for pid in (task / "children").read_text().split()}
 
 
 def test_the_sandbox_starts_at_its_layout_and_this_thread_keeps_its_own():
