@@ -172,7 +172,7 @@ def gepa_evaluate(
     from blis_simpy.config.fitness import parse_weights
     from blis_simpy.search.code import candidate_policy
     from blis_simpy.search.contain import SandboxUnavailable
-    from blis_simpy.search.sweep import checked_seeds, run_many
+    from blis_simpy.search.sweep import check_inputs, checked_seeds, run_many
     from blis_simpy.sim.run import load as load_scenario
 
     try:  # the user's inputs: a bad one is refused here, never scored as the candidate's
@@ -182,6 +182,7 @@ def gepa_evaluate(
         scenarios = {f"{i}:{path}": load_scenario(
             scenario_file(str(path), Path.cwd(), f"--workload[{i}]"), overrides=weights)
             for i, path in enumerate(workload)}
+        check_inputs(scenarios)
         candidate = components(policy_config, code)
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -51,7 +51,7 @@ from blis_simpy.search.code import CodePolicy, CodeRejected, check
 from blis_simpy.search.contain import Limits, SandboxUnavailable, pool_worker, require_sandbox
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
-from blis_simpy.search.store import RunStore, normalised, run_key
+from blis_simpy.search.store import RunStore, normalised, referenced, run_key
 from blis_simpy.sim.build import build
 from blis_simpy.sim.modes import mode_of
 from blis_simpy.sim.result import Result
@@ -226,6 +226,7 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
     the static check refuses becomes zero rows (a search produces such candidates). A
     scenario without fitness weights adds its baseline runs (`baseline=True`, at the end)."""
     seed_list = checked_seeds("seeds", seeds)
+    check_inputs(scenarios)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
     if any(code is not None and not rejected for _, _, code, rejected in prepared.values()):
         require_sandbox()  # code runs only in the sandbox: a machine without one refuses it now
@@ -239,7 +240,7 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
             for seed in scenario_seeds:
                 base = apply(scenario, {}, seed, f"{scenario_name}: ")
                 own[seed] = Task(0, scenario_name, BASELINE, seed, base, "",
-                                 key=key(scenario_name, base, seed), baseline=True)
+                                 key=key(base, seed), baseline=True)
         baselines.extend(own.values())
         for policy_name, (bundle, candidate_id, code, rejected) in prepared.items():
             where = f"policies[{policy_name!r}] on {scenario_name}: "
@@ -249,7 +250,7 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
                                 check=() if n else (code.axis,) if code else ("",))
                 tasks.append(Task(len(tasks), scenario_name, policy_name, seed, applied,
                                   candidate_id, code, limits, rejected,
-                                  key(scenario_name, applied, seed, code, rejected, limits),
+                                  key(applied, seed, code, rejected, limits),
                                   terms, own[seed].key if terms else ""))
     return tasks + [dataclasses.replace(t, index=len(tasks) + i)
                     for i, t in enumerate(baselines)]
@@ -313,17 +314,25 @@ def build_policies(scenario: Scenario, skip: tuple[str, ...]) -> None:
         AUTOSCALE.create(scaler.policy, "deployment.autoscaler.policy")
 
 
-def key(scenario_name: str, scenario: Scenario, seed: int, code: CodePolicy | None = None,
-        rejected: str = "", limits: Limits | None = None) -> str:
+def key(scenario: Scenario, seed: int, code: CodePolicy | None = None, rejected: str = "",
+        limits: Limits | None = None) -> str:
     """The run's content key (`store.run_key`). A code candidate's limits are part of it: what
-    it can allocate or compute changes what it does (newcomer 20 #6). A file the scenario
-    names that cannot be read is the scenario's error, whatever the candidate."""
+    it can allocate or compute changes what it does (newcomer 20 #6)."""
     identity = None if code is None else (code.axis, code.entry, code.source, rejected,
                                           dataclasses.asdict(limits or Limits()))
-    try:
-        return run_key(scenario, seed, identity)
-    except ScenarioError as exc:
-        raise ScenarioError(f"{scenario_name}: {exc.path}", exc.problem, exc.valid) from None
+    return run_key(scenario, seed, identity)
+
+
+def check_inputs(scenarios: Mapping[str, Scenario]) -> None:
+    """Every file the scenarios' input fields name can be read (`store.referenced`, through
+    the bounded reader). Checked before any candidate, here and by the search commands: an
+    unreadable trace is the scenario's error, one line naming it and the field, never a
+    candidate's zero (a candidate cannot change these fields)."""
+    for name, scenario in scenarios.items():
+        try:
+            referenced(scenario)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{name}: {exc.path}", exc.problem, exc.valid) from None
 
 
 def prepare_candidate(name: str, candidate: Candidate

@@ -235,21 +235,25 @@ def test_fifo_as_trace_exits_2_at_once_in_a_subprocess(tmp_path):
 
 
 @pytest.mark.parametrize("trace", ["/proc/self/mem", "/proc/self/pagemap"])
-def test_an_unreadable_trace_in_a_sweep_exits_2_in_one_line_at_once(tmp_path, trace):
-    """The sweep keys its runs by the trace's content before the trace is replayed: that read
+@pytest.mark.parametrize("command", [["sweep", "sweep.yaml"],
+                                     ["gepa-evaluate", "--workload", "s.yaml"]])
+def test_an_unreadable_trace_in_a_search_exits_2_in_one_line_at_once(tmp_path, trace,
+                                                                      command):
+    """A search keys its runs by the trace's content before the trace is replayed: that read
     gave a traceback (/proc/self/mem) or hashed 256 GiB for minutes (/proc/self/pagemap),
-    where `run` refused each in one line (newcomer 20 #3)."""
+    where `run` refused each in one line (newcomer 20 #3). It is the user's scenario: never
+    a candidate's zero."""
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({**BASE, "workload": {"type": "trace",
                                                                           "path": trace}}))
     (tmp_path / "sweep.yaml").write_text("scenarios: [s.yaml]\npolicies: {rr: "
                                          "{routing.type: round-robin}}\nseeds: [1]\n")
-    done = subprocess.run([sys.executable, "-m", "blis_simpy", "sweep", "sweep.yaml"],
-                          cwd=tmp_path, timeout=60, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "blis_simpy", *command], cwd=tmp_path,
+                          timeout=60, capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
     words = "holds more than the 0 bytes" if "pagemap" in trace else "Input/output error"
     assert "workload.path: " in done.stderr and words in done.stderr, done.stderr
-    assert not (tmp_path / "sweep.csv").exists()
+    assert done.stdout == "" and not (tmp_path / "sweep.csv").exists()
 
 
 def test_fifo_as_policy_config_exits_2_at_once_in_a_subprocess(tmp_path):

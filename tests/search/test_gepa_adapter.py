@@ -56,6 +56,16 @@ def test_a_bundle_whose_text_names_proc_self_mem_is_scored_not_raised():
     assert result.scores[0] > 0
 
 
+def test_a_batch_whose_trace_cannot_be_read_is_the_users_error_not_a_zero():
+    """The same for every candidate: scoring each 0 would hide it for a whole search."""
+    from blis_simpy.config.scenario import Scenario
+
+    data = {**prefix_scenario().to_dict(), "workload": {"type": "trace",
+                                                        "path": "/proc/self/mem"}}
+    with pytest.raises(ScenarioError, match=r"batch\[0\]: workload.path: cannot read"):
+        BlisAdapter(workers=1).evaluate([Scenario.from_dict(data)], {"bundle": SEED_BUNDLE})
+
+
 def test_optimize_anything_style_evaluator():
     evaluate = evaluator(workloads([1]))
     score, side_info = evaluate({"bundle": SEED_BUNDLE})
