@@ -13,11 +13,14 @@ or run:
   huge or growing file costs `limit` bytes of memory before it is refused;
 * read errors (EIO from `/proc/self/mem`, EACCES) become the same one-line error.
 
-The text readers decode UTF-8 and name the first bad byte.
+The text readers decode UTF-8 and name the first bad byte. `digest` hashes a file for the keys
+that must change with its content (the run store's, a prepared workload's).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -97,6 +100,42 @@ def read_text(path: str | Path, field: str, what: str = "a UTF-8 text file",
     except UnicodeDecodeError as exc:
         raise ScenarioError(field, f"{path} is not UTF-8 text (byte {data[exc.start]:#04x} "
                             f"at offset {exc.start})", what) from None
+
+
+def digest(path: str | Path, field: str, what: str = "file",
+           limit: int = MAX_TEXT_BYTES) -> str:
+    """The SHA-256 of the file's content, read as `open_input` opens it and never past the
+    size the file states: one that holds more (a /proc file states 0 bytes, and
+    /proc/self/pagemap holds 256 GiB) or grows while read is refused after one byte more, not
+    hashed to its end. A file with the same inode, size and modification time as one hashed
+    before is not read again (a sweep keys every run by its trace)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError) as exc:
+        problem = reason(exc) if isinstance(exc, OSError) else str(exc)
+        raise ScenarioError(field, f"cannot read {path}: {problem}") from None
+    return hashed(str(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, field,
+                  what, limit)
+
+
+@functools.lru_cache(maxsize=256)
+def hashed(path: str, device: int, inode: int, size: int, mtime_ns: int, field: str,
+           what: str, limit: int) -> str:
+    """`digest` of a file as `os.stat` saw it (the arguments after `path` are the memo's key)."""
+    with open_input(path, field, what, limit) as handle:
+        stated = os.fstat(handle.fileno()).st_size
+        content = hashlib.sha256()
+        left = stated + 1  # a byte past the stated size is a file that says less than it holds
+        try:
+            while left and (chunk := handle.read(min(left, 1 << 20))):
+                content.update(chunk)
+                left -= len(chunk)
+        except OSError as exc:
+            raise ScenarioError(field, f"cannot read {path}: {reason(exc)}") from None
+    if not left:
+        raise ScenarioError(field, f"{path} holds more than the {stated:,} bytes its size says "
+                            "(a /proc file, or one growing while read)", what)
+    return content.hexdigest()
 
 
 def not_an_option(path: str | Path, field: str, what: str) -> None:

@@ -77,6 +77,12 @@ def real(value: object) -> bool:
 
 MAX_HINTS = 32  # entries in a PriorityDecision's hints
 MAX_HINT_TEXT = 200  # characters in a hint's key or string value
+# What a decision may carry, bounded as the hints are: a routing decision's breakdown is kept
+# per decision with `trace_level: decisions` and an order key per waiting request, so an
+# unbounded one is the evaluator's memory spent at a candidate's word (newcomer 20 #4: 30,000
+# scorer names per decision held 8.5 MiB each).
+MAX_BREAKDOWN = 32  # scorers in a routing decision's breakdown
+MAX_KEY_ITEMS = 32  # items in a scheduler's order_key tuple
 
 
 def plain_hints(hints: object) -> Mapping[str, object] | None:
@@ -170,11 +176,14 @@ class GuardedRouting(RoutingPolicy):
             raise self.caller.bad("route", req.id, out, f"scores: {len(snapshots)} finite "
                                   "numbers, one per snapshot")
         breakdown = out.breakdown
-        if breakdown is not None and not (isinstance(breakdown, Mapping) and all(
-                isinstance(k, str) and finite_numbers(v, len(snapshots))
-                for k, v in breakdown.items())):
-            raise self.caller.bad("route", req.id, out, f"breakdown: None, or scorer name -> "
-                                  f"{len(snapshots)} finite numbers, one per snapshot")
+        if breakdown is not None and not (
+                isinstance(breakdown, Mapping) and len(breakdown) <= MAX_BREAKDOWN and all(
+                    isinstance(k, str) and len(k) <= MAX_HINT_TEXT
+                    and finite_numbers(v, len(snapshots)) for k, v in breakdown.items())):
+            raise self.caller.bad("route", req.id, out, f"breakdown: None, or at most "
+                                  f"{MAX_BREAKDOWN} scorer names (of at most {MAX_HINT_TEXT} "
+                                  f"characters) -> {len(snapshots)} finite numbers, one per "
+                                  "snapshot")
         filtered = out.filtered
         if not (type(filtered) is tuple and not filtered) and not (  # (none: the usual)
                 isinstance(filtered, tuple) and all(i in routable for i in filtered)):
@@ -218,9 +227,11 @@ class GuardedScheduler(InstanceScheduler):
         assert key is not None
         out = self.caller.call("order_key", view.id, key, view, priority)
         items = out if isinstance(out, tuple) else (out,)
-        if not items or not all(real(v) or isinstance(v, str) for v in items):
+        if not 0 < len(items) <= MAX_KEY_ITEMS or not all(
+                real(v) or (isinstance(v, str) and len(v) <= MAX_HINT_TEXT) for v in items):
             raise self.caller.bad("order_key", view.id, out, "a finite number, or a tuple "
-                                  "of finite numbers and strings (smaller runs first)")
+                                  f"of at most {MAX_KEY_ITEMS} finite numbers and strings (of "
+                                  f"at most {MAX_HINT_TEXT} characters; smaller runs first)")
         shape = shape_of(out)
         merged = shape if self.key_shape is None else merge_shapes(self.key_shape, shape)
         if merged is None:

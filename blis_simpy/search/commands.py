@@ -172,22 +172,24 @@ def gepa_evaluate(
     from blis_simpy.config.fitness import parse_weights
     from blis_simpy.search.code import candidate_policy
     from blis_simpy.search.contain import SandboxUnavailable
-    from blis_simpy.search.sweep import run_many
+    from blis_simpy.search.sweep import check_inputs, checked_seeds, run_many
     from blis_simpy.sim.run import load as load_scenario
 
-    try:
+    try:  # the user's inputs: a bad one is refused here, never scored as the candidate's
+        seeds = checked_seeds("--seed", seed)
         weights = {} if fitness_weights is None else {
             "fitness.weights": parse_weights(fitness_weights)}
         scenarios = {f"{i}:{path}": load_scenario(
             scenario_file(str(path), Path.cwd(), f"--workload[{i}]"), overrides=weights)
             for i, path in enumerate(workload)}
+        check_inputs(scenarios)
         candidate = components(policy_config, code)
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
         policy = candidate_policy(candidate)
-        table = run_many(scenarios, {"candidate": policy}, seed, workers=1)
+        table = run_many(scenarios, {"candidate": policy}, seeds, workers=1)
         runs = table.to_dict("records")
     except SandboxUnavailable as exc:  # not the candidate's fault: refuse, never score
         typer.echo(f"error: {exc}", err=True)

@@ -7,6 +7,8 @@ axis (`routing`, `admission`, ...) holds code-policy source for that axis
 scenario (with its seed): evaluating a candidate on a batch runs it on each, through the
 sweep's executor, and scores each run by its fitness. Failures (a bundle that does not load,
 code that is refused or crashes) score 0 with the reason in the feedback; they never raise.
+A batch's own fault (an item that is not a Scenario, a trace it names that cannot be read)
+raises ScenarioError: it is the user's, the same for every candidate.
 A machine without the sandbox raises SandboxUnavailable: no code candidate could score.
 """
 
@@ -25,7 +27,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search.code import BUNDLE, candidate_policy
 from blis_simpy.search.contain import Limits, SandboxUnavailable
 from blis_simpy.search.store import RunStore
-from blis_simpy.search.sweep import Task, execute, plan, worker_pool
+from blis_simpy.search.sweep import Task, check_inputs, execute, plan, worker_pool
 
 Trajectory = dict[str, Any]  # the run's row: metrics, fitness, error and feedback
 
@@ -64,6 +66,7 @@ class BlisAdapter:
                 if not isinstance(scenario, Scenario):
                     raise ScenarioError(f"batch[{i}]", f"a {type(scenario).__name__}, not a "
                                         "Scenario", "scenarios from blis_simpy.load(...)")
+            check_inputs({f"batch[{i}]": s for i, s in enumerate(batch)})  # the user's
             try:
                 policy = candidate_policy(candidate)
                 scenarios = {f"{i}:{s.name}": s for i, s in enumerate(batch)}

@@ -31,7 +31,7 @@ from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.contain import Limits, SandboxUnavailable
 from blis_simpy.search.export import k4_export
 from blis_simpy.search.store import RunStore
-from blis_simpy.search.sweep import Candidate, run_many
+from blis_simpy.search.sweep import Candidate, check_inputs, checked_seeds, run_many
 from blis_simpy.sim.run import load
 
 REPORTED = ("fitness", "completion", "ttft_mean_ms", "ttft_p99_ms", "e2e_mean_ms",
@@ -52,7 +52,8 @@ class BlisEvaluator:
         if axis not in AXES:
             raise ScenarioError("axis", f"{axis!r} is not a policy axis", ", ".join(AXES))
         self.scenarios = [load(s) for s in scenarios]
-        self.axis, self.seeds = axis, None if seeds is None else list(seeds)
+        check_inputs({f"scenarios[{i}]": s for i, s in enumerate(self.scenarios)})
+        self.axis, self.seeds = axis, checked_seeds("seeds", seeds)
         self.features, self.limits, self.workers = tuple(features), limits, workers
         self.store = RunStore(":memory:" if store is None else store)
 

@@ -3,11 +3,11 @@
 A policy search runs for hours; a sweep that kept its rows in memory lost them all when it
 died. Here each row is written (and committed) as soon as its run returns, keyed by the
 content of what was run: the scenario with the candidate's policies applied and the seed, a
-code candidate's source, the contents of the files the scenario reads (traces, model and
-hardware configs, user policy modules) and the simulator version (the package's own sources
-and data). A sweep started again with the same store skips every run already there, and a
-candidate a search proposes twice is run once: the rows are the same either way, because
-a run is deterministic.
+code candidate's source and limits, the contents of the files the scenario's input fields
+name (`INPUTS`: traces, coefficients, model and hardware configs; user policy modules) and the
+simulator version (the package's own sources and data). A sweep started again with the same
+store skips every run already there, and a candidate a search proposes twice is run once: the
+rows are the same either way, because a run is deterministic.
 
 The store is one SQLite file: measured against Parquet (docs/guides/policy-search.md, "Durable,
 resumable sweeps"), SQLite commits one row in a fraction of a millisecond and looks one up by key
@@ -17,6 +17,7 @@ ahead log makes a committed row survive the process being killed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -26,16 +27,48 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from stat import S_ISREG
 from typing import Any
 
+from blis_simpy.config.deployment import DeploymentConfig, ScalePolicyConfig
+from blis_simpy.config.pd import PoolSpec
+from blis_simpy.config.scenario import EngineConfig, LatencyConfig, PolicyConfig, Scenario
+from blis_simpy.config.speculation import SpeculativeConfig
+from blis_simpy.config.step_models import bundled_families
+from blis_simpy.config.workload import TraceWorkload
 from blis_simpy.core.errors import ScenarioError
+from blis_simpy.core.files import MAX_TEXT_BYTES, MAX_TRACE_BYTES, digest
+from blis_simpy.core.schema import join, load
 
 FORMAT = 1  # the layout of the store's tables; another one is refused by name
-# Scenario keys whose value names a file the run reads: its content is part of the key, as is
-# the content of any other value that names a file (`latency.coefficients`, a draft model's
-# config: newcomer 18 found a recalibrated coefficients file served the old rows).
-FILE_KEYS = ("path", "model_config", "hardware_config")
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """How a scenario field names a file the run reads (as that file's reader takes it)."""
+
+    what: str  # the kind of file, for errors
+    limit: int = MAX_TEXT_BYTES
+    inside: str | None = None  # the file read when the field names a folder
+    bundled: bool = False  # a bundled coefficient set's name is not a file
+
+
+# The fields that name a file the run reads, by the section that has them. Only these are read
+# for the key, never any other string: a candidate's decision tree may compare with the text
+# "/proc/self/mem" (newcomer 20).
+INPUTS: dict[type, dict[str, Input]] = {
+    TraceWorkload: {"path": Input("a trace file", MAX_TRACE_BYTES)},
+    LatencyConfig: {"coefficients": Input("a coefficients JSON file", bundled=True),
+                    "model_config": Input("a JSON file", inside="config.json"),
+                    "hardware_config": Input("a JSON file")},
+    SpeculativeConfig: {"model_config": Input("a JSON file", inside="config.json")},
+}
+POLICY_TYPES = (PolicyConfig, ScalePolicyConfig)  # `type` may be a user's module:Class
+# Sections a deployment keeps as the mappings it was given (the scenario's own `latency:` and
+# `engine:` by default), read here as the sections they are.
+KEPT_AS_MAPPINGS: dict[type, dict[str, type]] = {
+    DeploymentConfig: {"latency": LatencyConfig, "engine": EngineConfig},
+    PoolSpec: {"latency": LatencyConfig, "engine": EngineConfig},
+}
 
 
 @functools.cache
@@ -54,27 +87,19 @@ def simulator_version() -> str:
     return f"{blis_simpy.__version__}+{digest.hexdigest()[:16]}"
 
 
-@functools.cache
-def _file_digest(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def file_digest(path: str) -> str | None:
-    """The content digest of a file the scenario names; None if it is not a file."""
-    try:
-        stat = os.stat(path)
-    except (OSError, ValueError):
+def input_digest(name: str, field: str, kind: Input) -> str | None:
+    """The content digest of the file a scenario field names, through the bounded reader
+    (core/files.py: a special, endless or unreadable file is a ScenarioError naming the
+    field); None when there is no such file (the run's own reader says so)."""
+    path = Path(name)
+    if kind.inside and path.is_dir():
+        path = path / kind.inside
+    if not os.path.lexists(path) or (kind.bundled and name in bundled_families()):
         return None
-    if not S_ISREG(stat.st_mode):
-        return None
-    return _file_digest(path, stat.st_size, stat.st_mtime_ns)
+    return digest(path, field, kind.what, kind.limit)
 
 
-def module_digest(policy_type: str) -> str | None:
+def module_digest(policy_type: str, field: str) -> str | None:
     """The source digest of a user policy's module (`module:Class`)."""
     module = policy_type.partition(":")[0]
     try:
@@ -82,36 +107,45 @@ def module_digest(policy_type: str) -> str | None:
     except (ImportError, ValueError):
         return None
     origin = None if spec is None else spec.origin
-    return None if origin is None else file_digest(origin)
+    if origin is None or not os.path.isfile(origin):
+        return None
+    return digest(origin, field, "a Python source file")
 
 
-def referenced(data: Any) -> dict[str, str | None]:
-    """Every file a scenario dict reads (every string naming a file, whatever its key) and every
-    user policy module it names -> digest."""
+def referenced(scenario: Scenario) -> dict[str, str | None]:
+    """Every input file of the scenario (`INPUTS`) and every user policy module it names, by
+    the field naming it -> its content digest."""
     found: dict[str, str | None] = {}
 
-    def walk(node: Any, key: str) -> None:
-        if isinstance(node, Mapping):
-            for name, value in node.items():
-                walk(value, str(name))
-        elif isinstance(node, list):
-            for item in node:
-                walk(item, key)
-        elif isinstance(node, str):
-            if key == "type" and ":" in node:
-                found[node] = module_digest(node)
-            elif (digest := file_digest(node)) is not None or key in FILE_KEYS:
-                found[node] = digest
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, POLICY_TYPES):
+            if ":" in node.type:
+                found[join(where, "type")] = module_digest(node.type, join(where, "type"))
+            return  # (its params are data, never a file)
+        if isinstance(node, list | tuple):
+            for i, item in enumerate(node):
+                walk(item, join(where, i))
+        elif dataclasses.is_dataclass(node):
+            for name, kind in INPUTS.get(type(node), {}).items():
+                if value := getattr(node, name):
+                    found[join(where, name)] = input_digest(value, join(where, name), kind)
+            mappings = KEPT_AS_MAPPINGS.get(type(node), {})
+            for item in dataclasses.fields(node):
+                value, inner = getattr(node, item.name), join(where, item.name)
+                section = mappings.get(item.name)
+                walk(value if section is None or value is None else load(section, value, inner),
+                     inner)
 
-    walk(data, "")
+    walk(scenario, "")
     return found
 
 
-def run_key(scenario: Mapping[str, Any], seed: int, code: Any = None) -> str:
+def run_key(scenario: Scenario, seed: int, code: Any = None) -> str:
     """The content key of one run (module docstring); `code` is a code candidate's identity
-    (axis, entry point, source), None for templates."""
-    content = {"scenario": scenario, "seed": seed, "code": code, "files": referenced(scenario),
-               "simulator": simulator_version()}
+    (axis, entry point, source, its limits), None for templates. A file the scenario names
+    that cannot be read is a ScenarioError naming its field."""
+    content = {"scenario": scenario.to_dict(), "seed": seed, "code": code,
+               "files": referenced(scenario), "simulator": simulator_version()}
     text = json.dumps(content, sort_keys=True, default=str, allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -43,6 +43,7 @@ from blis_simpy.config.resolve import resolve
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.core.arguments import callback, instance, integer, integers
 from blis_simpy.core.errors import PolicyError, ScenarioError
+from blis_simpy.core.schema import scalar as schema_scalar
 from blis_simpy.metrics.evaluation import relative_terms
 from blis_simpy.metrics.fitness import Term, evenness, relative_score
 from blis_simpy.policies.autoscale import AUTOSCALE
@@ -51,7 +52,7 @@ from blis_simpy.search.code import CodePolicy, CodeRejected, check
 from blis_simpy.search.contain import Limits, SandboxUnavailable, pool_worker, sandbox_checked
 from blis_simpy.search.feedback import feedback
 from blis_simpy.search.remote import Contained
-from blis_simpy.search.store import RunStore, normalised, run_key
+from blis_simpy.search.store import RunStore, normalised, referenced, run_key
 from blis_simpy.sim.build import build
 from blis_simpy.sim.modes import mode_of
 from blis_simpy.sim.result import Result
@@ -225,15 +226,8 @@ def plan(scenarios: Mapping[str, Scenario], policies: Mapping[str, Candidate],
     """Every run, validated: a bad candidate or seed fails here, before any run starts; code
     the static check refuses becomes zero rows (a search produces such candidates). A
     scenario without fitness weights adds its baseline runs (`baseline=True`, at the end)."""
-    seed_list = None if seeds is None else integers("seeds", seeds)
-    if seed_list == []:
-        raise ScenarioError("seeds", "empty: no run would be made",
-                            "at least one seed, or None for each scenario's own")
-    repeated = sorted(s for s, n in Counter(seed_list or ()).items() if n > 1)
-    if repeated:
-        raise ScenarioError("seeds", f"{', '.join(map(str, repeated))} repeated: runs are "
-                            "deterministic, so a repeated seed adds a copy, not a sample",
-                            "each seed once")
+    seed_list = checked_seeds("seeds", seeds)
+    check_inputs(scenarios)
     prepared = {name: prepare_candidate(name, c) for name, c in policies.items()}
     coded = any(code is not None and not rejected for _, _, code, rejected in prepared.values())
     # Code runs only in the sandbox: a machine without one refuses it before any run, checked
@@ -256,7 +250,7 @@ def planned(scenarios: Mapping[str, Scenario],
             for seed in scenario_seeds:
                 base = apply(scenario, {}, seed, f"{scenario_name}: ")
                 own[seed] = Task(0, scenario_name, BASELINE, seed, base, "",
-                                 key=key(base, seed, None, ""), baseline=True)
+                                 key=key(base, seed), baseline=True)
         baselines.extend(own.values())
         for policy_name, (bundle, candidate_id, code, rejected) in prepared.items():
             where = f"policies[{policy_name!r}] on {scenario_name}: "
@@ -266,10 +260,30 @@ def planned(scenarios: Mapping[str, Scenario],
                                 check=() if n else (code.axis,) if code else ("",))
                 tasks.append(Task(len(tasks), scenario_name, policy_name, seed, applied,
                                   candidate_id, code, limits, rejected,
-                                  key(applied, seed, code, rejected), terms,
-                                  own[seed].key if terms else ""))
+                                  key(applied, seed, code, rejected, limits),
+                                  terms, own[seed].key if terms else ""))
     return tasks + [dataclasses.replace(t, index=len(tasks) + i)
                     for i, t in enumerate(baselines)]
+
+
+def checked_seeds(name: str, seeds: Iterable[int] | None) -> list[int] | None:
+    """The seeds as a list, each a scenario's valid seed, none repeated (None: each
+    scenario's own); a search command checks its user's seeds with this before it plans, so
+    a bad one is refused, never scored as the candidate's failure."""
+    if seeds is None:
+        return None
+    seed_list = integers(name, seeds)
+    if not seed_list:
+        raise ScenarioError(name, "empty: no run would be made",
+                            "at least one seed, or None for each scenario's own")
+    for i, seed in enumerate(seed_list):
+        schema_scalar(int, seed, f"{name}[{i}]")  # a scenario's seed: at most 2**53 in size
+    repeated = sorted(s for s, n in Counter(seed_list).items() if n > 1)
+    if repeated:
+        raise ScenarioError(name, f"{', '.join(map(str, repeated))} repeated: runs are "
+                            "deterministic, so a repeated seed adds a copy, not a sample",
+                            "each seed once")
+    return seed_list
 
 
 def candidate_overrides(bundle: PolicyBundle | None, code: CodePolicy | None, rejected: str,
@@ -310,9 +324,25 @@ def build_policies(scenario: Scenario, skip: tuple[str, ...]) -> None:
         AUTOSCALE.create(scaler.policy, "deployment.autoscaler.policy")
 
 
-def key(scenario: Scenario, seed: int, code: CodePolicy | None, rejected: str) -> str:
-    identity = None if code is None else (code.axis, code.entry, code.source, rejected)
-    return run_key(scenario.to_dict(), seed, identity)
+def key(scenario: Scenario, seed: int, code: CodePolicy | None = None, rejected: str = "",
+        limits: Limits | None = None) -> str:
+    """The run's content key (`store.run_key`). A code candidate's limits are part of it: what
+    it can allocate or compute changes what it does (newcomer 20 #6)."""
+    identity = None if code is None else (code.axis, code.entry, code.source, rejected,
+                                          dataclasses.asdict(limits or Limits()))
+    return run_key(scenario, seed, identity)
+
+
+def check_inputs(scenarios: Mapping[str, Scenario]) -> None:
+    """Every file the scenarios' input fields name can be read (`store.referenced`, through
+    the bounded reader). Checked before any candidate, here and by the search commands: an
+    unreadable trace is the scenario's error, one line naming it and the field, never a
+    candidate's zero (a candidate cannot change these fields)."""
+    for name, scenario in scenarios.items():
+        try:
+            referenced(scenario)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{name}: {exc.path}", exc.problem, exc.valid) from None
 
 
 def prepare_candidate(name: str, candidate: Candidate

@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from blis_simpy.config.scenario import Scenario
-from blis_simpy.config.workload import TenantsWorkload
+from blis_simpy.config.workload import TenantsWorkload, TraceWorkload
+from blis_simpy.core.files import MAX_TRACE_BYTES, digest
 from blis_simpy.core.request import Request
 from blis_simpy.workload.source import requests_of
+from blis_simpy.workload.trace_file import PATH
 from blis_simpy.workload.work import check_work
 
 
@@ -36,12 +38,16 @@ class PreparedWorkload:
 
 
 def workload_key(scenario: Scenario) -> str:
-    """Everything the requests depend on: the workload section, the seed, the horizon, the
-    block size, the generator (compat mode) and the served models (a trace is checked
-    against them)."""
+    """Everything the requests depend on: the workload section, a trace's content (its path
+    alone would serve a trace edited in the same session stale: newcomer 20 #5), the seed,
+    the horizon, the block size, the generator (compat mode) and the served models (a trace
+    is checked against them)."""
     plain = scenario.to_dict()
     models = plain.get("deployment") and [m["name"] for m in plain["deployment"]["models"]]
-    return json.dumps([plain["workload"], scenario.workload_seed, plain["horizon_s"],
+    workload = scenario.workload
+    content = digest(workload.path, PATH, "a trace file", MAX_TRACE_BYTES) \
+        if isinstance(workload, TraceWorkload) else None
+    return json.dumps([plain["workload"], content, scenario.workload_seed, plain["horizon_s"],
                        plain["engine"]["block_size"], plain["compat"], models],
                       sort_keys=True, default=str)
 

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from blis_simpy.core.errors import ScenarioError
-from blis_simpy.core.files import MAX_TEXT_BYTES, MAX_TRACE_BYTES, read_bytes, read_text
+from blis_simpy.core.files import MAX_TEXT_BYTES, MAX_TRACE_BYTES, digest, read_bytes, read_text
 from tests.conftest import BASE
 
 
@@ -179,6 +179,21 @@ def test_a_file_that_claims_to_be_empty_is_still_read_within_the_limit():
         read_bytes("/proc/self/status", "x", limit=10)
 
 
+def test_a_digest_stops_at_the_size_a_file_states(tmp_path):
+    """A run store's key digests the scenario's input files: /proc/self/pagemap states 0
+    bytes and holds 256 GiB (minutes of hashing), /proc/self/mem fails when read (newcomer 20
+    #3). Each is one line at once, after at most one byte; a regular file hashes whole."""
+    import hashlib
+
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"x" * 3_000_000)
+    assert digest(path, "workload.path") == hashlib.sha256(path.read_bytes()).hexdigest()
+    with deadline(5), pytest.raises(ScenarioError, match="holds more than the 0 bytes"):
+        digest("/proc/self/pagemap", "workload.path", "a trace file", MAX_TRACE_BYTES)
+    with deadline(5), pytest.raises(ScenarioError, match="Input/output error"):
+        digest("/proc/self/mem", "workload.path", "a trace file", MAX_TRACE_BYTES)
+
+
 def test_not_utf8_names_the_byte(tmp_path):
     path = tmp_path / "x.yaml"
     path.write_bytes(b"name: ok\n\xff\n")
@@ -217,6 +232,28 @@ def test_fifo_as_trace_exits_2_at_once_in_a_subprocess(tmp_path):
                                                          "path": fifo.name}}))
     one_line_exit_2(cli("run", str(path), "--out", "out", cwd=tmp_path), fifo)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("trace", ["/proc/self/mem", "/proc/self/pagemap"])
+@pytest.mark.parametrize("command", [["sweep", "sweep.yaml"],
+                                     ["gepa-evaluate", "--workload", "s.yaml"]])
+def test_an_unreadable_trace_in_a_search_exits_2_in_one_line_at_once(tmp_path, trace,
+                                                                      command):
+    """A search keys its runs by the trace's content before the trace is replayed: that read
+    gave a traceback (/proc/self/mem) or hashed 256 GiB for minutes (/proc/self/pagemap),
+    where `run` refused each in one line (newcomer 20 #3). It is the user's scenario: never
+    a candidate's zero."""
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**BASE, "workload": {"type": "trace",
+                                                                          "path": trace}}))
+    (tmp_path / "sweep.yaml").write_text("scenarios: [s.yaml]\npolicies: {rr: "
+                                         "{routing.type: round-robin}}\nseeds: [1]\n")
+    done = subprocess.run([sys.executable, "-m", "blis_simpy", *command], cwd=tmp_path,
+                          timeout=60, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    words = "holds more than the 0 bytes" if "pagemap" in trace else "Input/output error"
+    assert "workload.path: " in done.stderr and words in done.stderr, done.stderr
+    assert done.stdout == "" and not (tmp_path / "sweep.csv").exists()
 
 
 def test_fifo_as_policy_config_exits_2_at_once_in_a_subprocess(tmp_path):

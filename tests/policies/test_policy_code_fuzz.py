@@ -23,6 +23,7 @@ import blis_simpy
 from blis_simpy.api import prepare
 from blis_simpy.core.errors import PolicyError, ScenarioError
 from blis_simpy.policies.admission import ADMIT, AdmissionDecision, AdmissionPolicy
+from blis_simpy.policies.guard import MAX_BREAKDOWN, MAX_KEY_ITEMS
 from blis_simpy.policies.priority import PriorityPolicy
 from blis_simpy.policies.routing import RoutingDecision, RoutingPolicy
 from blis_simpy.policies.scheduler import InstanceScheduler
@@ -208,7 +209,31 @@ def test_user_routing_breakdown_of_the_wrong_length_is_a_policy_error():
         return RoutingDecision(snapshots[0].id, "", (1.0, 0.0), {"queue-depth": (1.0,)})
 
     cls = type("Short", (RoutingPolicy,), {"route": route})
-    assert "breakdown: None, or scorer name -> 2 finite numbers" in run_with("routing", cls, 2)
+    assert "characters) -> 2 finite numbers, one per snapshot" in run_with("routing", cls, 2)
+
+
+def test_user_routing_breakdown_is_bounded_like_the_hints():
+    """Traced decisions keep their breakdown: 30,000 scorer names per decision held 8.5 MiB
+    of the evaluator's memory each (newcomer 20 #4)."""
+    def route(self, req, priority, snapshots, state, clock):
+        scores = (1.0, 0.0)
+        return RoutingDecision(snapshots[0].id, "", scores,
+                               {f"s{i}": scores for i in range(MAX_BREAKDOWN + 1)})
+
+    def long_name(self, req, priority, snapshots, state, clock):
+        return RoutingDecision(snapshots[0].id, "", (1.0, 0.0), {"s" * 201: (1.0, 0.0)})
+
+    for method in (route, long_name):
+        cls = type("Wide", (RoutingPolicy,), {"route": method})
+        assert f"breakdown: None, or at most {MAX_BREAKDOWN} scorer names" in run_with(
+            "routing", cls, 2)
+
+
+@pytest.mark.parametrize("key", [tuple(range(MAX_KEY_ITEMS + 1)), (0, "x" * 201)])
+def test_user_sort_keys_are_bounded(key):
+    """A key per waiting request: an unbounded tuple or string is held for the queue's life."""
+    cls = type("Long", (InstanceScheduler,), {"order_key": staticmethod(lambda v, p: key)})
+    assert f"a tuple of at most {MAX_KEY_ITEMS} finite numbers" in run_with("scheduler", cls)
 
 
 def test_user_routing_filtered_ids_must_be_routable_instances():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -158,3 +161,19 @@ def test_sweep_checks_its_table_before_any_run(tmp_path: Path):
     assert result.exit_code == 0, result.output
     # no weights: scored against the scenario's own policies, which round-robin is
     assert "quickstart  rr  mean fitness 1\n" in result.output
+
+
+@pytest.mark.parametrize("seeds", [["99999999999999999999999"], ["3", "3"]])
+def test_a_bad_search_seed_is_the_users_error_in_one_line(tmp_path: Path, seeds: list[str]):
+    """newcomer 20 #7: `gepa-evaluate --seed 99999999999999999999999` printed the candidate
+    scored 0 (exit 0); the seed is the user's input, refused as other bad options are."""
+    (tmp_path / "p.yaml").write_text("routing: {type: least-loaded}\n")
+    flags = [item for seed in seeds for item in ("--seed", seed)]
+    for command in (["gepa-evaluate", "--policy-config", "p.yaml"],
+                    ["openevolve-evaluate", "p.yaml", "--stage1"]):
+        done = subprocess.run([sys.executable, "-m", "blis_simpy", *command, "--workload",
+                               "quickstart", *flags], cwd=tmp_path, timeout=120,
+                              capture_output=True, text=True)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+        assert "seed" in done.stderr and done.stdout == ""

@@ -45,6 +45,27 @@ def test_broken_candidates_score_zero_with_the_reason():
         unknown.trajectories[0]["feedback"]
 
 
+def test_a_bundle_whose_text_names_proc_self_mem_is_scored_not_raised():
+    """newcomer 20 #3: a decision tree comparing the tenant with "/proc/self/mem" made the
+    run store's key read that file, and the adapter (which never raises) raised OSError."""
+    tree = {"if": {"signal": "request.tenant", "op": "==", "value": "/proc/self/mem"},
+            "then": {"scorer": "prefix-affinity", "weight": 2},
+            "else": {"scorer": "load-balance"}}
+    bundle = yaml.safe_dump({"routing": {"type": "decision-tree", "params": {"tree": tree}}})
+    result = BlisAdapter(workers=1).evaluate(workloads([1]), {"bundle": bundle})
+    assert result.scores[0] > 0
+
+
+def test_a_batch_whose_trace_cannot_be_read_is_the_users_error_not_a_zero():
+    """The same for every candidate: scoring each 0 would hide it for a whole search."""
+    from blis_simpy.config.scenario import Scenario
+
+    data = {**prefix_scenario().to_dict(), "workload": {"type": "trace",
+                                                        "path": "/proc/self/mem"}}
+    with pytest.raises(ScenarioError, match=r"batch\[0\]: workload.path: cannot read"):
+        BlisAdapter(workers=1).evaluate([Scenario.from_dict(data)], {"bundle": SEED_BUNDLE})
+
+
 def test_optimize_anything_style_evaluator():
     evaluate = evaluator(workloads([1]))
     score, side_info = evaluate({"bundle": SEED_BUNDLE})

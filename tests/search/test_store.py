@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from blis_simpy.core.errors import ScenarioError
 from blis_simpy.search import store as store_module
@@ -40,26 +41,59 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_key_changes_with_scenario_seed_code_files_and_simulator(tmp_path, monkeypatch):
-    data = prefix_scenario().to_dict()
-    base = run_key(data, 1)
-    assert run_key(data, 1) == base
-    assert run_key(data, 2) != base
-    assert run_key({**data, "name": "other"}, 1) != base
-    assert run_key(data, 1, ("routing", "Policy", "src", "")) != base
+    from blis_simpy.config.scenario import Scenario
+
+    scenario = prefix_scenario()
+    base = run_key(scenario, 1)
+    assert run_key(scenario, 1) == base
+    assert run_key(scenario, 2) != base
+    assert run_key(prefix_scenario(name="other"), 1) != base
+    assert run_key(scenario, 1, ("routing", "Policy", "src", "")) != base
     trace = tmp_path / "t.csv"
     trace.write_text("a")
-    with_file = {**data, "workload": {"type": "trace", "path": str(trace)}}
+    with_file = Scenario.from_dict({**scenario.to_dict(),
+                                    "workload": {"type": "trace", "path": str(trace)}})
     before = run_key(with_file, 1)
     time.sleep(0.01)
     trace.write_text("b")  # same path, other content
     assert run_key(with_file, 1) != before
     monkeypatch.setattr(store_module, "simulator_version", lambda: "0.0.0+other")
-    assert run_key(data, 1) != base
+    assert run_key(scenario, 1) != base
+
+
+TREE = """\
+routing:
+  type: decision-tree
+  params:
+    tree:
+      if: {signal: request.tenant, op: "==", value: %s}
+      then: {scorer: prefix-affinity, weight: 2}
+      else: {scorer: load-balance}
+"""
+
+
+def test_a_candidates_text_naming_a_file_never_opens_it(tmp_path):
+    """newcomer 20 #3: the key read every string of the scenario that named a file, a
+    candidate's decision-tree text too: `/proc/self/mem` raised OSError out of the evaluator
+    (`/proc/self/pagemap` read 256 GiB), and any other file was read on its behalf. Only the
+    fields that name input files are read now: the candidate scores, and its key does not
+    follow the file it names."""
+    named = tmp_path / "secret.txt"
+    named.write_text("one")
+    candidates = {"mem": yaml.safe_load(TREE % "/proc/self/mem"),
+                  "file": yaml.safe_load(TREE % named)}
+    table = run_many(prefix_scenario(), candidates, [1], workers=1)
+    assert list(table.error) == ["", ""] and (table.fitness > 0).all()
+    before = sweep.plan({"s": prefix_scenario()}, {"file": candidates["file"]}, [1],
+                        sweep.Limits())[0].key
+    named.write_text("two")
+    assert sweep.plan({"s": prefix_scenario()}, {"file": candidates["file"]}, [1],
+                      sweep.Limits())[0].key == before
 
 
 def test_a_recalibrated_coefficients_file_is_run_again_not_served_stale(tmp_path):
-    """newcomer 18: `latency.coefficients` names a file outside FILE_KEYS; its content must key
-    the run, or a sweep after `calibrate` reports the old step model's numbers."""
+    """newcomer 18: `latency.coefficients` named a file outside the keys then read; its content
+    must key the run, or a sweep after `calibrate` reports the old step model's numbers."""
     import json
 
     from blis_simpy.config.scenario import Scenario
@@ -207,3 +241,52 @@ def test_resume_after_a_kill_mid_sweep_gives_the_same_table(tmp_path):
     # the progress counts from the runs already done, never from 0
     counts = [int(n) for n in re.findall(r"sweep: (\d+)/18 runs", resumed.stderr)]
     assert counts and min(counts) >= done, resumed.stderr
+
+
+def test_a_trace_edited_in_the_same_session_is_read_again_and_stored_under_its_content(
+        tmp_path):
+    """newcomer 20 #5: the prepared workloads were kept by the trace's path, so a trace edited
+    in the same process replayed the old requests, and the stale row went into the store under
+    the edited trace's key (a later process was served it). They are kept by its content now."""
+    from tests.conftest import trace_run_scenario, write_trace
+
+    trace = tmp_path / "t.csv"
+    write_trace(trace, [(i * 0.1, [1, 2, 3, 4], 4) for i in range(12)])
+    scenario = trace_run_scenario(trace)
+    runs = tmp_path / "runs.sqlite"
+    assert run_many(scenario, POLICIES, [1], workers=1, store=runs).injected_requests[0] == 12
+    write_trace(trace, [(i * 0.1, [1, 2, 3, 4], 4) for i in range(5)])
+    again = run_many(scenario, POLICIES, [1], workers=1, store=runs)
+    assert list(again.injected_requests) == [5, 5]
+    sweep.WORKLOADS.kept.clear()  # as a new process
+    assert list(run_many(scenario, POLICIES, [1], workers=1, store=runs).injected_requests) \
+        == [5, 5]
+
+
+def test_a_code_candidates_row_is_kept_per_limits(tmp_path, monkeypatch):
+    """newcomer 20 #6: what a candidate can allocate changes what it does, but the key left
+    out the limits, so a row scored under 64 MiB was served to an evaluator with the default
+    limits. A template's runs do not depend on them and stay shared."""
+    from blis_simpy.search.code import CodePolicy
+    from blis_simpy.search.contain import Limits
+
+    ran = counting(monkeypatch)
+    code = CodePolicy("routing", ROUTE_FIRST)
+    runs = tmp_path / "runs.sqlite"
+    candidates = {"code": code, "rr": {"routing.type": "round-robin"}}
+    run_many(prefix_scenario(), candidates, [1], workers=1, store=runs,
+             limits=Limits(memory_mb=64))
+    ran.clear()
+    run_many(prefix_scenario(), candidates, [1], workers=1, store=runs)
+    assert ran == ["code/1"]
+    ran.clear()
+    run_many(prefix_scenario(), candidates, [1], workers=1, store=runs,
+             limits=Limits(memory_mb=64))
+    assert ran == []
+
+
+ROUTE_FIRST = """\
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        return RoutingDecision(snapshots[0].id, "first", tuple(0.0 for _ in snapshots))
+"""
