@@ -169,10 +169,11 @@ def descendants(root: int) -> set[int]:
     return found
 
 
-def test_a_template_killed_from_outside_is_started_again():
+@pytest.mark.parametrize("which", [min, max], ids=["template", "its zygote"])
+def test_a_template_killed_from_outside_is_started_again(which):
+    """The template (the sandbox's first process) or its zygote (forked from it after)."""
     first = sandbox()
-    template = max(sandbox_processes() & descendants(first.process.pid))
-    os.kill(template, signal.SIGKILL)
+    os.kill(which(sandbox_processes() & descendants(first.process.pid)), signal.SIGKILL)
     row = run_many(prefix_scenario(), {"code": CODE}, [1], workers=1).iloc[0]
     assert row.error == "" and sandbox() is not first
 
