@@ -4,6 +4,7 @@ is a zero with a clear message and the sweep goes on."""
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -244,6 +245,24 @@ def test_the_wall_time_budget_holds_where_the_cpu_limit_is_far():
     row = run_many(prefix_scenario(), {"spin": routing("while True:\n    pass")}, [1],
                    workers=1, limits=Limits(cpu_s=30, wall_s=0.5)).iloc[0]
     assert row.fitness == 0 and "exceeded its wall-time budget of 0.5 s" in row.error
+
+
+def test_the_evaluators_time_answering_questions_counts_toward_the_wall_budget():
+    """A candidate that asks thousands of questions per decision (each answered by the
+    evaluator, outside the candidate's CPU limit) ends at the wall-time budget, which now
+    holds the evaluator's time answering: its CPU for the evaluation stays well under the
+    budget. On main only its waits counted, and it spent about the whole budget in CPU
+    answering on top of them (newcomer 20 #8; `state.ask` questions alike)."""
+    def evaluator_cpu(body: str) -> tuple[float, pd.Series]:
+        started = time.process_time()
+        row = run_many(prefix_scenario(), {"c": routing(body)}, [1], workers=1,
+                       limits=Limits(cpu_s=30, wall_s=2)).iloc[0]
+        return time.process_time() - started, row
+
+    alone, _ = evaluator_cpu("pass")  # (what the evaluation costs it without questions)
+    spent, row = evaluator_cpu("for _ in range(5000):\n    snapshots.refresh()")
+    assert row.fitness == 0 and "exceeded its wall-time budget of 2 s" in row.error
+    assert spent - alone < 1.4  # (about 0.8 s here; on main 2.2 s)
 
 
 ADMIT_SHORT = """
