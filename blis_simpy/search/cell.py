@@ -1,12 +1,13 @@
 """The candidate's side of the boundary: what runs inside the sandbox (docs/security.md).
 
 `python -m blis_simpy.search.cell 0` is the template: started fresh in the sandbox by the
-evaluator (`blis_simpy.search.contain`), it imports what a candidate may use, then waits on its
-control socket. For each evaluation it forks one candidate process, which holds nothing but
-these imports: the template never sees a candidate (the evaluator sends the source to the
-candidate's process directly), so no candidate can see another. The candidate's process locks
-itself down (`jail.lock_down`) before it reads the source, then serves the evaluator's calls
-over its own pipes until told to close, and answers with what it printed.
+evaluator (`blis_simpy.search.contain`), it imports what a candidate may use, forks its
+zygote, then waits on its control socket. For each evaluation the zygote forks one candidate
+process (`zygote`: each from the same memory), which holds nothing but these imports: the
+template never sees a candidate (the evaluator sends the source to the candidate's process
+directly), so no candidate can see another. The candidate's process locks itself down
+(`jail.lock_down`) before it reads the source, then serves the evaluator's calls over its own
+pipes until told to close, and answers with what it printed.
 
 The rules a candidate's code lives by at the Python level (the allowed imports, the safe
 builtins, each allowed module seen without the modules it imports) are here too; the static
@@ -141,7 +142,8 @@ def install(source: str, axis: str, entry: str, label: str) -> type:
 
 def main(argv: list[str]) -> None:
     """The template: import everything a candidate may use, prove a candidate's process can be
-    locked down, say ready, then fork candidates on request until the evaluator hangs up."""
+    locked down, fork the zygote, say ready, then have it fork candidates' processes on request
+    until the evaluator hangs up."""
     jail.fixed_addresses("blis_simpy.search.cell", argv)
     # The control socket (the template's standard input) moved to the lowest free
     # descriptor, 3: the template's descriptors, and so its candidates' memory, are then the
@@ -200,9 +202,9 @@ def zygote(template: int, link: int) -> NoReturn:
     the template ends. The loop keeps nothing from one candidate to the next (each object
     it makes is freed before the next of its size is made), so this process's memory is the
     same at every fork, and so is every candidate's at its start: a candidate's default
-    reprs (its objects' addresses) never depend on what ran before it. (On main the template
-    forked candidates itself, between requests that left its allocator's free lists in one
-    of two orders, so every other candidate saw other addresses.)
+    reprs (its objects' addresses) never depend on what ran before it. (A template that forks
+    candidates itself, between requests that change its memory, left its allocator's free
+    lists in one of two orders, so every other candidate saw other addresses.)
 
     The process forked here forks the candidate's and ends at once: the candidate's process
     is then the template's child (the template is its PID namespace's init), which reaps it
@@ -210,9 +212,11 @@ def zygote(template: int, link: int) -> NoReturn:
     adopted it."""
     while os.read(template, 1):
         if os.fork() == 0:
-            if os.fork() == 0:
-                candidate(link)
-            os._exit(0)
+            try:  # (neither forked process ever returns into this loop)
+                if os.fork() == 0:
+                    candidate(link)
+            finally:
+                os._exit(0)
         os.waitpid(-1, 0)
         os.write(template, b"!")
     os._exit(0)
@@ -243,7 +247,8 @@ def spawn(control: socket.socket, zygote: int, link: socket.socket,
     """Have the zygote fork a candidate's process for `request` (its CPU seconds, memory MiB
     and CPU, -1: not pinned); hand the evaluator its pid and its pipes' other ends (the end
     it reads the replies from, the end it writes the messages to), which the candidate's
-    process sends here. It waits for a byte back, sent once it is this process's child."""
+    process sends here; it goes on once told that it is this process's child (the zygote's
+    byte back: the process between has been reaped)."""
     link.sendall(wire.line([os.getpid(), *request]))
     os.write(zygote, b"!")
     pid, fds = handed_over(link)
@@ -255,6 +260,7 @@ def spawn(control: socket.socket, zygote: int, link: socket.socket,
 
 
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+FD = struct.Struct("i")
 
 
 def handed_over(link: socket.socket) -> tuple[int, list[int]]:
@@ -270,9 +276,6 @@ def handed_over(link: socket.socket) -> tuple[int, list[int]]:
         elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
             pid = CREDENTIALS.unpack(data[:CREDENTIALS.size])[0]
     return pid, fds
-
-
-FD = struct.Struct("i")
 
 
 def end(pid: int) -> list[Any]:
