@@ -70,15 +70,13 @@ def own_cpu() -> float:
 
 
 def tree_cpu(pid: int) -> float:
-    """CPU seconds of `pid` and every process below it, as /proc counts them now, with the
-    children those below it reaped (the zygote's short-lived ones; `pid`'s own are the
-    candidates' processes, counted from wait4)."""
+    """CPU seconds of `pid` and every process below it, as /proc counts them now."""
     total, queue = 0.0, [pid]
     while queue:
         current = queue.pop()
         try:
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(map(int, fields[11:13] if current == pid else fields[11:15])) / TICK
+            total += (int(fields[11]) + int(fields[12])) / TICK
             for task in os.listdir(f"/proc/{current}/task"):
                 queue += map(int, Path(f"/proc/{current}/task/{task}/children").read_text()
                              .split())

@@ -183,42 +183,37 @@ def answer(control: socket.socket, zygote: int, link: socket.socket, data: bytes
 
 def start_zygote() -> tuple[int, socket.socket]:
     """Fork the zygote, the process every candidate's process is forked from: the template's
-    end of the socket to the zygote, and of the link its candidates' processes talk over
+    end of the pipe that wakes it, and of the link its candidates' processes talk over
     (which tells the template the pid of the process that writes to it)."""
-    ours, theirs = socket.socketpair()
+    woken, wake = os.pipe()
     link, candidates = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     link.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     if os.fork() == 0:
-        ours.close()
+        os.close(wake)
         link.close()
-        zygote(theirs.fileno(), candidates.fileno())
-    theirs.close()
+        zygote(woken, candidates.fileno())
+    os.close(woken)
     candidates.close()
-    return ours.detach(), link
+    return wake, link
 
 
-def zygote(template: int, link: int) -> NoReturn:
-    """Fork a candidate's process each time the template asks (a byte on `template`), until
-    the template ends. The loop keeps nothing from one candidate to the next (each object
+def zygote(woken: int, link: int) -> NoReturn:
+    """Fork a candidate's process each time the template asks (a byte on `woken`), until the
+    template ends. The loop keeps nothing from one candidate to the next (each object
     it makes is freed before the next of its size is made), so this process's memory is the
     same at every fork, and so is every candidate's at its start: a candidate's default
     reprs (its objects' addresses) never depend on what ran before it. (A template that forks
     candidates itself, between requests that change its memory, left its allocator's free
     lists in one of two orders, so every other candidate saw other addresses.)
 
-    The process forked here forks the candidate's and ends at once: the candidate's process
-    is then the template's child (the template is its PID namespace's init), which reaps it
-    and reports its CPU time and how it ended. A byte back tells the template that it has
-    adopted it."""
-    while os.read(template, 1):
-        if os.fork() == 0:
-            try:  # (neither forked process ever returns into this loop)
-                if os.fork() == 0:
-                    candidate(link)
-            finally:
-                os._exit(0)
-        os.waitpid(-1, 0)
-        os.write(template, b"!")
+    Each is forked as the template's child (`jail.fork_sibling`), which reaps it and reports
+    its CPU time and how it ended."""
+    while os.read(woken, 1):
+        if jail.fork_sibling() == 0:
+            try:
+                candidate(link)
+            finally:  # (never back into this loop)
+                os._exit(1)
     os._exit(0)
 
 
@@ -247,13 +242,10 @@ def spawn(control: socket.socket, zygote: int, link: socket.socket,
     """Have the zygote fork a candidate's process for `request` (its CPU seconds, memory MiB
     and CPU, -1: not pinned); hand the evaluator its pid and its pipes' other ends (the end
     it reads the replies from, the end it writes the messages to), which the candidate's
-    process sends here; it goes on once told that it is this process's child (the zygote's
-    byte back: the process between has been reaped)."""
+    process sends here."""
     link.sendall(wire.line([os.getpid(), *request]))
     os.write(zygote, b"!")
     pid, fds = handed_over(link)
-    os.read(zygote, 1)  # (adopted)
-    link.sendall(b"!")
     socket.send_fds(control, [wire.line(["spawned", pid])], fds)
     for fd in fds:
         os.close(fd)
@@ -294,11 +286,10 @@ def end(pid: int) -> list[Any]:
 
 
 def candidate(link: int) -> NoReturn:
-    """Take the template's request over the `link`, make this process's pipes, hand their
-    other ends to the template and wait until it has adopted this process; then tie this
-    process's life to the template's, lock down, and serve the evaluator until it closes.
-    Never returns into the zygote. Every step is the same whatever this process's pid and
-    however long anything took, so every candidate starts from the same memory."""
+    """Take the template's request over the `link`, make this process's pipes and hand their
+    other ends to the template; then tie this process's life to the template's, lock down,
+    and serve the evaluator until it closes. Every step is the same whatever this process's
+    pid, so every candidate starts from the same memory."""
     os.closerange(3, link)
     os.closerange(link + 1, 1 << 16)
     template, cpu_s, memory_mb, cpu = wire.parse(os.read(link, 4096))
@@ -306,7 +297,6 @@ def candidate(link: int) -> NoReturn:
     fd_in, fd_out = to_candidate[0], to_evaluator[1]
     with socket.socket(fileno=link) as handover:
         socket.send_fds(handover, [b"!"], [to_evaluator[0], to_candidate[1]])
-        handover.recv(1)  # (adopted)
     os.close(to_evaluator[0])
     os.close(to_candidate[1])
     if cpu >= 0:
