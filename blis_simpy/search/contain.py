@@ -416,6 +416,7 @@ class Session:
         self.writable = select.poll()
         self.writable.register(fd_out, select.POLLOUT)
         self.budget = limits.wall_s
+        self.woke = time.monotonic()  # when the last wait ended
         self.buffer = b""
         self.ended = False
         self.cpu_s = 0.0  # the process's CPU time, once it has ended
@@ -439,20 +440,20 @@ class Session:
             body = self.receive()
             if body[:1] == DECISION_TAG:
                 return body
-            started = time.monotonic()
             reply = self.checked(body)
             if reply[0] != "ask":
                 return reply
             if answer is None:
                 self.fail(f"asked {shown(reply)} where nothing may be asked")
             self.send(wire.frame(["answer", answer(reply)]))
-            self.answered(started)
+            self.answered()
         self.fail(f"asked more than {MAX_ASKS} questions in one call")
 
-    def answered(self, started: float) -> None:
-        """Take the evaluator's time answering a question (since `started`) from the budget:
-        its work for a candidate is bounded with the candidate's own."""
-        self.budget -= time.monotonic() - started
+    def answered(self) -> None:
+        """Take the evaluator's time answering a question (read, decoded, answered and sent
+        since its last wait ended) from the budget: its work for a candidate is bounded with
+        the candidate's own."""
+        self.budget -= time.monotonic() - self.woke
         if self.budget <= 0:
             self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s (the "
                       "evaluator's time answering its questions included)")
@@ -503,7 +504,8 @@ class Session:
         budget: False if the budget ran out first."""
         started = time.monotonic()
         ready = poller.poll(max(self.budget * 1000, 1))
-        self.budget -= time.monotonic() - started
+        self.woke = time.monotonic()
+        self.budget -= self.woke - started
         return bool(ready)
 
     def checked(self, data: bytes) -> list[Any]:
