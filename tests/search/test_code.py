@@ -250,19 +250,19 @@ def test_the_wall_time_budget_holds_where_the_cpu_limit_is_far():
 def test_the_evaluators_time_answering_questions_counts_toward_the_wall_budget():
     """A candidate that asks thousands of questions per decision (each answered by the
     evaluator, outside the candidate's CPU limit) ends at the wall-time budget, which now
-    holds the evaluator's time answering: its CPU for the evaluation stays well under the
-    budget. On main only its waits counted, and it spent about the whole budget in CPU
-    answering on top of them (newcomer 20 #8; `state.ask` questions alike)."""
-    def evaluator_cpu(body: str) -> tuple[float, pd.Series]:
-        started = time.process_time()
+    holds the evaluator's time answering too: 0.8 s longer than an evaluation without
+    questions here. On main only the evaluator's waits counted: the candidate ran to the
+    end, 10 s, and scored (newcomer 20 #8; `state.ask` questions alike)."""
+    def elapsed(body: str) -> tuple[float, pd.Series]:
+        started = time.monotonic()
         row = run_many(prefix_scenario(), {"c": routing(body)}, [1], workers=1,
-                       limits=Limits(cpu_s=30, wall_s=2)).iloc[0]
-        return time.process_time() - started, row
+                       limits=Limits(cpu_s=30, wall_s=1)).iloc[0]
+        return time.monotonic() - started, row
 
-    alone, _ = evaluator_cpu("pass")  # (what the evaluation costs it without questions)
-    spent, row = evaluator_cpu("for _ in range(5000):\n    snapshots.refresh()")
-    assert row.fitness == 0 and "exceeded its wall-time budget of 2 s" in row.error
-    assert spent - alone < 1.4  # (about 0.8 s here; on main 2.2 s)
+    alone, _ = elapsed("pass")  # (the evaluation without questions: outside the budget)
+    spent, row = elapsed("for _ in range(5000):\n    snapshots.refresh()")
+    assert row.fitness == 0 and "exceeded its wall-time budget of 1 s" in row.error
+    assert spent - alone < 1.5
 
 
 ADMIT_SHORT = """
