@@ -1,12 +1,13 @@
 """The candidate's side of the boundary: what runs inside the sandbox (docs/security.md).
 
 `python -m blis_simpy.search.cell 0` is the template: started fresh in the sandbox by the
-evaluator (`blis_simpy.search.contain`), it imports what a candidate may use, then waits on its
-control socket. For each evaluation it forks one candidate process, which holds nothing but
-these imports: the template never sees a candidate (the evaluator sends the source to the
-candidate's process directly), so no candidate can see another. The candidate's process locks
-itself down (`jail.lock_down`) before it reads the source, then serves the evaluator's calls
-over its own pipes until told to close, and answers with what it printed.
+evaluator (`blis_simpy.search.contain`), it imports what a candidate may use, forks its
+zygote, then waits on its control socket. For each evaluation the zygote forks one candidate
+process (`zygote`: each from the same memory), which holds nothing but these imports: the
+template never sees a candidate (the evaluator sends the source to the candidate's process
+directly), so no candidate can see another. The candidate's process locks itself down
+(`jail.lock_down`) before it reads the source, then serves the evaluator's calls over its own
+pipes until told to close, and answers with what it printed.
 
 The rules a candidate's code lives by at the Python level (the allowed imports, the safe
 builtins, each allowed module seen without the modules it imports) are here too; the static
@@ -16,6 +17,7 @@ the operating system (`jail`) holds whatever gets past both.
 
 from __future__ import annotations
 
+import array
 import builtins
 import contextlib
 import gc
@@ -25,6 +27,7 @@ import os
 import random
 import signal
 import socket
+import struct
 import sys
 import types
 from collections.abc import Callable, Mapping
@@ -139,7 +142,8 @@ def install(source: str, axis: str, entry: str, label: str) -> type:
 
 def main(argv: list[str]) -> None:
     """The template: import everything a candidate may use, prove a candidate's process can be
-    locked down, say ready, then fork candidates on request until the evaluator hangs up."""
+    locked down, fork the zygote, say ready, then have it fork candidates' processes on request
+    until the evaluator hangs up."""
     jail.fixed_addresses("blis_simpy.search.cell", argv)
     # The control socket (the template's standard input) moved to the lowest free
     # descriptor, 3: the template's descriptors, and so its candidates' memory, are then the
@@ -160,45 +164,57 @@ def main(argv: list[str]) -> None:
     if problem:
         control.sendall(wire.line(["broken", problem]))
         return
+    zygote, link = start_zygote()
     reader = control.makefile("rb")
-    # A candidate's cycle rehearsed before "ready" (its process is gone when the evaluator
-    # goes on), twice: with some layouts of the compiled core one cycle still left the
-    # template's memory different at its first real candidate than at later ones (its
-    # addresses showed it); two reach the steady state in both layouts tried (main's core
-    # and evalspeed19's).
-    rehearse()
-    rehearse()
     control.sendall(wire.line(["ready"]))
     for data in reader:
-        answer(control, data)
+        answer(control, zygote, link, data)
 
 
-def answer(control: socket.socket, data: bytes) -> None:
-    """One request of the evaluator's: fork a candidate's process, or end one."""
+def answer(control: socket.socket, zygote: int, link: socket.socket, data: bytes) -> None:
+    """One request of the evaluator's: have the zygote fork a candidate's process, or end
+    one."""
     message = wire.parse(data)
     if message[0] == "spawn":
-        spawn(control, float(message[1]), int(message[2]), int(message[3]))
+        spawn(control, zygote, link, message[1:])
     elif message[0] == "end":
         control.sendall(wire.line(["ended", *end(int(message[1]))]))
 
 
-def rehearse() -> None:
-    """Fork, hand over and end one candidate's process that runs nothing, through the same
-    code as a real one: the first request's first-time work (a module imported, caches
-    filled) would otherwise leave the template's memory different for its first candidate
-    than for every later one, and a candidate's default reprs (its objects' addresses)
-    would depend on whether its evaluation came first."""
-    ours, theirs = socket.socketpair()
-    try:
-        answer(theirs, wire.line(["spawn", 1.0, 16, -1]))
-        data, fds, _, _ = socket.recv_fds(ours, 4096, 2)
-        for fd in fds:  # (its process reads the end of its pipe and exits)
-            os.close(fd)
-        answer(theirs, wire.line(["end", wire.parse(data)[1]]))
-        ours.recv(4096)
-    finally:
-        ours.close()
-        theirs.close()
+def start_zygote() -> tuple[int, socket.socket]:
+    """Fork the zygote, the process every candidate's process is forked from: the template's
+    end of the pipe that wakes it, and of the link its candidates' processes talk over
+    (which tells the template the pid of the process that writes to it)."""
+    woken, wake = os.pipe()
+    link, candidates = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    link.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    if os.fork() == 0:
+        os.close(wake)
+        link.close()
+        zygote(woken, candidates.fileno())
+    os.close(woken)
+    candidates.close()
+    return wake, link
+
+
+def zygote(woken: int, link: int) -> NoReturn:
+    """Fork a candidate's process each time the template asks (a byte on `woken`), until the
+    template ends. The loop keeps nothing from one candidate to the next (each object
+    it makes is freed before the next of its size is made), so this process's memory is the
+    same at every fork, and so is every candidate's at its start: a candidate's default
+    reprs (its objects' addresses) never depend on what ran before it. (A template that forks
+    candidates itself, between requests that change its memory, left its allocator's free
+    lists in one of two orders, so every other candidate saw other addresses.)
+
+    Each is forked as the template's child (`jail.fork_sibling`), which reaps it and reports
+    its CPU time and how it ended."""
+    while os.read(woken, 1):
+        if jail.fork_sibling() == 0:
+            try:
+                candidate(link)
+            finally:  # (never back into this loop)
+                os._exit(1)
+    os._exit(0)
 
 
 def self_test() -> str:
@@ -221,30 +237,37 @@ def self_test() -> str:
         status, f"the self-test process ended with status {status}")
 
 
-def spawn(control: socket.socket, cpu_s: float, memory_mb: int, cpu: int) -> None:
-    """Fork a candidate's process to run on `cpu` (the evaluator's, for the session; -1: not
-    pinned); hand the evaluator its pid and its pipes' other ends (the end it reads the
-    replies from, the end it writes the messages to)."""
-    to_candidate, to_evaluator = os.pipe(), os.pipe()
-    template = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        fd_in, fd_out = to_candidate[0], to_evaluator[1]
-        os.close(to_candidate[1])
-        os.close(to_evaluator[0])
-        low, high = sorted((fd_in, fd_out))
-        os.closerange(3, low)
-        os.closerange(low + 1, high)
-        os.closerange(high + 1, 1 << 16)
-        if cpu >= 0:
-            with contextlib.suppress(OSError):  # (a CPU outside the sandbox's set: anywhere)
-                os.sched_setaffinity(0, {cpu})
-        candidate(fd_in, fd_out, cpu_s, memory_mb, template)
-    os.close(to_candidate[0])
-    os.close(to_evaluator[1])
-    socket.send_fds(control, [wire.line(["spawned", pid])], [to_evaluator[0], to_candidate[1]])
-    os.close(to_evaluator[0])
-    os.close(to_candidate[1])
+def spawn(control: socket.socket, zygote: int, link: socket.socket,
+          request: list[Any]) -> None:
+    """Have the zygote fork a candidate's process for `request` (its CPU seconds, memory MiB
+    and CPU, -1: not pinned); hand the evaluator its pid and its pipes' other ends (the end
+    it reads the replies from, the end it writes the messages to), which the candidate's
+    process sends here."""
+    link.sendall(wire.line([os.getpid(), *request]))
+    os.write(zygote, b"!")
+    pid, fds = handed_over(link)
+    socket.send_fds(control, [wire.line(["spawned", pid])], fds)
+    for fd in fds:
+        os.close(fd)
+
+
+CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+FD = struct.Struct("i")
+
+
+def handed_over(link: socket.socket) -> tuple[int, list[int]]:
+    """The pid of the candidate's process that sent its pipes' ends over the `link`, and the
+    ends: the kernel says who sent them (SO_PASSCRED), so the candidate's process sends the
+    same bytes whatever its pid."""
+    _, ancillary, _, _ = link.recvmsg(1, socket.CMSG_SPACE(2 * FD.size)
+                                      + socket.CMSG_SPACE(CREDENTIALS.size))
+    pid, fds = -1, []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds = list(array.array("i", data[:len(data) - len(data) % FD.size]))
+        elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid = CREDENTIALS.unpack(data[:CREDENTIALS.size])[0]
+    return pid, fds
 
 
 def end(pid: int) -> list[Any]:
@@ -262,10 +285,23 @@ def end(pid: int) -> list[Any]:
 # --- a candidate's process -----------------------------------------------------------------
 
 
-def candidate(fd_in: int, fd_out: int, cpu_s: float, memory_mb: int,
-              template: int) -> NoReturn:
-    """Tie this process's life to the `template`'s, lock down, then serve the evaluator (read
-    from `fd_in`, reply to `fd_out`) until it closes; never returns into the template."""
+def candidate(link: int) -> NoReturn:
+    """Take the template's request over the `link`, make this process's pipes and hand their
+    other ends to the template; then tie this process's life to the template's, lock down,
+    and serve the evaluator until it closes. Every step is the same whatever this process's
+    pid, so every candidate starts from the same memory."""
+    os.closerange(3, link)
+    os.closerange(link + 1, 1 << 16)
+    template, cpu_s, memory_mb, cpu = wire.parse(os.read(link, 4096))
+    to_candidate, to_evaluator = os.pipe(), os.pipe()
+    fd_in, fd_out = to_candidate[0], to_evaluator[1]
+    with socket.socket(fileno=link) as handover:
+        socket.send_fds(handover, [b"!"], [to_evaluator[0], to_candidate[1]])
+    os.close(to_evaluator[0])
+    os.close(to_candidate[1])
+    if cpu >= 0:
+        with contextlib.suppress(OSError):  # (a CPU outside the sandbox's set: anywhere)
+            os.sched_setaffinity(0, {cpu})
     reader = os.fdopen(fd_in, "rb", buffering=1 << 16, closefd=False)
     try:
         jail.die_with_parent(template)

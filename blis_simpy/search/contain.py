@@ -10,10 +10,10 @@ unsandboxed fallback.
 
 A session's process answers the simulation's policy calls over its own pair of pipes (a
 round trip costs about two thirds of a socket's): a marshal frame to it, a frame back
-(`blis_simpy.search.wire`). The evaluator waits for it at most `Limits.wall_s` in all; the
-process's own limits (CPU time, memory) are enforced by the kernel. Whatever goes wrong (a
-limit, a crash, a message that is not what was asked) ends the session with
-`ContainedFailure`, which the sweep turns into a zero with the reason.
+(`blis_simpy.search.wire`). The evaluator waits for it, and answers its questions, at most
+`Limits.wall_s` in all; the process's own limits (CPU time, memory) are enforced by the
+kernel. Whatever goes wrong (a limit, a crash, a message that is not what was asked) ends the
+session with `ContainedFailure`, which the sweep turns into a zero with the reason.
 
 The two sides of a session take turns (one waits while the other works), so both run on one
 CPU (`session_cpu`): the evaluating thread pins itself there for the session and puts its
@@ -76,7 +76,8 @@ class Limits:
     cpu_s: float = spec(30.0, help="CPU seconds of the candidate's process", gt=0,
                         le=MAX_LIMIT_S)
     wall_s: float = spec(60.0, help="seconds the evaluator waits for the candidate's answers "
-                         "in one evaluation, in all", gt=0, le=MAX_LIMIT_S)
+                         "and spends answering its questions in one evaluation, in all", gt=0,
+                         le=MAX_LIMIT_S)
     memory_mb: int = spec(1024, help="address space (MiB) of the candidate's process beyond "
                           "the sandbox template's", ge=16, le=MAX_MEMORY_MB)
 
@@ -426,6 +427,7 @@ class Session:
         self.writable = select.poll()
         self.writable.register(fd_out, select.POLLOUT)
         self.budget = limits.wall_s
+        self.woke = time.monotonic()  # when the last wait ended
         self.buffer = b""
         self.ended = False
         self.cpu_s = 0.0  # the process's CPU time, once it has ended
@@ -455,7 +457,17 @@ class Session:
             if answer is None:
                 self.fail(f"asked {shown(reply)} where nothing may be asked")
             self.send(wire.frame(["answer", answer(reply)]))
+            self.answered()
         self.fail(f"asked more than {MAX_ASKS} questions in one call")
+
+    def answered(self) -> None:
+        """Take the evaluator's time answering a question (read, decoded, answered and sent
+        since its last wait ended) from the budget: its work for a candidate is bounded with
+        the candidate's own."""
+        self.budget -= time.monotonic() - self.woke
+        if self.budget <= 0:
+            self.fail(f"exceeded its wall-time budget of {self.limits.wall_s:g} s (the "
+                      "evaluator's time answering its questions included)")
 
     def send(self, data: bytes) -> None:
         while data:
@@ -503,7 +515,8 @@ class Session:
         budget: False if the budget ran out first."""
         started = time.monotonic()
         ready = poller.poll(max(self.budget * 1000, 1))
-        self.budget -= time.monotonic() - started
+        self.woke = time.monotonic()
+        self.budget -= self.woke - started
         return bool(ready)
 
     def checked(self, data: bytes) -> list[Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 from typing import Any
 
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -21,6 +22,11 @@ MMAP.restype = ctypes.c_void_p
 MMAP.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                  ctypes.c_long)
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
+# clone, called with the interpreter's lock held (as os.fork is), by machine.
+SYSCALL = ctypes.PyDLL(None, use_errno=True).syscall
+SYSCALL.restype = ctypes.c_long
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+CLONE_PARENT = 0x8000
 PROT_READ, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 1, 0x02, 0x10, 0x20
 
 
@@ -38,6 +44,21 @@ def personality(persona: int, /) -> int:
     if previous == -1:
         raise refused("personality")
     return previous
+
+
+def fork_sibling() -> int:
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = int(SYSCALL(ctypes.c_long(SYS_CLONE[os.uname().machine]),
+                      ctypes.c_ulong(CLONE_PARENT | signal.SIGCHLD), ctypes.c_ulong(0),
+                      ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)))
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    error = ctypes.get_errno()
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(error, os.strerror(error), "clone")
+    return pid
 
 
 def die_with_parent(signal: int, /) -> None:

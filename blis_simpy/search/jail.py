@@ -183,6 +183,14 @@ def prepare() -> None:
         ctypes_lockdown.hold(program())
 
 
+def fork_sibling() -> int:
+    """Fork a child of this process's parent, not of this process (CLONE_PARENT): 0 in the
+    child, its pid here. The zygote forks candidates' processes so: each is then the
+    template's child from its start, which reaps it (its CPU time, how it ended), and
+    nothing between them depends on timing."""
+    return native.fork_sibling()
+
+
 def die_with_parent(parent: int) -> None:
     """Have the kernel SIGKILL this process when its parent (`parent`, its pid) ends, however
     it ends; OSError if the kernel refuses, or if the parent has already ended (this process

@@ -1,4 +1,5 @@
-/* The native calls of a candidate's lock-down (blis_simpy.search.jail; docs/security.md).
+/* The native calls of a candidate's lock-down (blis_simpy.search.jail; docs/security.md), and
+   the zygote's fork of a candidate's process as the template's child (fork_sibling).
 
    A candidate's process makes these calls before candidate code runs. Made here rather than
    through ctypes, the candidate's process never loads ctypes: a candidate that got past the
@@ -13,9 +14,13 @@
 #include <limits.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static PyObject *refused(const char *what) {
     return PyErr_SetFromErrnoWithFilename(PyExc_OSError, what);
@@ -118,7 +123,31 @@ static PyObject *lockdown_map_zeros(PyObject *module, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(fork_sibling_doc,
+"fork_sibling() -> int\n\n"
+"fork(), but the child is the calling process's parent's child (clone CLONE_PARENT |\n"
+"SIGCHLD: that parent reaps it): 0 in the child, its pid in the caller. The sandbox's\n"
+"zygote forks candidates' processes so for the template. Like os.fork, with the\n"
+"interpreter's fork hooks around it; for a single-threaded caller.");
+
+static PyObject *lockdown_fork_sibling(PyObject *module, PyObject *unused) {
+    PyOS_BeforeFork();
+    long pid = syscall(SYS_clone, (unsigned long)(CLONE_PARENT | SIGCHLD), 0UL, 0UL, 0UL, 0UL);
+    if (pid == 0) {
+        PyOS_AfterFork_Child();
+        return PyLong_FromLong(0);
+    }
+    int error = errno;
+    PyOS_AfterFork_Parent();
+    if (pid < 0) {
+        errno = error;
+        return refused("clone");
+    }
+    return PyLong_FromLong(pid);
+}
+
 static PyMethodDef lockdown_methods[] = {
+    {"fork_sibling", lockdown_fork_sibling, METH_NOARGS, fork_sibling_doc},
     {"personality", lockdown_personality, METH_O, personality_doc},
     {"die_with_parent", lockdown_die_with_parent, METH_O, die_with_parent_doc},
     {"no_new_privs", lockdown_no_new_privs, METH_NOARGS, no_new_privs_doc},

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,10 @@ import yaml
 from blis_simpy.search import jail
 from blis_simpy.search.code import CodePolicy, check
 from blis_simpy.search.contain import SHARED
+from blis_simpy.search.openevolve_evaluator import BlisEvaluator
 from blis_simpy.search.sweep import run_many
 from tests.search.helpers import prefix_scenario
+from tests.search.test_code import LEAST_LOADED
 
 # Routes by the order a set of strings iterates in: the first instance id the set yields.
 SET_ORDER = """
@@ -105,10 +108,23 @@ class Policy(RoutingPolicy):
         return RoutingDecision(snapshots[0].id, "first", tuple(0.0 for _ in snapshots))
 """
 
+# Routes by its objects' addresses (within the static rules: `repr` and `object` are allowed).
+ADDRESS_ROUTING = """
+class Policy(RoutingPolicy):
+    def route(self, req, priority, snapshots, state, clock):
+        text = repr(object())
+        if req.id == "request_0":
+            print(text, repr(object()))
+        best = (int(text.split(" at ")[1][:-1], 16) >> 4) % len(snapshots)
+        scores = tuple(1.0 if i == best else 0.0 for i in range(len(snapshots)))
+        return RoutingDecision(snapshots[best].id, "address", scores)
+"""
+
 FRESH_RUN = """import sys
 from blis_simpy.search.code import CodePolicy
 from blis_simpy.search.sweep import run_many
 from tests.search.helpers import prefix_scenario
+from tests.search.test_code import LEAST_LOADED
 code = CodePolicy("routing", sys.stdin.read())
 sys.stdout.write(run_many(prefix_scenario(), {"a": code}, [1], workers=1).log[0])
 """
@@ -234,3 +250,66 @@ def test_default_reprs_show_the_same_addresses_in_every_evaluation(monkeypatch):
         SHARED.forget()
     assert "object at 0x" in logs[0] and "request_7" in logs[0]
     assert len(set(logs)) == 1, logs
+
+
+def scored(source: str, seeds: tuple[int, ...] = (1,), workers: int = 1) -> list[tuple]:
+    """Each seed's fitness and log for one code candidate, evaluated now in this process's
+    template (workers=1) or a sweep's pool."""
+    table = run_many(prefix_scenario(), {"c": CodePolicy("routing", source)}, list(seeds),
+                     workers=workers)
+    return list(zip(table.fitness, table.error, table.log, strict=True))
+
+
+def test_an_address_reading_candidate_scores_the_same_in_six_evaluations_in_one_process():
+    """On main the template's memory alternated between two states from one candidate to the
+    next, so such a candidate scored 0.1371, 1.0, 0.1371, ... in one process
+    (newcomer 20 #1); now every candidate's process is forked from a zygote whose memory
+    is the same at every fork (`cell.zygote`)."""
+    SHARED.forget()
+    rows = [scored(ADDRESS_ROUTING) for _ in range(6)]
+    assert "object at 0x" in rows[0][0][2] and rows[0][0][1] == ""
+    assert all(row == rows[0] for row in rows), rows
+
+
+def test_another_candidate_in_between_changes_no_score():
+    """On main the same candidate scored differently after one, or two, other candidates."""
+    SHARED.forget()
+    address, least_loaded = [], []
+    for source in (ADDRESS_ROUTING, LEAST_LOADED, ADDRESS_ROUTING, ADDRESS_ROUTING,
+                   LEAST_LOADED, ADDRESS_ROUTING):
+        (address if source == ADDRESS_ROUTING else least_loaded).append(scored(source))
+    assert all(row == address[0] for row in address), address
+    assert least_loaded[0] == least_loaded[1]
+
+
+def test_sweep_rows_with_address_reading_candidates_never_depend_on_the_workers():
+    """`run_many` of an address-reading and an ordinary candidate on several seeds: the same
+    rows with one worker, with two, and with two again (on main each run differed)."""
+    policies = {"address": CodePolicy("routing", ADDRESS_ROUTING),
+                "least-loaded": CodePolicy("routing", LEAST_LOADED)}
+    tables = [run_many(prefix_scenario(), policies, [1, 2, 3, 4], workers=workers)
+              for workers in (1, 2, 2)]
+    rows = [list(zip(t.policy, t.seed, t.fitness, t.error, t.log, strict=True))
+            for t in tables]
+    assert rows[0] == rows[1] == rows[2]
+
+
+def test_evaluations_in_a_thread_pool_each_score_as_alone(tmp_path):
+    """OpenEvolve evaluates in a thread pool with one long-lived evaluator: on main a
+    candidate scored otherwise there than alone (newcomer 20 #2, #1 again)."""
+    workload = tmp_path / "w.yaml"
+    workload.write_text(yaml.safe_dump(prefix_scenario().to_dict()))
+    programs = []
+    for name in ("a", "b"):
+        programs.append(tmp_path / f"{name}.py")
+        programs[-1].write_text(f"# {name}\n{ADDRESS_ROUTING}")
+
+    def evaluated(program: Path) -> tuple:
+        result = BlisEvaluator([workload], seeds=[1]).evaluate(str(program))
+        return result.metrics["combined_score"], result.artifacts.get("log")
+
+    SHARED.forget()
+    alone = evaluated(programs[0])
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(evaluated, programs * 2))
+    assert all(result == alone for result in together), (alone, together)

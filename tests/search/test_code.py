@@ -4,6 +4,7 @@ is a zero with a clear message and the sweep goes on."""
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -244,6 +245,24 @@ def test_the_wall_time_budget_holds_where_the_cpu_limit_is_far():
     row = run_many(prefix_scenario(), {"spin": routing("while True:\n    pass")}, [1],
                    workers=1, limits=Limits(cpu_s=30, wall_s=0.5)).iloc[0]
     assert row.fitness == 0 and "exceeded its wall-time budget of 0.5 s" in row.error
+
+
+def test_the_evaluators_time_answering_questions_counts_toward_the_wall_budget():
+    """A candidate that asks thousands of questions per decision (each answered by the
+    evaluator, outside the candidate's CPU limit) ends at the wall-time budget, which now
+    holds the evaluator's time answering too: 0.8 s longer than an evaluation without
+    questions here. On main only the evaluator's waits counted: the candidate ran to the
+    end, 10 s, and scored (newcomer 20 #8; `state.ask` questions alike)."""
+    def elapsed(body: str) -> tuple[float, pd.Series]:
+        started = time.monotonic()
+        row = run_many(prefix_scenario(), {"c": routing(body)}, [1], workers=1,
+                       limits=Limits(cpu_s=30, wall_s=1)).iloc[0]
+        return time.monotonic() - started, row
+
+    alone, _ = elapsed("pass")  # (the evaluation without questions: outside the budget)
+    spent, row = elapsed("for _ in range(5000):\n    snapshots.refresh()")
+    assert row.fitness == 0 and "exceeded its wall-time budget of 1 s" in row.error
+    assert spent - alone < 1.5
 
 
 ADMIT_SHORT = """

@@ -188,10 +188,11 @@ def descendants(root: int) -> set[int]:
     return found
 
 
-def test_a_template_killed_from_outside_is_started_again():
+@pytest.mark.parametrize("which", [min, max], ids=["template", "its zygote"])
+def test_a_template_killed_from_outside_is_started_again(which):
+    """The template (the sandbox's first process) or its zygote (forked from it after)."""
     first = sandbox()
-    template = max(sandbox_processes() & descendants(first.process.pid))
-    os.kill(template, signal.SIGKILL)
+    os.kill(which(sandbox_processes() & descendants(first.process.pid)), signal.SIGKILL)
     row = run_many(prefix_scenario(), {"code": CODE}, [1], workers=1).iloc[0]
     assert row.error == "" and sandbox() is not first
 
@@ -315,3 +316,24 @@ def test_both_lock_downs_refuse_files_and_stop_the_clock(native):
     if native is jail.native and not jail.PURE:
         with pytest.raises(ValueError, match="instructions of 8 bytes"):
             native.seccomp(b"1234")
+
+
+@pytest.mark.parametrize("native", lock_downs())
+def test_both_lock_downs_fork_a_sibling_its_parent_reaps(native):
+    """`fork_sibling` in a forked process (as the zygote calls it): the child it makes is
+    this test's child, which reaps it and reads how it ended."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sibling = native.fork_sibling()
+            if sibling == 0:
+                os._exit(7)
+            os.write(write, sibling.to_bytes(4, "little"))
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    sibling = int.from_bytes(os.read(read, 4), "little")
+    os.close(read)
+    assert os.waitstatus_to_exitcode(os.waitpid(sibling, 0)[1]) == 7
