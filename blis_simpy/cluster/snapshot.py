@@ -21,6 +21,7 @@ import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
+from typing import Final, cast
 
 from blis_simpy.cluster.cache_signal import CacheSignal
 from blis_simpy.config.scenario import ObservabilityConfig, Refresh
@@ -36,7 +37,13 @@ HIT_RATE_STEP_US = 10 * US_PER_MS  # ... from running totals kept at most this o
 # times as lists indexed by it, and reads a field's live value with `read_live`.
 FIELDS = ("queue_depth", "batch_size", "kv_utilization", "cache_hit_rate", "recent_ttft",
           "recent_tpot")
-QUEUE_DEPTH, BATCH_SIZE, KV_UTILIZATION, CACHE_HIT_RATE, RECENT_TTFT, RECENT_TPOT = range(6)
+# (Final: compiled, each is a constant, not a lookup in the module's globals.)
+QUEUE_DEPTH: Final = 0
+BATCH_SIZE: Final = 1
+KV_UTILIZATION: Final = 2
+CACHE_HIT_RATE: Final = 3
+RECENT_TTFT: Final = 4
+RECENT_TPOT: Final = 5
 
 
 class HitWindow:
@@ -147,16 +154,17 @@ class SnapshotProvider:
                 values[i] = self.read_live(i, instance, clock)
                 last[i] = clock
         kv = instance.kv
-        # Positional, in the dataclass's field order: matching 14 keywords costs more than
-        # the reads themselves (InstanceSnapshot is one of the few allocations per decision).
-        return InstanceSnapshot(
+        # The fields in the named tuple's order, made into one as its own `__new__` makes it
+        # (`tuple.__new__`), without that interpreted `__new__`'s frame: InstanceSnapshot is
+        # one of the few allocations per decision.
+        return cast(InstanceSnapshot, tuple.__new__(InstanceSnapshot, (
             instance.id, instance.role, clock,  # id, role, timestamp
             int(values[QUEUE_DEPTH]), int(values[BATCH_SIZE]),
             values[KV_UTILIZATION], kv.free_blocks,
             self.pending.get(instance.id, 0), self.in_flight.get(instance.id, 0),
             values[CACHE_HIT_RATE], values[RECENT_TTFT], values[RECENT_TPOT],
             instance.estimated_wait_ms(), kv.cpu_utilization(), extended_of(instance, clock),
-        )
+        )))
 
     def refresh_all(self, instances: Sequence[Instance], clock: int) -> None:
         """Re-read every field of every instance (what an on-demand field waits for)."""
