@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from blis_simpy.config.scenario import Scenario
 from blis_simpy.config.workload import TenantsWorkload
 from blis_simpy.core.request import Request
-from blis_simpy.core.schema import to_plain
 from blis_simpy.workload.source import requests_of
 from blis_simpy.workload.work import check_work
 
@@ -39,12 +38,11 @@ class PreparedWorkload:
 def workload_key(scenario: Scenario) -> str:
     """Everything the requests depend on: the workload section, the seed, the horizon, the
     block size, the generator (compat mode) and the served models (a trace is checked
-    against them). Only those sections are made plain: every evaluation of a search asks,
-    and the whole scenario's tree costs more than the rest of the lookup."""
-    deployment = scenario.deployment
-    models = deployment and [m.name for m in deployment.models]
-    return json.dumps([to_plain(scenario.workload), scenario.workload_seed, scenario.horizon_s,
-                       scenario.engine.block_size, scenario.compat, models],
+    against them)."""
+    plain = scenario.to_dict()
+    models = plain.get("deployment") and [m["name"] for m in plain["deployment"]["models"]]
+    return json.dumps([plain["workload"], scenario.workload_seed, plain["horizon_s"],
+                       plain["engine"]["block_size"], plain["compat"], models],
                       sort_keys=True, default=str)
 
 
