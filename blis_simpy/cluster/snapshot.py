@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
+from typing import Final, cast
 
 from blis_simpy.cluster.cache_signal import CacheSignal
 from blis_simpy.config.scenario import ObservabilityConfig, Refresh
@@ -32,17 +33,17 @@ from blis_simpy.engine.kv.tiered import TieredKVCache
 HIT_RATE_WINDOW_US = US_PER_S  # `cache_hit_rate` counts the lookups of the last second
 HIT_RATE_STEP_US = 10 * US_PER_MS  # ... from running totals kept at most this often
 
-Reader = Callable[[Instance, int], float]  # (instance, clock) -> a field's live value
-
-# field -> how to read its live value from an instance (the cache hit rate: `HitWindow`)
-FIELDS: dict[str, Reader] = {
-    "queue_depth": lambda inst, clock: inst.queue_depth,
-    "batch_size": lambda inst, clock: len(inst.running),
-    "kv_utilization": lambda inst, clock: inst.kv.used / inst.kv.total,
-    "cache_hit_rate": lambda inst, clock: 0.0,
-    "recent_ttft": lambda inst, clock: inst.recent_ttft_ms(),
-    "recent_tpot": lambda inst, clock: inst.recent_tpot_ms(),
-}
+# The fields with a rule, in this order: a provider keeps each instance's values and refresh
+# times as lists indexed by it, and reads a field's live value with `read_live`.
+FIELDS = ("queue_depth", "batch_size", "kv_utilization", "cache_hit_rate", "recent_ttft",
+          "recent_tpot")
+# (Final: compiled, each is a constant, not a lookup in the module's globals.)
+QUEUE_DEPTH: Final = 0
+BATCH_SIZE: Final = 1
+KV_UTILIZATION: Final = 2
+CACHE_HIT_RATE: Final = 3
+RECENT_TTFT: Final = 4
+RECENT_TPOT: Final = 5
 
 
 class HitWindow:
@@ -98,23 +99,37 @@ class SnapshotProvider:
     refreshes) or on demand (only through `refresh_all`). Keyed by instance id.
 
     The rules are sorted by mode once, here: a snapshot re-reads its immediate fields and
-    checks only its periodic ones, never looking at the on-demand ones."""
+    checks only its periodic ones, never looking at the on-demand ones. Fields are numbers
+    (their place in FIELDS) read by one compiled method, not callables: a Python-level call
+    per field cost more than the snapshot's other work (thousands of snapshots a run)."""
 
     def __init__(self, config: ObservabilityConfig, pending: Mapping[str, int],
                  in_flight: Mapping[str, int]) -> None:
-        rules: list[tuple[str, Refresh]] = [(f, getattr(config, f)) for f in FIELDS]
-        self.readers: dict[str, Reader] = {**FIELDS, "cache_hit_rate": self._hit_rate}
-        self.immediate: list[tuple[str, Reader]] = [
-            (f, self.readers[f]) for f, rule in rules if rule.mode == "immediate"]
-        self.periodic: list[tuple[str, Reader, int]] = [
-            (f, self.readers[f], rule.interval_us) for f, rule in rules
-            if rule.mode == "periodic"]
+        rules: list[Refresh] = [getattr(config, f) for f in FIELDS]
+        self.immediate: list[int] = [i for i, rule in enumerate(rules)
+                                     if rule.mode == "immediate"]
+        self.periodic: list[tuple[int, int]] = [
+            (i, rule.interval_us) for i, rule in enumerate(rules) if rule.mode == "periodic"]
         self.hit_windows: dict[str, HitWindow] = {}
         self.pending = pending
         self.in_flight = in_flight
-        self.values: dict[str, dict[str, float]] = {}
-        self.last: dict[str, dict[str, float]] = {}
+        self.values: dict[str, list[float]] = {}  # instance id -> FIELDS' values
+        self.last: dict[str, list[float]] = {}  # instance id -> FIELDS' refresh times
         self.cache_signal: CacheSignal | None = None  # refreshed with the fields
+
+    def read_live(self, field: int, instance: Instance, clock: int) -> float:
+        """The live value of FIELDS[field]."""
+        if field == QUEUE_DEPTH:
+            return float(instance.queue_depth)
+        if field == BATCH_SIZE:
+            return float(len(instance.running))
+        if field == KV_UTILIZATION:
+            return instance.kv.used / instance.kv.total
+        if field == CACHE_HIT_RATE:
+            return self._hit_rate(instance, clock)
+        if field == RECENT_TTFT:
+            return instance.recent_ttft_ms()
+        return instance.recent_tpot_ms()
 
     def _hit_rate(self, instance: Instance, clock: int) -> float:
         window = self.hit_windows.get(instance.id)
@@ -123,37 +138,39 @@ class SnapshotProvider:
         kv = instance.kv
         return window.rate(kv.hits, kv.hits + kv.misses, clock)
 
+    def read_all(self, instance: Instance, clock: int) -> list[float]:
+        return [self.read_live(i, instance, clock) for i in range(len(FIELDS))]
+
     def snapshot(self, instance: Instance, clock: int) -> InstanceSnapshot:
         values = self.values.get(instance.id)
         if values is None:  # first sight of this instance: every field is read
-            values = self.values[instance.id] = {f: read(instance, clock) for f, read in
-                                                 self.readers.items()}
-            self.last[instance.id] = dict.fromkeys(FIELDS, -math.inf)
-        for name, read in self.immediate:
-            values[name] = read(instance, clock)
+            values = self.values[instance.id] = self.read_all(instance, clock)
+            self.last[instance.id] = [-math.inf] * len(FIELDS)
+        for i in self.immediate:
+            values[i] = self.read_live(i, instance, clock)
         last = self.last[instance.id]
-        for name, read, interval in self.periodic:
-            if clock - last[name] >= interval:
-                values[name] = read(instance, clock)
-                last[name] = clock
+        for i, interval in self.periodic:
+            if clock - last[i] >= interval:
+                values[i] = self.read_live(i, instance, clock)
+                last[i] = clock
         kv = instance.kv
-        # Positional, in the dataclass's field order: matching 14 keywords costs more than
-        # the reads themselves (InstanceSnapshot is one of the few allocations per decision).
-        return InstanceSnapshot(
+        # The fields in the named tuple's order, made into one as its own `__new__` makes it
+        # (`tuple.__new__`), without that interpreted `__new__`'s frame: InstanceSnapshot is
+        # one of the few allocations per decision.
+        return cast(InstanceSnapshot, tuple.__new__(InstanceSnapshot, (
             instance.id, instance.role, clock,  # id, role, timestamp
-            int(values["queue_depth"]), int(values["batch_size"]),
-            values["kv_utilization"], kv.free_blocks,
+            int(values[QUEUE_DEPTH]), int(values[BATCH_SIZE]),
+            values[KV_UTILIZATION], kv.free_blocks,
             self.pending.get(instance.id, 0), self.in_flight.get(instance.id, 0),
-            values["cache_hit_rate"], values["recent_ttft"], values["recent_tpot"],
+            values[CACHE_HIT_RATE], values[RECENT_TTFT], values[RECENT_TPOT],
             instance.estimated_wait_ms(), kv.cpu_utilization(), extended_of(instance, clock),
-        )
+        )))
 
     def refresh_all(self, instances: Sequence[Instance], clock: int) -> None:
         """Re-read every field of every instance (what an on-demand field waits for)."""
         for instance in instances:
-            self.values[instance.id] = {f: read(instance, clock) for f, read in
-                                        self.readers.items()}
-            self.last[instance.id] = dict.fromkeys(FIELDS, clock)
+            self.values[instance.id] = self.read_all(instance, clock)
+            self.last[instance.id] = [float(clock)] * len(FIELDS)
         if self.cache_signal is not None:
             self.cache_signal.refresh()
 

@@ -162,9 +162,12 @@ class CoefficientSet:
                 "accuracy": self.accuracy}
 
 
-def bundled_families() -> list[str]:
-    return sorted(p.name.removesuffix(".json") for p in (data_dir() / STEP_DIR).iterdir()
-                  if p.name.endswith(".json"))
+@functools.cache
+def bundled_families() -> tuple[str, ...]:
+    """The shipped families, listed once per process (every run's build asks, a search's
+    thousands of them)."""
+    return tuple(sorted(p.name.removesuffix(".json") for p in (data_dir() / STEP_DIR).iterdir()
+                        if p.name.endswith(".json")))
 
 
 @functools.cache

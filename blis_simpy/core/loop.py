@@ -16,7 +16,7 @@ them side by side with SimPy's own.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator
 from heapq import heappop, heappush
 from typing import Any, cast
 
@@ -73,7 +73,12 @@ class Clock:
     def __init__(self, env: Environment) -> None:
         self.env = env
         self.queue: list[tuple[int, EventPriority, int, Event]] = env._queue  # type: ignore[assignment]
-        self.ids: Iterator[int] = env._eid
+        # What `after` calls, held here: compiled, a module global (or `next`) is a dictionary
+        # lookup at every call, and `after` runs once per engine step.
+        self.next_id: Callable[[], int] = env._eid.__next__
+        self.push: Callable[[list[tuple[int, EventPriority, int, Event]],
+                             tuple[int, EventPriority, int, Event]], None] = heappush
+        self.normal: EventPriority = NORMAL
 
     def now(self) -> int:
         """The current time (the clock's attribute: `env.now` is an interpreted property)."""
@@ -92,7 +97,7 @@ class Clock:
             event._ok = True
         event._delay = delay
         event.callbacks = []
-        heappush(self.queue, (now + delay, NORMAL, next(self.ids), event))
+        self.push(self.queue, (now + delay, self.normal, self.next_id(), event))
         return event
 
 

@@ -22,7 +22,9 @@ class SteadyDecoders:
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
-        self.buckets: dict[int, list[Request]] = {}
+        # The bucket of step s is buckets[s % len(buckets)]: filed events lie between the step
+        # being formed and a block ahead of the next one, never further than the ring's length.
+        self.buckets: list[list[Request]] = [[] for _ in range(block_size + 1)]
         self.count = 0  # implicit decoders
         self.offsets = 0  # the sum of their (progress - lazy_base): see `context`
 
@@ -48,20 +50,13 @@ class SteadyDecoders:
         done = step + req.max_tokens - 1 - req.emitted - ahead
         if done < event:
             event = done
-        bucket = self.buckets.get(event)
-        if bucket is None:
-            self.buckets[event] = [req]
-        else:
-            bucket.append(req)
+        self.buckets[event % len(self.buckets)].append(req)
 
     def peek(self, step: int) -> list[Request]:
         """The implicit decoders with an event at `step`. A decoder is filed under exactly
         one step at a time and leaves implicit mode only at that step's event or through
         `clear()`, so buckets hold no stale entries."""
-        return self.buckets.get(step) or []
-
-    def drop(self, step: int) -> None:
-        self.buckets.pop(step, None)
+        return self.buckets[step % len(self.buckets)]
 
     def materialize(self, req: Request, step: int) -> None:
         """Write back the request's state as of the start of `step` and make it explicit."""
@@ -77,4 +72,5 @@ class SteadyDecoders:
     def clear(self) -> None:
         """Forget the buckets once every implicit decoder has been materialized (which has
         brought `count` and `offsets` back to 0)."""
-        self.buckets.clear()
+        for bucket in self.buckets:
+            bucket.clear()

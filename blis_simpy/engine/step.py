@@ -313,7 +313,7 @@ class Stepper:
         if (steady is not None and not self.explicit and not self.wait_queue
                 and not self.delivered and self.events is None
                 and self.watch.kv_head is None and len(self.running) <= self.token_budget):
-            due = steady.buckets.get(self.step_index())
+            due = steady.peek(self.step_index())
             duration = self._decode_step(now, due) if due else self._quiet_step(now)
             if duration is not None:
                 return duration
@@ -589,6 +589,7 @@ class Stepper:
         nxt = index + 1
         # `steady.schedule(req, nxt)` inlined: this runs twice per block per decoder.
         buckets = steady.buckets
+        ring = len(buckets)
         block_size = steady.block_size
         last = block_size - 1
         for req in due:
@@ -602,12 +603,8 @@ class Stepper:
             event = nxt + last - slot if 0 < slot < last else nxt
             if left - 1 < event - nxt:
                 event = nxt + left - 1
-            bucket = buckets.get(event)
-            if bucket is None:
-                buckets[event] = [req]
-            else:
-                bucket.append(req)
-        buckets.pop(index, None)
+            buckets[event % ring].append(req)
+        due.clear()  # (this step's bucket: every event in it is handled)
         self.explicit = still
         if done:
             if len(done) > 1:

@@ -154,7 +154,7 @@ def test_a_gpu_the_step_model_has_no_measurements_on_is_warned():
 
 
 def test_shipped_sets_say_what_they_were_fitted_on_and_how_accurate_they_are():
-    assert step_models.bundled_families() == ["sglang", "vllm"]
+    assert step_models.bundled_families() == ("sglang", "vllm")
     for family in step_models.bundled_families():
         shipped = step_models.bundled(family)
         assert shipped.family == family and shipped.source and shipped.accuracy

@@ -55,7 +55,7 @@ class StepPaths:
         if not isinstance(batch, tuple):
             self.counts["exact"] += 1
         elif not inst.explicit and not inst.wait_queue and new_tokens == 0:
-            due = inst.steady.buckets.get(inst.step_index())
+            due = inst.steady.peek(inst.step_index())
             self.counts["decode" if due else "quiet"] += 1
         return self.model.step_time(new_tokens, decodes, batch, extra_us)
 
@@ -69,7 +69,7 @@ class StepPaths:
         assert context == sum(r.progress + index - r.lazy_base for r in implicit)
         assert not any(r.lazy_base >= 0 for r in batch)
         if not inst.explicit and not inst.wait_queue and not batch:
-            due = inst.steady.buckets.get(index)
+            due = inst.steady.peek(index)
             self.counts["decode" if due else "quiet"] += 1
         else:
             self.counts["steady"] += 1
