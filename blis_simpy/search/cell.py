@@ -42,7 +42,7 @@ from blis_simpy.core.errors import ScenarioError
 from blis_simpy.core.schema import load
 from blis_simpy.policies import admission, priority, routing, scheduler
 from blis_simpy.policies.guard import REQUIRED
-from blis_simpy.search import wire
+from blis_simpy.search import sealed, wire
 
 AXIS_NAMES: dict[str, dict[str, Any]] = {
     "admission": {"AdmissionPolicy": admission.AdmissionPolicy,
@@ -152,6 +152,7 @@ def main(argv: list[str]) -> None:
     control = socket.socket(fileno=os.dup(int(argv[0])))
     for name in PRELOADED:
         importlib.import_module(name)
+    sealed.seal(tuple({type(base) for base in BASES.values()}))
     jail.prepare()  # (the filter made once here, not in every candidate's process)
     # What the template holds is out of every candidate's collections: a collection would
     # walk it (and write to each object's header, copying the pages the fork shares).

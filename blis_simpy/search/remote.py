@@ -276,8 +276,11 @@ class Contained:
         self.session = spawn(limits)
         self.token: Token[Session] | None = SESSION.set(self.session)
         MODULES.add(code)
+        # The source is labelled by its content, never by the caller's name for it: the label
+        # lies in the candidate's memory, where its length moved what a candidate could measure
+        # (attacker 20b: a memory probe scored by the name's length).
         reply = self.session.call(["load", code.source, code.axis, code.entry,
-                                   code.id or code.module_name])
+                                   code.module_name])
         if reply != ["ok"]:
             self.close()
             broken(reply)

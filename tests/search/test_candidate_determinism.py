@@ -313,3 +313,35 @@ def test_evaluations_in_a_thread_pool_each_score_as_alone(tmp_path):
     with ThreadPoolExecutor(2) as pool:
         together = list(pool.map(evaluated, programs * 2))
     assert all(result == alone for result in together), (alone, together)
+
+
+# The largest allocation the candidate's address-space limit lets through, to the page.
+ROOM = """
+class Policy(RoutingPolicy):
+    def __init__(self, params=None):
+        super().__init__(params)
+        low, high = 0, 1 << 40
+        while high - low > 4096:
+            mid = (low + high) // 2
+            try:
+                block = bytearray(mid)
+                del block
+                low = mid
+            except MemoryError:
+                high = mid
+        print("room:", low)
+
+    def route(self, req, priority, snapshots, state, clock):
+        return RoutingDecision(snapshots[0].id, "first", tuple(1.0 for _ in snapshots))
+"""
+
+
+def test_a_candidates_name_changes_nothing_it_can_measure():
+    """Attacker 20b: the name a caller gives a candidate (`CodePolicy.id`, an OpenEvolve
+    program's file name) labelled its source in the candidate's memory, so the room left
+    under its memory limit, and a policy routing by it, differed between a name of 5
+    characters and one of 200. The label is the content's now: the same room under any
+    name."""
+    named = {name: CodePolicy("routing", ROOM, id=name) for name in ("short", "x" * 200)}
+    logs = list(run_many(prefix_scenario(), named, [1], workers=1).log)
+    assert "room:" in logs[0] and logs[0] == logs[1]
