@@ -68,7 +68,7 @@ def set_field_attribute(field: dataclasses.Field[Any], attribute: str, value: ob
 
 def checking(function: Callable[..., Any], trusted: frozenset[type]) -> Callable[..., Any]:
     """`function` of `dataclasses`, called once its first argument's classes are `genuine`."""
-    def checked(subject: object, *args: Any, **kwargs: Any) -> Any:
+    def checked(subject: object, /, *args: Any, **kwargs: Any) -> Any:
         genuine(subject if isinstance(subject, type) else type(subject), trusted)
         return function(subject, *args, **kwargs)
     checked.__name__ = checked.__qualname__ = function.__name__

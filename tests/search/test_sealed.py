@@ -84,13 +84,14 @@ class Weights:
 class Tuned(Weights):
     _bias: float = 0.5
     seen: list = field(default_factory=list)
+    subject: int = 0  # (the name of the seal's own argument: replace takes it as a field)
 
 class Policy(RoutingPolicy):
     def route(self, req, priority, snapshots, state, clock):
-        w = replace(Tuned(load=1.0), queue=3.0)
+        w = replace(Tuned(load=1.0), queue=3.0, subject=1)
         w.seen.append(req.id)
         assert asdict(w)["queue"] == 3.0 and astuple(w)[2] == 0.5
-        assert [f.name for f in fields(w)] == ["load", "queue", "_bias", "seen"]
+        assert [f.name for f in fields(w)] == ["load", "queue", "_bias", "seen", "subject"]
         costs = [w.load * s.batch_size + w.queue * s.queue_depth for s in snapshots]
         best = costs.index(min(costs))
         return RoutingDecision(snapshots[best].id, repr(w)[:40], tuple(-c for c in costs))
