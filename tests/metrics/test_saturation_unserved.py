@@ -58,6 +58,10 @@ def test_timeouts_at_light_load_are_not_blamed_on_capacity_or_routing():
     assert verdict["measured_rate_per_s"] < verdict["served_rate_per_s"] * 1.2
     assert spread_capacity(verdict) is None
     assert "routing concentrated" not in " ".join(run_.warnings)
+    # finalcheck 20: the focus said "Add instances" and "Find what causes overload" too
+    focus = run_.summary_text().partition("Suggested Focus")[2]
+    assert "timeout longer than the requests take" in focus
+    assert "Add" not in focus and "Find what causes" not in focus
     text = run_.summary_text()
     assert "saturated by requests not served, not for lack of capacity" in text
     assert "Add capacity" not in text and "unevenly routed" not in text

@@ -571,10 +571,24 @@ def slo_misses(inputs: TraceInputs) -> list[Issue]:
                   "of the classes that miss")]
 
 
+# What to do when requests not served saturate a fleet that could carry the load.
+NOT_SERVED = ("Give clients a timeout longer than the requests take (workload timeout_s), or "
+              "shed less at admission")
+
+
+def not_for_capacity(inputs: TraceInputs) -> bool:
+    """Saturated by requests not served while below the sustainable rate: clients gave up
+    (or admission shed) before the servers ran out."""
+    sat = inputs.summary.get("saturation") or {}
+    return sat.get("verdict") == "saturated" and "unserved" in sat \
+        and sat.get("load_factor") is not None and sat["load_factor"] < 1
+
+
 def capacity(inputs: TraceInputs) -> list[Issue]:
     m = inputs.metrics
     found = []
     sat = inputs.summary.get("saturation") or {}
+    unserved = not_for_capacity(inputs)
     if sat.get("verdict") == "saturated":
         factor = sat.get("load_factor")
         evidence = [f"offered {sat['offered_rate_per_s']:.3g} req/s, served "
@@ -588,12 +602,10 @@ def capacity(inputs: TraceInputs) -> list[Issue]:
             found.append(Issue("CAPACITY", "saturated although the fleet could carry the "
                                "load: it is unevenly routed", tuple(evidence), 2.0,
                                "Route by load (least-loaded, or a queue-depth scorer)"))
-        elif "unserved" in sat and factor is not None and factor < 1:
+        elif unserved:
             found.append(Issue("CAPACITY", "saturated by requests not served, not for lack of "
                                f"capacity ({factor:.2f}x the sustainable rate)",
-                               tuple(evidence), 2.0,
-                               "Give clients a timeout longer than the requests take "
-                               "(workload timeout_s), or shed less at admission"))
+                               tuple(evidence), 2.0, NOT_SERVED))
         else:
             need = (f"about {math.ceil(instance_count(inputs) * factor)} instances at this "
                     "request mix" if factor else "more instances")
@@ -616,7 +628,8 @@ def capacity(inputs: TraceInputs) -> list[Issue]:
                 "unfinished at the end", f"mean queue depth {m['queue_depth_avg']:.1f}"]
     several = (len(set(inputs.requests.slo_class.tolist())) > 1
                or len(set(inputs.requests.tenant.tolist())) > 1)
-    focus = ("Shed or delay the least urgent class's load at admission before queues grow"
+    focus = (NOT_SERVED if unserved else
+             "Shed or delay the least urgent class's load at admission before queues grow"
              if several else "Add instances, or KV blocks if requests are rejected as too "
              "large")
     found.append(Issue("CAPACITY", f"{pct(lost / max(1, m['requests']))} of requests did not "
@@ -680,6 +693,9 @@ def focus_for(kind: str, inputs: TraceInputs) -> str:
     if kind == "slo_class_inversion":
         return ("Give urgent SLO classes a higher priority (priority slo-based with "
                 "scheduler priority-fcfs)")
+    if kind == "overload":
+        return NOT_SERVED if not_for_capacity(inputs) else ("Add capacity or shed load at "
+                                                           "admission")
     if kind in ("kv_hol_blocking", "preemption_storm") and instance_count(inputs) == 1:
         return ("Give the instance more KV blocks, or admit fewer long prompts at once: with "
                 "one instance there is nowhere else to route")
