@@ -724,7 +724,8 @@ class StreamingRecords:
         stats["saturation"] = saturation(self.timeline, window, lambda: capacity(
             scenario, [log.role for log in logs], self.step_sums(), self.started),
             scenario.evaluation.saturation.window_s)
-        stats["warnings"] = run_warnings(stats, set(self.tenants.index), scenario,
+        stats["warnings"] = run_warnings(stats, set(self.tenants.index),
+                                         set(self.classes.index), scenario,
                                          self.simulated) + notes
         stats["step_model"] = step_model_of(scenario)  # streamed runs are native
         stats["warnings"].extend(outside_fit(scenario))

@@ -20,10 +20,11 @@ LOW_COMPLETION = 0.5  # below this completed fraction a run is called out
 FEW_REQUESTS = 20  # below this many measured requests a percentile or a rate is vacuous
 
 
-def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario,
-                 simulated: int) -> list[str]:
-    """Every degenerate condition the run shows, most fundamental first; `simulated`: the
-    requests the whole run simulated (the summary counts those of the measurement window)."""
+def run_warnings(summary: dict[str, Any], tenants: Set[str], classes: Set[str],
+                 scenario: Scenario, simulated: int) -> list[str]:
+    """Every degenerate condition the run shows, most fundamental first; `tenants` and
+    `classes`: those of the requests; `simulated`: the requests the whole run simulated (the
+    summary counts those of the measurement window)."""
     arrived = summary["arrived_requests"]
     window = scenario.evaluation.window
     if arrived == 0:
@@ -104,6 +105,7 @@ def run_warnings(summary: dict[str, Any], tenants: Set[str], scenario: Scenario,
                    "(closed-loop users): later ones were never sent")
     out.extend(silent_tenants(tenants, scenario))
     out.extend(unknown_acceptance_tenants(tenants, scenario))
+    out.extend(targetless_classes(classes, scenario))
     if arrived < FEW_REQUESTS:
         where = "" if window.warmup_s == 0 and window.end_s is None else \
             f" in the measurement window ({span(window.warmup_s, window.end_s)})"
@@ -150,6 +152,21 @@ def saturated(verdict: dict[str, Any]) -> str:
             f"{verdict['served_rate_per_s']:.3g} req/s; {verdict['reason']}: the step-cost "
             f"model allows about {best:.3g} req/s, so latencies describe the start of an "
             "overload, not a steady state")
+
+
+def targetless_classes(carried: Set[str], scenario: Scenario) -> list[str]:
+    """SLO targets of classes no request carried (`carried`: the requests' classes, "" for
+    none): attainment never applies them, and a search weighting it would score 0 with no
+    word (finalcheck 20: `slo_targets: {standard: ...}` on a workload whose requests have no
+    class, which is "default")."""
+    named = sorted(c for c in scenario.evaluation.slo_targets
+                   if ("" if c == "default" else c) not in carried)
+    if not named:
+        return []
+    have = ", ".join(repr(c or "default") for c in sorted(carried)) or "none"
+    return [f"evaluation.slo_targets names SLO classes no request carried: "
+            f"{', '.join(map(repr, named))} (the requests' classes: {have}; a request without "
+            "a class is 'default'): those targets were never applied"]
 
 
 def silent_tenants(sent: Set[str], scenario: Scenario) -> list[str]:

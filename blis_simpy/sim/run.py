@@ -134,7 +134,8 @@ def simulate(sim: Simulation, progress: Progress | None = None, *,
     window = Window.of(scenario.evaluation.window)
     stats = summary(records, lat, conventions, scenario.horizon_us, window)
     stats["saturation"] = run_saturation(records, window, scenario)
-    stats["warnings"] = (run_warnings(stats, set(records.requests.tenant), scenario,
+    stats["warnings"] = (run_warnings(stats, set(records.requests.tenant),
+                                      set(records.requests.slo_class), scenario,
                                       len(records.requests))
                          + sim.input_notes)
     if not sim.mode.reference_reporting:  # compat writes the reference's summary only

@@ -106,7 +106,7 @@ def summary_of(verdict: dict) -> dict:
 
 def test_a_batch_is_warned(tiny):
     verdict = judged(batched([0.0] * 500, 256, 2.0))
-    [warning] = run_warnings(summary_of(verdict), set(), tiny, 500)
+    [warning] = run_warnings(summary_of(verdict), set(), set(), tiny, 500)
     assert warning.startswith("a batch, not a rate") and "no load verdict" in warning
 
 
@@ -116,11 +116,11 @@ def test_an_overload_in_the_last_window_is_not_said_to_have_caught_up(tiny):
               "served_rate_per_s": 30.0, "queue_growth_per_s": 20.0, "waiting_at_end": 40}
     calm = {**window, "span_s": [8.0, 9.0], "level": STABLE, "waiting_at_end": 0}
     verdict = {"verdict": "sustainable", "windows": [calm, window]}
-    [warning] = run_warnings(summary_of(verdict), set(), tiny, 500)
+    [warning] = run_warnings(summary_of(verdict), set(), set(), tiny, 500)
     assert "caught up later" not in warning
     assert "was still overloaded at the span's end (40 waiting at t=10 s)" in warning
     drained = {"verdict": "sustainable", "windows": [window, {**calm, "span_s": [10.0, 11.0]}]}
-    [warning] = run_warnings(summary_of(drained), set(), tiny, 500)
+    [warning] = run_warnings(summary_of(drained), set(), set(), tiny, 500)
     assert "caught up later" in warning
 
 

@@ -98,3 +98,16 @@ def test_a_run_without_failures_keeps_its_verdict():
     verdict = run("quickstart").summary["saturation"]
     assert verdict["verdict"] == "sustainable"
     assert "unserved_rate_per_s" not in verdict and "unserved" not in verdict
+
+
+@pytest.mark.parametrize("cls, warned", [("standard", True), ("default", False)])
+def test_slo_targets_of_a_class_no_request_carries_are_said_to_be_unused(cls, warned):
+    """Finalcheck 20: targets for `standard` on a workload whose requests carry no class (the
+    class "default") were ignored without a word, and a fitness weighting SLO attainment
+    scored 0."""
+    result = run("quickstart", overrides={"workload.num_requests": 60,
+                                          f"evaluation.slo_targets.{cls}.ttft_ms": 200})
+    said = [w for w in result.warnings if "no request carried" in w]
+    assert bool(said) == warned
+    if warned:
+        assert "'standard'" in said[0] and "'default'" in said[0]
