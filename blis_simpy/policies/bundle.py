@@ -30,6 +30,7 @@ run in), and its `kv_tiers` params are the offload policy's, not the tiers' size
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,9 +265,15 @@ class PolicyBundle:
                     exc.problem == "unknown key":
                 name = exc.path.removeprefix(prefix).split(".")[0]
                 takers = [t for t in registry.names if name in param_names(registry, t)]
+                if takers:
+                    valid = f"name the {axis} type that does: {', '.join(takers)}"
+                else:  # a misspelt key (`routing.typo`): the nearest one any template takes
+                    keys = {"type", *(k for t in registry.names for k in param_names(registry, t))}
+                    near = difflib.get_close_matches(name, sorted(keys), n=1)
+                    valid = f"no {axis} type takes it" + (f"; did you mean {axis}.{near[0]}?"
+                                                          if near else "")
                 return ScenarioError(f"{axis}.{name}", "the scenario's template takes no such "
-                                     "parameter", f"name the {axis} type that does: "
-                                     + (", ".join(takers) or "none does"), str(file))
+                                     "parameter", valid, str(file))
         return exc
 
     def to_dict(self) -> dict[str, Any]:

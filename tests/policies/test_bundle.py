@@ -203,6 +203,13 @@ def test_a_params_only_axis_the_scenarios_template_does_not_take_names_who_does(
         blis_simpy.run_many(scenario(), {"c": {"admission.capacity": 5}}, [1], workers=1)
 
 
+def test_a_misspelt_key_no_template_takes_names_the_nearest():
+    """Finalcheck 20: `routing.typo` was told to "name the routing type that does: none
+    does"."""
+    with pytest.raises(ScenarioError, match=r"routing.typo.*did you mean routing.type\?"):
+        blis_simpy.run_many(scenario(), {"c": {"routing.typo": "round-robin"}}, [1], workers=1)
+
+
 def test_params_only_axis_keeps_the_scenarios_template():
     base = {"policies": {"routing": {"type": "weighted",
                                      "params": {"scorers": {"queue-depth": 2.0}}}}}
