@@ -116,7 +116,8 @@ def run_many(scenarios: ScenarioForm | Sequence[ScenarioForm] | Mapping[str, Sce
     `Client.get_executor()`), else to a process pool of `workers` processes (default: every
     core); `workers=1` runs them here, one after another. `store` (a file, made if new):
     every finished run is written there at once, and runs already there are not run again
-    (`blis_simpy.search.store`)."""
+    (`blis_simpy.search.store`). `progress(done, total)` is called once before any run (done:
+    the runs the store held) and after each run."""
     instance("policies", policies if policies is not None else {}, Mapping,
              "a mapping of names to candidates, or None")
     workers = None if workers is None else integer("workers", workers, low=1)
@@ -378,7 +379,7 @@ def execute(tasks: list[Task], executor: Executor | None, workers: int | None,
     contents: dict[str, dict[str, Any]] = dict(found)
     total = len(tasks)
     done = total - sum(len(group) for group in todo.values())
-    if progress is not None and done:
+    if progress is not None:  # (how many the store held: none, or a sweep resumed)
         progress(done, total)
     for run_key_, row in run_all([group[0] for group in todo.values()], executor, workers,
                                  meanwhile):

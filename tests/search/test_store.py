@@ -241,6 +241,8 @@ def test_resume_after_a_kill_mid_sweep_gives_the_same_table(tmp_path):
     # the progress counts from the runs already done, never from 0
     counts = [int(n) for n in re.findall(r"sweep: (\d+)/18 runs", resumed.stderr)]
     assert counts and min(counts) >= done, resumed.stderr
+    # and says how many came from the store, its rate counting only the runs done now
+    assert f"({done} from the store)" in resumed.stderr, resumed.stderr
 
 
 def test_a_trace_edited_in_the_same_session_is_read_again_and_stored_under_its_content(

@@ -68,7 +68,7 @@ def test_progress_counts_every_run():
     seen: list[tuple[int, int]] = []
     run_many(prefix_scenario(), {"rr": None}, [1, 2], workers=1,
              progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(1, 2), (2, 2)]
+    assert seen == [(0, 2), (1, 2), (2, 2)]  # (first: what the store held, before any run)
 
 
 def test_bad_candidate_fails_before_any_run_naming_it():
