@@ -71,6 +71,7 @@ def checking(function: Callable[..., Any], trusted: frozenset[type]) -> Callable
     def checked(subject: object, /, *args: Any, **kwargs: Any) -> Any:
         genuine(subject if isinstance(subject, type) else type(subject), trusted)
         return function(subject, *args, **kwargs)
+    # (named by hand, not functools.wraps: its `__wrapped__` would lead past the check)
     checked.__name__ = checked.__qualname__ = function.__name__
     checked.__doc__ = function.__doc__
     return checked

@@ -231,8 +231,9 @@ def test_default_reprs_show_the_same_addresses_in_every_evaluation(monkeypatch):
     the template was started at that layout (`jail.unrandomised`) or had to start itself
     again to get there (`jail.fixed_addresses`). On main the first candidate of every
     template printed other addresses than the later ones (the template's first request did
-    first-time work: `cell.rehearse`), and so did a template started by a process with
-    other descriptors open (a pool worker: the control socket's number)."""
+    first-time work; candidates come from the zygote now: `cell.zygote`), and so did a
+    template started by a process with other descriptors open (a pool worker: the control
+    socket's number)."""
     three = {name: CodePolicy("routing", f"{ADDRESSES}# {name}\n") for name in "abc"}
     SHARED.forget()
     logs = list(run_many(prefix_scenario(), three, [1], workers=1).log)
